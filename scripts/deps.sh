@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# Install every Debian package that building, running and testing bloatd needs.
+# Idempotent: packages already present are skipped, so a second run is quick.
+set -euo pipefail
+
+PKGS=(
+	# build: BPF C probes and struct_ops (CO-RE), libbpf-rs (vendored libbpf)
+	clang-19 llvm-19 libbpf-dev bpftool libelf-dev zlib1g-dev pkg-config make gcc
+	# lab and tests: namespaces, bottleneck, delay line, traffic, oracle
+	iproute2 iptables libnetfilter-queue-dev iperf3 iputils-ping procps psmisc
+	tmux curl ca-certificates
+	# Prometheus server and promtool for the scrape test
+	prometheus
+	# plots and statistics for the lab
+	python3 python3-matplotlib
+)
+
+if [[ $(id -u) -ne 0 ]]; then
+	echo "scripts/deps.sh: run as root (it installs Debian packages with apt-get)" >&2
+	exit 1
+fi
+
+missing=()
+for p in "${PKGS[@]}"; do
+	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
+done
+if ((${#missing[@]})); then
+	echo "deps: installing ${missing[*]}"
+	export DEBIAN_FRONTEND=noninteractive
+	apt-get update -qq
+	apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+# Debian's prometheus package starts a service; the tests run their own.
+if command -v systemctl >/dev/null && systemctl is-active --quiet prometheus 2>/dev/null; then
+	systemctl disable --now prometheus >/dev/null 2>&1 || true
+fi
+echo "deps: ok"

@@ -1,0 +1,191 @@
+//! The view model shared by the daemon's API and the dashboard.
+//!
+//! These types are the JSON contract of the Unix-socket API (`/v1/snapshot`,
+//! `/v1/sockets`) and of `bloatd sockets --json`: scripts and the lab read
+//! the same field names. Names carry their unit (`_us`, `_bps`, `_ms`).
+
+use serde::{Deserialize, Serialize};
+use std::net::IpAddr;
+
+/// Which side of the transfer a socket is on. A socket whose peer has
+/// acknowledged more bytes than it received is a sender; otherwise a receiver.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Role {
+    Sender,
+    Receiver,
+}
+
+/// The kernel's congestion-avoidance state (icsk_ca_state).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum CaState {
+    Open,
+    Disorder,
+    Cwr,
+    Recovery,
+    Loss,
+}
+
+/// Internal state of a bloatd congestion control, exported by its own map
+/// (the kernel refuses get_info for BPF congestion controls).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "algo", rename_all = "lowercase")]
+pub enum CcState {
+    /// Westwood+: bandwidth estimate and RTTmin. `pipe_segments` is
+    /// BWE x RTTmin / MSS, the window Westwood+ falls back to after congestion.
+    Westwood {
+        bwe_bytes_per_s: u64,
+        rtt_min_us: u32,
+        pipe_segments: u32,
+    },
+    /// CUBIC: W_max (segments), K (ms), time since the epoch began (None when
+    /// no epoch is running), the delay floor HyStart compares with, and
+    /// HyStart's round and whether it found the exit point.
+    Cubic {
+        w_max_segments: u32,
+        k_ms: u32,
+        epoch_age_ms: Option<u32>,
+        delay_min_us: u32,
+        hystart_round: u32,
+        hystart_found: bool,
+    },
+}
+
+/// One TCP socket as the kernel sees it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Socket {
+    /// Socket cookie: the socket's identity, stable for its lifetime.
+    pub cookie: u64,
+    /// Network namespace inode (as in /proc/PID/ns/net).
+    pub netns: u32,
+    pub local_addr: IpAddr,
+    pub local_port: u16,
+    pub remote_addr: IpAddr,
+    pub remote_port: u16,
+    /// TCP state, as `ss` names it: "ESTAB", "FIN-WAIT-1", ...
+    pub state: String,
+    /// Process that opened the connection, where known (active opens).
+    pub pid: Option<u32>,
+    pub comm: Option<String>,
+    /// Congestion control name (icsk_ca_ops->name).
+    pub cc: String,
+    pub role: Role,
+    /// Congestion window, segments.
+    pub cwnd: u32,
+    /// Slow-start threshold, segments; None while still "infinite".
+    pub ssthresh: Option<u32>,
+    /// Packets in flight (tcp_packets_in_flight).
+    pub inflight: u32,
+    /// Send MSS (mss_cache), bytes.
+    pub mss: u32,
+    /// Smoothed RTT (srtt_us >> 3).
+    pub srtt_us: u32,
+    /// The kernel's windowed minimum RTT (tcp_min_rtt).
+    pub min_rtt_us: u32,
+    /// Sender view of queueing delay: srtt_us - min_rtt_us.
+    pub queue_delay_us: u32,
+    /// Receiver RTT estimate (what `ss` shows as rcv_rtt).
+    pub rcv_rtt_us: u32,
+    /// Smallest rcv_rtt_us observed on this socket.
+    pub rcv_min_rtt_us: u32,
+    /// Receiver view of queueing delay: rcv_rtt_us - rcv_min_rtt_us.
+    pub rcv_queue_delay_us: u32,
+    /// Retransmitted segments over the socket's life (total_retrans).
+    pub retrans: u32,
+    /// Segments marked lost over the socket's life.
+    pub lost: u32,
+    pub ca_state: CaState,
+    pub bytes_acked: u64,
+    pub bytes_received: u64,
+    /// The kernel's delivery rate estimate, bits per second.
+    pub delivery_rate_bps: u64,
+    /// Goodput over the last sampling interval, bits per second (bytes acked
+    /// for senders, bytes received for receivers).
+    pub throughput_bps: u64,
+    /// Milliseconds since the kernel last updated this socket's record.
+    pub idle_ms: u64,
+    /// Present for sockets using bloatd_westwood or bloatd_cubic.
+    pub cc_state: Option<CcState>,
+}
+
+impl Socket {
+    /// Queueing delay from the point of view that fits the socket: the sender
+    /// sees it in srtt, the receiver of a download in its rcv_rtt estimate.
+    pub fn view_queue_delay_us(&self) -> u32 {
+        match self.role {
+            Role::Sender => self.queue_delay_us,
+            Role::Receiver => self.rcv_queue_delay_us,
+        }
+    }
+
+    /// RTT as seen from the socket's side (srtt for senders, rcv_rtt for receivers).
+    pub fn view_rtt_us(&self) -> u32 {
+        match self.role {
+            Role::Sender => self.srtt_us,
+            Role::Receiver => self.rcv_rtt_us,
+        }
+    }
+
+    /// Minimum RTT from the socket's side.
+    pub fn view_min_rtt_us(&self) -> u32 {
+        match self.role {
+            Role::Sender => self.min_rtt_us,
+            Role::Receiver => self.rcv_min_rtt_us,
+        }
+    }
+}
+
+/// One point of a socket's time series, taken at the sampling interval.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Sample {
+    /// Unix time of the sample, milliseconds.
+    pub t_ms: u64,
+    pub srtt_us: u32,
+    pub min_rtt_us: u32,
+    pub queue_delay_us: u32,
+    pub rcv_rtt_us: u32,
+    pub rcv_queue_delay_us: u32,
+    pub cwnd: u32,
+    pub inflight: u32,
+    /// Estimated pipe (BWE x RTTmin / MSS) for Westwood+ sockets.
+    pub pipe_segments: Option<u32>,
+    pub throughput_bps: u64,
+}
+
+/// A socket's samples, oldest first.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Series {
+    pub cookie: u64,
+    pub samples: Vec<Sample>,
+}
+
+/// How the daemon itself is doing.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Health {
+    /// Probe events seen since start (all hooks).
+    pub events_total: u64,
+    /// Updates lost: full socket map or full ring buffer.
+    pub dropped_total: u64,
+    /// Entries in the kernel's socket map, and its capacity.
+    pub map_entries: u64,
+    pub map_capacity: u64,
+    /// "daemon" or "embedded".
+    pub mode: String,
+}
+
+/// Everything the dashboard needs for one frame.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Snapshot {
+    /// Unix time the snapshot was taken, milliseconds.
+    pub taken_ms: u64,
+    /// Sampling interval of the daemon, milliseconds.
+    pub interval_ms: u32,
+    /// Queueing delay above which a socket counts as bloated.
+    pub bloat_threshold_us: u32,
+    pub sockets: Vec<Socket>,
+    /// Time series for the sockets the client asked for, samples newer than
+    /// the `since_ms` it gave.
+    pub series: Vec<Series>,
+    pub health: Health,
+}
