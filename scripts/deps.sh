@@ -7,7 +7,7 @@ PKGS=(
 	# build: BPF C probes and struct_ops (CO-RE), libbpf-rs (vendored libbpf)
 	clang-19 llvm-19 libbpf-dev bpftool libelf-dev zlib1g-dev pkg-config make gcc
 	# lab and tests: namespaces, bottleneck, delay line, traffic, oracle
-	iproute2 iptables libnetfilter-queue-dev iperf3 iputils-ping procps psmisc
+	iproute2 iptables ethtool libnetfilter-queue-dev iperf3 iputils-ping procps psmisc
 	tmux curl ca-certificates
 	# Prometheus server and promtool for the scrape test
 	prometheus
