@@ -5,7 +5,7 @@
 //! the same field names. Names carry their unit (`_us`, `_bps`, `_ms`).
 
 use serde::{Deserialize, Serialize};
-use std::net::IpAddr;
+use std::net::{IpAddr, SocketAddr};
 
 /// Which side of the transfer a socket is on. A socket whose peer has
 /// acknowledged more bytes than it received is a sender; otherwise a receiver.
@@ -134,6 +134,23 @@ impl Socket {
             Role::Receiver => self.rcv_min_rtt_us,
         }
     }
+
+    /// Whether the socket counts as bloated: its queueing delay, seen from its
+    /// own side of the transfer, reached `threshold_us`. A threshold of 0
+    /// disables detection (otherwise every idle socket would count).
+    pub fn is_bloated(&self, threshold_us: u32) -> bool {
+        threshold_us > 0 && self.view_queue_delay_us() >= threshold_us
+    }
+
+    /// The peer as `addr:port` (`[v6]:port` for IPv6), the form `ss` prints.
+    pub fn remote_endpoint(&self) -> SocketAddr {
+        SocketAddr::new(self.remote_addr, self.remote_port)
+    }
+
+    /// The local end as `addr:port`.
+    pub fn local_endpoint(&self) -> SocketAddr {
+        SocketAddr::new(self.local_addr, self.local_port)
+    }
 }
 
 /// One point of a socket's time series, taken at the sampling interval.
@@ -151,6 +168,34 @@ pub struct Sample {
     /// Estimated pipe (BWE x RTTmin / MSS) for Westwood+ sockets.
     pub pipe_segments: Option<u32>,
     pub throughput_bps: u64,
+}
+
+impl Sample {
+    /// RTT from the side of the socket that `role` names, as in
+    /// [`Socket::view_rtt_us`].
+    pub fn view_rtt_us(&self, role: Role) -> u32 {
+        match role {
+            Role::Sender => self.srtt_us,
+            Role::Receiver => self.rcv_rtt_us,
+        }
+    }
+
+    /// Queueing delay from the side of the socket that `role` names.
+    pub fn view_queue_delay_us(&self, role: Role) -> u32 {
+        match role {
+            Role::Sender => self.queue_delay_us,
+            Role::Receiver => self.rcv_queue_delay_us,
+        }
+    }
+
+    /// Minimum RTT from that side. A sample carries no receiver minimum of its
+    /// own: it is the receiver RTT minus the receiver queueing delay.
+    pub fn view_min_rtt_us(&self, role: Role) -> u32 {
+        match role {
+            Role::Sender => self.min_rtt_us,
+            Role::Receiver => self.rcv_rtt_us.saturating_sub(self.rcv_queue_delay_us),
+        }
+    }
 }
 
 /// A socket's samples, oldest first.

@@ -1,0 +1,134 @@
+//! Numbers with their units, the way the dashboard prints them.
+//!
+//! One function per quantity so the table, the header, the notices and the
+//! `--once` text agree. Delays keep a unit suffix with no space ("412ms",
+//! "4.2ms", "123s") so scripts can parse a column with one pattern.
+
+/// A delay in microseconds: one decimal below 10 ms, whole milliseconds up to
+/// 100 s, whole seconds above.
+pub fn ms(us: u64) -> String {
+    let tenths_ms = (us + 50) / 100;
+    if tenths_ms < 100 {
+        return format!("{}.{}ms", tenths_ms / 10, tenths_ms % 10);
+    }
+    let whole_ms = (us + 500) / 1000;
+    if whole_ms < 100_000 {
+        return format!("{whole_ms}ms");
+    }
+    format!("{}s", (us + 500_000) / 1_000_000)
+}
+
+/// A rate in bits per second: "812kbit/s", "9.8Mbit/s", "94Mbit/s", "1.2Gbit/s".
+pub fn rate(bps: u64) -> String {
+    scaled(bps, &["bit/s", "kbit/s", "Mbit/s", "Gbit/s", "Tbit/s"])
+}
+
+/// A byte count: "980B", "1.4kB", "312kB", "1.2MB" (SI, as `ss` and iperf3 print).
+pub fn bytes(count: u64) -> String {
+    scaled(count, &["B", "kB", "MB", "GB", "TB"])
+}
+
+/// A plain count with an SI suffix: "980", "12k", "3.4M".
+pub fn count(n: u64) -> String {
+    scaled(n, &["", "k", "M", "G", "T"])
+}
+
+/// `value` in the largest unit (steps of 1000) that keeps it at least 1, with
+/// one decimal below 10 and none above. Rounding happens before the unit is
+/// chosen, so 999_960 prints as "1.0M", never "1000k".
+fn scaled(value: u64, units: &[&str]) -> String {
+    if value < 1000 {
+        return format!("{value}{}", units[0]);
+    }
+    let mut scaled = value as f64;
+    let mut unit = 0;
+    while unit + 1 < units.len() && round_for_display(scaled) >= 1000.0 {
+        scaled /= 1000.0;
+        unit += 1;
+    }
+    if round_for_display(scaled) < 10.0 {
+        format!("{scaled:.1}{}", units[unit])
+    } else {
+        format!("{scaled:.0}{}", units[unit])
+    }
+}
+
+/// The value as it will be printed: one decimal below 10, integer above.
+fn round_for_display(v: f64) -> f64 {
+    if (v * 10.0).round() / 10.0 < 10.0 {
+        (v * 10.0).round() / 10.0
+    } else {
+        v.round()
+    }
+}
+
+/// `text` cut to `width` columns. Too long texts lose their end and show "…",
+/// or with `keep_end` lose their start, so an endpoint keeps its port.
+pub fn fit(text: &str, width: usize, keep_end: bool) -> String {
+    let len = text.chars().count();
+    if len <= width {
+        return text.to_string();
+    }
+    if width == 0 {
+        return String::new();
+    }
+    if keep_end {
+        let tail: String = text.chars().skip(len - (width - 1)).collect();
+        format!("…{tail}")
+    } else {
+        let head: String = text.chars().take(width - 1).collect();
+        format!("{head}…")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn delays_have_one_decimal_below_ten_ms() {
+        assert_eq!(ms(0), "0.0ms");
+        assert_eq!(ms(40), "0.0ms");
+        assert_eq!(ms(50), "0.1ms");
+        assert_eq!(ms(4_249), "4.2ms");
+        assert_eq!(ms(9_949), "9.9ms");
+        // 9.95 ms rounds up to 10 ms and then prints as whole milliseconds.
+        assert_eq!(ms(9_950), "10ms");
+        assert_eq!(ms(412_300), "412ms");
+        assert_eq!(ms(99_999_000), "99999ms");
+        assert_eq!(ms(99_999_500), "100s");
+        assert_eq!(ms(u32::MAX as u64), "4295s");
+    }
+
+    #[test]
+    fn rates_scale_by_thousands() {
+        assert_eq!(rate(0), "0bit/s");
+        assert_eq!(rate(999), "999bit/s");
+        assert_eq!(rate(1_000), "1.0kbit/s");
+        assert_eq!(rate(812_000), "812kbit/s");
+        assert_eq!(rate(999_960), "1.0Mbit/s");
+        assert_eq!(rate(9_840_000), "9.8Mbit/s");
+        assert_eq!(rate(9_960_000), "10Mbit/s");
+        assert_eq!(rate(94_400_000), "94Mbit/s");
+        assert_eq!(rate(1_200_000_000), "1.2Gbit/s");
+    }
+
+    #[test]
+    fn bytes_and_counts() {
+        assert_eq!(bytes(980), "980B");
+        assert_eq!(bytes(1_448), "1.4kB");
+        assert_eq!(bytes(312_000), "312kB");
+        assert_eq!(bytes(1_234_567), "1.2MB");
+        assert_eq!(count(12), "12");
+        assert_eq!(count(12_345), "12k");
+        assert_eq!(count(3_400_000), "3.4M");
+    }
+
+    #[test]
+    fn fit_keeps_the_port_of_an_endpoint() {
+        assert_eq!(fit("10.0.0.2:443", 20, true), "10.0.0.2:443");
+        assert_eq!(fit("[2001:db8::1]:443", 10, true), "…8::1]:443");
+        assert_eq!(fit("firefox-esr", 8, false), "firefox…");
+        assert_eq!(fit("abc", 0, false), "");
+    }
+}
