@@ -1,1 +1,28 @@
-//! bloatd-cc: loader for the bloatd_westwood and bloatd_cubic struct_ops (work in progress).
+//! bloatd-cc: bloatd's congestion controls, `bloatd_westwood` (Westwood+)
+//! and `bloatd_cubic` (CUBIC with HyStart), as BPF struct_ops, and their
+//! loader.
+//!
+//! - BPF side: `struct_ops/westwood.bpf.c`, `struct_ops/cubic.bpf.c`; the
+//!   exported per-socket state is defined in `struct_ops/cc_state.h`.
+//! - [`Registry`] registers them with the kernel (libbpf-rs,
+//!   `.struct_ops.link`), unregisters them on drop, and reads their state
+//!   ([`Registry::states`], keyed by socket cookie).
+//! - [`kernel_available`], [`kernel_default`], [`set_kernel_default`]: the
+//!   kernel's congestion control sysctls.
+//!
+//! Registration is global (every network namespace sees the algorithms);
+//! the state maps cover sockets of every namespace.
+
+mod algo;
+mod error;
+mod kernel;
+mod registry;
+mod state;
+
+pub use algo::Algo;
+pub use error::CcError;
+pub use kernel::{
+    kernel_available, kernel_default, retire_netns_defaults, set_kernel_default, RetiredDefault,
+};
+pub use registry::Registry;
+pub use state::{CcState, CubicState, WestwoodState};

@@ -1,0 +1,62 @@
+//! Errors a user can act on.
+
+use std::io;
+
+use thiserror::Error;
+
+/// Why registering, unregistering or inspecting a bloatd congestion control failed.
+#[derive(Debug, Error)]
+pub enum CcError {
+    #[error(
+        "{name} is already registered (another bloatd running, or a struct_ops link pinned by \
+         someone else: see `bpftool struct_ops list`)"
+    )]
+    AlreadyRegistered { name: &'static str },
+
+    #[error(
+        "kernel BTF not found at /sys/kernel/btf/vmlinux: BPF congestion controls need a kernel \
+         built with CONFIG_DEBUG_INFO_BTF=y (and 5.13 or newer for the TCP kfuncs)"
+    )]
+    MissingBtf,
+
+    #[error(
+        "not allowed to {what}: run as root (loading struct_ops needs CAP_BPF, CAP_NET_ADMIN \
+         and CAP_PERFMON; writing sysctls needs root)"
+    )]
+    NotRoot { what: String },
+
+    #[error("the kernel's BPF verifier rejected {name}: {message}\n--- verifier log (tail) ---\n{log_tail}")]
+    VerifierRejected { name: &'static str, message: String, log_tail: String },
+
+    #[error("loading {name} failed: {message}\n--- libbpf log (tail) ---\n{log_tail}")]
+    Load { name: &'static str, message: String, log_tail: String },
+
+    #[error("{name} is still listed in tcp_available_congestion_control after its link was closed: is its struct_ops link pinned? (see `bpftool link list`)")]
+    StillRegistered { name: &'static str },
+
+    #[error("{name} is not registered by this process")]
+    NotRegistered { name: &'static str },
+
+    #[error("unknown congestion control '{name}' (the kernel offers: {available})")]
+    UnknownCc { name: String, available: String },
+
+    #[error(
+        "'{name}' is restricted in this network namespace: only the initial namespace may default \
+         to it; allow it with `sysctl -w net.ipv4.tcp_allowed_congestion_control=\"... {name}\"` \
+         in the initial namespace, or set it per socket (setsockopt TCP_CONGESTION)"
+    )]
+    Restricted { name: String },
+
+    #[error("{what}: {source}")]
+    Io {
+        what: String,
+        #[source]
+        source: io::Error,
+    },
+}
+
+impl CcError {
+    pub(crate) fn io(what: impl Into<String>, source: io::Error) -> CcError {
+        CcError::Io { what: what.into(), source }
+    }
+}

@@ -1,0 +1,277 @@
+//! Loading and registering the struct_ops objects.
+//!
+//! Each algorithm is registered through a `.struct_ops.link`: the kernel
+//! keeps it registered exactly as long as the link file descriptor lives, so
+//! a bloatd that dies for any reason leaves nothing registered. Sockets that
+//! already use an algorithm hold their own reference and keep working after
+//! it is unregistered; they only stop showing up in the state map once the
+//! map's last user (those sockets' programs) is gone.
+
+use std::collections::HashMap;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
+use std::path::Path;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use libbpf_rs::{libbpf_sys, ErrorKind, Link, MapCore, MapHandle, Object, ObjectBuilder, PrintLevel};
+
+use crate::kernel::{kernel_available, retire_netns_defaults, RetiredDefault};
+use crate::state::{decode, monotonic_us, value_size};
+use crate::{Algo, CcError, CcState};
+
+/// bloatd's congestion controls registered by this process. Dropping it
+/// unregisters them all.
+pub struct Registry {
+    loaded: Vec<Loaded>,
+    retired: Vec<RetiredDefault>,
+}
+
+/// One registered algorithm. Field order is drop order: the link goes first
+/// (unregisters), then the map handle and the object (programs, maps).
+struct Loaded {
+    algo: Algo,
+    _link: Link,
+    states: MapHandle,
+    _object: Object,
+}
+
+impl Registry {
+    /// Load and register `algos` (duplicates ignored). On error nothing stays
+    /// registered.
+    pub fn register(algos: &[Algo]) -> Result<Registry, CcError> {
+        if !Path::new("/sys/kernel/btf/vmlinux").exists() {
+            return Err(CcError::MissingBtf);
+        }
+        let mut reg = Registry { loaded: Vec::new(), retired: Vec::new() };
+        for &algo in algos {
+            if !reg.registered().contains(&algo) {
+                // on error `reg` drops and unregisters what came before
+                reg.loaded.push(load(algo)?);
+            }
+        }
+        Ok(reg)
+    }
+
+    /// What this registry holds registered, in registration order.
+    pub fn registered(&self) -> Vec<Algo> {
+        self.loaded.iter().map(|l| l.algo).collect()
+    }
+
+    /// Unregister `algo`. Network namespaces whose default it is are moved
+    /// to a fallback first (see [`retire_netns_defaults`]); sockets using it
+    /// keep it until they close. The name is gone from
+    /// tcp_available_congestion_control when this returns Ok.
+    pub fn unregister(&mut self, algo: Algo) -> Result<(), CcError> {
+        let idx = self
+            .loaded
+            .iter()
+            .position(|l| l.algo == algo)
+            .ok_or(CcError::NotRegistered { name: algo.name() })?;
+        let retired = retire_netns_defaults(algo);
+        let loaded = self.loaded.remove(idx);
+        drop(loaded);
+        self.retired.extend(retired?);
+        wait_gone(algo)
+    }
+
+    /// Network namespaces whose default this registry had to change when it
+    /// unregistered an algorithm.
+    pub fn retired_defaults(&self) -> &[RetiredDefault] {
+        &self.retired
+    }
+
+    /// The exported state of every socket that uses a registered algorithm
+    /// and has a cookie, keyed by socket cookie. One batched map read per
+    /// algorithm.
+    pub fn states(&self) -> Result<HashMap<u64, CcState>, CcError> {
+        let now_us = monotonic_us();
+        let mut out = HashMap::new();
+        for l in &self.loaded {
+            let size = value_size(l.algo);
+            read_hash(l.states.as_fd(), size, |cookie, bytes| {
+                if let Some(s) = decode(l.algo, bytes, now_us) {
+                    out.insert(cookie, s);
+                }
+            })
+            .map_err(|e| CcError::io(format!("reading {}", l.algo.state_map()), e))?;
+        }
+        Ok(out)
+    }
+
+    /// Map id and struct_ops program ids of `algo` (for `bpftool`, BPF stats).
+    pub fn prog_ids(&self, algo: Algo) -> Vec<(String, u32)> {
+        let Some(l) = self.loaded.iter().find(|l| l.algo == algo) else { return Vec::new() };
+        l._object
+            .progs()
+            .map(|p| (p.name().to_string_lossy().into_owned(), prog_id(p.as_fd())))
+            .collect()
+    }
+}
+
+impl Drop for Registry {
+    fn drop(&mut self) {
+        while let Some(l) = self.loaded.pop() {
+            let _ = retire_netns_defaults(l.algo);
+            drop(l);
+        }
+    }
+}
+
+fn prog_id(fd: BorrowedFd<'_>) -> u32 {
+    let mut info = libbpf_sys::bpf_prog_info::default();
+    let mut len = std::mem::size_of_val(&info) as u32;
+    // SAFETY: info is a valid bpf_prog_info of `len` bytes.
+    let ret = unsafe {
+        libbpf_sys::bpf_prog_get_info_by_fd(fd.as_raw_fd(), &mut info, &mut len)
+    };
+    if ret == 0 { info.id } else { 0 }
+}
+
+/// Closing a struct_ops link unregisters synchronously when we held the last
+/// reference; if the name is still there, someone else holds the link
+/// (pinned in bpffs, or an fd passed to another process).
+fn wait_gone(algo: Algo) -> Result<(), CcError> {
+    let deadline = Instant::now() + Duration::from_secs(2);
+    loop {
+        let avail = kernel_available().map_err(|e| CcError::io("reading tcp_available_congestion_control", e))?;
+        if !avail.iter().any(|a| a == algo.name()) {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            return Err(CcError::StillRegistered { name: algo.name() });
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// libbpf reports verifier logs and load failures through its print
+/// callback, which is process-wide: loads are serialized and the output of
+/// the current one is collected here.
+static LOAD_LOCK: Mutex<()> = Mutex::new(());
+static LOAD_LOG: Mutex<String> = Mutex::new(String::new());
+const LOG_KEEP_BYTES: usize = 64 * 1024;
+
+fn capture_log(_level: PrintLevel, msg: String) {
+    let mut log = LOAD_LOG.lock().unwrap_or_else(|e| e.into_inner());
+    log.push_str(&msg);
+    if log.len() > LOG_KEEP_BYTES {
+        let mut cut = log.len() - LOG_KEEP_BYTES;
+        while !log.is_char_boundary(cut) {
+            cut += 1;
+        }
+        log.drain(..cut);
+    }
+}
+
+/// The last `lines` lines of `log`.
+fn tail(log: &str, lines: usize) -> String {
+    let all: Vec<&str> = log.lines().collect();
+    all[all.len().saturating_sub(lines)..].join("\n")
+}
+
+fn load(algo: Algo) -> Result<Loaded, CcError> {
+    let name = algo.name();
+    if kernel_available().map(|v| v.iter().any(|a| a == name)).unwrap_or(false) {
+        return Err(CcError::AlreadyRegistered { name });
+    }
+
+    let _serial = LOAD_LOCK.lock().unwrap_or_else(|e| e.into_inner());
+    LOAD_LOG.lock().unwrap_or_else(|e| e.into_inner()).clear();
+    let prev_print = libbpf_rs::set_print(Some((PrintLevel::Info, capture_log)));
+    let result = open_load_attach(algo);
+    libbpf_rs::set_print(prev_print);
+    let log = std::mem::take(&mut *LOAD_LOG.lock().unwrap_or_else(|e| e.into_inner()));
+
+    result.map_err(|(step, e)| classify(algo, step, e, &log))
+}
+
+fn open_load_attach(algo: Algo) -> Result<Loaded, (&'static str, libbpf_rs::Error)> {
+    let open = ObjectBuilder::default().open_memory(algo.object()).map_err(|e| ("open", e))?;
+    let mut object = open.load().map_err(|e| ("load", e))?;
+    let states = object
+        .maps()
+        .find(|m| m.name() == algo.state_map())
+        .map(|m| MapHandle::try_from(&m))
+        .expect("state map is in the object")
+        .map_err(|e| ("state map", e))?;
+    let link = object
+        .maps_mut()
+        .find(|m| m.name() == algo.ops_map())
+        .expect("struct_ops map is in the object")
+        .attach_struct_ops()
+        .map_err(|e| ("register", e))?;
+    Ok(Loaded { algo, _link: link, states, _object: object })
+}
+
+fn classify(algo: Algo, step: &str, e: libbpf_rs::Error, log: &str) -> CcError {
+    let name = algo.name();
+    let message = format!("{step}: {e:#}");
+    if step == "register" && e.kind() == ErrorKind::AlreadyExists {
+        return CcError::AlreadyRegistered { name };
+    }
+    if let Some(start) = log.find("-- BEGIN PROG LOAD LOG --") {
+        let end = log[start..].find("-- END PROG LOAD LOG --").map_or(log.len(), |i| start + i);
+        return CcError::VerifierRejected { name, message, log_tail: tail(&log[start..end], 25) };
+    }
+    if e.kind() == ErrorKind::PermissionDenied {
+        return CcError::NotRoot { what: format!("load {name} ({message})") };
+    }
+    CcError::Load { name, message, log_tail: tail(log, 15) }
+}
+
+/// Read every (u64 key, value) of a hash map with BPF_MAP_LOOKUP_BATCH: one
+/// system call per `batch` entries, each entry copied under its bucket lock
+/// (so never half updated by the BPF side).
+fn read_hash(
+    fd: BorrowedFd<'_>,
+    value_size: usize,
+    mut each: impl FnMut(u64, &[u8]),
+) -> std::io::Result<()> {
+    let mut batch: usize = 256;
+    let mut keys = vec![0u64; batch];
+    let mut values = vec![0u8; batch * value_size];
+    let mut token: u64 = 0;
+    let mut first = true;
+    let opts = libbpf_sys::bpf_map_batch_opts {
+        sz: std::mem::size_of::<libbpf_sys::bpf_map_batch_opts>() as _,
+        ..Default::default()
+    };
+    loop {
+        let mut count = batch as u32;
+        let mut next: u64 = 0;
+        let in_batch: *mut u64 = if first { std::ptr::null_mut() } else { &mut token };
+        // SAFETY: buffers hold `count` keys and values; tokens are key sized.
+        let ret = unsafe {
+            libbpf_sys::bpf_map_lookup_batch(
+                fd.as_raw_fd(),
+                in_batch.cast(),
+                (&mut next as *mut u64).cast(),
+                keys.as_mut_ptr().cast(),
+                values.as_mut_ptr().cast(),
+                &mut count,
+                &opts,
+            )
+        };
+        let errno = if ret < 0 { -ret } else { 0 };
+        match errno {
+            0 | libc::ENOENT => {
+                for i in 0..count as usize {
+                    each(keys[i], &values[i * value_size..(i + 1) * value_size]);
+                }
+                if errno == libc::ENOENT {
+                    return Ok(());
+                }
+                token = next;
+                first = false;
+            }
+            // a hash bucket holds more entries than fit in one batch
+            libc::ENOSPC => {
+                batch *= 2;
+                keys.resize(batch, 0);
+                values.resize(batch * value_size, 0);
+            }
+            libc::EINTR | libc::EAGAIN => {}
+            _ => return Err(std::io::Error::from_raw_os_error(errno)),
+        }
+    }
+}

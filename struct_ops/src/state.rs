@@ -1,0 +1,340 @@
+//! The per-socket state bloatd's congestion controls export, as Rust sees it.
+//!
+//! `Raw*` mirror the C structs of `struct_ops/cc_state.h` byte for byte (a
+//! test pins every offset against the C compiler); [`WestwoodState`] and
+//! [`CubicState`] are what callers use: plain fields whose names carry units.
+
+use crate::Algo;
+
+/// Mirror of `struct bloatd_westwood_state`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct RawWestwoodState {
+    pub updated_us: u64,
+    pub bwe_bytes_per_s: u64,
+    pub bwe_first_stage_bytes_per_s: u64,
+    pub last_congestion_us: u64,
+    pub rtt_min_us: u32,
+    pub rtt_us: u32,
+    pub cwnd: u32,
+    pub ssthresh: u32,
+    pub mss: u32,
+    pub congestion_cwnd: u32,
+    pub recoveries: u32,
+    pub timeouts: u32,
+}
+
+/// Mirror of `struct bloatd_cubic_state`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct RawCubicState {
+    pub updated_us: u64,
+    pub epoch_start_us: u64,
+    pub w_max: u32,
+    pub loss_cwnd: u32,
+    pub k_ms: u32,
+    pub epoch_cwnd: u32,
+    pub w_est: u32,
+    pub delay_min_us: u32,
+    pub cwnd: u32,
+    pub ssthresh: u32,
+    pub mss: u32,
+    pub reductions: u32,
+    pub timeouts: u32,
+    pub hystart_round: u32,
+    pub hystart_found: u32,
+    pub hystart_exit_cwnd: u32,
+}
+
+/// `hystart_found` bits (cc_state.h BLOATD_HYSTART_*).
+const HYSTART_ACK_TRAIN: u32 = 0x1;
+const HYSTART_DELAY: u32 = 0x2;
+
+/// Westwood+'s view of one socket. Windows are in segments of `mss` bytes;
+/// times `*_us` without "age" are the kernel's TCP clock (CLOCK_MONOTONIC).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WestwoodState {
+    /// Bandwidth estimate: ACKed bytes per second after both 7/8 filter stages.
+    pub bwe_bytes_per_s: u64,
+    /// Output of the first filter stage (less smoothed).
+    pub bwe_first_stage_bytes_per_s: u64,
+    /// RTTmin, re-learned after each timeout.
+    pub rtt_min_us: u32,
+    /// Latest RTT sample.
+    pub rtt_us: u32,
+    pub cwnd: u32,
+    pub ssthresh: u32,
+    pub mss: u32,
+    /// cwnd (after recovery) or ssthresh (after a timeout) that Westwood+
+    /// set at the last congestion event: BWE x RTTmin / MSS then.
+    pub congestion_cwnd: u32,
+    /// Completed fast recoveries / CWR episodes.
+    pub recoveries: u32,
+    /// Retransmission timeouts.
+    pub timeouts: u32,
+    /// When the last congestion event happened (TCP clock), if any.
+    pub last_congestion_us: Option<u64>,
+    /// When this snapshot was taken (TCP clock).
+    pub updated_us: u64,
+    /// How old the snapshot was when read.
+    pub age_us: u64,
+}
+
+impl WestwoodState {
+    /// BWE x RTTmin in segments, the pipe Westwood+ would set cwnd to if
+    /// congestion happened now (at least 2, as the algorithm does).
+    pub fn pipe_segments(&self) -> u32 {
+        let mss = u64::from(self.mss.max(1));
+        let pipe = self.bwe_bytes_per_s.saturating_mul(u64::from(self.rtt_min_us)) / 1_000_000 / mss;
+        pipe.clamp(2, u64::from(u32::MAX)) as u32
+    }
+}
+
+/// CUBIC's view of one socket. Windows are in segments of `mss` bytes;
+/// times `*_us` without "age" are the kernel's TCP clock (CLOCK_MONOTONIC).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CubicState {
+    /// W_max: where the cubic curve flattens (cwnd at the last reduction,
+    /// or (1 + beta) / 2 of it after fast convergence). 0 before any loss.
+    pub w_max_segments: u32,
+    /// cwnd when the last reduction began.
+    pub loss_cwnd_segments: u32,
+    /// K: time from the epoch start until W(t) reaches W_max.
+    pub k_ms: u32,
+    /// Start of the current epoch (TCP clock); None in slow start and recovery.
+    pub epoch_start_us: Option<u64>,
+    /// Time since the epoch start, when read.
+    pub epoch_age_us: Option<u64>,
+    /// cwnd when the epoch started.
+    pub epoch_cwnd_segments: u32,
+    /// The Reno-friendly estimate W_est.
+    pub w_est_segments: u32,
+    /// Minimum RTT seen (HyStart's baseline and the curve's RTT).
+    pub delay_min_us: u32,
+    pub cwnd: u32,
+    pub ssthresh: u32,
+    pub mss: u32,
+    /// Multiplicative decreases (loss or ECN).
+    pub reductions: u32,
+    /// Retransmission timeouts.
+    pub timeouts: u32,
+    /// HyStart round (one RTT of data) of the current slow start.
+    pub hystart_round: u32,
+    /// Slow start was ended by HyStart's ACK-train test.
+    pub hystart_found_ack_train: bool,
+    /// Slow start was ended by HyStart's delay-increase test.
+    pub hystart_found_delay: bool,
+    /// cwnd when HyStart ended slow start (0 if it did not).
+    pub hystart_exit_cwnd: u32,
+    /// When this snapshot was taken (TCP clock).
+    pub updated_us: u64,
+    /// How old the snapshot was when read.
+    pub age_us: u64,
+}
+
+/// The inner state of one socket using a bloatd congestion control.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CcState {
+    Westwood(WestwoodState),
+    Cubic(CubicState),
+}
+
+impl CcState {
+    pub fn algo(&self) -> Algo {
+        match self {
+            CcState::Westwood(_) => Algo::Westwood,
+            CcState::Cubic(_) => Algo::Cubic,
+        }
+    }
+
+    pub fn cwnd(&self) -> u32 {
+        match self {
+            CcState::Westwood(s) => s.cwnd,
+            CcState::Cubic(s) => s.cwnd,
+        }
+    }
+
+    pub fn mss(&self) -> u32 {
+        match self {
+            CcState::Westwood(s) => s.mss,
+            CcState::Cubic(s) => s.mss,
+        }
+    }
+
+    /// How old the snapshot was when read.
+    pub fn age_us(&self) -> u64 {
+        match self {
+            CcState::Westwood(s) => s.age_us,
+            CcState::Cubic(s) => s.age_us,
+        }
+    }
+}
+
+/// Size of the map value for `algo`.
+pub(crate) fn value_size(algo: Algo) -> usize {
+    match algo {
+        Algo::Westwood => std::mem::size_of::<RawWestwoodState>(),
+        Algo::Cubic => std::mem::size_of::<RawCubicState>(),
+    }
+}
+
+/// Decode one map value of `algo`; `now_us` is CLOCK_MONOTONIC in microseconds.
+pub(crate) fn decode(algo: Algo, bytes: &[u8], now_us: u64) -> Option<CcState> {
+    if bytes.len() != value_size(algo) {
+        return None;
+    }
+    Some(match algo {
+        Algo::Westwood => {
+            // SAFETY: length checked; RawWestwoodState is plain old data
+            // (u32/u64 fields, no padding) so any bytes are a valid value.
+            let r: RawWestwoodState = unsafe { std::ptr::read_unaligned(bytes.as_ptr().cast()) };
+            CcState::Westwood(WestwoodState {
+                bwe_bytes_per_s: r.bwe_bytes_per_s,
+                bwe_first_stage_bytes_per_s: r.bwe_first_stage_bytes_per_s,
+                rtt_min_us: r.rtt_min_us,
+                rtt_us: r.rtt_us,
+                cwnd: r.cwnd,
+                ssthresh: r.ssthresh,
+                mss: r.mss,
+                congestion_cwnd: r.congestion_cwnd,
+                recoveries: r.recoveries,
+                timeouts: r.timeouts,
+                last_congestion_us: (r.last_congestion_us != 0).then_some(r.last_congestion_us),
+                updated_us: r.updated_us,
+                age_us: now_us.saturating_sub(r.updated_us),
+            })
+        }
+        Algo::Cubic => {
+            // SAFETY: as above, for RawCubicState.
+            let r: RawCubicState = unsafe { std::ptr::read_unaligned(bytes.as_ptr().cast()) };
+            let epoch = (r.epoch_start_us != 0).then_some(r.epoch_start_us);
+            CcState::Cubic(CubicState {
+                w_max_segments: r.w_max,
+                loss_cwnd_segments: r.loss_cwnd,
+                k_ms: r.k_ms,
+                epoch_start_us: epoch,
+                epoch_age_us: epoch.map(|e| now_us.saturating_sub(e)),
+                epoch_cwnd_segments: r.epoch_cwnd,
+                w_est_segments: r.w_est,
+                delay_min_us: r.delay_min_us,
+                cwnd: r.cwnd,
+                ssthresh: r.ssthresh,
+                mss: r.mss,
+                reductions: r.reductions,
+                timeouts: r.timeouts,
+                hystart_round: r.hystart_round,
+                hystart_found_ack_train: r.hystart_found & HYSTART_ACK_TRAIN != 0,
+                hystart_found_delay: r.hystart_found & HYSTART_DELAY != 0,
+                hystart_exit_cwnd: r.hystart_exit_cwnd,
+                updated_us: r.updated_us,
+                age_us: now_us.saturating_sub(r.updated_us),
+            })
+        }
+    })
+}
+
+/// CLOCK_MONOTONIC in microseconds: the clock of the kernel's tcp_mstamp.
+pub(crate) fn monotonic_us() -> u64 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: valid pointer to a timespec; CLOCK_MONOTONIC always exists.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000 + ts.tv_nsec as u64 / 1_000
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::BTreeMap;
+    use std::mem::{offset_of, size_of};
+
+    /// "struct field" -> offset, and "struct size" -> size, as the C compiler
+    /// laid out cc_state.h (printed by cc_state_layout.c at build time).
+    fn c_layout() -> BTreeMap<String, usize> {
+        include_str!(concat!(env!("OUT_DIR"), "/cc_state_layout.txt"))
+            .lines()
+            .map(|l| {
+                let (k, v) = l.rsplit_once(' ').expect("layout line");
+                (k.to_string(), v.parse().expect("layout number"))
+            })
+            .collect()
+    }
+
+    macro_rules! rust_layout {
+        ($map:ident, $t:ty, $c:literal, [$($f:ident),* $(,)?]) => {
+            $map.insert(concat!($c, " size").to_string(), size_of::<$t>());
+            $( $map.insert(concat!($c, " ", stringify!($f)).to_string(), offset_of!($t, $f)); )*
+        };
+    }
+
+    #[test]
+    fn layout_matches_c() {
+        let mut rust = BTreeMap::new();
+        rust_layout!(rust, RawWestwoodState, "bloatd_westwood_state", [
+            updated_us, bwe_bytes_per_s, bwe_first_stage_bytes_per_s, last_congestion_us,
+            rtt_min_us, rtt_us, cwnd, ssthresh, mss, congestion_cwnd, recoveries, timeouts,
+        ]);
+        rust_layout!(rust, RawCubicState, "bloatd_cubic_state", [
+            updated_us, epoch_start_us, w_max, loss_cwnd, k_ms, epoch_cwnd, w_est,
+            delay_min_us, cwnd, ssthresh, mss, reductions, timeouts, hystart_round,
+            hystart_found, hystart_exit_cwnd,
+        ]);
+        assert_eq!(rust, c_layout());
+    }
+
+    #[test]
+    fn layout_has_no_padding() {
+        // The BPF side copies whole structs from its stack: every byte must
+        // belong to a field, or the verifier sees uninitialized stack.
+        let c = c_layout();
+        for (name, fields) in [("bloatd_westwood_state", 12), ("bloatd_cubic_state", 16)] {
+            let n = c.keys().filter(|k| k.starts_with(name) && !k.ends_with(" size")).count();
+            assert_eq!(n, fields, "{name}: every field must be in cc_state_layout.c");
+        }
+        assert_eq!(size_of::<RawWestwoodState>(), 4 * 8 + 8 * 4);
+        assert_eq!(size_of::<RawCubicState>(), 2 * 8 + 14 * 4);
+    }
+
+    #[test]
+    fn decode_cubic() {
+        let raw = RawCubicState {
+            updated_us: 5_000_000,
+            epoch_start_us: 4_000_000,
+            w_max: 100,
+            loss_cwnd: 100,
+            k_ms: 4217,
+            hystart_found: HYSTART_DELAY,
+            ..Default::default()
+        };
+        // SAFETY: plain old data viewed as bytes.
+        let bytes = unsafe {
+            std::slice::from_raw_parts((&raw as *const RawCubicState).cast::<u8>(), size_of::<RawCubicState>())
+        };
+        let CcState::Cubic(s) = decode(Algo::Cubic, bytes, 5_500_000).unwrap() else { panic!() };
+        assert_eq!(s.w_max_segments, 100);
+        assert_eq!(s.epoch_age_us, Some(1_500_000));
+        assert_eq!(s.age_us, 500_000);
+        assert!(s.hystart_found_delay && !s.hystart_found_ack_train);
+        assert!(decode(Algo::Cubic, &bytes[1..], 0).is_none());
+    }
+
+    #[test]
+    fn westwood_pipe() {
+        let s = WestwoodState {
+            bwe_bytes_per_s: 1_250_000, // 10 Mbit/s
+            bwe_first_stage_bytes_per_s: 0,
+            rtt_min_us: 40_000,
+            rtt_us: 0,
+            cwnd: 0,
+            ssthresh: 0,
+            mss: 1448,
+            congestion_cwnd: 0,
+            recoveries: 0,
+            timeouts: 0,
+            last_congestion_us: None,
+            updated_us: 0,
+            age_us: 0,
+        };
+        assert_eq!(s.pipe_segments(), 50_000 / 1448);
+        assert_eq!(WestwoodState { bwe_bytes_per_s: 0, ..s }.pipe_segments(), 2);
+    }
+}

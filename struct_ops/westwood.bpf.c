@@ -1,0 +1,320 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * bloatd_westwood: TCP Westwood+ as a BPF struct_ops congestion control.
+ *
+ * Westwood+ (Mascolo, Casetti, Gerla et al. 2001; Grieco and Mascolo 2004)
+ * probes like Reno but answers congestion with what it has measured instead
+ * of a fixed factor: after a loss it sets cwnd to the pipe size, BWE x RTTmin.
+ * BWE counts the bytes that returning ACKs cover during one RTT (never less
+ * than 50 ms) and smooths those samples with two 7/8 low-pass stages. On a
+ * bloated link this empties the bottleneck queue after every loss, where Reno
+ * and CUBIC keep it half full or more (see ../shared/papers/).
+ *
+ * Semantics follow the kernel's net/ipv4/tcp_westwood.c, with two changes of
+ * unit: a microsecond clock (tcp_mstamp) instead of jiffies, and BWE in bytes
+ * per second. One change of behaviour: ssthresh() (3 duplicate ACKs, ECN)
+ * returns BWE x RTTmin as in the Westwood+ papers, where the kernel returns
+ * Reno's cwnd/2 and only applies BWE x RTTmin when the reduction completes; so
+ * proportional rate reduction already steers toward the measured pipe during
+ * recovery. Both set ssthresh = cwnd = BWE x RTTmin when recovery completes.
+ */
+#include "cc_bpf.h"
+
+char _license[] SEC("license") = "GPL";
+
+/*
+ * Shortest BWE sampling window. Over shorter windows delayed and compressed
+ * ACKs make the byte count too bursty to say anything about the rate; on a
+ * LAN every window is exactly this long.
+ */
+#define WESTWOOD_WIN_MIN_US	50000U
+/*
+ * RTT assumed before the first sample: far too large on purpose, so that the
+ * first real sample replaces it (passive opens have no RTT yet at init).
+ */
+#define WESTWOOD_INIT_RTT_US	20000000U
+
+/* Per-socket working state, in icsk_ca_priv. */
+struct westwood {
+	__u64 bw_first_stage;	/* bytes/s: first 7/8 stage ("not too smoothed") */
+	__u64 bw_est;		/* bytes/s: second stage, the BWE */
+	__u64 bk;		/* bytes ACKed in the current window */
+	__u64 win_start_us;	/* start of the current window */
+	__u64 last_congestion_us;
+	__u32 last_export_us;
+	__u32 snd_una;		/* snd_una after the previous ACK */
+	__u32 accounted;	/* bytes credited to duplicate ACKs, not yet cumulatively ACKed */
+	__u32 rtt_us;		/* latest RTT sample */
+	__u32 rtt_min_us;
+	__u32 congestion_cwnd;	/* pipe applied at the last congestion event */
+	__u32 recoveries;
+	__u32 timeouts;
+	__u8 first_ack;		/* no ACK seen yet: snd_una above may be stale */
+	__u8 reset_rtt_min;	/* take the next RTT sample as RTTmin */
+	__u8 export_pending;	/* a congestion event is not exported yet */
+};
+
+_Static_assert(sizeof(struct westwood) <=
+	       sizeof(((struct inet_connection_sock *)0)->icsk_ca_priv),
+	       "struct westwood must fit in icsk_ca_priv");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 16384);
+	__type(key, __u64);		/* socket cookie */
+	__type(value, struct bloatd_westwood_state);
+} westwood_states SEC(".maps");
+
+static __always_inline __u64 lowpass(__u64 a, __u64 b)
+{
+	return (7 * a + b) >> 3;
+}
+
+/* Close a window of delta_us: its byte count becomes one BWE sample. */
+static __always_inline void westwood_filter(struct westwood *w, __u64 delta_us)
+{
+	__u64 sample = w->bk * USEC_PER_SEC / delta_us;
+
+	/* An empty filter starts from the first sample, not from zero. */
+	if (!w->bw_first_stage && !w->bw_est) {
+		w->bw_first_stage = sample;
+		w->bw_est = sample;
+		return;
+	}
+	w->bw_first_stage = lowpass(w->bw_first_stage, sample);
+	w->bw_est = lowpass(w->bw_est, w->bw_first_stage);
+}
+
+/*
+ * Once per RTT (at least WESTWOOD_WIN_MIN_US) turn the bytes counted so far
+ * into a bandwidth sample. Counting over a whole RTT, rather than per ACK
+ * pair as the original Westwood did, is what makes Westwood+ robust to ACK
+ * compression.
+ */
+static __always_inline void westwood_update_window(const struct tcp_sock *tp,
+						   struct westwood *w, __u64 now_us)
+{
+	__u64 delta_us = now_us - w->win_start_us;
+	__u32 win_us = w->rtt_us > WESTWOOD_WIN_MIN_US ? w->rtt_us : WESTWOOD_WIN_MIN_US;
+
+	/* The first ACK starts the count where the connection really is. */
+	if (w->first_ack) {
+		w->snd_una = tp->snd_una;
+		w->first_ack = 0;
+	}
+	if (w->rtt_us && delta_us > win_us) {
+		westwood_filter(w, delta_us);
+		w->bk = 0;
+		w->win_start_us = now_us;
+	}
+}
+
+static __always_inline void westwood_update_rtt_min(struct westwood *w)
+{
+	if (w->reset_rtt_min) {
+		w->rtt_min_us = w->rtt_us;
+		w->reset_rtt_min = 0;
+	} else if (w->rtt_us < w->rtt_min_us) {
+		w->rtt_min_us = w->rtt_us;
+	}
+}
+
+/*
+ * Bytes an ACK on the slow path stands for. A duplicate ACK does not move
+ * snd_una but says that one more segment left the network, so it is credited
+ * one MSS at once; the cumulative ACK that later covers those segments gives
+ * back what was credited, so no byte is counted twice.
+ */
+static __always_inline __u32 westwood_acked_count(const struct tcp_sock *tp,
+						  struct westwood *w)
+{
+	__u32 mss = tp->mss_cache;
+	__u32 cumul = tp->snd_una - w->snd_una;
+
+	if (!cumul) {
+		w->accounted += mss;
+		cumul = mss;
+	}
+	if (cumul > mss) {
+		/* partial or delayed ACK */
+		if (w->accounted >= cumul) {
+			w->accounted -= cumul;
+			cumul = mss;
+		} else {
+			cumul -= w->accounted;
+			w->accounted = 0;
+		}
+	}
+	w->snd_una = tp->snd_una;
+	return cumul;
+}
+
+/* BWE x RTTmin in segments, never below 2 (the kernel's floor). */
+static __always_inline __u32 westwood_pipe(const struct tcp_sock *tp,
+					   const struct westwood *w)
+{
+	__u32 mss = tp->mss_cache ? tp->mss_cache : 1;
+	__u64 pipe = w->bw_est * w->rtt_min_us / USEC_PER_SEC / mss;
+
+	if (pipe < 2)
+		return 2;
+	return pipe > 0x7fffffff ? 0x7fffffff : (__u32)pipe;
+}
+
+static __always_inline void westwood_export(const struct sock *sk, struct westwood *w,
+					    __u64 now_us)
+{
+	const struct tcp_sock *tp = tcp_sk(sk);
+	struct bloatd_westwood_state s;
+	__u64 cookie = sk_cookie(sk);
+
+	if (!cookie || !export_due((__u32)now_us, &w->last_export_us, w->export_pending))
+		return;
+	w->export_pending = 0;
+
+	s.updated_us = now_us;
+	s.bwe_bytes_per_s = w->bw_est;
+	s.bwe_first_stage_bytes_per_s = w->bw_first_stage;
+	s.last_congestion_us = w->last_congestion_us;
+	s.rtt_min_us = w->rtt_min_us;
+	s.rtt_us = w->rtt_us;
+	s.cwnd = tp->snd_cwnd;
+	s.ssthresh = tp->snd_ssthresh;
+	s.mss = tp->mss_cache;
+	s.congestion_cwnd = w->congestion_cwnd;
+	s.recoveries = w->recoveries;
+	s.timeouts = w->timeouts;
+	bpf_map_update_elem(&westwood_states, &cookie, &s, BPF_ANY);
+}
+
+SEC("struct_ops")
+void BPF_PROG(bloatd_westwood_init, struct sock *sk)
+{
+	const struct tcp_sock *tp = tcp_sk(sk);
+	struct westwood *w = inet_csk_ca(sk);
+
+	__builtin_memset(w, 0, sizeof(*w));
+	w->rtt_us = WESTWOOD_INIT_RTT_US;
+	w->rtt_min_us = WESTWOOD_INIT_RTT_US;
+	w->reset_rtt_min = 1;
+	w->first_ack = 1;
+	w->win_start_us = tp->tcp_mstamp;
+	w->snd_una = tp->snd_una;
+}
+
+/* Westwood+ needs only the latest RTT sample. */
+SEC("struct_ops")
+void BPF_PROG(bloatd_westwood_pkts_acked, struct sock *sk, const struct ack_sample *sample)
+{
+	struct westwood *w = inet_csk_ca(sk);
+	__s32 rtt_us = sample->rtt_us;
+
+	if (rtt_us > 0)
+		w->rtt_us = rtt_us;
+}
+
+/* Every ACK, after the kernel moved snd_una: count bytes, track RTTmin. */
+SEC("struct_ops")
+void BPF_PROG(bloatd_westwood_in_ack_event, struct sock *sk, __u32 flags)
+{
+	const struct tcp_sock *tp = tcp_sk(sk);
+	struct westwood *w = inet_csk_ca(sk);
+	__u64 now_us = tp->tcp_mstamp;
+
+	westwood_update_window(tp, w, now_us);
+	if (flags & CA_ACK_SLOWPATH) {
+		/* duplicate, partial or SACK-carrying ACK */
+		w->bk += westwood_acked_count(tp, w);
+	} else {
+		/* header-predicted pure advance of snd_una */
+		w->bk += tp->snd_una - w->snd_una;
+		w->snd_una = tp->snd_una;
+	}
+	westwood_update_rtt_min(w);
+	westwood_export(sk, w, now_us);
+}
+
+static __always_inline void westwood_congestion(struct westwood *w, __u32 pipe, __u64 now_us)
+{
+	w->congestion_cwnd = pipe;
+	w->last_congestion_us = now_us;
+	w->export_pending = 1;
+}
+
+SEC("struct_ops")
+void BPF_PROG(bloatd_westwood_cwnd_event, struct sock *sk, enum tcp_ca_event ev)
+{
+	struct tcp_sock *tp = tcp_sk(sk);
+	struct westwood *w = inet_csk_ca(sk);
+	__u32 pipe;
+
+	switch (ev) {
+	case CA_EVENT_COMPLETE_CWR:
+		/*
+		 * Recovery (or an ECN window reduction) is over: continue from
+		 * the pipe the ACKs have measured, which on a bloated link
+		 * drains the standing queue.
+		 */
+		pipe = westwood_pipe(tp, w);
+		tp->snd_ssthresh = pipe;
+		tp->snd_cwnd = pipe;
+		w->recoveries++;
+		westwood_congestion(w, pipe, tp->tcp_mstamp);
+		break;
+	case CA_EVENT_LOSS:
+		/*
+		 * Retransmission timeout: the kernel restarts from cwnd 1; slow
+		 * start up to the measured pipe. RTTmin is re-learned from the
+		 * next sample, since the path may have changed.
+		 */
+		pipe = westwood_pipe(tp, w);
+		tp->snd_ssthresh = pipe;
+		w->reset_rtt_min = 1;
+		w->timeouts++;
+		westwood_congestion(w, pipe, tp->tcp_mstamp);
+		break;
+	default:
+		break;
+	}
+}
+
+SEC("struct_ops")
+__u32 BPF_PROG(bloatd_westwood_ssthresh, struct sock *sk)
+{
+	return westwood_pipe(tcp_sk(sk), inet_csk_ca(sk));
+}
+
+/* Probing is Reno's: slow start, then one segment per RTT. */
+SEC("struct_ops")
+void BPF_PROG(bloatd_westwood_cong_avoid, struct sock *sk, __u32 ack, __u32 acked)
+{
+	tcp_reno_cong_avoid(sk, ack, acked);
+}
+
+SEC("struct_ops")
+__u32 BPF_PROG(bloatd_westwood_undo_cwnd, struct sock *sk)
+{
+	return tcp_reno_undo_cwnd(sk);
+}
+
+SEC("struct_ops")
+void BPF_PROG(bloatd_westwood_release, struct sock *sk)
+{
+	__u64 cookie = sk_cookie(sk);
+
+	if (cookie)
+		bpf_map_delete_elem(&westwood_states, &cookie);
+}
+
+SEC(".struct_ops.link")
+struct tcp_congestion_ops bloatd_westwood = {
+	.init		= (void *)bloatd_westwood_init,
+	.release	= (void *)bloatd_westwood_release,
+	.ssthresh	= (void *)bloatd_westwood_ssthresh,
+	.cong_avoid	= (void *)bloatd_westwood_cong_avoid,
+	.undo_cwnd	= (void *)bloatd_westwood_undo_cwnd,
+	.cwnd_event	= (void *)bloatd_westwood_cwnd_event,
+	.in_ack_event	= (void *)bloatd_westwood_in_ack_event,
+	.pkts_acked	= (void *)bloatd_westwood_pkts_acked,
+	.name		= "bloatd_westwood",
+};
