@@ -1,8 +1,188 @@
 //! bloatd-tui: the dashboard of `bloatd top`.
 //!
-//! `model` is the view model: the daemon fills it (from its socket model) and
-//! serves it as JSON on its API; this crate draws it.
+//! - `model`: the view model; the daemon fills it from its socket model and
+//!   serves it as JSON on its API, this crate draws it.
+//! - `app`: the dashboard's state (selection, sort, filter, per-socket
+//!   history, bloat detection and notices), pure and unit-tested.
+//! - `ui`: rendering with ratatui.
+//! - `terminal`: the guard that gives the terminal back on exit and panic.
+//!
+//! The crate does no network or BPF I/O: the daemon hands [`run`] a
+//! [`Source`] (its Unix-socket API client, or the embedded probes).
 
 pub mod app;
 pub mod format;
 pub mod model;
+mod terminal;
+pub mod ui;
+
+use app::{App, Key};
+use model::Snapshot;
+use ratatui::backend::Backend;
+use ratatui::crossterm::event::{self, Event, KeyCode, KeyEvent, KeyEventKind, KeyModifiers};
+use ratatui::Terminal;
+use std::io;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+/// Where snapshots come from: the daemon's API, or probes in this process.
+pub trait Source {
+    /// The current snapshot, with the time series of socket `series_for`
+    /// (samples newer than `since_ms`, Unix milliseconds; 0 for all the
+    /// daemon keeps). An `Err` is shown to the user as is, so it should name
+    /// the cause and the fix, e.g. "bloatd daemon not reachable at
+    /// /run/bloatd/bloatd.sock: retrying…".
+    fn snapshot(&mut self, series_for: Option<u64>, since_ms: u64) -> Result<Snapshot, String>;
+}
+
+#[derive(Clone, Debug)]
+pub struct Options {
+    /// Refresh period (`bloatd top --interval`).
+    pub interval: Duration,
+    /// Period of new attempts while the source fails.
+    pub retry_interval: Duration,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            interval: Duration::from_millis(250),
+            retry_interval: Duration::from_secs(1),
+        }
+    }
+}
+
+/// Runs the full-screen dashboard until the user quits. Refreshes every
+/// `opts.interval`; while `source` fails its message fills the screen and
+/// the dashboard retries every `opts.retry_interval`, picking up again when
+/// the source answers. The terminal is restored on return, on error and on
+/// panic.
+pub fn run(source: &mut dyn Source, opts: &Options) -> io::Result<()> {
+    let mut guard = terminal::TerminalGuard::enter()?;
+    run_loop(
+        &mut guard.terminal,
+        &mut CrosstermInput,
+        source,
+        opts,
+        &wall_clock_ms,
+    )
+}
+
+/// One frame of header and table as plain text, `width` x `height` cells,
+/// trailing blanks trimmed: the output of `bloatd top --once`. Queueing
+/// delays print as "412ms" or "4.2ms", endpoints as "addr:port", bloated
+/// rows start with "!". Use [`once_height`] for a height that fits every row.
+pub fn render_once(snapshot: &Snapshot, width: u16, height: u16) -> String {
+    let mut app = App::new();
+    app.apply_snapshot(snapshot.clone(), snapshot.taken_ms);
+    ui::render_text(&mut app, width, height)
+}
+
+/// The height at which [`render_once`] shows every socket of `snapshot`.
+pub fn once_height(snapshot: &Snapshot) -> u16 {
+    ui::text_height_for(snapshot.sockets.len())
+}
+
+/// Key presses, waiting at most `timeout`; `Ok(None)` on timeout or on
+/// events that only need a redraw (resize).
+pub(crate) trait Input {
+    fn next_key(&mut self, timeout: Duration) -> io::Result<Option<Key>>;
+}
+
+struct CrosstermInput;
+
+impl Input for CrosstermInput {
+    fn next_key(&mut self, timeout: Duration) -> io::Result<Option<Key>> {
+        if !event::poll(timeout)? {
+            return Ok(None);
+        }
+        match event::read()? {
+            Event::Key(key) if key.kind != KeyEventKind::Release => Ok(decode_key(key)),
+            _ => Ok(None),
+        }
+    }
+}
+
+fn decode_key(key: KeyEvent) -> Option<Key> {
+    // Raw mode turns Ctrl-C into a key instead of SIGINT.
+    if key.modifiers.contains(KeyModifiers::CONTROL) && key.code == KeyCode::Char('c') {
+        return Some(Key::Interrupt);
+    }
+    Some(match key.code {
+        KeyCode::Up => Key::Up,
+        KeyCode::Down => Key::Down,
+        KeyCode::PageUp => Key::PageUp,
+        KeyCode::PageDown => Key::PageDown,
+        KeyCode::Home => Key::Home,
+        KeyCode::End => Key::End,
+        KeyCode::Enter => Key::Enter,
+        KeyCode::Esc => Key::Esc,
+        KeyCode::Backspace => Key::Backspace,
+        KeyCode::Char(c) => Key::Char(c),
+        _ => return None,
+    })
+}
+
+fn wall_clock_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+/// The dashboard loop, on any backend, input and clock (tests drive it with
+/// a TestBackend, scripted keys and a fake clock).
+pub(crate) fn run_loop<B: Backend>(
+    terminal: &mut Terminal<B>,
+    input: &mut dyn Input,
+    source: &mut dyn Source,
+    opts: &Options,
+    clock: &dyn Fn() -> u64,
+) -> io::Result<()> {
+    let interval_ms = (opts.interval.as_millis() as u64).max(1);
+    let retry_ms = (opts.retry_interval.as_millis() as u64).max(1);
+    let mut app = App::new();
+    let mut next_fetch_ms = 0;
+    while !app.should_quit() {
+        let now = clock();
+        // A wall clock set back would otherwise stall refreshes until it
+        // catches up.
+        if next_fetch_ms > now + interval_ms.max(retry_ms) {
+            next_fetch_ms = now;
+        }
+        if !app.paused() && now >= next_fetch_ms {
+            let (series_for, since_ms) = app.series_request();
+            let result = source.snapshot(series_for, since_ms);
+            let now = clock();
+            next_fetch_ms = match result {
+                Ok(snapshot) => {
+                    app.apply_snapshot(snapshot, now);
+                    now + interval_ms
+                }
+                Err(message) => {
+                    app.source_failed(message, now);
+                    now + retry_ms
+                }
+            };
+        }
+        app.tick(clock());
+        terminal
+            .draw(|frame| ui::draw(frame, &mut app))
+            .map_err(|e| io::Error::other(e.to_string()))?;
+        // Wake for the next fetch, and at least once an interval so that
+        // notices expire and ages advance while paused.
+        let timeout_ms = if app.paused() {
+            interval_ms
+        } else {
+            next_fetch_ms.saturating_sub(clock()).min(interval_ms)
+        };
+        if let Some(key) = input.next_key(Duration::from_millis(timeout_ms))? {
+            app.handle_key(key);
+        }
+    }
+    Ok(())
+}
+
+// The shared test fixtures name the crate by its external name.
+#[cfg(test)]
+extern crate self as bloatd_tui;
+#[cfg(test)]
+mod tests;

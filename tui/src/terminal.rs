@@ -1,0 +1,69 @@
+//! The terminal guard: raw mode and the alternate screen for as long as the
+//! guard lives, and the user's terminal back on every way out: normal
+//! return, an error (the guard drops), a panic (the hook restores before the
+//! message prints, so the message is readable and not lost in the alternate
+//! screen).
+
+use ratatui::crossterm::cursor::{Hide, Show};
+use ratatui::crossterm::execute;
+use ratatui::crossterm::terminal::{
+    disable_raw_mode, enable_raw_mode, EnterAlternateScreen, LeaveAlternateScreen,
+};
+use ratatui::prelude::CrosstermBackend;
+use ratatui::Terminal;
+use std::io::{self, IsTerminal, Stdout};
+use std::panic::{self, PanicHookInfo};
+use std::sync::Arc;
+
+type Hook = Arc<dyn Fn(&PanicHookInfo<'_>) + Send + Sync + 'static>;
+
+pub(crate) struct TerminalGuard {
+    pub terminal: Terminal<CrosstermBackend<Stdout>>,
+    /// The panic hook that was installed before ours, put back on drop.
+    previous_hook: Hook,
+}
+
+impl TerminalGuard {
+    pub fn enter() -> io::Result<TerminalGuard> {
+        if !io::stdout().is_terminal() {
+            return Err(io::Error::other(
+                "bloatd top needs a terminal on stdout: use `bloatd top --once` for scripts and pipes",
+            ));
+        }
+        let terminal = Terminal::new(CrosstermBackend::new(io::stdout()))?;
+        let previous_hook: Hook = Arc::from(panic::take_hook());
+        let chained = previous_hook.clone();
+        panic::set_hook(Box::new(move |info| {
+            restore();
+            chained(info);
+        }));
+        // From here on a failure drops the guard, which restores.
+        let guard = TerminalGuard {
+            terminal,
+            previous_hook,
+        };
+        enable_raw_mode()?;
+        execute!(io::stdout(), EnterAlternateScreen, Hide)?;
+        Ok(guard)
+    }
+}
+
+impl Drop for TerminalGuard {
+    fn drop(&mut self) {
+        restore();
+        // Swapping hooks while the thread panics aborts the process; the
+        // hook only matters for later panics, and there are none then.
+        if !std::thread::panicking() {
+            let previous = self.previous_hook.clone();
+            let _ = panic::take_hook();
+            panic::set_hook(Box::new(move |info| previous(info)));
+        }
+    }
+}
+
+/// Puts the terminal back: cooked mode, main screen, visible cursor. Safe to
+/// call more than once (the panic hook and the guard both do).
+fn restore() {
+    let _ = disable_raw_mode();
+    let _ = execute!(io::stdout(), LeaveAlternateScreen, Show);
+}

@@ -1,0 +1,218 @@
+//! Whole frames drawn on ratatui's TestBackend, compared with the committed
+//! snapshots in tests/snapshots/ (insta). Review a change with
+//! `INSTA_UPDATE=always cargo test -p bloatd-tui --test frames` and
+//! `git diff tui/tests/snapshots`.
+
+mod common;
+
+use bloatd_tui::app::{App, Key, View};
+use bloatd_tui::model::Snapshot;
+use bloatd_tui::{render_once, ui};
+use common::*;
+use ratatui::backend::TestBackend;
+use ratatui::style::{Color, Modifier};
+use ratatui::Terminal;
+
+fn terminal(width: u16, height: u16) -> Terminal<TestBackend> {
+    Terminal::new(TestBackend::new(width, height)).unwrap()
+}
+
+fn app_with(snapshot: Snapshot) -> App {
+    let mut app = App::new();
+    let now = snapshot.taken_ms;
+    app.apply_snapshot(snapshot, now);
+    app
+}
+
+fn draw(app: &mut App, width: u16, height: u16) -> Terminal<TestBackend> {
+    let mut t = terminal(width, height);
+    t.draw(|f| ui::draw(f, app)).unwrap();
+    t
+}
+
+#[test]
+fn empty_host() {
+    let mut app = app_with(common::empty_host());
+    insta::assert_snapshot!(draw(&mut app, 80, 24).backend());
+}
+
+#[test]
+fn bloated_cubic_download() {
+    let mut snap = cubic_download_host();
+    snap.series = vec![cubic_download_series()];
+    let mut app = app_with(snap);
+    let t = draw(&mut app, 120, 30);
+    insta::assert_snapshot!(t.backend());
+
+    // The bloated rows are marked in colour as well as with the marker.
+    let buf = t.backend().buffer();
+    // Table rows (not the notice line, which names the endpoint too).
+    let row_of = |text: &str| {
+        (0..buf.area.height)
+            .find(|&y| {
+                let line: String = (0..buf.area.width).map(|x| buf[(x, y)].symbol()).collect();
+                line.contains(text) && line.contains(" send ") | line.contains(" recv ")
+            })
+            .unwrap()
+    };
+    let curl = row_of("93.184.215.14:443 ");
+    assert_eq!(buf[(0, curl)].symbol(), ui::BLOAT_MARKER);
+    assert_eq!(buf[(5, curl)].fg, Color::Red);
+    // The top row is selected (reverse video); the unbloated ssh row is plain.
+    assert!(buf[(5, curl)].modifier.contains(Modifier::REVERSED));
+    let ssh = row_of("198.51.100.7:22");
+    assert_eq!(buf[(0, ssh)].symbol(), " ");
+    assert_eq!(buf[(5, ssh)].fg, Color::Reset);
+}
+
+#[test]
+fn bloated_cubic_download_detail() {
+    let mut snap = cubic_download_host();
+    snap.series = vec![cubic_download_series()];
+    let mut app = app_with(snap);
+    app.handle_key(Key::Enter);
+    assert_eq!(app.detail().unwrap().socket.cookie, 101);
+    insta::assert_snapshot!(draw(&mut app, 120, 36).backend());
+}
+
+#[test]
+fn cubic_state_in_detail() {
+    let mut app = app_with(cubic_download_host());
+    // Second row: the bloatd_cubic rsync upload.
+    app.set_page_rows(10);
+    app.handle_key(Key::Down);
+    app.handle_key(Key::Enter);
+    assert_eq!(app.detail().unwrap().socket.cc, "bloatd_cubic");
+    let text = ui::buffer_text(draw(&mut app, 100, 30).backend().buffer());
+    assert!(text.contains("W_max 702 seg"), "{text}");
+    assert!(text.contains("K 4119ms"), "{text}");
+    assert!(text.contains("─W_max"), "{text}");
+}
+
+#[test]
+fn westwood_detail() {
+    let mut snap = westwood_host();
+    snap.series = vec![westwood_series()];
+    let mut app = app_with(snap);
+    app.handle_key(Key::Enter);
+    assert_eq!(app.view(), View::Detail);
+    insta::assert_snapshot!(draw(&mut app, 120, 40).backend());
+}
+
+#[test]
+fn westwood_detail_80x24() {
+    let mut snap = westwood_host();
+    snap.series = vec![westwood_series()];
+    let mut app = app_with(snap);
+    app.handle_key(Key::Enter);
+    insta::assert_snapshot!(draw(&mut app, 80, 24).backend());
+}
+
+#[test]
+fn help_screen() {
+    let mut app = app_with(cubic_download_host());
+    app.handle_key(Key::Char('?'));
+    insta::assert_snapshot!(draw(&mut app, 80, 24).backend());
+}
+
+#[test]
+fn terminal_80x24() {
+    let mut app = app_with(many_sockets(300, 7));
+    insta::assert_snapshot!(draw(&mut app, 80, 24).backend());
+}
+
+#[test]
+fn large_terminal() {
+    let mut snap = many_sockets(300, 7);
+    snap.sockets.extend(cubic_download_host().sockets);
+    let mut app = app_with(snap);
+    insta::assert_snapshot!(draw(&mut app, 200, 50).backend());
+}
+
+#[test]
+fn filter_prompt() {
+    let mut app = app_with(cubic_download_host());
+    app.handle_key(Key::Char('f'));
+    for c in "cc:cubic".chars() {
+        app.handle_key(Key::Char(c));
+    }
+    insta::assert_snapshot!(draw(&mut app, 80, 24).backend());
+}
+
+#[test]
+fn daemon_unreachable() {
+    let mut app = app_with(cubic_download_host());
+    app.source_failed(
+        "bloatd daemon not reachable at /run/bloatd/bloatd.sock: retrying…".into(),
+        T0_MS + 1_000,
+    );
+    app.tick(T0_MS + 4_000);
+    insta::assert_snapshot!(draw(&mut app, 80, 24).backend());
+}
+
+#[test]
+fn too_small() {
+    let mut app = app_with(cubic_download_host());
+    insta::assert_snapshot!(draw(&mut app, 40, 10).backend());
+}
+
+#[test]
+fn never_panics_at_any_size() {
+    let mut snap = westwood_host();
+    snap.series = vec![westwood_series()];
+    snap.sockets.extend(cubic_download_host().sockets);
+    for setup in 0..4 {
+        let mut app = app_with(snap.clone());
+        match setup {
+            1 => app.handle_key(Key::Enter),
+            2 => app.handle_key(Key::Char('?')),
+            3 => app.handle_key(Key::Char('f')),
+            _ => {}
+        }
+        // Every 7th/5th size plus the edges of each layout decision.
+        let widths = (0..=130)
+            .step_by(7)
+            .chain([49, 50, 51, 59, 60, 79, 80, 99, 100]);
+        for width in widths {
+            let heights = (0..=45).step_by(5).chain([11, 12, 13, 23, 24, 39, 40]);
+            for height in heights {
+                draw(&mut app, width, height);
+            }
+        }
+    }
+}
+
+#[test]
+fn once_text_is_parseable() {
+    let snap = cubic_download_host();
+    let text = render_once(&snap, 160, bloatd_tui::once_height(&snap));
+    insta::assert_snapshot!(text);
+    // Every socket has a row; the curl row carries the marker, its
+    // endpoint as addr:port and its queueing delay with a unit.
+    let curl = text
+        .lines()
+        .find(|l| l.contains("93.184.215.14:443") && l.contains(" recv "))
+        .unwrap();
+    assert!(curl.starts_with(ui::BLOAT_MARKER), "{curl}");
+    assert!(curl.split_whitespace().any(|w| w == "420ms"), "{curl}");
+    for s in &snap.sockets {
+        assert!(
+            text.contains(&s.remote_endpoint().to_string()),
+            "{}",
+            s.remote_endpoint()
+        );
+    }
+    // No key hints or screen furniture in the text frame.
+    assert!(!text.contains("quit"));
+}
+
+#[test]
+fn once_text_lists_every_socket_of_a_large_host() {
+    let snap = many_sockets(2_000, 3);
+    let text = render_once(&snap, 160, bloatd_tui::once_height(&snap));
+    let rows = text
+        .lines()
+        .filter(|l| l.contains(" send ") || l.contains(" recv "))
+        .count();
+    assert_eq!(rows, 2_000);
+}
