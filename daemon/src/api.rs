@@ -1,0 +1,129 @@
+//! The daemon's servers: the JSON API on the Unix socket (peer addresses
+//! live here only) and Prometheus /metrics over TCP.
+//!
+//! API (HTTP/1.1 on /run/bloatd/bloatd.sock, JSON, view model types):
+//!   GET  /v1/status                          daemon state and health
+//!   GET  /v1/sockets[?all=1]                 sockets, read fresh from the kernel
+//!   GET  /v1/snapshot[?series=C&since_ms=T]  what `bloatd top` draws
+//!   GET  /v1/series/{cookie}[?since_ms=T]    one socket's samples
+//!   GET  /v1/cc                              registered and available algorithms
+//!   POST /v1/cc/default {"name": "..."}      set the host default (restored at stop)
+
+use crate::core::Core;
+use axum::extract::{Path, Query, State};
+use axum::http::{header, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use serde::{Deserialize, Serialize};
+use std::sync::{Arc, Mutex};
+
+pub type Shared = Arc<Mutex<Core>>;
+
+#[derive(Deserialize)]
+struct SocketsQuery {
+    all: Option<u8>,
+}
+
+#[derive(Deserialize)]
+struct SnapshotQuery {
+    series: Option<u64>,
+    since_ms: Option<u64>,
+}
+
+#[derive(Deserialize)]
+struct SinceQuery {
+    since_ms: Option<u64>,
+}
+
+#[derive(Serialize, Deserialize)]
+pub struct CcInfo {
+    pub bloatd: Vec<String>,
+    pub registered: Vec<String>,
+    pub available: Vec<String>,
+    pub default: String,
+}
+
+#[derive(Serialize, Deserialize)]
+pub struct DefaultReq {
+    pub name: String,
+}
+
+#[derive(Serialize, Deserialize)]
+pub struct DefaultResp {
+    pub previous: String,
+    pub default: String,
+}
+
+fn error(status: StatusCode, msg: impl Into<String>) -> Response {
+    (status, msg.into()).into_response()
+}
+
+pub fn api_router(core: Shared) -> Router {
+    Router::new()
+        .route("/v1/status", get(|State(c): State<Shared>| async move { Json(c.lock().unwrap().status()) }))
+        .route(
+            "/v1/sockets",
+            get(|State(c): State<Shared>, Query(q): Query<SocketsQuery>| async move {
+                Json(c.lock().unwrap().sockets_fresh(q.all.unwrap_or(0) != 0))
+            }),
+        )
+        .route(
+            "/v1/snapshot",
+            get(|State(c): State<Shared>, Query(q): Query<SnapshotQuery>| async move {
+                Json(c.lock().unwrap().snapshot(q.series, q.since_ms.unwrap_or(0)))
+            }),
+        )
+        .route(
+            "/v1/series/{cookie}",
+            get(|State(c): State<Shared>, Path(cookie): Path<u64>, Query(q): Query<SinceQuery>| async move {
+                let snap = c.lock().unwrap().snapshot(Some(cookie), q.since_ms.unwrap_or(0));
+                match snap.series.into_iter().next() {
+                    Some(s) => Json(s).into_response(),
+                    None => error(StatusCode::NOT_FOUND, format!("no socket with cookie {cookie}")),
+                }
+            }),
+        )
+        .route("/v1/cc", get(|State(c): State<Shared>| async move { cc_info(&mut c.lock().unwrap()) }))
+        .route(
+            "/v1/cc/default",
+            post(|State(c): State<Shared>, Json(req): Json<DefaultReq>| async move {
+                match c.lock().unwrap().cc().set_default(&req.name) {
+                    Ok(previous) => Json(DefaultResp { previous, default: req.name }).into_response(),
+                    Err(e) => error(StatusCode::BAD_REQUEST, format!("{e:#}")),
+                }
+            }),
+        )
+        .with_state(core)
+}
+
+fn cc_info(core: &mut Core) -> Response {
+    let info = (|| -> anyhow::Result<CcInfo> {
+        Ok(CcInfo {
+            bloatd: bloatd_cc::Algo::ALL.iter().map(|a| a.name().to_string()).collect(),
+            registered: core.cc().names(),
+            available: bloatd_cc::kernel_available()?,
+            default: bloatd_cc::kernel_default()?,
+        })
+    })();
+    match info {
+        Ok(i) => Json(i).into_response(),
+        Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, format!("{e:#}")),
+    }
+}
+
+pub fn metrics_router(core: Shared) -> Router {
+    Router::new()
+        .route(
+            "/metrics",
+            get(|State(c): State<Shared>| async move {
+                let body = c.lock().unwrap().metrics_text();
+                (
+                    [(header::CONTENT_TYPE, "application/openmetrics-text; version=1.0.0; charset=utf-8")],
+                    body,
+                )
+            }),
+        )
+        .route("/", get(|| async { "bloatd: metrics at /metrics\n" }))
+        .with_state(core)
+}

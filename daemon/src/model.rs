@@ -1,0 +1,513 @@
+//! The socket model: what the daemon knows about every TCP socket, built
+//! from the probes' records, and turned into the view model (`Socket`,
+//! `Series`) that the API serves and the dashboard draws.
+
+use crate::probes::abi::{self, BloatdSock};
+use bloatd_tui::model::{CaState, CcState, Role, Sample, Series, Socket};
+use std::collections::{HashMap, VecDeque};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+
+/// Linux TCP states (include/net/tcp_states.h).
+pub const TCP_ESTABLISHED: u8 = 1;
+const TCP_INFINITE_SSTHRESH: u32 = 0x7fff_ffff;
+
+/// Total samples kept across all sockets' series (~56 bytes each): the
+/// history of the least recently active sockets goes first.
+const SERIES_BUDGET: usize = 1_000_000;
+
+/// A point in time on both clocks: probes stamp CLOCK_MONOTONIC, the API
+/// speaks Unix time.
+#[derive(Clone, Copy, Debug)]
+pub struct Clock {
+    pub mono_ns: u64,
+    pub unix_ms: u64,
+}
+
+impl Clock {
+    pub fn now() -> Clock {
+        let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+        // SAFETY: valid pointer to a timespec.
+        unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+        let mono_ns = ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64;
+        let unix_ms = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_millis() as u64)
+            .unwrap_or(0);
+        Clock { mono_ns, unix_ms }
+    }
+
+    /// Unix milliseconds of a CLOCK_MONOTONIC timestamp in the past.
+    pub fn unix_ms_of(&self, mono_ns: u64) -> u64 {
+        self.unix_ms.saturating_sub(self.mono_ns.saturating_sub(mono_ns) / 1_000_000)
+    }
+}
+
+/// What one record contributes to the metrics.
+#[derive(Debug, PartialEq)]
+pub struct Observation {
+    pub cc: String,
+    pub role: Role,
+    /// Present for periodic samples: they feed the histograms.
+    pub sample: Option<SampleValues>,
+    /// Retransmissions since the previous record of this socket.
+    pub retrans_delta: u32,
+}
+
+#[derive(Debug, PartialEq)]
+pub struct SampleValues {
+    pub queue_delay_us: u32,
+    pub rtt_us: u32,
+    pub min_rtt_us: u32,
+    pub cwnd: u32,
+}
+
+struct Tracked {
+    rec: BloatdSock,
+    /// (sample_ns, goodput bytes) of the previous periodic sample.
+    prev_sample: Option<(u64, u64)>,
+    throughput_bps: u64,
+    retrans_counted: u32,
+    series: VecDeque<Sample>,
+    cc_state: Option<CcState>,
+}
+
+pub struct Model {
+    socks: HashMap<u64, Tracked>,
+    interval_ns: u64,
+    series_len: usize,
+}
+
+pub fn role_of(rec: &BloatdSock) -> Role {
+    if rec.bytes_received > rec.bytes_acked {
+        Role::Receiver
+    } else {
+        Role::Sender
+    }
+}
+
+fn goodput_bytes(rec: &BloatdSock) -> u64 {
+    match role_of(rec) {
+        Role::Sender => rec.bytes_acked,
+        Role::Receiver => rec.bytes_received,
+    }
+}
+
+pub fn queue_delay_us(rec: &BloatdSock) -> u32 {
+    rec.srtt_us.saturating_sub(rec.min_rtt_us)
+}
+
+pub fn rcv_queue_delay_us(rec: &BloatdSock) -> u32 {
+    rec.rcv_rtt_us.saturating_sub(rec.rcv_min_rtt_us)
+}
+
+/// The values that fit the socket's side of the transfer: the sender's
+/// smoothed RTT, or the receiver's estimate during a download.
+pub fn view_values(rec: &BloatdSock) -> SampleValues {
+    match role_of(rec) {
+        Role::Sender => SampleValues {
+            queue_delay_us: queue_delay_us(rec),
+            rtt_us: rec.srtt_us,
+            min_rtt_us: rec.min_rtt_us,
+            cwnd: rec.cwnd,
+        },
+        Role::Receiver => SampleValues {
+            queue_delay_us: rcv_queue_delay_us(rec),
+            rtt_us: rec.rcv_rtt_us,
+            min_rtt_us: rec.rcv_min_rtt_us,
+            cwnd: rec.cwnd,
+        },
+    }
+}
+
+pub fn cstr(b: &[u8]) -> String {
+    let end = b.iter().position(|&c| c == 0).unwrap_or(b.len());
+    String::from_utf8_lossy(&b[..end]).into_owned()
+}
+
+fn addr(family: u16, raw: &[u8; 16]) -> IpAddr {
+    if family == abi::AF_INET6 {
+        let v6 = Ipv6Addr::from(*raw);
+        // A dual-stack listener holds IPv4 peers as ::ffff:a.b.c.d.
+        match v6.to_ipv4_mapped() {
+            Some(v4) => IpAddr::V4(v4),
+            None => IpAddr::V6(v6),
+        }
+    } else {
+        IpAddr::V4(Ipv4Addr::new(raw[0], raw[1], raw[2], raw[3]))
+    }
+}
+
+/// TCP state as `ss` names it.
+pub fn state_name(state: u8) -> &'static str {
+    match state {
+        1 => "ESTAB",
+        2 => "SYN-SENT",
+        3 => "SYN-RECV",
+        4 => "FIN-WAIT-1",
+        5 => "FIN-WAIT-2",
+        6 => "TIME-WAIT",
+        7 => "CLOSE",
+        8 => "CLOSE-WAIT",
+        9 => "LAST-ACK",
+        10 => "LISTEN",
+        11 => "CLOSING",
+        12 => "NEW-SYN-RECV",
+        _ => "UNKNOWN",
+    }
+}
+
+fn ca_state(v: u8) -> CaState {
+    match v {
+        1 => CaState::Disorder,
+        2 => CaState::Cwr,
+        3 => CaState::Recovery,
+        4 => CaState::Loss,
+        _ => CaState::Open,
+    }
+}
+
+/// The kernel's delivery rate estimate, as tcp_get_info computes it, in bit/s.
+fn delivery_rate_bps(rec: &BloatdSock) -> u64 {
+    if rec.rate_interval_us == 0 {
+        return 0;
+    }
+    rec.rate_delivered as u64 * rec.mss as u64 * 1_000_000 * 8 / rec.rate_interval_us as u64
+}
+
+impl Model {
+    pub fn new(interval_ms: u64, series_seconds: u64) -> Model {
+        Model {
+            socks: HashMap::new(),
+            interval_ns: interval_ms * 1_000_000,
+            series_len: (series_seconds * 1000 / interval_ms.max(1)) as usize,
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.socks.len()
+    }
+
+    fn observe(t: &mut Tracked, sample: Option<SampleValues>) -> Observation {
+        let retrans_delta = t.rec.total_retrans.saturating_sub(t.retrans_counted);
+        t.retrans_counted = t.rec.total_retrans.max(t.retrans_counted);
+        Observation { cc: cstr(&t.rec.cc), role: role_of(&t.rec), sample, retrans_delta }
+    }
+
+    fn entry(&mut self, rec: &BloatdSock, count_history: bool) -> &mut Tracked {
+        self.socks.entry(rec.cookie).or_insert_with(|| Tracked {
+            rec: *rec,
+            prev_sample: None,
+            throughput_bps: 0,
+            retrans_counted: if count_history { 0 } else { rec.total_retrans },
+            series: VecDeque::new(),
+            cc_state: None,
+        })
+    }
+
+    /// Apply one ring buffer record.
+    pub fn apply(&mut self, rec: BloatdSock, clock: &Clock) -> Option<Observation> {
+        if rec.kind == abi::KIND_CLOSED {
+            let mut t = self.socks.remove(&rec.cookie)?;
+            t.rec = rec;
+            return Some(Self::observe(&mut t, None));
+        }
+        if rec.kind != abi::KIND_SAMPLE {
+            return None;
+        }
+        let series_len = self.series_len;
+        let interval_ns = self.interval_ns;
+        let t = self.entry(&rec, true);
+        if rec.update_ns < t.rec.update_ns {
+            // A map read already gave us something newer.
+            return None;
+        }
+        t.rec = rec;
+        let bytes = goodput_bytes(&rec);
+        t.throughput_bps = match t.prev_sample {
+            Some((ns, b)) if rec.sample_ns > ns && bytes >= b => {
+                (bytes - b) * 8 * 1_000_000_000 / (rec.sample_ns - ns)
+            }
+            _ => 0,
+        };
+        // A gap of several intervals means the socket was idle: the rate
+        // over the gap would average idle time into it.
+        if matches!(t.prev_sample, Some((ns, _)) if rec.sample_ns - ns > 3 * interval_ns) {
+            t.throughput_bps = 0;
+        }
+        t.prev_sample = Some((rec.sample_ns, bytes));
+        if series_len > 0 {
+            if t.series.len() >= series_len {
+                t.series.pop_front();
+            }
+            let pipe_segments = match t.cc_state {
+                Some(CcState::Westwood { pipe_segments, .. }) => Some(pipe_segments),
+                _ => None,
+            };
+            t.series.push_back(Sample {
+                t_ms: clock.unix_ms_of(rec.sample_ns),
+                srtt_us: rec.srtt_us,
+                min_rtt_us: rec.min_rtt_us,
+                queue_delay_us: queue_delay_us(&rec),
+                rcv_rtt_us: rec.rcv_rtt_us,
+                rcv_queue_delay_us: rcv_queue_delay_us(&rec),
+                cwnd: rec.cwnd,
+                inflight: rec.inflight,
+                pipe_segments,
+                throughput_bps: t.throughput_bps,
+            });
+        }
+        let values = view_values(&rec);
+        Some(Self::observe(t, Some(values)))
+    }
+
+    /// Bring the model in line with a full read of the kernel's map: add
+    /// sockets we have not seen (idle since start), refresh the rest, and
+    /// forget sockets the kernel no longer has (their close record was
+    /// lost). `count_history` false on the first read: retransmissions
+    /// from before bloatd started are not counted as new.
+    pub fn refresh(&mut self, recs: Vec<BloatdSock>, count_history: bool) -> Vec<Observation> {
+        let mut seen = std::collections::HashSet::with_capacity(recs.len());
+        let mut obs = Vec::new();
+        for rec in recs {
+            seen.insert(rec.cookie);
+            let t = self.entry(&rec, count_history);
+            if rec.update_ns >= t.rec.update_ns {
+                t.rec = rec;
+            }
+            let o = Self::observe(t, None);
+            if o.retrans_delta > 0 {
+                obs.push(o);
+            }
+        }
+        self.socks.retain(|c, _| seen.contains(c));
+        obs
+    }
+
+    pub fn set_cc_states(&mut self, mut states: HashMap<u64, CcState>) {
+        for (cookie, t) in self.socks.iter_mut() {
+            t.cc_state = states.remove(cookie);
+        }
+    }
+
+    /// Drop history that fell out of the window, and the oldest histories
+    /// when all of them together exceed the memory budget.
+    pub fn sweep(&mut self, clock: &Clock, series_seconds: u64) {
+        let horizon = clock.unix_ms.saturating_sub(series_seconds * 1000);
+        let mut total = 0;
+        for t in self.socks.values_mut() {
+            while t.series.front().is_some_and(|s| s.t_ms < horizon) {
+                t.series.pop_front();
+            }
+            if t.series.is_empty() {
+                t.series = VecDeque::new();
+            }
+            total += t.series.len();
+        }
+        if total > SERIES_BUDGET {
+            let mut by_age: Vec<(u64, u64)> = self
+                .socks
+                .iter()
+                .filter(|(_, t)| !t.series.is_empty())
+                .map(|(c, t)| (t.rec.sample_ns, *c))
+                .collect();
+            by_age.sort_unstable();
+            for (_, cookie) in by_age {
+                if total <= SERIES_BUDGET {
+                    break;
+                }
+                let t = self.socks.get_mut(&cookie).unwrap();
+                total -= t.series.len();
+                t.series = VecDeque::new();
+            }
+        }
+    }
+
+    fn socket(&self, t: &Tracked, clock: &Clock) -> Socket {
+        let r = &t.rec;
+        let idle_ns = clock.mono_ns.saturating_sub(r.update_ns);
+        let stale = clock.mono_ns.saturating_sub(r.sample_ns) > 3 * self.interval_ns;
+        let comm = cstr(&r.comm);
+        Socket {
+            cookie: r.cookie,
+            netns: r.netns,
+            local_addr: addr(r.family, &r.saddr),
+            local_port: r.sport,
+            remote_addr: addr(r.family, &r.daddr),
+            remote_port: r.dport,
+            state: state_name(r.state).to_string(),
+            pid: (r.pid != 0).then_some(r.pid),
+            comm: (!comm.is_empty()).then_some(comm),
+            cc: cstr(&r.cc),
+            role: role_of(r),
+            cwnd: r.cwnd,
+            ssthresh: (r.ssthresh < TCP_INFINITE_SSTHRESH).then_some(r.ssthresh),
+            inflight: r.inflight,
+            mss: r.mss,
+            srtt_us: r.srtt_us,
+            min_rtt_us: r.min_rtt_us,
+            queue_delay_us: queue_delay_us(r),
+            rcv_rtt_us: r.rcv_rtt_us,
+            rcv_min_rtt_us: r.rcv_min_rtt_us,
+            rcv_queue_delay_us: rcv_queue_delay_us(r),
+            retrans: r.total_retrans,
+            lost: r.lost,
+            ca_state: ca_state(r.ca_state),
+            bytes_acked: r.bytes_acked,
+            bytes_received: r.bytes_received,
+            delivery_rate_bps: delivery_rate_bps(r),
+            throughput_bps: if stale { 0 } else { t.throughput_bps },
+            idle_ms: idle_ns / 1_000_000,
+            cc_state: t.cc_state.clone(),
+        }
+    }
+
+    /// Sockets in ESTABLISHED (all states with `all`), most queued first.
+    pub fn sockets(&self, clock: &Clock, all: bool) -> Vec<Socket> {
+        let mut out: Vec<Socket> = self
+            .socks
+            .values()
+            .filter(|t| all || t.rec.state == TCP_ESTABLISHED)
+            .map(|t| self.socket(t, clock))
+            .collect();
+        out.sort_by(|a, b| {
+            b.view_queue_delay_us().cmp(&a.view_queue_delay_us()).then(a.cookie.cmp(&b.cookie))
+        });
+        out
+    }
+
+    /// Samples of one socket newer than `since_ms`.
+    pub fn series(&self, cookie: u64, since_ms: u64) -> Option<Series> {
+        let t = self.socks.get(&cookie)?;
+        Some(Series {
+            cookie,
+            samples: t.series.iter().filter(|s| s.t_ms > since_ms).cloned().collect(),
+        })
+    }
+
+    /// Records of sockets that carried traffic within `window_ns`.
+    pub fn active(&self, clock: &Clock, window_ns: u64) -> impl Iterator<Item = &BloatdSock> + use<'_> {
+        let now_ns = clock.mono_ns;
+        self.socks
+            .values()
+            .map(|t| &t.rec)
+            .filter(move |r| now_ns.saturating_sub(r.update_ns) <= window_ns)
+    }
+
+    pub fn records(&self) -> impl Iterator<Item = &BloatdSock> {
+        self.socks.values().map(|t| &t.rec)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rec(cookie: u64, ns: u64) -> BloatdSock {
+        let mut r = BloatdSock {
+            cookie,
+            update_ns: ns,
+            sample_ns: ns,
+            family: 2, // AF_INET
+            state: TCP_ESTABLISHED,
+            kind: abi::KIND_SAMPLE,
+            srtt_us: 300_000,
+            min_rtt_us: 20_000,
+            cwnd: 100,
+            mss: 1448,
+            ..Default::default()
+        };
+        r.cc[..5].copy_from_slice(b"cubic");
+        r
+    }
+
+    fn clock(ns: u64) -> Clock {
+        Clock { mono_ns: ns, unix_ms: 1_000_000 + ns / 1_000_000 }
+    }
+
+    #[test]
+    fn throughput_from_consecutive_samples() {
+        let mut m = Model::new(100, 60);
+        let mut a = rec(1, 1_000_000_000);
+        a.bytes_acked = 1_000_000;
+        m.apply(a, &clock(a.sample_ns));
+        let mut b = rec(1, 1_100_000_000);
+        b.bytes_acked = 1_125_000; // 125 kB in 100 ms = 10 Mbit/s
+        m.apply(b, &clock(b.sample_ns));
+        let s = &m.sockets(&clock(1_100_000_000), false)[0];
+        assert_eq!(s.throughput_bps, 10_000_000);
+        assert_eq!(s.queue_delay_us, 280_000);
+        assert_eq!(s.role, Role::Sender);
+        assert_eq!(m.series(1, 0).unwrap().samples.len(), 2);
+        // Idle for longer than three intervals: no stale throughput.
+        let s = &m.sockets(&clock(2_000_000_000), false)[0];
+        assert_eq!(s.throughput_bps, 0);
+    }
+
+    #[test]
+    fn receiver_view_uses_rcv_rtt() {
+        let mut r = rec(2, 5);
+        r.bytes_received = 10_000_000;
+        r.rcv_rtt_us = 450_000;
+        r.rcv_min_rtt_us = 50_000;
+        assert_eq!(role_of(&r), Role::Receiver);
+        let v = view_values(&r);
+        assert_eq!((v.queue_delay_us, v.rtt_us, v.min_rtt_us), (400_000, 450_000, 50_000));
+    }
+
+    #[test]
+    fn close_record_removes_and_counts_final_retransmits() {
+        let mut m = Model::new(100, 60);
+        let mut a = rec(3, 10);
+        a.total_retrans = 2;
+        assert_eq!(m.apply(a, &clock(10)).unwrap().retrans_delta, 2);
+        let mut c = a;
+        c.kind = abi::KIND_CLOSED;
+        c.total_retrans = 5;
+        assert_eq!(m.apply(c, &clock(20)).unwrap().retrans_delta, 3);
+        assert_eq!(m.len(), 0);
+    }
+
+    #[test]
+    fn refresh_adds_idle_forgets_gone_and_skips_history() {
+        let mut m = Model::new(100, 60);
+        m.apply(rec(1, 10), &clock(10));
+        let mut idle = rec(2, 5);
+        idle.total_retrans = 7;
+        let obs = m.refresh(vec![idle], false);
+        assert!(obs.is_empty(), "retransmissions before start are not new");
+        assert_eq!(m.len(), 1);
+        assert!(m.series(1, 0).is_none());
+    }
+
+    #[test]
+    fn older_record_does_not_overwrite_newer() {
+        let mut m = Model::new(100, 60);
+        let mut fresh = rec(1, 200);
+        fresh.cwnd = 50;
+        m.refresh(vec![fresh], true);
+        let mut old = rec(1, 100);
+        old.cwnd = 10;
+        assert!(m.apply(old, &clock(300)).is_none());
+        assert_eq!(m.sockets(&clock(300), false)[0].cwnd, 50);
+    }
+
+    #[test]
+    fn v4_mapped_addresses_shown_as_ipv4() {
+        let mut raw = [0u8; 16];
+        raw[10] = 0xff;
+        raw[11] = 0xff;
+        raw[12..].copy_from_slice(&[10, 9, 1, 1]);
+        assert_eq!(addr(abi::AF_INET6, &raw), "10.9.1.1".parse::<IpAddr>().unwrap());
+    }
+
+    #[test]
+    fn series_budget_drops_oldest_history() {
+        let mut m = Model::new(100, 60);
+        m.apply(rec(1, 1_000_000_000), &clock(1_000_000_000));
+        m.sweep(&clock(1_000_000_000), 60);
+        assert_eq!(m.series(1, 0).unwrap().samples.len(), 1);
+        // Past the retention window the history is gone.
+        m.sweep(&clock(100_000_000_000), 60);
+        assert!(m.series(1, 0).unwrap().samples.is_empty());
+    }
+}

@@ -1,0 +1,224 @@
+//! Probes: loads bpf/probes.bpf.c into the kernel and reads what it keeps.
+//!
+//! Hooks (BTF tracepoints, see the C file for why each): tcp_probe,
+//! inet_sock_set_state, tcp_retransmit_skb, tcp_cong_state_set; plus an
+//! iter/tcp program run once at start to pick up existing sockets.
+//! Produces: `BloatdSock` records, from the `samples` ring buffer (at most
+//! one per socket per interval) or read fresh from the `socks` map; and the
+//! probes' own counters (`stats`) and run-time statistics.
+//!
+//! Every attachment is a BPF link owned by a file descriptor of this
+//! process: when the process ends, however it ends, the kernel detaches all.
+
+pub mod abi;
+
+use abi::{stat, BloatdSock};
+use aya::maps::{HashMap, MapData, PerCpuArray, RingBuf};
+use aya::programs::{BtfTracePoint, Iter};
+use aya::{Btf, Ebpf, EbpfLoader};
+use aya_obj::btf::BtfKind;
+use std::io::Read;
+use std::os::fd::OwnedFd;
+use std::time::Duration;
+
+static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/probes.bpf.o"));
+
+/// The BTF tracepoints bloatd attaches, in attach order.
+pub const HOOKS: [&str; 4] = [
+    "tcp_probe",
+    "inet_sock_set_state",
+    "tcp_retransmit_skb",
+    "tcp_cong_state_set",
+];
+
+pub const BTF_PATH: &str = "/sys/kernel/btf/vmlinux";
+
+#[derive(Debug, thiserror::Error)]
+pub enum ProbeError {
+    #[error("bloatd needs root (CAP_BPF, CAP_PERFMON and CAP_NET_ADMIN) to load its probes: run it with sudo")]
+    NotRoot,
+    #[error("kernel BTF not found at {BTF_PATH}: bloatd needs a kernel built with CONFIG_DEBUG_INFO_BTF=y")]
+    NoBtf,
+    #[error("kernel tracepoint {0} not found in {BTF_PATH}: this kernel is too old for bloatd (it needs the tcp tracepoints tcp_probe, inet_sock_set_state, tcp_retransmit_skb and tcp_cong_state_set)")]
+    MissingTracepoint(&'static str),
+    #[error("loading probe {name} failed: {detail}")]
+    Load { name: &'static str, detail: String },
+    #[error("attaching probe {name} failed: {detail}")]
+    Attach { name: &'static str, detail: String },
+    #[error("BPF object: {0}")]
+    Object(String),
+    #[error("reading BPF map {map}: {detail}")]
+    Map { map: &'static str, detail: String },
+}
+
+pub struct ProbeConfig {
+    pub interval: Duration,
+    pub map_entries: u32,
+    pub bpf_stats: bool,
+}
+
+pub struct Probes {
+    ebpf: Ebpf,
+    ring: RingBuf<MapData>,
+    socks: HashMap<MapData, u64, BloatdSock>,
+    stats: PerCpuArray<MapData, u64>,
+    map_capacity: u32,
+    /// Holding this fd keeps kernel.bpf_stats_enabled on; dropped with us.
+    _stats_fd: Option<OwnedFd>,
+}
+
+/// Every probe counter, summed over CPUs, indexed by `abi::stat`.
+pub type Counters = [u64; stat::MAX as usize];
+
+fn errstr(e: impl std::error::Error) -> String {
+    // aya nests the useful part (errno, verifier log) in the source chain.
+    let mut s = e.to_string();
+    let mut src = e.source();
+    while let Some(inner) = src {
+        s.push_str(": ");
+        s.push_str(&inner.to_string());
+        src = inner.source();
+    }
+    s
+}
+
+/// Check the things a user can fix before touching the kernel, so the
+/// message names the cause instead of an errno.
+pub fn preflight() -> Result<(), ProbeError> {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        return Err(ProbeError::NotRoot);
+    }
+    if !std::path::Path::new(BTF_PATH).exists() {
+        return Err(ProbeError::NoBtf);
+    }
+    Ok(())
+}
+
+impl Probes {
+    pub fn load(cfg: &ProbeConfig) -> Result<Probes, ProbeError> {
+        preflight()?;
+        let btf = Btf::from_sys_fs().map_err(|_| ProbeError::NoBtf)?;
+        for hook in HOOKS {
+            // aya reports a missing typedef as a generic BTF error; look
+            // first so the message can name the tracepoint.
+            if btf.id_by_type_name_kind(&format!("btf_trace_{hook}"), BtfKind::Typedef).is_err() {
+                return Err(ProbeError::MissingTracepoint(hook));
+            }
+        }
+        let interval_ns = cfg.interval.as_nanos() as u64;
+        let mut ebpf = EbpfLoader::new()
+            .btf(Some(&btf))
+            .override_global("sample_interval_ns", &interval_ns, true)
+            .map_max_entries("socks", cfg.map_entries)
+            .load(OBJECT)
+            .map_err(|e| ProbeError::Object(errstr(e)))?;
+
+        let stats_fd = if cfg.bpf_stats {
+            Some(
+                aya::sys::enable_stats(aya::sys::Stats::RunTime)
+                    .map_err(|e| ProbeError::Object(format!("enabling BPF stats: {}", errstr(e))))?,
+            )
+        } else {
+            None
+        };
+
+        for hook in HOOKS {
+            let prog: &mut BtfTracePoint = ebpf
+                .program_mut(hook)
+                .ok_or_else(|| ProbeError::Object(format!("program {hook} missing from object")))?
+                .try_into()
+                .map_err(|e| ProbeError::Object(errstr(e)))?;
+            prog.load(hook, &btf).map_err(|e| ProbeError::Load { name: hook, detail: errstr(e) })?;
+            prog.attach().map_err(|e| ProbeError::Attach { name: hook, detail: errstr(e) })?;
+        }
+
+        let map = |ebpf: &mut Ebpf, name: &'static str| {
+            ebpf.take_map(name)
+                .ok_or_else(|| ProbeError::Object(format!("map {name} missing from object")))
+        };
+        let ring = RingBuf::try_from(map(&mut ebpf, "samples")?)
+            .map_err(|e| ProbeError::Map { map: "samples", detail: errstr(e) })?;
+        let socks = HashMap::try_from(map(&mut ebpf, "socks")?)
+            .map_err(|e| ProbeError::Map { map: "socks", detail: errstr(e) })?;
+        let stats = PerCpuArray::try_from(map(&mut ebpf, "stats")?)
+            .map_err(|e| ProbeError::Map { map: "stats", detail: errstr(e) })?;
+
+        let mut probes = Probes {
+            ebpf,
+            ring,
+            socks,
+            stats,
+            map_capacity: cfg.map_entries,
+            _stats_fd: stats_fd,
+        };
+        probes.seed(&btf)?;
+        Ok(probes)
+    }
+
+    /// Run the TCP iterator once: it records every socket of our network
+    /// namespace that exists now, including idle ones no tracepoint would
+    /// report until they carry traffic.
+    fn seed(&mut self, btf: &Btf) -> Result<(), ProbeError> {
+        let name = "seed_sockets";
+        let prog: &mut Iter = self
+            .ebpf
+            .program_mut(name)
+            .ok_or_else(|| ProbeError::Object(format!("program {name} missing from object")))?
+            .try_into()
+            .map_err(|e| ProbeError::Object(errstr(e)))?;
+        prog.load("tcp", btf).map_err(|e| ProbeError::Load { name, detail: errstr(e) })?;
+        let link_id = prog.attach().map_err(|e| ProbeError::Attach { name, detail: errstr(e) })?;
+        let link = prog.take_link(link_id).map_err(|e| ProbeError::Attach { name, detail: errstr(e) })?;
+        let mut file = link.into_file().map_err(|e| ProbeError::Attach { name, detail: errstr(e) })?;
+        let mut sink = Vec::new();
+        file.read_to_end(&mut sink)
+            .map_err(|e| ProbeError::Attach { name, detail: e.to_string() })?;
+        Ok(())
+    }
+
+    /// Hand every record waiting in the ring buffer to `f`.
+    pub fn drain(&mut self, mut f: impl FnMut(BloatdSock)) {
+        while let Some(item) = self.ring.next() {
+            if let Some(rec) = BloatdSock::from_bytes(&item) {
+                f(rec);
+            }
+        }
+    }
+
+    /// Every socket record, read fresh from the kernel's map.
+    pub fn read_all(&self) -> Vec<BloatdSock> {
+        // Entries deleted between get_next_key and lookup are skipped.
+        self.socks.iter().filter_map(|r| r.ok().map(|(_, v)| v)).collect()
+    }
+
+    pub fn map_capacity(&self) -> u32 {
+        self.map_capacity
+    }
+
+    /// Probe counters summed over CPUs.
+    pub fn counters(&self) -> Result<Counters, ProbeError> {
+        let mut out = [0u64; stat::MAX as usize];
+        for (i, slot) in out.iter_mut().enumerate() {
+            let per_cpu = self
+                .stats
+                .get(&(i as u32), 0)
+                .map_err(|e| ProbeError::Map { map: "stats", detail: errstr(e) })?;
+            *slot = per_cpu.iter().sum();
+        }
+        Ok(out)
+    }
+
+    /// (hook, run_time_ns, run_count) from the kernel's BPF statistics;
+    /// zeros unless kernel.bpf_stats_enabled is on.
+    pub fn run_stats(&self) -> Vec<(&'static str, u64, u64)> {
+        HOOKS
+            .iter()
+            .filter_map(|&hook| {
+                let prog: &BtfTracePoint = self.ebpf.program(hook)?.try_into().ok()?;
+                let info = prog.info().ok()?;
+                Some((hook, info.run_time().as_nanos() as u64, info.run_count()))
+            })
+            .collect()
+    }
+}

@@ -1,0 +1,161 @@
+//! `bloatd top` and the text table of `bloatd sockets`.
+//!
+//! The dashboard (crate bloatd-tui) draws whatever a `Source` gives it:
+//! here either the running daemon's API, or, with no daemon and enough
+//! privilege, an engine running the probes inside this process (embedded
+//! mode), so one command is enough on a laptop.
+
+use crate::client::{Client, ClientError};
+use crate::config::Config;
+use crate::core::Core;
+use bloatd_tui::model::{Snapshot, Socket};
+use bloatd_tui::Source;
+use std::fmt::Write as _;
+use std::process::ExitCode;
+use std::time::Duration;
+
+pub struct TopOptions {
+    pub once: bool,
+    pub json: bool,
+    pub interval_ms: u64,
+    pub width: Option<u16>,
+}
+
+/// The daemon's API. Errors become the message the dashboard shows while
+/// it keeps retrying, so a restarted daemon is picked up again.
+struct ApiSource {
+    client: Client,
+}
+
+impl Source for ApiSource {
+    fn snapshot(&mut self, series_for: Option<u64>, since_ms: u64) -> Result<Snapshot, String> {
+        let target = match series_for {
+            Some(c) => format!("/v1/snapshot?series={c}&since_ms={since_ms}"),
+            None => "/v1/snapshot".to_string(),
+        };
+        self.client.get(&target).map_err(|e| match e {
+            ClientError::NotRunning(p) => {
+                format!("bloatd daemon not reachable at {}: retrying… (sudo bloatd start)", p.display())
+            }
+            e => e.to_string(),
+        })
+    }
+}
+
+/// Probes in this process.
+struct EmbeddedSource {
+    core: Core,
+}
+
+impl Source for EmbeddedSource {
+    fn snapshot(&mut self, series_for: Option<u64>, since_ms: u64) -> Result<Snapshot, String> {
+        self.core.tick();
+        Ok(self.core.snapshot(series_for, since_ms))
+    }
+}
+
+fn open_source(cfg: &Config) -> anyhow::Result<Box<dyn Source>> {
+    let client = Client::new(&cfg.socket_path());
+    match client.get::<serde_json::Value>("/v1/status") {
+        Ok(_) => Ok(Box::new(ApiSource { client })),
+        Err(ClientError::NotRunning(_)) => {
+            if crate::probes::preflight().is_err() {
+                anyhow::bail!(
+                    "bloatd is not running, and running the probes here (embedded mode) needs root: \
+                     `sudo bloatd start` then `bloatd top`, or `sudo bloatd top`"
+                );
+            }
+            // Embedded mode watches; it does not register congestion controls.
+            let mut cfg = cfg.clone();
+            cfg.cc.clear();
+            let core = Core::start(&cfg, "embedded", false)?;
+            Ok(Box::new(EmbeddedSource { core }))
+        }
+        Err(e) => Err(e.into()),
+    }
+}
+
+fn terminal_size() -> Option<(u16, u16)> {
+    let mut ws: libc::winsize = unsafe { std::mem::zeroed() };
+    // SAFETY: TIOCGWINSZ fills a winsize.
+    let ok = unsafe { libc::ioctl(libc::STDOUT_FILENO, libc::TIOCGWINSZ, &mut ws) } == 0;
+    (ok && ws.ws_col > 0).then_some((ws.ws_col, ws.ws_row))
+}
+
+pub fn run(cfg: &Config, opts: &TopOptions) -> anyhow::Result<ExitCode> {
+    let mut source = open_source(cfg)?;
+    if !opts.once {
+        bloatd_tui::run(
+            source.as_mut(),
+            &bloatd_tui::Options { interval: Duration::from_millis(opts.interval_ms.max(50)), ..Default::default() },
+        )?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    // An embedded engine has only what existed at start; give the probes
+    // a few intervals to see traffic before taking the frame.
+    let mut snap = source.snapshot(None, 0).map_err(anyhow::Error::msg)?;
+    if snap.health.mode == "embedded" {
+        std::thread::sleep(Duration::from_millis(cfg.interval_ms * 3));
+        snap = source.snapshot(None, 0).map_err(anyhow::Error::msg)?;
+    }
+    if opts.json {
+        println!("{}", serde_json::to_string_pretty(&snap)?);
+    } else {
+        let (w, _) = terminal_size().unwrap_or((160, 50));
+        let width = opts.width.unwrap_or(w);
+        let height = bloatd_tui::once_height(&snap);
+        print!("{}", bloatd_tui::render_once(&snap, width, height));
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Milliseconds with three decimals, as `ss` prints them.
+fn ms(us: u32) -> String {
+    format!("{:.3}", us as f64 / 1000.0)
+}
+
+/// `bloatd sockets`: one line per socket, every number straight from the
+/// kernel record (times in ms).
+pub fn sockets_table(socks: &[Socket]) -> String {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "{:<18} {:>10} {:<24} {:<24} {:<15} {:<4} {:>6} {:>6} {:>9} {:>9} {:>9} {:>9} {:>9} {:>7} {:<8}",
+        "PROCESS", "NETNS", "LOCAL", "REMOTE", "CC", "ROLE", "CWND", "INFL", "SRTT", "MINRTT", "QDELAY",
+        "RCVRTT", "RCVQDLY", "RETRANS", "CA"
+    );
+    for s in socks {
+        let process = match (&s.comm, s.pid) {
+            (Some(c), Some(p)) => format!("{c}/{p}"),
+            (Some(c), None) => c.clone(),
+            _ => "-".into(),
+        };
+        let ep = |a: &std::net::IpAddr, p: u16| match a {
+            std::net::IpAddr::V6(v6) => format!("[{v6}]:{p}"),
+            v4 => format!("{v4}:{p}"),
+        };
+        let _ = writeln!(
+            out,
+            "{:<18} {:>10} {:<24} {:<24} {:<15} {:<4} {:>6} {:>6} {:>9} {:>9} {:>9} {:>9} {:>9} {:>7} {:<8}",
+            process,
+            s.netns,
+            ep(&s.local_addr, s.local_port),
+            ep(&s.remote_addr, s.remote_port),
+            s.cc,
+            match s.role {
+                bloatd_tui::model::Role::Sender => "snd",
+                bloatd_tui::model::Role::Receiver => "rcv",
+            },
+            s.cwnd,
+            s.inflight,
+            ms(s.srtt_us),
+            ms(s.min_rtt_us),
+            ms(s.queue_delay_us),
+            ms(s.rcv_rtt_us),
+            ms(s.rcv_queue_delay_us),
+            s.retrans,
+            format!("{:?}", s.ca_state).to_lowercase()
+        );
+    }
+    out
+}
