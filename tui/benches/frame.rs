@@ -1,0 +1,148 @@
+//! Frame cost with a large host: state update (`App::apply_snapshot`) plus
+//! rendering a whole frame, per frame, with 10,000 sockets.
+//!
+//!     cargo bench -p bloatd-tui --bench frame [-- SOCKETS FRAMES]
+//!
+//! Every frame gets a fresh snapshot whose queueing delays have moved (so no
+//! order carries over), as from a daemon at 4 Hz. Prints percentiles; it
+//! gates nothing (wall-clock numbers depend on the machine).
+
+#[path = "../tests/common/mod.rs"]
+mod common;
+
+use bloatd_tui::app::{App, Filter, Key, SortKey};
+use bloatd_tui::model::Snapshot;
+use bloatd_tui::ui;
+use ratatui::backend::TestBackend;
+use ratatui::Terminal;
+use std::time::{Duration, Instant};
+
+/// Snapshots of one host over `frames` refreshes: the same sockets, their
+/// queues drifting.
+fn refreshes(sockets: usize, frames: usize) -> Vec<Snapshot> {
+    let base = common::many_sockets(sockets, 42);
+    (0..frames)
+        .map(|f| {
+            let mut snap = base.clone();
+            snap.taken_ms += f as u64 * 250;
+            for (i, s) in snap.sockets.iter_mut().enumerate() {
+                let drift = ((i * 7 + f * 13) % 97) as u32 * 1_000;
+                s.queue_delay_us = s.queue_delay_us.wrapping_add(drift) % 900_000;
+                s.rcv_queue_delay_us = s.rcv_queue_delay_us.wrapping_add(drift) % 900_000;
+                s.srtt_us = s.min_rtt_us + s.queue_delay_us;
+                s.rcv_rtt_us = s.rcv_min_rtt_us + s.rcv_queue_delay_us;
+            }
+            snap
+        })
+        .collect()
+}
+
+struct Timing {
+    update: Vec<Duration>,
+    render: Vec<Duration>,
+}
+
+fn percentile(sorted: &[Duration], p: usize) -> Duration {
+    sorted[((sorted.len() * p).div_ceil(100)).max(1) - 1]
+}
+
+fn report(name: &str, t: &Timing) {
+    let total: Vec<Duration> = t
+        .update
+        .iter()
+        .zip(&t.render)
+        .map(|(u, r)| *u + *r)
+        .collect();
+    let line = |what: &str, v: &[Duration]| {
+        let mut v = v.to_vec();
+        v.sort();
+        let mean = v.iter().sum::<Duration>() / v.len() as u32;
+        println!(
+            "  {what:<16} mean {:>7.3} ms  p50 {:>7.3}  p99 {:>7.3}  max {:>7.3}",
+            mean.as_secs_f64() * 1e3,
+            percentile(&v, 50).as_secs_f64() * 1e3,
+            percentile(&v, 99).as_secs_f64() * 1e3,
+            v[v.len() - 1].as_secs_f64() * 1e3,
+        );
+        mean
+    };
+    println!("{name}");
+    line("update", &t.update);
+    line("render", &t.render);
+    let mean = line("update+render", &total);
+    println!(
+        "  CPU at 4 Hz     {:.2}% of one core",
+        mean.as_secs_f64() * 4.0 * 100.0
+    );
+}
+
+fn run(snapshots: &[Snapshot], width: u16, height: u16, setup: &dyn Fn(&mut App)) -> Timing {
+    let mut app = App::new();
+    app.apply_snapshot(snapshots[0].clone(), snapshots[0].taken_ms);
+    setup(&mut app);
+    let mut terminal = Terminal::new(TestBackend::new(width, height)).unwrap();
+    let mut t = Timing {
+        update: Vec::new(),
+        render: Vec::new(),
+    };
+    for snap in &snapshots[1..] {
+        let snap = snap.clone();
+        let now = snap.taken_ms;
+        let start = Instant::now();
+        app.apply_snapshot(snap, now);
+        let updated = Instant::now();
+        terminal.draw(|f| ui::draw(f, &mut app)).unwrap();
+        t.update.push(updated - start);
+        t.render.push(updated.elapsed());
+    }
+    t
+}
+
+fn main() {
+    let args: Vec<usize> = std::env::args()
+        .skip(1)
+        .filter_map(|a| a.parse().ok())
+        .collect();
+    let sockets = args.first().copied().unwrap_or(10_000);
+    let frames = args.get(1).copied().unwrap_or(200);
+    println!("{sockets} sockets, {frames} frames each\n");
+    let snapshots = refreshes(sockets, frames + 1);
+
+    report(
+        "table, 80x24, sort by queueing delay",
+        &run(&snapshots, 80, 24, &|_| {}),
+    );
+    report(
+        "table, 200x60, sort by queueing delay",
+        &run(&snapshots, 200, 60, &|_| {}),
+    );
+    report(
+        "table, 200x60, sort by process name, filter cc:cubic",
+        &run(&snapshots, 200, 60, &|app| {
+            app.set_sort(SortKey::Process);
+            app.set_filter(Filter::parse("cc:cubic").unwrap());
+        }),
+    );
+    report(
+        "table, 200x60, selection at the last row (whole table sorted)",
+        &run(&snapshots, 200, 60, &|app| app.handle_key(Key::End)),
+    );
+    report(
+        "detail view, 200x60",
+        &run(&snapshots, 200, 60, &|app| app.handle_key(Key::Enter)),
+    );
+
+    // What a daemon client pays before the dashboard sees the snapshot.
+    let json = serde_json::to_string(&snapshots[0]).unwrap();
+    let start = Instant::now();
+    let rounds = 20;
+    for _ in 0..rounds {
+        let snap: Snapshot = serde_json::from_str(&json).unwrap();
+        std::hint::black_box(snap);
+    }
+    println!(
+        "\nJSON decode of the snapshot ({} kB): {:.3} ms",
+        json.len() / 1000,
+        start.elapsed().as_secs_f64() * 1e3 / rounds as f64
+    );
+}
