@@ -4,21 +4,44 @@
 #   NAME-snd eth0 10.9.1.1 fd09:1::1  <->  snd0 10.9.1.2 fd09:1::2  NAME-rtr
 #   NAME-rtr rcv0 10.9.2.1 fd09:2::1  <->  eth0 10.9.2.2 fd09:2::2  NAME-rcv
 #
+# The sender plays the server, the receiver the phone: the papers' traffic is
+# all downlink (web pages and bulk downloads toward the mobile).
+#
 # The bottleneck is a tbf qdisc on the router's egress toward the receiver:
 # on the sender's own egress TCP Small Queues would keep the queue in the
 # socket instead of the qdisc, and no bufferbloat would show in the RTT.
 # Offloads are off so the router queues MTU-sized packets, as a cellular
 # base station would, and tbf's buffer is counted in real packets.
+#
+# The base RTT comes from a delay line (scripts/delayline/, NFQUEUE: this
+# kernel has no sch_netem) on the router's ingress from the receiver, so the
+# whole base RTT sits on the uplink, the path of the ACKs and of the
+# requests, and the downlink data meets the tbf queue undelayed:
+# - TCP only sees the sum of both directions: its RTT, its ACK clock, and
+#   Westwood+'s ACK-counting bandwidth estimate are the same whichever side
+#   of the loop carries the delay, because every delay line packet waits the
+#   same time and leaves in order.
+# - The downlink carries the data, 10-40 times the packets and bytes of the
+#   uplink: keeping user space off that path leaves the bottleneck's arrival
+#   process exactly what the senders emit, and keeps the delay line's load
+#   (and so its error) small. Queueing at the bottleneck happens after any
+#   delay on this direction would have, so where the tbf sits relative to
+#   the delay is immaterial for a constant delay; what matters is that the
+#   delay line itself never queues behind the bottleneck (it does not: it is
+#   on the other direction) and never reorders (it is FIFO).
 set -euo pipefail
 
 usage() {
 	cat <<'TXT'
 usage: scripts/lab/topo.sh up NAME [options]    create (or re-create) the topology
        scripts/lab/topo.sh down NAME            remove it: namespaces, qdiscs, rules, delay line
-       scripts/lab/topo.sh status NAME          exit 0 if it exists, print its qdisc
+       scripts/lab/topo.sh status NAME          exit 0 if it exists, print its qdisc and delay line
        scripts/lab/topo.sh list                 namespaces that look like lab topologies
+       scripts/lab/topo.sh profile NAME         print a profile as rate=.. delay_ms=.. buffer_bytes=..
+       scripts/lab/topo.sh profiles             print all profiles
 
 options for up:
+  --profile P          3g, 3.5g, 4g (the papers' links) or custom; flags override it
   --rate RATE          bottleneck rate, tc syntax (default 10mbit)
   --buffer-bytes N     bottleneck buffer in bytes (tbf limit, default 1500000)
   --delay-ms N         base RTT added by the router's delay line (default 0)
@@ -40,6 +63,54 @@ check_name() {
 }
 
 LAB_RUN=/run/bloatd-lab
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+
+# The links of the papers. Each line: name rate base_rtt_ms buffer_bytes.
+# Sources (text in /work/shared/papers/, figures cited by number):
+# 3g   150kbit, 150 ms, 28000 B
+#      rate: Alfredsson et al. 2013, Sec. IV-C: over 3G a 320 kB transfer with
+#        no competing traffic takes about 19 s, about 135 kbit/s end to end;
+#        150 kbit/s leaves room for the handshake and slow start.
+#      RTT: Jiang et al. 2012, Sec. 4: observed minimum RTT about 150 ms on a
+#        3G (EVDO) path.
+#      buffer: De Cicco & Mascolo, Sec. IV-A, quoting their UMTS study: average
+#        RTTs of 1102-1550 ms under load; 1.5 s of queue at 150 kbit/s is
+#        28 kB (about 19 full-size packets).
+# 3.5g 16mbit, 80 ms, 1000000 B
+#      rate: Alfredsson et al. 2013, Sec. IV-B (Figs. 3-5): single long flows
+#        over 3.5G (HSPA+) reach 16.1, 15.5 and 15.7 Mbit/s.
+#      RTT: Alfredsson et al. 2013, Sec. IV-B (Fig. 6): "without any
+#        background flow, the average round-trip time of a short flow is
+#        about 80 ms".
+#      buffer: Jiang et al. 2012, Sec. 2 (Fig. 1): "fat pipes" on all four
+#        carriers measured (HSPA+ among them), Sprint holding more than
+#        1000 KB in flight: a buffer of 1 MB (0.5 s at 16 Mbit/s).
+# 4g   40mbit, 100 ms, 500000 B
+#      rate: no paper gives an LTE link rate for these runs; Jiang et al.
+#        2012, Table 2: Android caps the LTE receive window at 484848 B, its
+#        vendor's guess of the LTE bandwidth-delay product; over Ong et al.'s
+#        LTE RTT (Table III, about 100 ms for 2 MiB transfers, uniform across
+#        congestion controls, so little queueing) that is about 39 Mbit/s.
+#      buffer: Alfredsson et al. 2013, Sec. IV-C (Fig. 10): only a minor
+#        impact of background flows over 4G, "improved buffer management":
+#        one bandwidth-delay product (500 kB, 100 ms at 40 Mbit/s).
+PROFILES='3g 150kbit 150 28000
+3.5g 16mbit 80 1000000
+4g 40mbit 100 500000'
+
+# "RATE DELAY_MS BUFFER_BYTES" of a profile.
+profile_fields() {
+	local line
+	line=$(awk -v p="$1" '$1 == p {print $2, $3, $4}' <<<"$PROFILES")
+	[[ -n $line ]] || die "unknown profile '$1' (3g, 3.5g, 4g, or custom with --rate/--delay-ms/--buffer-bytes)"
+	echo "$line"
+}
+
+profile() {
+	local f
+	f=$(profile_fields "$1")
+	awk '{printf "rate=%s delay_ms=%s buffer_bytes=%s\n", $1, $2, $3}' <<<"$f"
+}
 
 # tc rates to bit/s, so the tbf burst can follow the rate.
 rate_bps() {
@@ -56,53 +127,103 @@ rate_bps() {
 
 ns_exists() { ip netns list | awk '{print $1}' | grep -qx "$1"; }
 
+nsx() { local ns=$1; shift; ip netns exec "$ns" "$@"; }
+
+# End one process and wait (up to 2 s) until it is gone.
+stop_pid() {
+	local pid=$1 i
+	kill "$pid" 2>/dev/null || return 0
+	for ((i = 0; i < 40; i++)); do
+		kill -0 "$pid" 2>/dev/null || return 0
+		sleep 0.05
+	done
+	kill -9 "$pid" 2>/dev/null || true
+}
+
 down() {
-	local name=$1 ns
+	local name=$1 ns pid
 	if [[ -f $LAB_RUN/$name.delay.pid ]]; then
-		kill "$(cat "$LAB_RUN/$name.delay.pid")" 2>/dev/null || true
-		rm -f "$LAB_RUN/$name.delay.pid"
+		pid=$(cat "$LAB_RUN/$name.delay.pid" 2>/dev/null || true)
+		[[ $pid =~ ^[0-9]+$ ]] && stop_pid "$pid"
 	fi
 	# Deleting a namespace removes its veths, qdiscs and iptables rules with it.
 	for ns in "$name-snd" "$name-rtr" "$name-rcv"; do
 		if ns_exists "$ns"; then
-			# Processes left in the namespace (iperf3 servers...) would keep
-			# its sockets alive: end them first.
-			ip netns pids "$ns" 2>/dev/null | xargs -r kill 2>/dev/null || true
+			# Processes left in the namespace (servers, the delay line...)
+			# would keep its sockets alive: end them first.
+			for pid in $(ip netns pids "$ns" 2>/dev/null); do
+				stop_pid "$pid"
+			done
 			ip netns del "$ns"
 		fi
 	done
+	rm -f "$LAB_RUN/$name.delay.pid" "$LAB_RUN/$name.delay.log"
 }
-
-nsx() { local ns=$1; shift; ip netns exec "$ns" "$@"; }
 
 offloads_off() {
 	nsx "$1" ethtool -K "$2" tso off gso off gro off >/dev/null 2>&1 || true
 }
 
+# The delay line: its own process in the router namespace (setsid: a Ctrl-C
+# meant for the caller must not stop it before `down` runs), then the
+# NFQUEUE rules, only once it has bound the queue.
+delay_up() {
+	local name=$1 delay_ms=$2 bin i
+	bin=$("$HERE/../delayline/build.sh")
+	mkdir -p "$LAB_RUN"
+	rm -f "$LAB_RUN/$name.delay.pid"
+	setsid ip netns exec "$name-rtr" "$bin" --delay-ms "$delay_ms" --queue 0 \
+		--pidfile "$LAB_RUN/$name.delay.pid" --rt 50 \
+		</dev/null >>"$LAB_RUN/$name.delay.log" 2>&1 &
+	for ((i = 0; i < 100; i++)); do
+		[[ -s $LAB_RUN/$name.delay.pid ]] && break
+		kill -0 $! 2>/dev/null || { cat "$LAB_RUN/$name.delay.log" >&2; die "delay line did not start"; }
+		sleep 0.02
+	done
+	[[ -s $LAB_RUN/$name.delay.pid ]] || die "delay line did not bind its queue within 2 s"
+	# raw PREROUTING: the first hook, before conntrack and routing.
+	nsx "$name-rtr" iptables -w -t raw -A PREROUTING -i rcv0 -j NFQUEUE --queue-num 0
+	nsx "$name-rtr" ip6tables -w -t raw -A PREROUTING -i rcv0 -j NFQUEUE --queue-num 0
+}
+
 up() {
 	local name=$1; shift
-	local rate=10mbit buffer=1500000 delay_ms=0
+	local rate=10mbit buffer=1500000 delay_ms=0 prof=custom
+	local -A set=()
 	while (($#)); do
 		case $1 in
-		--rate) rate=${2:?}; shift 2 ;;
-		--buffer-bytes) buffer=${2:?}; shift 2 ;;
-		--delay-ms) delay_ms=${2:?}; shift 2 ;;
+		--profile) prof=${2:?}; shift 2 ;;
+		--rate) set[rate]=${2:?}; shift 2 ;;
+		--buffer-bytes) set[buffer]=${2:?}; shift 2 ;;
+		--delay-ms) set[delay_ms]=${2:?}; shift 2 ;;
 		-h|--help) usage; exit 0 ;;
 		*) die "unknown option '$1' (see --help)" ;;
 		esac
 	done
+	if [[ $prof != custom ]]; then
+		local f
+		f=$(profile_fields "$prof")
+		read -r rate delay_ms buffer <<<"$f"
+	fi
+	rate=${set[rate]:-$rate} buffer=${set[buffer]:-$buffer} delay_ms=${set[delay_ms]:-$delay_ms}
 	[[ $buffer =~ ^[0-9]+$ && $buffer -ge 3000 ]] || die "--buffer-bytes must be an integer >= 3000"
 	[[ $delay_ms =~ ^[0-9]+(\.[0-9]+)?$ ]] || die "--delay-ms must be a number"
 	local bps; bps=$(rate_bps "$rate")
 
 	down "$name"
-	trap 'echo "topo.sh: setup of $name failed, removing it" >&2; down "$name"' ERR
-	trap 'down "$name"; exit 130' INT TERM
+	# Whatever stops us before the end (an error under set -e, Ctrl-C,
+	# TERM), the EXIT trap removes what was made so far.
+	trap 'echo "topo.sh: setup of $name did not finish, removing it" >&2; down "$name"' EXIT
+	trap 'exit 130' INT
+	trap 'exit 143' TERM
 
 	local snd=$name-snd rtr=$name-rtr rcv=$name-rcv ns
 	for ns in "$snd" "$rtr" "$rcv"; do
 		ip netns add "$ns"
 		nsx "$ns" ip link set lo up
+		# No duplicate address detection: it keeps IPv6 link-local
+		# addresses (and so neighbour discovery) unusable for a second.
+		nsx "$ns" sysctl -qw net.ipv6.conf.default.accept_dad=0 net.ipv6.conf.all.accept_dad=0
 	done
 	ip -n "$snd" link add eth0 type veth peer name snd0 netns "$rtr"
 	ip -n "$rcv" link add eth0 type veth peer name rcv0 netns "$rtr"
@@ -126,6 +247,10 @@ up() {
 	ip -n "$rcv" route add default via 10.9.2.1
 	ip -n "$rcv" -6 route add default via fd09:2::1
 	nsx "$rtr" sysctl -qw net.ipv4.ip_forward=1 net.ipv6.conf.all.forwarding=1
+	# Alfredsson et al. flushed the TCP metrics cache before every
+	# connection: no flow may start from the ssthresh or RTT of the last.
+	nsx "$snd" sysctl -qw net.ipv4.tcp_no_metrics_save=1
+	nsx "$rcv" sysctl -qw net.ipv4.tcp_no_metrics_save=1
 
 	# tbf needs a bucket of at least one MTU and enough for one timer tick
 	# at the configured rate, or it cannot reach the rate.
@@ -136,23 +261,30 @@ up() {
 	if [[ $delay_ms != 0 ]]; then
 		delay_up "$name" "$delay_ms"
 	fi
-	trap - ERR INT TERM
-	echo "lab $name up: rate $rate, buffer $buffer B, base delay ${delay_ms} ms"
+	trap - EXIT INT TERM
+	echo "lab $name up: profile $prof, rate $rate, buffer $buffer B, base RTT ${delay_ms} ms"
 }
 
-delay_up() {
-	die "--delay-ms: the delay line is not implemented yet"
+status() {
+	local name=$1 pid
+	ns_exists "$name-rtr" || { echo "lab $name: not up"; exit 1; }
+	nsx "$name-rtr" tc qdisc show dev rcv0
+	pid=$(cat "$LAB_RUN/$name.delay.pid" 2>/dev/null || true)
+	if [[ -n $pid ]] && kill -0 "$pid" 2>/dev/null; then
+		echo "delay line: pid $pid, $(head -1 "$LAB_RUN/$name.delay.log")"
+	else
+		echo "delay line: none"
+	fi
 }
 
 cmd=${1:-}
 case $cmd in
 up) shift; check_name "${1:-}"; up "$@" ;;
 down) shift; check_name "${1:-}"; down "$1" ;;
-status)
-	shift; check_name "${1:-}"
-	ns_exists "$1-rtr" || { echo "lab $1: not up"; exit 1; }
-	nsx "$1-rtr" tc qdisc show dev rcv0 ;;
+status) shift; check_name "${1:-}"; status "$1" ;;
 list) ip netns list | awk '{print $1}' | sed -n 's/-rtr$//p' ;;
+profile) shift; profile "${1:?profile name}" ;;
+profiles) while read -r p _; do echo "$p $(profile "$p")"; done <<<"$PROFILES" ;;
 -h|--help|help) usage ;;
 *) usage >&2; exit 2 ;;
 esac

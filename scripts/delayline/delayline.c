@@ -1,0 +1,380 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * delayline: a constant delay for the lab's router, in user space.
+ *
+ * The lab needs a base RTT (tens to hundreds of milliseconds, the papers'
+ * cellular paths) but this kernel has no sch_netem. iptables sends the
+ * packets to delay into an NFQUEUE; this program learns each packet's id
+ * from the queue, and gives the kernel its ACCEPT verdict once the packet
+ * has spent the configured time in the queue. The packet itself stays in
+ * the kernel the whole time: only its metadata crosses to user space.
+ *
+ * Why this is exact enough:
+ * - The delay is the same for every packet, so the release order is the
+ *   arrival order, and the queue's ids grow in arrival order (the kernel
+ *   numbers them under the queue lock). A FIFO of (id, due time) is the
+ *   whole schedule, and one batch verdict "accept every id <= N" releases
+ *   all packets that are due at once, whatever the packet rate.
+ * - Packets are never reordered or dropped by the delay line: reordering
+ *   would look like loss to TCP (three duplicate ACKs) and change the very
+ *   congestion behaviour the lab measures.
+ * - We sleep until the head packet is due with a 1 ns timer slack, and
+ *   optionally run SCHED_FIFO so a busy machine (compilers on both cores)
+ *   does not add its scheduling latency to the lab's RTT.
+ * - Every release records its lateness (release time - due time) in a
+ *   histogram; SIGUSR1 prints it, SIGUSR2 resets it, so the lab can
+ *   measure the delay line under the load it actually carries.
+ *
+ * Usage: delayline -d DELAY_MS [-q QUEUE] [-p PIDFILE] [-r PRIO]
+ * The pid file is written once the queue is bound: callers insert their
+ * NFQUEUE rule only after it appears, so no packet meets an unbound queue
+ * (the kernel would drop it).
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <getopt.h>
+#include <poll.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/signalfd.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+#include <arpa/inet.h>
+#include <linux/netfilter.h>
+#include <linux/netlink.h>
+#include <libnetfilter_queue/libnetfilter_queue.h>
+
+/*
+ * Packets held at once: rate x delay. 100 Mbit/s of 1500-byte packets for
+ * 1 s is 8333 packets; the ring and the kernel queue allow 8x that.
+ */
+#define RING_SIZE	65536u
+#define HIST_US		20000u	/* lateness histogram: 1 us bins up to 20 ms */
+#define NETLINK_RCVBUF	(8 << 20)
+
+struct held {
+	uint32_t id;
+	uint64_t due_ns;
+};
+
+static struct held ring[RING_SIZE];
+static uint32_t ring_head, ring_tail;	/* free-running; index with % RING_SIZE */
+static uint64_t delay_ns;
+
+static struct {
+	uint64_t packets;
+	uint64_t ring_full;
+	uint32_t held_max;
+	uint64_t late_us_sum;
+	uint64_t late_us_max;
+	uint64_t late_hist[HIST_US + 1];
+} st;
+
+static uint64_t now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + ts.tv_nsec;
+}
+
+static uint32_t held_count(void)
+{
+	return ring_tail - ring_head;
+}
+
+/* Called by libnetfilter_queue once per queued packet. */
+static int on_packet(struct nfq_q_handle *qh, struct nfgenmsg *msg,
+		     struct nfq_data *nfa, void *data)
+{
+	struct nfqnl_msg_packet_hdr *ph = nfq_get_msg_packet_hdr(nfa);
+	uint32_t id;
+
+	if (!ph)
+		return 0;
+	id = ntohl(ph->packet_id);
+	if (held_count() == RING_SIZE) {
+		/*
+		 * Cannot happen with the kernel queue capped at RING_SIZE, but
+		 * if it did, passing the packet undelayed beats holding it
+		 * forever (which the kernel would turn into a drop).
+		 */
+		st.ring_full++;
+		nfq_set_verdict(qh, id, NF_ACCEPT, 0, NULL);
+		return 0;
+	}
+	ring[ring_tail % RING_SIZE] = (struct held){ id, now_ns() + delay_ns };
+	ring_tail++;
+	if (held_count() > st.held_max)
+		st.held_max = held_count();
+	return 0;
+}
+
+/* Accept every packet that is due, with one batch verdict. */
+static void release_due(struct nfq_q_handle *qh, uint64_t now)
+{
+	uint32_t last_id = 0;
+	int any = 0;
+
+	while (ring_head != ring_tail) {
+		struct held *h = &ring[ring_head % RING_SIZE];
+		uint64_t late_us;
+
+		if (h->due_ns > now)
+			break;
+		late_us = (now - h->due_ns) / 1000;
+		st.late_us_sum += late_us;
+		if (late_us > st.late_us_max)
+			st.late_us_max = late_us;
+		st.late_hist[late_us < HIST_US ? late_us : HIST_US]++;
+		st.packets++;
+		last_id = h->id;
+		any = 1;
+		ring_head++;
+	}
+	if (any && nfq_set_verdict_batch(qh, last_id, NF_ACCEPT) < 0)
+		fprintf(stderr, "delayline: verdict for id %u failed: %s\n",
+			last_id, strerror(errno));
+}
+
+static uint64_t percentile_us(double p)
+{
+	uint64_t want, seen = 0;
+	uint32_t i;
+
+	if (!st.packets)
+		return 0;
+	want = (uint64_t)(p * st.packets);
+	if (want >= st.packets)
+		want = st.packets - 1;
+	for (i = 0; i <= HIST_US; i++) {
+		seen += st.late_hist[i];
+		if (seen > want)
+			return i;
+	}
+	return HIST_US;
+}
+
+/*
+ * The kernel's own counters for the queue: queue_dropped counts packets
+ * refused because the queue was full, user_dropped those the netlink
+ * socket could not take. Both must stay 0 for the delay to be lossless.
+ */
+static void kernel_drops(unsigned int queue, unsigned long *qdrop,
+			 unsigned long *udrop)
+{
+	FILE *f = fopen("/proc/net/netfilter/nfnetlink_queue", "r");
+	unsigned int num, portid, total, mode, range;
+	unsigned long qd, ud;
+
+	*qdrop = *udrop = 0;
+	if (!f)
+		return;
+	while (fscanf(f, "%u %u %u %u %u %lu %lu %*u %*u",
+		      &num, &portid, &total, &mode, &range, &qd, &ud) == 7) {
+		if (num == queue) {
+			*qdrop = qd;
+			*udrop = ud;
+		}
+	}
+	fclose(f);
+}
+
+static void print_stats(unsigned int queue)
+{
+	unsigned long qdrop, udrop;
+
+	kernel_drops(queue, &qdrop, &udrop);
+	fprintf(stderr,
+		"delayline stats: delay_us=%llu packets=%llu held_max=%u "
+		"late_us_mean=%.1f late_us_p50=%llu late_us_p99=%llu "
+		"late_us_p999=%llu late_us_max=%llu ring_full=%llu "
+		"queue_dropped=%lu user_dropped=%lu\n",
+		(unsigned long long)(delay_ns / 1000),
+		(unsigned long long)st.packets, st.held_max,
+		st.packets ? (double)st.late_us_sum / st.packets : 0.0,
+		(unsigned long long)percentile_us(0.50),
+		(unsigned long long)percentile_us(0.99),
+		(unsigned long long)percentile_us(0.999),
+		(unsigned long long)st.late_us_max,
+		(unsigned long long)st.ring_full, qdrop, udrop);
+	fflush(stderr);
+}
+
+static void usage(void)
+{
+	fprintf(stderr,
+		"usage: delayline -d DELAY_MS [-q QUEUE] [-p PIDFILE] [-r PRIO]\n"
+		"  -d, --delay-ms MS   delay every queued packet by MS (fractions allowed)\n"
+		"  -q, --queue N       NFQUEUE number to serve (default 0)\n"
+		"  -p, --pidfile F     write our pid to F once the queue is bound\n"
+		"  -r, --rt PRIO       run SCHED_FIFO at PRIO (1-99) for timer accuracy\n"
+		"signals: USR1 prints lateness statistics, USR2 resets them, TERM/INT exit\n");
+}
+
+static int write_pidfile(const char *path)
+{
+	FILE *f = fopen(path, "w");
+
+	if (!f)
+		return -1;
+	fprintf(f, "%d\n", getpid());
+	return fclose(f);
+}
+
+int main(int argc, char **argv)
+{
+	static const struct option opts[] = {
+		{ "delay-ms", required_argument, NULL, 'd' },
+		{ "queue", required_argument, NULL, 'q' },
+		{ "pidfile", required_argument, NULL, 'p' },
+		{ "rt", required_argument, NULL, 'r' },
+		{ "help", no_argument, NULL, 'h' },
+		{ 0 }
+	};
+	const char *pidfile = NULL;
+	unsigned int queue = 0;
+	double delay_ms = -1;
+	int rt_prio = 0, c, one = 1, sfd, fd;
+	struct nfq_handle *h;
+	struct nfq_q_handle *qh;
+	sigset_t sigs;
+	char buf[65536] __attribute__((aligned));
+
+	while ((c = getopt_long(argc, argv, "d:q:p:r:h", opts, NULL)) != -1) {
+		switch (c) {
+		case 'd': delay_ms = strtod(optarg, NULL); break;
+		case 'q': queue = (unsigned int)strtoul(optarg, NULL, 10); break;
+		case 'p': pidfile = optarg; break;
+		case 'r': rt_prio = atoi(optarg); break;
+		case 'h': usage(); return 0;
+		default: usage(); return 2;
+		}
+	}
+	if (delay_ms < 0 || delay_ms > 60000) {
+		fprintf(stderr, "delayline: -d DELAY_MS is required (0..60000)\n");
+		usage();
+		return 2;
+	}
+	delay_ns = (uint64_t)(delay_ms * 1e6 + 0.5);
+
+	/* Timer slack would add up to 50 us to every wake-up. */
+	prctl(PR_SET_TIMERSLACK, 1UL, 0, 0, 0);
+	if (rt_prio > 0) {
+		struct sched_param sp = { .sched_priority = rt_prio };
+
+		if (sched_setscheduler(0, SCHED_FIFO, &sp) < 0)
+			fprintf(stderr, "delayline: SCHED_FIFO refused (%s): "
+				"running without real-time priority\n",
+				strerror(errno));
+		/* A page fault while packets wait would show up as delay. */
+		mlockall(MCL_CURRENT | MCL_FUTURE);
+	}
+
+	sigemptyset(&sigs);
+	sigaddset(&sigs, SIGTERM);
+	sigaddset(&sigs, SIGINT);
+	sigaddset(&sigs, SIGHUP);
+	sigaddset(&sigs, SIGUSR1);
+	sigaddset(&sigs, SIGUSR2);
+	sigprocmask(SIG_BLOCK, &sigs, NULL);
+	sfd = signalfd(-1, &sigs, SFD_NONBLOCK | SFD_CLOEXEC);
+
+	h = nfq_open();
+	if (!h) {
+		fprintf(stderr, "delayline: cannot open nfnetlink_queue (%s): "
+			"needs root (CAP_NET_ADMIN) and the kernel's "
+			"CONFIG_NETFILTER_NETLINK_QUEUE\n", strerror(errno));
+		return 1;
+	}
+	qh = nfq_create_queue(h, queue, on_packet, NULL);
+	if (!qh) {
+		fprintf(stderr, "delayline: cannot bind queue %u (%s): is "
+			"another delayline serving it in this namespace?\n",
+			queue, strerror(errno));
+		return 1;
+	}
+	/* Metadata only: the packet never leaves the kernel. */
+	if (nfq_set_mode(qh, NFQNL_COPY_META, 0) < 0 ||
+	    nfq_set_queue_maxlen(qh, RING_SIZE) < 0) {
+		fprintf(stderr, "delayline: cannot configure queue %u (%s)\n",
+			queue, strerror(errno));
+		return 1;
+	}
+	/* Keep GSO packets whole: segmenting them only to delay them is waste. */
+	nfq_set_queue_flags(qh, NFQA_CFG_F_GSO, NFQA_CFG_F_GSO);
+	nfnl_rcvbufsiz(nfq_nfnlh(h), NETLINK_RCVBUF);
+	fd = nfq_fd(h);
+	setsockopt(fd, SOL_NETLINK, NETLINK_NO_ENOBUFS, &one, sizeof(one));
+
+	if (pidfile && write_pidfile(pidfile) < 0) {
+		fprintf(stderr, "delayline: cannot write %s: %s\n", pidfile,
+			strerror(errno));
+		return 1;
+	}
+	fprintf(stderr, "delayline: queue %u, delay %.3f ms, %s\n", queue,
+		delay_ms, rt_prio > 0 ? "SCHED_FIFO" : "normal priority");
+
+	for (;;) {
+		struct pollfd pfd[2] = { { fd, POLLIN, 0 }, { sfd, POLLIN, 0 } };
+		struct timespec ts, *tsp = NULL;
+		uint64_t now = now_ns();
+		int n;
+
+		release_due(qh, now);
+		if (ring_head != ring_tail) {
+			uint64_t wait = ring[ring_head % RING_SIZE].due_ns - now;
+
+			ts.tv_sec = wait / 1000000000ull;
+			ts.tv_nsec = wait % 1000000000ull;
+			tsp = &ts;
+		}
+		n = ppoll(pfd, 2, tsp, NULL);
+		if (n < 0 && errno != EINTR) {
+			perror("delayline: ppoll");
+			break;
+		}
+		if (n <= 0)
+			continue;
+		if (pfd[0].revents & POLLIN) {
+			ssize_t len;
+
+			while ((len = recv(fd, buf, sizeof(buf), MSG_DONTWAIT)) > 0)
+				nfq_handle_packet(h, buf, (int)len);
+			if (len < 0 && errno != EAGAIN && errno != EWOULDBLOCK &&
+			    errno != ENOBUFS) {
+				perror("delayline: recv");
+				break;
+			}
+		}
+		if (pfd[1].revents & POLLIN) {
+			struct signalfd_siginfo si;
+			int stop = 0;
+
+			while (read(sfd, &si, sizeof(si)) == sizeof(si)) {
+				if (si.ssi_signo == SIGUSR1)
+					print_stats(queue);
+				else if (si.ssi_signo == SIGUSR2)
+					memset(&st, 0, sizeof(st));
+				else
+					stop = 1;
+			}
+			if (stop)
+				break;
+		}
+	}
+	print_stats(queue);
+	/* Packets still held are dropped by the kernel when the queue closes. */
+	nfq_destroy_queue(qh);
+	nfq_close(h);
+	if (pidfile)
+		unlink(pidfile);
+	return 0;
+}
