@@ -1,0 +1,170 @@
+#!/usr/bin/python3
+"""Traffic for the lab: a download server and its clients.
+
+Runs inside the lab's namespaces (`ip netns exec NAME-snd flows.py serve`,
+`ip netns exec NAME-rcv flows.py fetch ...`). One request/response protocol
+serves both kinds of flow of Alfredsson et al.:
+
+    client -> server   "SEND <bytes> <cc> <seconds>\\n"
+    server -> client   "OK\\n" then <bytes> bytes (or, with bytes 0, data for
+                       <seconds>), then FIN;  or "ERR <reason>\\n".
+
+The server sets the requested congestion control on its own socket (the data
+sender) before it sends a byte: the lab never relies on a namespace's default
+(bbr here), and a non-init namespace cannot default to cubic anyway. The
+client sets the same congestion control on its socket (it only sends the
+request and ACKs, so it makes no difference to the transfer, but no socket
+in the lab runs with a congestion control nobody chose).
+
+A web transfer's response time is what the client measures, from before
+connect() to the last byte, as wget would report it; the paper's short flow
+is one 320 kB transfer on its own connection.
+
+fetch prints one JSON object per line: {"event": "open", ...} as soon as the
+connection is up (the local port identifies the flow to the instruments),
+{"event": "done", ...} at the end.
+"""
+import argparse
+import json
+import socket
+import sys
+import threading
+import time
+
+CHUNK_BYTES = 256 * 1024
+_payload = memoryview(b"\0" * CHUNK_BYTES)
+
+
+def set_cc(sock, cc):
+    try:
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_CONGESTION, cc.encode())
+    except OSError as e:
+        raise OSError(
+            f"congestion control {cc!r} not available ({e.strerror}): "
+            "is it registered? bloatd_* need `bloatd start`; "
+            "see /proc/sys/net/ipv4/tcp_available_congestion_control") from e
+
+
+def serve_one(conn):
+    with conn:
+        try:
+            line = conn.makefile("rb").readline(200).decode().split()
+            if len(line) != 4 or line[0] != "SEND":
+                conn.sendall(b"ERR bad request\n")
+                return
+            nbytes, cc, seconds = int(line[1]), line[2], float(line[3])
+            try:
+                set_cc(conn, cc)
+            except OSError as e:
+                conn.sendall(f"ERR {e}\n".encode())
+                return
+            conn.sendall(b"OK\n")
+            if nbytes > 0:
+                left = nbytes
+                while left > 0:
+                    n = min(left, CHUNK_BYTES)
+                    conn.sendall(_payload[:n])
+                    left -= n
+            else:
+                end = time.monotonic() + seconds
+                while time.monotonic() < end:
+                    conn.sendall(_payload)
+            conn.shutdown(socket.SHUT_WR)
+            # Wait for the client's FIN so the close does not reset data
+            # still queued in the bottleneck.
+            conn.settimeout(max(seconds, 0) + 600)
+            while conn.recv(65536):
+                pass
+        except (OSError, ValueError):
+            pass
+
+
+def serve(args):
+    srv = socket.socket(socket.AF_INET6, socket.SOCK_STREAM)
+    srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    srv.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
+    srv.bind(("::", args.port))
+    srv.listen(64)
+    print(json.dumps({"event": "listening", "port": args.port}), flush=True)
+    while True:
+        conn, _ = srv.accept()
+        threading.Thread(target=serve_one, args=(conn,), daemon=True).start()
+
+
+def fetch_one(addr, port, nbytes, cc, seconds, label):
+    """One transfer on its own connection; returns the 'done' record."""
+    t0 = time.monotonic()
+    wall0 = time.time()
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    set_cc(sock, cc)
+    sock.settimeout(max(seconds, 0) + 900)
+    sock.connect((addr, port))
+    local_port = sock.getsockname()[1]
+    print(json.dumps({"event": "open", "label": label, "cc": cc,
+                      "local_port": local_port, "wall": wall0}), flush=True)
+    sock.sendall(f"SEND {nbytes} {cc} {seconds}\n".encode())
+    got, header, t_first = 0, b"", None
+    buf = bytearray(CHUNK_BYTES)
+    while True:
+        n = sock.recv_into(buf)
+        if n == 0:
+            break
+        if t_first is None:
+            t_first = time.monotonic()
+        if b"\n" not in header:
+            cut = bytes(buf[:n]).find(b"\n")
+            if cut < 0:
+                header += bytes(buf[:n])
+                continue
+            header += bytes(buf[:cut + 1])
+            got += n - cut - 1
+        else:
+            got += n
+    t1 = time.monotonic()
+    sock.close()
+    if not header.startswith(b"OK"):
+        raise OSError(header.decode(errors="replace").strip() or "server closed without answer")
+    return {"event": "done", "label": label, "cc": cc, "local_port": local_port,
+            "wall": wall0, "bytes": got, "response_s": t1 - t0,
+            "goodput_bps": got * 8 / max(t1 - (t_first or t0), 1e-9)}
+
+
+def fetch(args):
+    for i in range(args.count):
+        if i and args.gap > 0:
+            time.sleep(args.gap)
+        try:
+            rec = fetch_one(args.addr, args.port, args.bytes, args.cc,
+                            args.seconds, args.label)
+        except OSError as e:
+            print(json.dumps({"event": "error", "label": args.label,
+                              "cc": args.cc, "error": str(e)}), flush=True)
+            return 1
+        print(json.dumps(rec), flush=True)
+    return 0
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    s = sub.add_parser("serve", help="download server (run in the sender namespace)")
+    s.add_argument("--port", type=int, default=8000)
+    f = sub.add_parser("fetch", help="download client (run in the receiver namespace)")
+    f.add_argument("--addr", default="10.9.1.1")
+    f.add_argument("--port", type=int, default=8000)
+    f.add_argument("--bytes", type=int, default=320000,
+                   help="bytes to fetch; 0 = bulk for --seconds")
+    f.add_argument("--seconds", type=float, default=0)
+    f.add_argument("--cc", required=True, help="congestion control of the transfer")
+    f.add_argument("--count", type=int, default=1, help="sequential transfers")
+    f.add_argument("--gap", type=float, default=1.0, help="seconds between transfers")
+    f.add_argument("--label", default="")
+    args = ap.parse_args()
+    try:
+        return serve(args) if args.cmd == "serve" else fetch(args)
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

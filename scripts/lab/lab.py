@@ -1,0 +1,437 @@
+#!/usr/bin/python3
+"""The runs of Alfredsson et al. (2013) on the lab's emulated cellular links.
+
+    A  long flows alone: one bulk download per congestion control
+    B  320 kB short flows alone
+    C  one background bulk flow + short flows
+    D  five background bulk flows + short flows
+
+for every combination of the background flows' and the short flow's
+congestion control among cubic, reno, bloatd_cubic and bloatd_westwood.
+bloatd measures every flow (RTT, outstanding window, retransmissions: its
+/v1/sockets API); the short flows' response times come from the client, as
+wget's did in the paper. Results, table, plots and the findings F1-F4 go to
+--out (default lab-results/).
+
+    sudo /usr/bin/python3 scripts/lab/lab.py --quick     # < 5 min, 3.5g (+ a 3g long flow)
+    sudo /usr/bin/python3 scripts/lab/lab.py             # the full campaign
+    /usr/bin/python3 scripts/lab/lab.py --analyze DIR    # table, plots, findings again
+
+Ctrl-C stops the traffic, removes the lab and keeps what was measured.
+"""
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import analysis  # noqa: E402
+import instrument  # noqa: E402
+
+PY = "/usr/bin/python3"
+TOPO = os.path.join(HERE, "topo.sh")
+FLOWS = os.path.join(HERE, "flows.py")
+PORT = 8000
+SERVER_ADDR = "10.9.1.1"
+SHORT_BYTES = 320_000  # Alfredsson et al., Sec. III-A: the average web page
+CCS = ["cubic", "reno", "bloatd_cubic", "bloatd_westwood"]
+BG_FLOWS = {"C": 1, "D": 5}
+
+
+def log(msg):
+    print(msg, flush=True)
+
+
+# ---------------------------------------------------------------- the plan
+
+def full_plan(ccs):
+    """The campaign: every run and combination on 3.5g (the paper's focus,
+    Fig. 2-7), what F3/F4 need on 3g (Fig. 8-9: a 3g short flow takes 20 s
+    alone and minutes beside five bulk flows), and 4g for contrast (Fig. 10)."""
+    ww = [c for c in ("cubic", "bloatd_westwood") if c in ccs]
+    return {
+        "3.5g": {"A": {"ccs": ccs, "reps": 3, "seconds": 60},
+                 "B": {"ccs": ccs, "shorts": 10},
+                 "C": {"bg": ccs, "short": ccs, "shorts": 10},
+                 "D": {"bg": ccs, "short": ccs, "shorts": 10}},
+        "3g": {"A": {"ccs": ccs, "reps": 1, "seconds": 60},
+               "B": {"ccs": ww, "shorts": 3},
+               "D": {"bg": ["cubic"], "short": ww, "shorts": 3}},
+        "4g": {"A": {"ccs": ccs, "reps": 1, "seconds": 30},
+               "B": {"ccs": ccs, "shorts": 5},
+               "C": {"bg": ccs, "short": ["cubic"], "shorts": 5},
+               "D": {"bg": ccs, "short": ["cubic"], "shorts": 5}},
+    }
+
+
+def quick_plan(ccs):
+    """Under 5 minutes: F1's and F2's core comparisons on 3.5g (CUBIC against
+    Westwood+, short flows with CUBIC) and one 3g CUBIC long flow for F3."""
+    pair = [c for c in ("cubic", "bloatd_westwood") if c in ccs]
+    return {
+        "3.5g": {"B": {"ccs": ["cubic"], "shorts": 5},
+                 "A": {"ccs": pair, "reps": 1, "seconds": 25},
+                 "C": {"bg": pair, "short": ["cubic"], "shorts": 5},
+                 "D": {"bg": pair, "short": ["cubic"], "shorts": 2}},
+        "3g": {"A": {"ccs": ["cubic"], "reps": 1, "seconds": 20}},
+    }
+
+
+def expand(plan, profiles):
+    """The plan as a list of steps, each a dict, in execution order."""
+    steps = []
+    for prof in profiles:
+        spec = plan.get(prof, {})
+        for run in ("B", "A", "C", "D"):
+            r = spec.get(run)
+            if not r:
+                continue
+            if run == "A":
+                for rep in range(r["reps"]):
+                    for cc in r["ccs"]:
+                        steps.append({"profile": prof, "run": "A", "cc": cc,
+                                      "rep": rep, "seconds": r["seconds"]})
+            elif run == "B":
+                for cc in r["ccs"]:
+                    steps.append({"profile": prof, "run": "B", "short_cc": cc,
+                                  "shorts": r["shorts"]})
+            else:
+                for bg in r["bg"]:
+                    for cc in r["short"]:
+                        steps.append({"profile": prof, "run": run, "bg_cc": bg,
+                                      "short_cc": cc, "shorts": r["shorts"]})
+    return steps
+
+
+# ---------------------------------------------------------------- the lab
+
+class Profile:
+    def __init__(self, name):
+        out = subprocess.run([TOPO, "profile", name], capture_output=True,
+                             text=True, check=True).stdout.split()
+        kv = dict(f.split("=", 1) for f in out)
+        self.name = name
+        self.rate = kv["rate"]
+        self.rate_bps = analysis.rate_bps(kv["rate"])
+        self.delay_ms = float(kv["delay_ms"])
+        self.buffer_bytes = int(kv["buffer_bytes"])
+
+    @property
+    def drain_s(self):
+        """Time for the bottleneck to empty a full buffer."""
+        return self.buffer_bytes * 8 / self.rate_bps
+
+    @property
+    def warmup_s(self):
+        """Time given to background flows before the first short flow: their
+        slow start, the overflow of the buffer and the loss recovery after
+        it take a few (bloated) round trips."""
+        return max(6.0, 10 * (self.delay_ms / 1000 + self.drain_s))
+
+    def estimate_s(self, step):
+        """Rough duration of a step, for the progress line's ETA."""
+        alone = SHORT_BYTES * 8 / self.rate_bps + 8 * self.delay_ms / 1000
+        if step["run"] == "A":
+            return step["seconds"] + 2 + self.drain_s
+        if step["run"] == "B":
+            return step["shorts"] * (alone + 0.5) + 1
+        n_bg = BG_FLOWS[step["run"]]
+        beside = (n_bg + 1) * SHORT_BYTES * 8 / self.rate_bps + 8 * (self.delay_ms / 1000 + self.drain_s)
+        return self.warmup_s + step["shorts"] * (beside + 1) + self.drain_s + 1
+
+    def as_dict(self):
+        return {"name": self.name, "rate": self.rate, "rate_bps": self.rate_bps,
+                "delay_ms": self.delay_ms, "buffer_bytes": self.buffer_bytes}
+
+
+class Lab:
+    """One topology, its server and every process started in it."""
+
+    def __init__(self, name):
+        self.name = name
+        self.procs = []
+        self.server = None
+
+    def up(self, profile):
+        subprocess.run([TOPO, "up", self.name, "--profile", profile.name], check=True,
+                       stdout=subprocess.DEVNULL)
+        self.server = self.spawn("snd", [PY, FLOWS, "serve", "--port", str(PORT)])
+        line = self.server.stdout.readline()
+        if '"listening"' not in line:
+            raise RuntimeError(f"flow server did not start: {line!r}")
+
+    def spawn(self, side, argv):
+        # A session of its own: the terminal's Ctrl-C reaches only us, and
+        # we stop the traffic in order before the namespaces go.
+        p = subprocess.Popen(["ip", "netns", "exec", f"{self.name}-{side}"] + argv,
+                             stdout=subprocess.PIPE, text=True, start_new_session=True)
+        self.procs.append(p)
+        return p
+
+    def fetch(self, cc, nbytes=SHORT_BYTES, seconds=0, count=1, gap=1.0, label=""):
+        return self.spawn("rcv", [PY, FLOWS, "fetch", "--addr", SERVER_ADDR, "--port", str(PORT),
+                                  "--bytes", str(nbytes), "--seconds", str(seconds),
+                                  "--cc", cc, "--count", str(count), "--gap", str(gap),
+                                  "--label", label])
+
+    def stop(self, p):
+        if p.poll() is None:
+            p.terminate()
+            try:
+                p.wait(timeout=3)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+        if p in self.procs:
+            self.procs.remove(p)
+
+    def backlog_bytes(self):
+        out = subprocess.run(["ip", "netns", "exec", f"{self.name}-rtr", "tc", "-s", "qdisc",
+                              "show", "dev", "rcv0"], capture_output=True, text=True).stdout
+        for tok in out.split("backlog")[1:]:
+            v = tok.split()[0]
+            return analysis.size_bytes(v)
+        return 0
+
+    def wait_drained(self, timeout_s):
+        """Until the bottleneck queue is empty: the next step must not start
+        behind the last one's data."""
+        end = time.monotonic() + timeout_s
+        while self.backlog_bytes() > 0 and time.monotonic() < end:
+            time.sleep(0.1)
+
+    def down(self):
+        for p in list(self.procs):
+            self.stop(p)
+        subprocess.run([TOPO, "down", self.name], check=False)
+
+
+def read_event(proc, want):
+    """Next JSON line from a flows.py client; raises on its errors."""
+    while True:
+        line = proc.stdout.readline()
+        if not line:
+            raise RuntimeError(f"flow client exited ({proc.wait()}) before '{want}'")
+        ev = json.loads(line)
+        if ev["event"] == "error":
+            raise RuntimeError(ev["error"])
+        if ev["event"] == want:
+            return ev
+
+
+# ---------------------------------------------------------------- the runs
+
+def flow_stats(inst, port, t0, t1):
+    """bloatd's view of one flow between t0 and t1 (sender socket)."""
+    s = inst.flow(port, t0, t1 + 0.2)
+    srtt = [x["srtt_us"] for x in s if x["srtt_us"] > 0]
+    return {
+        "samples": len(s),
+        "srtt_mean_us": sum(srtt) / len(srtt) if srtt else None,
+        "srtt_max_us": max(srtt) if srtt else None,
+        "retrans": max((x["retrans"] for x in s), default=None),
+        "mss": max((x["mss"] for x in s), default=None),
+        "cc_seen": s[-1]["cc"] if s else None,
+    }
+
+
+def run_a(lab, inst, prof, step):
+    p = lab.fetch(step["cc"], nbytes=0, seconds=step["seconds"], label="A")
+    opened = read_event(p, "open")
+    done = read_event(p, "done")
+    lab.stop(p)
+    samples = inst.flow(opened["local_port"], opened["wall"], done["wall"] + done["response_s"])
+    series = [{"t": round(x["t"] - opened["wall"], 3), "srtt_us": x["srtt_us"],
+               "inflight_bytes": x["inflight"] * x["mss"], "cwnd": x["cwnd"],
+               "retrans": x["retrans"]} for x in samples]
+    rec = {"goodput_bps": done["goodput_bps"], "bytes": done["bytes"],
+           "seconds": done["response_s"], "series": series}
+    rec.update(analysis.long_flow_summary(series))
+    rec["cc_seen"] = samples[-1]["cc"] if samples else None
+    log(f"    {step['cc']}: {done['goodput_bps'] / 1e6:.2f} Mbit/s, "
+        f"RTT {analysis.fmt_ms(rec['srtt_mean_us'])} "
+        f"(max {analysis.fmt_ms(rec['srtt_max_us'])}), "
+        f"in flight {analysis.fmt_kb(rec['inflight_mean_bytes'])}, retrans {rec['retrans']}")
+    return [rec]
+
+
+def run_shorts(lab, inst, prof, step):
+    bg = []
+    n_bg = BG_FLOWS.get(step["run"], 0)
+    for i in range(n_bg):
+        p = lab.fetch(step["bg_cc"], nbytes=0, seconds=3600, label=f"bg{i}")
+        read_event(p, "open")
+        bg.append(p)
+    if bg:
+        time.sleep(prof.warmup_s)
+    gap = 1.0 if bg else 0.5
+    p = lab.fetch(step["short_cc"], count=step["shorts"], gap=gap, label="short")
+    recs = []
+    for i in range(step["shorts"]):
+        opened = read_event(p, "open")
+        done = read_event(p, "done")
+        st = flow_stats(inst, opened["local_port"], done["wall"], done["wall"] + done["response_s"])
+        segs = done["bytes"] / (st["mss"] or 1448)
+        rec = {"response_s": done["response_s"], "bytes": done["bytes"], **st,
+               "loss_pct": 100 * st["retrans"] / segs if st["retrans"] is not None else None}
+        recs.append(rec)
+        for bgp in bg:
+            if bgp.poll() is not None:
+                raise RuntimeError("a background flow ended early: see the server's errors")
+        log(f"    short {i + 1}/{step['shorts']}: {done['response_s']:.2f} s, "
+            f"RTT {analysis.fmt_ms(st['srtt_mean_us'])}, retrans {st['retrans']}")
+    lab.stop(p)
+    for bgp in bg:
+        lab.stop(bgp)
+    return recs
+
+
+def check_ccs(ccs):
+    with open("/proc/sys/net/ipv4/tcp_available_congestion_control") as f:
+        have = f.read().split()
+    missing = [c for c in ccs if c not in have]
+    return have, missing
+
+
+def pick_instrument(choice):
+    if choice in ("auto", "bloatd"):
+        if instrument.bloatd_available():
+            return "bloatd"
+        if choice == "bloatd":
+            sys.exit("lab: bloatd is not answering on /run/bloatd/bloatd.sock: "
+                     "start it (sudo target/release/bloatd start) or use --instrument ss")
+        log("lab: bloatd is not running: measuring with ss (the kernel's view) instead")
+    return "ss"
+
+
+def run_campaign(args):
+    if os.geteuid() != 0:
+        sys.exit("lab: needs root (network namespaces, qdiscs, iptables): run with sudo")
+    ccs = args.ccs.split(",")
+    have, missing = check_ccs(ccs)
+    if missing and not args.skip_missing_cc:
+        sys.exit(f"lab: congestion control(s) {', '.join(missing)} not registered "
+                 f"(available: {' '.join(have)}). bloatd_cubic and bloatd_westwood are "
+                 "registered by `bloatd start`; or pass --skip-missing-cc")
+    ccs = [c for c in ccs if c not in missing]
+    if missing:
+        log(f"lab: skipping {', '.join(missing)} (not registered)")
+    plan = quick_plan(ccs) if args.quick else full_plan(ccs)
+    profiles = args.profiles.split(",") if args.profiles else list(plan)
+    steps = expand(plan, profiles)
+    if args.runs:
+        steps = [s for s in steps if s["run"] in args.runs.upper().split(",")]
+    if args.shorts:
+        for s in steps:
+            if "shorts" in s:
+                s["shorts"] = args.shorts
+    if args.a_seconds:
+        for s in steps:
+            if s["run"] == "A":
+                s["seconds"] = args.a_seconds
+    backend = pick_instrument(args.instrument)
+    os.makedirs(args.out, exist_ok=True)
+    profs = {p: Profile(p) for p in profiles}
+    total_est = sum(profs[s["profile"]].estimate_s(s) for s in steps)
+    meta = {"started": time.strftime("%Y-%m-%d %H:%M:%S"), "quick": args.quick,
+            "instrument": backend, "ccs": ccs, "missing_ccs": missing,
+            "profiles": {p: profs[p].as_dict() for p in profiles},
+            "kernel": os.uname().release}
+    with open(os.path.join(args.out, "meta.json"), "w") as f:
+        json.dump(meta, f, indent=1)
+    raw_path = os.path.join(args.out, "raw.jsonl")
+    if os.path.exists(raw_path):
+        os.rename(raw_path, raw_path + ".old")
+    log(f"lab: {len(steps)} steps on {', '.join(profiles)}, about {total_est / 60:.0f} min; "
+        f"instrument {backend}; results in {args.out}/")
+
+    lab = Lab(args.name)
+    t_start = time.monotonic()
+    done_est = 0.0
+    cur_prof = None
+    inst = None
+    try:
+        with open(raw_path, "w") as raw:
+            for i, step in enumerate(steps):
+                prof = profs[step["profile"]]
+                if prof.name != cur_prof:
+                    if inst:
+                        inst.stop()
+                    lab.down()
+                    lab.up(prof)
+                    inst = instrument.Instrument(backend, f"{args.name}-snd", PORT,
+                                                 0.05 if backend == "bloatd" else 0.1)
+                    inst.start()
+                    cur_prof = prof.name
+                elapsed = time.monotonic() - t_start
+                speed = elapsed / done_est if done_est > 0 else 1.0
+                eta = (total_est - done_est) * speed
+                desc = analysis.step_label(step)
+                log(f"[{i + 1:3d}/{len(steps)}] {elapsed / 60:5.1f} min, ETA {eta / 60:4.1f} min | "
+                    f"{prof.name} {desc}")
+                recs = run_a(lab, inst, prof, step) if step["run"] == "A" else \
+                    run_shorts(lab, inst, prof, step)
+                for r in recs:
+                    r.update({k: v for k, v in step.items() if k not in ("shorts", "seconds")})
+                    r["instrument"] = backend
+                    raw.write(json.dumps(r) + "\n")
+                raw.flush()
+                if inst.errors:
+                    log(f"    instrument errors: {inst.errors} (last: {inst.last_error})")
+                    inst.errors = 0
+                inst.forget_before(time.time() - 5)
+                lab.wait_drained(prof.drain_s + 5)
+                done_est += prof.estimate_s(step)
+    except KeyboardInterrupt:
+        log("\nlab: interrupted: stopping traffic and removing the lab")
+        if inst:
+            inst.stop()
+        lab.down()
+        log(f"lab: partial results kept in {raw_path}")
+        return 130
+    except Exception:
+        if inst:
+            inst.stop()
+        lab.down()
+        raise
+    if inst:
+        inst.stop()
+    lab.down()
+    log(f"lab: measured in {(time.monotonic() - t_start) / 60:.1f} min")
+    return analysis.report(args.out)
+
+
+def main():
+    ap = argparse.ArgumentParser(description="Alfredsson et al.'s runs A-D on the lab",
+                                 formatter_class=argparse.RawDescriptionHelpFormatter,
+                                 epilog=__doc__)
+    ap.add_argument("--quick", action="store_true", help="the < 5 min subset (make lab-quick)")
+    ap.add_argument("--out", default="lab-results", help="results directory (default lab-results)")
+    ap.add_argument("--analyze", metavar="DIR", help="only recompute table, plots and findings of DIR")
+    ap.add_argument("--profiles", help="comma list among 3.5g,3g,4g (default: the plan's)")
+    ap.add_argument("--runs", help="comma list among A,B,C,D (default: all)")
+    ap.add_argument("--ccs", default=",".join(CCS), help="congestion controls (default: %(default)s)")
+    ap.add_argument("--shorts", type=int, help="short flows per configuration (override)")
+    ap.add_argument("--a-seconds", type=float, help="run A flow length (override)")
+    ap.add_argument("--instrument", default="auto", choices=["auto", "bloatd", "ss"],
+                    help="bloatd (default when running) or ss")
+    ap.add_argument("--skip-missing-cc", action="store_true",
+                    help="drop configurations whose congestion control is not registered")
+    ap.add_argument("--name", default="bllab", help="lab topology name (default bllab)")
+    args = ap.parse_args()
+    if args.analyze:
+        return analysis.report(args.analyze)
+
+    def on_term(signum, frame):
+        raise KeyboardInterrupt
+    signal.signal(signal.SIGTERM, on_term)
+    signal.signal(signal.SIGHUP, on_term)
+    return run_campaign(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
