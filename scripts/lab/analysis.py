@@ -138,6 +138,12 @@ def fmt_ratio(r):
     return "n/a" if r is None else f"{r:.2f}"
 
 
+def finding(name, text, value=None, holds=False):
+    """One finding: its line starts with its name and ends with the verdict."""
+    return {"name": name, "value": value, "holds": bool(holds),
+            "line": f"{name} {text}; " + ("holds" if holds else "does not hold")}
+
+
 # ------------------------------------------------------------ load + group
 
 def load(d):
@@ -241,8 +247,8 @@ def finding_f1(res):
     c = {bg: _pool_short(res, prof, "C", bg) for bg in res.ccs(prof, "C", "bg_cc")}
     d = {bg: _pool_short(res, prof, "D", bg) for bg in res.ccs(prof, "D", "bg_cc")}
     if "cubic" not in c or WW not in c:
-        return ("F1 3.5g short flow beside CUBIC vs Westwood+ bulk: not measured "
-                "(needs run C with cubic and bloatd_westwood background) does not hold")
+        return finding("F1", "3.5g short flow beside 1 CUBIC vs 1 Westwood+ bulk flow: not measured "
+                       "(needs run C with cubic and bloatd_westwood background)")
     core = ratio(c["cubic"][1], c[WW][1])
     parts = [f"alone {fmt_stat(alone)} s (paper ~0.8)"] if alone[1] else []
     one = []
@@ -255,51 +261,51 @@ def finding_f1(res):
                      + " (paper: CUBIC ~8, NewReno ~6, Westwood+ ~5 s)")
     spread = [res.stat(res.short(prof, "C", "cubic", cc), "response_s")[1]
               for cc in res.ccs(prof, "C", "short_cc")]
-    spread = [s for s in spread if s]
+    spread = [x for x in spread if x]
     if len(spread) > 1:
         parts.append(f"short-flow CC spread beside 1 CUBIC {max(spread) / min(spread):.2f}x "
                      "(paper: matters little)")
     ok = core is not None and core > 1.3 and disjoint(c["cubic"], c[WW])
-    return (f"F1 3.5g response beside 1 CUBIC / beside 1 Westwood+ bulk = {fmt_ratio(core)} "
-            f"(paper ~2; 5x vs 2x of idle); " + "; ".join(parts) + "; "
-            + ("holds" if ok else "does not hold"))
+    return finding("F1", f"3.5g response beside 1 CUBIC / beside 1 Westwood+ bulk = {fmt_ratio(core)} "
+                   f"(paper ~2: 5x vs 2x of idle; 95% CIs {'apart' if disjoint(c['cubic'], c[WW]) else 'overlap'}); "
+                   + "; ".join(parts), core, ok)
 
 
 def finding_f2(res):
     prof = "3.5g"
     g = {cc: res.stat(res.long(prof, cc), "goodput_bps") for cc in res.ccs(prof, "A", "cc")}
+    if "cubic" not in g or WW not in g:
+        return finding("F2", "3.5g long flows CUBIC vs Westwood+: not measured "
+                       "(needs run A with cubic and bloatd_westwood)")
     r = {cc: res.stat(res.long(prof, cc), "srtt_mean_us") for cc in g}
     w = {cc: res.stat(res.long(prof, cc), "inflight_mean_bytes") for cc in g}
     x = {cc: res.stat(res.long(prof, cc), "retrans") for cc in g}
-    if "cubic" not in g or WW not in g:
-        return ("F2 3.5g long flows CUBIC vs Westwood+: not measured "
-                "(needs run A with cubic and bloatd_westwood) does not hold")
     rtt_ratio = ratio(r["cubic"][1], r[WW][1])
     win_ratio = ratio(w["cubic"][1], w[WW][1])
     ret_ratio = ratio(x["cubic"][1], x[WW][1])
     gp_ratio = ratio(g["cubic"][1], g[WW][1])
     gps = ", ".join(f"{cc} {g[cc][1] / 1e6:.1f}" for cc in cc_sorted(g))
     ok = rtt_ratio is not None and rtt_ratio > 1.2 and gp_ratio is not None and 0.9 <= gp_ratio <= 1.1
-    return (f"F2 3.5g long-flow RTT CUBIC / Westwood+ = {fmt_ratio(rtt_ratio)} (paper 1.5; HSDPA 1.54); "
-            f"goodput Mbit/s {gps} (paper 16.1 CUBIC, 15.5 NewReno, 15.7 Westwood+; "
-            f"ratio {fmt_ratio(gp_ratio)}); outstanding window ratio {fmt_ratio(win_ratio)} "
-            f"(paper ~2); retransmissions ratio {fmt_ratio(ret_ratio)} (HSDPA ~3); "
-            + ("holds" if ok else "does not hold"))
+    return finding("F2", f"3.5g long-flow RTT CUBIC / Westwood+ = {fmt_ratio(rtt_ratio)} "
+                   f"(paper 1.5; HSDPA 1.54); goodput Mbit/s {gps} (paper 16.1 CUBIC, 15.5 NewReno, "
+                   f"15.7 Westwood+; CUBIC/Westwood+ {fmt_ratio(gp_ratio)}); outstanding window "
+                   f"ratio {fmt_ratio(win_ratio)} (paper ~2); retransmissions ratio "
+                   f"{fmt_ratio(ret_ratio)} (HSDPA ~3)", rtt_ratio, ok)
 
 
 def finding_f3(res):
     prof = next((p for p in ("3g", "3.5g", "4g") if res.long(p, "cubic")), None)
     if prof is None:
-        return "F3 fat pipe: not measured (needs a run A CUBIC flow) does not hold"
+        return finding("F3", "fat pipe: not measured (needs a run A CUBIC flow)")
     p = res.meta["profiles"][prof]
     bdp = p["rate_bps"] / 8 * p["delay_ms"] / 1000
     infl = res.stat(res.long(prof, "cubic"), "inflight_mean_bytes")[1]
     rmax = max(r["srtt_max_us"] or 0 for r in res.long(prof, "cubic"))
     fat = ratio(infl, bdp)
     ok = fat is not None and fat >= 5 and rmax >= 1_000_000
-    return (f"F3 {prof} CUBIC in flight / BDP = {fmt_ratio(fat)} ({fmt_kb(infl)} vs {fmt_kb(bdp)}; "
-            f"paper: >1000 kB vs 58 kB, ~17); max RTT {rmax / 1e6:.2f} s (paper: seconds, up to 10 s); "
-            + ("holds" if ok else "does not hold"))
+    return finding("F3", f"{prof} CUBIC long flow in flight / BDP = {fmt_ratio(fat)} "
+                   f"({fmt_kb(infl)} vs {fmt_kb(bdp)}; paper: >1000 kB vs 58 kB, ~17); max RTT "
+                   f"{rmax / 1e6:.2f} s (paper: seconds, up to 10 s)", fat, ok)
 
 
 def finding_f4(res):
@@ -309,15 +315,15 @@ def finding_f4(res):
         return a, b, ratio(a[1], b[1])
     ww3, cu3, r3 = short_cc_ratio("3g")
     if r3 is None:
-        return ("F4 3g short-flow CC beside 5 CUBIC bulk: not measured (needs 3g run D, "
-                "the full campaign) does not hold")
+        return finding("F4", "3g short flow's own CC beside 5 CUBIC bulk flows: not measured "
+                       "(needs 3g run D with cubic and bloatd_westwood short flows: the full campaign)")
     loss = res.stat(res.short("3g", "D", "cubic"), "loss_pct")
     _, _, r35 = short_cc_ratio("3.5g")
     ok = r3 > 1.3 and (loss[1] or 0) >= 1 and (r35 is None or r3 > r35)
-    return (f"F4 3g response Westwood+ short / CUBIC short beside 5 CUBIC bulk = {r3:.2f} "
-            f"({ww3[1]:.0f} s vs {cu3[1]:.0f} s; paper >300 s vs <150 s, ~2); short-flow loss "
-            f"{fmt_stat(loss, 1, 1)} % (paper ~15 %); same ratio on 3.5g {fmt_ratio(r35)} "
-            f"(paper: matters little); " + ("holds" if ok else "does not hold"))
+    return finding("F4", f"3g response Westwood+ short / CUBIC short beside 5 CUBIC bulk = {r3:.2f} "
+                   f"({ww3[1]:.0f} s vs {cu3[1]:.0f} s; paper >300 s vs <150 s, ~2); short-flow "
+                   f"retransmitted {fmt_stat(loss, 1, 1)} % (paper: ~15 % loss); same ratio on 3.5g "
+                   f"{fmt_ratio(r35)} (paper: matters little)", r3, ok)
 
 
 def findings(res):
@@ -467,7 +473,7 @@ def report(d):
     with open(os.path.join(d, "table.txt"), "w") as f:
         f.write(tab + "\n")
     with open(os.path.join(d, "findings.txt"), "w") as f:
-        f.write("\n".join(fnd) + "\n")
+        f.write("\n".join(x["line"] for x in fnd) + "\n")
     try:
         made = plots(res, d)
     except ImportError as e:
@@ -475,6 +481,7 @@ def report(d):
         print(f"lab: no plots ({e}): install python3-matplotlib (scripts/deps.sh) "
               "and run with /usr/bin/python3")
     summary = {"meta": meta, "findings": fnd, "plots": made}
+    fnd = [f["line"] for f in fnd]
     with open(os.path.join(d, "summary.json"), "w") as f:
         json.dump(summary, f, indent=1)
     print(tab)

@@ -140,8 +140,13 @@ stop_pid() {
 	kill -9 "$pid" 2>/dev/null || true
 }
 
+# The delay line this `up` launched, until it has written its pid file: an
+# interrupt can land before that, even before it entered the namespace.
+DELAY_CHILD=
+
 down() {
 	local name=$1 ns pid
+	[[ -n $DELAY_CHILD ]] && stop_pid "$DELAY_CHILD"
 	if [[ -f $LAB_RUN/$name.delay.pid ]]; then
 		pid=$(cat "$LAB_RUN/$name.delay.pid" 2>/dev/null || true)
 		[[ $pid =~ ^[0-9]+$ ]] && stop_pid "$pid"
@@ -175,9 +180,10 @@ delay_up() {
 	setsid ip netns exec "$name-rtr" "$bin" --delay-ms "$delay_ms" --queue 0 \
 		--pidfile "$LAB_RUN/$name.delay.pid" --rt 50 \
 		</dev/null >>"$LAB_RUN/$name.delay.log" 2>&1 &
+	DELAY_CHILD=$!
 	for ((i = 0; i < 100; i++)); do
 		[[ -s $LAB_RUN/$name.delay.pid ]] && break
-		kill -0 $! 2>/dev/null || { cat "$LAB_RUN/$name.delay.log" >&2; die "delay line did not start"; }
+		kill -0 "$DELAY_CHILD" 2>/dev/null || { cat "$LAB_RUN/$name.delay.log" >&2; die "delay line did not start"; }
 		sleep 0.02
 	done
 	[[ -s $LAB_RUN/$name.delay.pid ]] || die "delay line did not bind its queue within 2 s"
@@ -213,7 +219,8 @@ up() {
 	down "$name"
 	# Whatever stops us before the end (an error under set -e, Ctrl-C,
 	# TERM), the EXIT trap removes what was made so far.
-	trap 'echo "topo.sh: setup of $name did not finish, removing it" >&2; down "$name"' EXIT
+	# (Expanded now: the trap runs after this function's locals are gone.)
+	trap "echo 'topo.sh: setup of $name did not finish, removing it' >&2; down $name" EXIT
 	trap 'exit 130' INT
 	trap 'exit 143' TERM
 
