@@ -18,6 +18,21 @@ pub fn ms(us: u64) -> String {
     format!("{}s", (us + 500_000) / 1_000_000)
 }
 
+/// An age or a time span in milliseconds, for people (not for parsing):
+/// "0.3s", "2.5s", "12s", "4m05s", "2h03m".
+pub fn age(ms: u64) -> String {
+    let tenths = (ms + 50) / 100;
+    if tenths < 100 {
+        return format!("{}.{}s", tenths / 10, tenths % 10);
+    }
+    let s = (ms + 500) / 1000;
+    match s {
+        0..=59 => format!("{s}s"),
+        60..=3599 => format!("{}m{:02}s", s / 60, s % 60),
+        _ => format!("{}h{:02}m", s / 3600, s % 3600 / 60),
+    }
+}
+
 /// A rate in bits per second: "812kbit/s", "9.8Mbit/s", "94Mbit/s", "1.2Gbit/s".
 pub fn rate(bps: u64) -> String {
     scaled(bps, &["bit/s", "kbit/s", "Mbit/s", "Gbit/s", "Tbit/s"])
@@ -98,6 +113,16 @@ mod tests {
         assert_eq!(ms(99_999_000), "99999ms");
         assert_eq!(ms(99_999_500), "100s");
         assert_eq!(ms(u32::MAX as u64), "4295s");
+    }
+
+    #[test]
+    fn ages_for_people() {
+        assert_eq!(age(0), "0.0s");
+        assert_eq!(age(2_505), "2.5s");
+        assert_eq!(age(9_960), "10s");
+        assert_eq!(age(59_400), "59s");
+        assert_eq!(age(245_000), "4m05s");
+        assert_eq!(age(7_380_000), "2h03m");
     }
 
     #[test]

@@ -13,7 +13,13 @@ use ratatui::prelude::CrosstermBackend;
 use ratatui::Terminal;
 use std::io::{self, IsTerminal, Stdout};
 use std::panic::{self, PanicHookInfo};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
+
+/// Whether the terminal is in raw mode on the alternate screen. Restoring
+/// twice is not harmless: leaving the alternate screen again moves the
+/// cursor back to where it was on entry, over the panic message just printed.
+static ENTERED: AtomicBool = AtomicBool::new(false);
 
 type Hook = Arc<dyn Fn(&PanicHookInfo<'_>) + Send + Sync + 'static>;
 
@@ -42,6 +48,7 @@ impl TerminalGuard {
             terminal,
             previous_hook,
         };
+        ENTERED.store(true, Ordering::SeqCst);
         enable_raw_mode()?;
         execute!(io::stdout(), EnterAlternateScreen, Hide)?;
         Ok(guard)
@@ -61,9 +68,13 @@ impl Drop for TerminalGuard {
     }
 }
 
-/// Puts the terminal back: cooked mode, main screen, visible cursor. Safe to
-/// call more than once (the panic hook and the guard both do).
+/// Puts the terminal back: cooked mode, main screen, visible cursor. Only
+/// the first call after `enter` acts (the panic hook and then the guard's
+/// drop both call it).
 fn restore() {
+    if !ENTERED.swap(false, Ordering::SeqCst) {
+        return;
+    }
     let _ = disable_raw_mode();
     let _ = execute!(io::stdout(), LeaveAlternateScreen, Show);
 }

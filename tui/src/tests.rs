@@ -167,7 +167,7 @@ fn shows_the_daemon_going_away_and_recovers() {
         assert!(!frame.contains(row));
     }
     assert!(
-        run.frames[5].contains("unreachable for 1000ms"),
+        run.frames[5].contains("unreachable for 1.0s"),
         "{}",
         run.frames[5]
     );

@@ -246,7 +246,7 @@ fn render_header(app: &App, area: Rect, notice_lines: u16, buf: &mut Buffer) {
     if snap.taken_ms > 0 && age_ms > 2 * snap.interval_ms as u64 {
         health_line.push(sep());
         health_line.push(Span::styled(
-            format!("data {} old", format::ms(age_ms * 1000)),
+            format!("data {} old", format::age(age_ms)),
             WARN,
         ));
     }
@@ -1119,7 +1119,7 @@ fn disconnected(app: &App, message: &str, since_ms: u64, area: Rect, buf: &mut B
         Line::styled(
             format!(
                 "unreachable for {}; the table comes back when it answers",
-                format::ms(down_for_ms * 1000)
+                format::age(down_for_ms)
             ),
             DIM,
         ),
