@@ -1100,6 +1100,13 @@ fn help(app: &App, area: Rect, buf: &mut Buffer) {
         text("  CA          open, disord(er), cwr, recov(ery), loss".into()),
         text("  name*       bloatd_name: bloatd's own Westwood+ / CUBIC".into()),
         text("  header      qdelay p50/p90/max per congestion control".into()),
+        Line::raw(""),
+        Line::styled(
+            "Detail charts (last minute)",
+            TITLE.add_modifier(Modifier::UNDERLINED),
+        ),
+        text("  pipe        Westwood+ BWE×RTTmin: the window that needs no queue".into()),
+        text("  W_max K     CUBIC: window at the last loss, time to grow back to it".into()),
     ];
     Paragraph::new(lines)
         .block(
