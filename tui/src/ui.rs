@@ -1093,7 +1093,7 @@ fn help(app: &App, area: Rect, buf: &mut Buffer) {
             TITLE.add_modifier(Modifier::UNDERLINED),
         ),
         text(format!(
-            "  {BLOAT_MARKER} / red row   bloated: queueing delay ≥ {threshold}"
+            "  {BLOAT_MARKER:<11} bloated row (red): queueing delay ≥ {threshold}"
         )),
         text("  QDELAY      RTT - MINRTT: time spent in queues on the path".into()),
         text("  RTT MINRTT  srtt for senders, rcv_rtt for receivers (ROLE)".into()),
