@@ -119,7 +119,7 @@ pub fn metrics_router(core: Shared) -> Router {
             get(|State(c): State<Shared>| async move {
                 let body = c.lock().unwrap().metrics_text();
                 (
-                    [(header::CONTENT_TYPE, "application/openmetrics-text; version=1.0.0; charset=utf-8")],
+                    [(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")],
                     body,
                 )
             }),

@@ -129,6 +129,12 @@ mod tests {
     }
 
     #[test]
+    fn shipped_config_is_the_defaults() {
+        let shipped = Config::parse(include_str!("../dist/bloatd.toml")).unwrap();
+        assert_eq!(shipped, Config::default());
+    }
+
+    #[test]
     fn keys_override_defaults() {
         let c = Config::parse("interval_ms = 50\nlisten = \"127.0.0.1:9999\"\ncc = []\n").unwrap();
         assert_eq!(c.interval_ms, 50);

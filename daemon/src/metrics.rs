@@ -270,12 +270,59 @@ impl Metrics {
         }
     }
 
+    /// The exposition in Prometheus text format 0.0.4, which every scraper
+    /// and `promtool check metrics` read.
     pub fn encode(&self) -> String {
         let mut out = String::new();
         prometheus_client::encoding::text::encode(&mut out, &self.registry)
             .expect("encoding to a String cannot fail");
-        out
+        openmetrics_to_text(&out)
     }
+}
+
+/// prometheus-client writes OpenMetrics. The older text format differs in
+/// metadata only: a counter's HELP/TYPE name carries the `_total` of its
+/// samples, there is no `info` type (an info metric is a gauge of 1 named
+/// `_info`), no `# UNIT` and no `# EOF`. Samples are the same.
+pub fn openmetrics_to_text(om: &str) -> String {
+    let mut out = String::with_capacity(om.len());
+    let mut renamed: std::collections::HashMap<&str, String> = std::collections::HashMap::new();
+    for line in om.lines() {
+        if let Some(rest) = line.strip_prefix("# TYPE ") {
+            if let Some((name, kind)) = rest.split_once(' ') {
+                match kind {
+                    "counter" => {
+                        renamed.insert(name, format!("{name}_total"));
+                    }
+                    "info" => {
+                        renamed.insert(name, format!("{name}_info"));
+                    }
+                    _ => {}
+                }
+            }
+        }
+    }
+    for line in om.lines() {
+        if line == "# EOF" || line.starts_with("# UNIT ") {
+            continue;
+        }
+        let meta = ["# HELP ", "# TYPE "].into_iter().find(|p| line.starts_with(p));
+        match meta {
+            Some(prefix) => {
+                let rest = &line[prefix.len()..];
+                let (name, tail) = rest.split_once(' ').unwrap_or((rest, ""));
+                let name = renamed.get(name).map(String::as_str).unwrap_or(name);
+                let tail = if prefix == "# TYPE " && tail == "info" { "gauge" } else { tail };
+                out.push_str(prefix);
+                out.push_str(name);
+                out.push(' ');
+                out.push_str(tail);
+            }
+            None => out.push_str(line),
+        }
+        out.push('\n');
+    }
+    out
 }
 
 #[cfg(test)]
@@ -297,6 +344,8 @@ mod tests {
         assert!(text.contains(r#"bloatd_tcp_queueing_delay_seconds_bucket{le="0.2",cc="cubic",role="sender"} 0"#));
         assert!(text.contains(r#"bloatd_tcp_retransmits_total{cc="cubic",role="sender"} 3"#));
         assert!(text.contains("bloatd_build_info{version="));
-        assert!(text.trim_end().ends_with("# EOF"));
+        assert!(text.contains("# TYPE bloatd_tcp_retransmits_total counter"));
+        assert!(text.contains("# TYPE bloatd_build_info gauge"));
+        assert!(!text.contains("# EOF"));
     }
 }

@@ -1,0 +1,239 @@
+"""Helpers for bloatd's integration tests: the daemon, the lab topology,
+traffic, and the kernel's own view (`ss -tin`) as the oracle.
+
+Tests run as root on the real kernel. Everything a test makes (network
+namespaces, daemons, servers) is removed when the test ends, pass or fail.
+"""
+
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+import unittest
+import urllib.request
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+BLOATD = os.environ.get("BLOATD_BIN", os.path.join(REPO, "target", "release", "bloatd"))
+TOPO = os.path.join(REPO, "scripts", "lab", "topo.sh")
+
+SND4, RCV4 = "10.9.1.1", "10.9.2.2"
+SND6, RCV6 = "fd09:1::1", "fd09:2::2"
+
+
+def run(*cmd, check=True, timeout=60, **kw):
+    return subprocess.run(cmd, check=check, timeout=timeout, capture_output=True, text=True, **kw)
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_for(pred, timeout=10.0, step=0.1, what="condition"):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        v = pred()
+        if v:
+            return v
+        time.sleep(step)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+
+
+class Daemon:
+    """A bloatd daemon with its own run directory and metrics port."""
+
+    def __init__(self, *extra):
+        self.run_dir = tempfile.mkdtemp(prefix="bloatd-test-")
+        self.port = free_port()
+        self.extra = list(extra)
+
+    def cli(self, *args, check=True, timeout=60):
+        return run(BLOATD, "--run-dir", self.run_dir, *args, check=check, timeout=timeout)
+
+    def start(self, *args, check=True):
+        return self.cli("start", "--listen", f"127.0.0.1:{self.port}", *self.extra, *args, check=check)
+
+    def stop(self):
+        return self.cli("stop", check=False)
+
+    def pid(self):
+        try:
+            with open(os.path.join(self.run_dir, "bloatd.pid")) as f:
+                return int(f.read().strip())
+        except (OSError, ValueError):
+            return None
+
+    def sockets(self, all=False):
+        args = ["sockets", "--json"] + (["--all"] if all else [])
+        return json.loads(self.cli(*args).stdout)
+
+    def metrics(self):
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/metrics", timeout=10) as r:
+            return r.read().decode()
+
+    def log(self):
+        try:
+            with open(os.path.join(self.run_dir, "bloatd.log")) as f:
+                return f.read()
+        except OSError:
+            return ""
+
+    def cleanup(self):
+        self.stop()
+        pid = self.pid()
+        if pid:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        shutil.rmtree(self.run_dir, ignore_errors=True)
+
+
+class Lab:
+    """The sender-router-receiver topology of scripts/lab/topo.sh."""
+
+    def __init__(self, name, rate="10mbit", buffer_bytes=1500000, delay_ms=0):
+        self.name = name
+        run(TOPO, "up", name, "--rate", rate, "--buffer-bytes", str(buffer_bytes),
+            "--delay-ms", str(delay_ms), timeout=120)
+        self.procs = []
+
+    def ns(self, side):
+        return f"{self.name}-{side}"
+
+    def exec(self, side, *cmd, **kw):
+        return run("ip", "netns", "exec", self.ns(side), *cmd, **kw)
+
+    def spawn(self, side, *cmd):
+        p = subprocess.Popen(["ip", "netns", "exec", self.ns(side), *cmd],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        self.procs.append(p)
+        return p
+
+    def iperf_server(self, side="snd", port=5201):
+        p = self.spawn(side, "iperf3", "-s", "-p", str(port))
+        addr = SND4 if side == "snd" else RCV4
+        # The server is up when a TCP connect succeeds.
+        wait_for(lambda: self.exec("rcv" if side == "snd" else "snd", "bash", "-c",
+                                   f"exec 3<>/dev/tcp/{addr}/{port}", check=False).returncode == 0,
+                 what=f"iperf3 server on {addr}:{port}")
+        return p
+
+    def download(self, cc, seconds, server=SND4, port=5201, extra=()):
+        """The receiver downloads from the sender's iperf3 server (-R), so
+        the data crosses the router's bottleneck toward the receiver."""
+        return self.spawn("rcv", "iperf3", "-c", server, "-p", str(port), "-C", cc,
+                          "-t", str(seconds), "-R", *extra)
+
+    def ss(self, side):
+        return parse_ss(self.exec(side, "ss", "-tinH").stdout)
+
+    def close(self):
+        for p in self.procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+            if p.stderr:
+                p.stderr.close()
+        run(TOPO, "down", self.name, check=False, timeout=120)
+
+
+def _ms_to_us(v):
+    return int(round(float(v) * 1000))
+
+
+def _norm(addr):
+    return addr[7:] if addr.startswith("::ffff:") else addr
+
+
+def split_endpoint(ep):
+    """'10.9.1.1:5201', '[fd09:1::1]:5201', '[::ffff:10.9.1.1]:5201'."""
+    m = re.match(r"^\[?(.*?)\]?:(\d+)$", ep)
+    addr, port = m.group(1), int(m.group(2))
+    if "%" in addr:
+        addr = addr.split("%")[0]
+    return _norm(addr), port
+
+
+def parse_ss(text):
+    """`ss -tinH` into dicts: local/remote (addr, port), cc, cwnd, srtt_us,
+    min_rtt_us, rcv_rtt_us, bytes_acked, bytes_received."""
+    out = []
+    cur = None
+    for line in text.splitlines():
+        if not line.strip():
+            continue
+        if not line[0].isspace():
+            f = line.split()
+            # State Recv-Q Send-Q Local Peer [Process]
+            cur = {"state": f[0], "local": split_endpoint(f[3]), "remote": split_endpoint(f[4])}
+            out.append(cur)
+            continue
+        if cur is None:
+            continue
+        toks = line.split()
+        if toks and re.match(r"^[a-z_]+$", toks[0]) and ":" not in toks[0]:
+            cur.setdefault("cc", toks[0])
+        for t in toks:
+            k, _, v = t.partition(":")
+            if k == "rtt":
+                cur["srtt_us"] = _ms_to_us(v.split("/")[0])
+            elif k == "minrtt":
+                cur["min_rtt_us"] = _ms_to_us(v)
+            elif k == "rcv_rtt":
+                cur["rcv_rtt_us"] = _ms_to_us(v)
+            elif k in ("cwnd", "bytes_acked", "bytes_received", "mss", "unacked"):
+                cur[k] = int(v)
+    return out
+
+
+def find(socks, local, remote):
+    """The socket with these (addr, port) endpoints in bloatd's JSON."""
+    for s in socks:
+        if (s["local_addr"], s["local_port"]) == local and (s["remote_addr"], s["remote_port"]) == remote:
+            return s
+    return None
+
+
+def close_enough(ours, theirs, rel=0.10, absolute=1):
+    return abs(ours - theirs) <= max(absolute, rel * abs(theirs))
+
+
+def bpf_prog_ids(names):
+    """IDs of loaded BPF programs with one of these names (the kernel keeps
+    the first 15 characters of a program's name)."""
+    short = {n[:15] for n in names}
+    progs = json.loads(run("bpftool", "-j", "prog", "show").stdout or "[]")
+    return {p["id"] for p in progs if p.get("name") in short}
+
+
+PROBE_PROGS = {"tcp_probe", "inet_sock_set_state", "tcp_retransmit_skb", "tcp_cong_state_set"}
+
+
+class TestCase(unittest.TestCase):
+    """Registers cleanups so daemons and labs go away on failure too."""
+
+    def daemon(self, *extra):
+        d = Daemon(*extra)
+        self.addCleanup(d.cleanup)
+        return d
+
+    def lab(self, name, **kw):
+        run(TOPO, "down", name, check=False)
+        lab = Lab(name, **kw)
+        self.addCleanup(lab.close)
+        return lab
+
+
+def main():
+    if os.geteuid() != 0:
+        raise SystemExit("integration tests need root (BPF, network namespaces)")
+    if not os.path.exists(BLOATD):
+        raise SystemExit(f"{BLOATD} not found: run `make build` first")
+    unittest.main(verbosity=2)

@@ -1,0 +1,170 @@
+#!/usr/bin/env python3
+"""Issue 2: the daemon's lifecycle, bad input and faults, a full map.
+
+The kernel is the judge: which BPF programs are loaded (bpftool), which
+congestion controls are available (/proc), whether the daemon process is
+alive.
+"""
+
+import os
+import signal
+import socket
+import time
+
+from bloatdtest import (BLOATD, PROBE_PROGS, TestCase, bpf_prog_ids, free_port, main, run,
+                        wait_for)
+
+AVAILABLE = "/proc/sys/net/ipv4/tcp_available_congestion_control"
+
+
+def available_cc():
+    with open(AVAILABLE) as f:
+        return f.read().split()
+
+
+class Lifecycle(TestCase):
+    def test_start_status_stop(self):
+        before = bpf_prog_ids(PROBE_PROGS)
+        d = self.daemon()
+        t0 = time.time()
+        r = d.start()
+        took = time.time() - t0
+        self.assertLess(took, 10, f"start took {took:.1f}s")
+        self.assertIn("bloatd started", r.stdout)
+        ours = bpf_prog_ids(PROBE_PROGS) - before
+        self.assertEqual(len(ours), 4, "the four tracepoint programs are loaded")
+        self.assertIn("bloatd_westwood", available_cc())
+        self.assertIn("bloatd_cubic", available_cc())
+        st = d.cli("status", check=False)
+        self.assertEqual(st.returncode, 0, st.stdout + st.stderr)
+        self.assertIn("tp_btf/tcp_probe", st.stdout)
+        self.assertTrue(os.path.exists(os.path.join(d.run_dir, "bloatd.sock")))
+        mode = os.stat(os.path.join(d.run_dir, "bloatd.sock")).st_mode & 0o777
+        self.assertEqual(mode, 0o660)
+
+        r = d.stop()
+        self.assertEqual(r.returncode, 0, r.stderr)
+        wait_for(lambda: not (bpf_prog_ids(PROBE_PROGS) & ours), what="probes unloaded")
+        self.assertNotIn("bloatd_westwood", available_cc())
+        self.assertNotIn("bloatd_cubic", available_cc())
+        st = d.cli("status", check=False)
+        self.assertEqual(st.returncode, 3, st.stdout)
+        self.assertEqual(d.cli("stop", check=False).returncode, 3)
+
+    def test_double_start_says_already_running(self):
+        d = self.daemon("--no-cc")
+        d.start()
+        pid = d.pid()
+        r = d.start(check=False)
+        self.assertNotEqual(r.returncode, 0)
+        self.assertIn("already running", r.stderr)
+        self.assertIn(str(pid), r.stderr)
+        self.assertEqual(d.pid(), pid, "the running daemon is untouched")
+
+    def test_kill9_leaves_nothing_attached_and_start_works(self):
+        before = bpf_prog_ids(PROBE_PROGS)
+        d = self.daemon()
+        d.start()
+        ours = bpf_prog_ids(PROBE_PROGS) - before
+        self.assertEqual(len(ours), 4)
+        pid = d.pid()
+        os.kill(pid, signal.SIGKILL)
+        wait_for(lambda: not os.path.exists(f"/proc/{pid}"), what="daemon gone")
+        # Links are owned by file descriptors: the kernel detached them.
+        wait_for(lambda: not (bpf_prog_ids(PROBE_PROGS) & ours), what="probes unloaded")
+        wait_for(lambda: "bloatd_cubic" not in available_cc(), what="bloatd_cubic unregistered")
+        st = d.cli("status", check=False)
+        self.assertEqual(st.returncode, 3)
+        self.assertIn("stale", st.stdout)
+        r = d.start()
+        self.assertIn("bloatd started", r.stdout)
+        self.assertEqual(d.cli("status", check=False).returncode, 0)
+
+
+class BadInput(TestCase):
+    def assert_nothing_started(self, d, before):
+        self.assertEqual(d.cli("status", check=False).returncode, 3)
+        self.assertEqual(bpf_prog_ids(PROBE_PROGS) - before, set())
+
+    def test_unknown_flag_exits_2(self):
+        before = bpf_prog_ids(PROBE_PROGS)
+        d = self.daemon()
+        r = d.start("--intervall", "50", check=False)
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("--intervall", r.stderr)
+        self.assert_nothing_started(d, before)
+
+    def test_unknown_config_key_exits_2(self):
+        before = bpf_prog_ids(PROBE_PROGS)
+        d = self.daemon()
+        cfg = os.path.join(d.run_dir, "bad.toml")
+        with open(cfg, "w") as f:
+            f.write("interval_ms = 50\nbloat_treshold_ms = 10\n")
+        r = run(BLOATD, "--config", cfg, "--run-dir", d.run_dir, "start", check=False)
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("bloat_treshold_ms", r.stderr)
+        self.assert_nothing_started(d, before)
+
+    def test_bad_value_exits_2(self):
+        d = self.daemon()
+        r = d.start("--interval", "1", check=False)
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("interval_ms", r.stderr)
+
+    def test_port_in_use_is_named(self):
+        before = bpf_prog_ids(PROBE_PROGS)
+        d = self.daemon("--no-cc")
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", d.port))
+            s.listen()
+            r = d.start(check=False)
+        self.assertNotEqual(r.returncode, 0)
+        self.assertIn("port in use", r.stderr)
+        self.assertIn(str(d.port), r.stderr)
+        self.assert_nothing_started(d, before)
+
+    def test_clients_without_daemon_say_so(self):
+        d = self.daemon()
+        r = d.cli("sockets", check=False)
+        self.assertNotEqual(r.returncode, 0)
+        self.assertIn("not running", r.stderr)
+
+
+class FullMap(TestCase):
+    def test_full_map_is_counted_not_fatal(self):
+        d = self.daemon("--no-cc", "--map-entries", "64")
+        d.start()
+        # 100 loopback connections, each carrying data, in a map of 64.
+        srv = socket.socket()
+        srv.bind(("127.0.0.1", 0))
+        srv.listen(256)
+        port = srv.getsockname()[1]
+        conns = []
+        try:
+            for _ in range(100):
+                c = socket.create_connection(("127.0.0.1", port))
+                a, _ = srv.accept()
+                conns += [c, a]
+                c.sendall(b"x" * 100)
+                a.recv(100)
+                a.sendall(b"y" * 100)
+                c.recv(100)
+
+            def dropped():
+                for line in d.metrics().splitlines():
+                    if line.startswith('bloatd_probe_dropped_total{reason="map_full"}'):
+                        return float(line.split()[-1]) > 0
+                return False
+
+            wait_for(dropped, what="map_full drops counted")
+            self.assertEqual(d.cli("status", check=False).returncode, 0, "daemon still alive")
+            socks = d.sockets()
+            self.assertLessEqual(len(socks), 64)
+        finally:
+            for c in conns:
+                c.close()
+            srv.close()
+
+
+if __name__ == "__main__":
+    main()
