@@ -8,6 +8,8 @@
 //! refreshes (as when the daemon restarts), then recovers.
 //! `--panic-after N`: the source panics at the Nth refresh (to check that the
 //! terminal is restored).
+//! `--sockets N`: N more sockets of mixed kinds, their queues drifting (to
+//! watch a busy host, and to measure the dashboard's CPU use).
 
 #[path = "../tests/common/mod.rs"]
 mod common;
@@ -23,6 +25,8 @@ struct Demo {
     fail_after: Option<u32>,
     panic_after: Option<u32>,
     samples: HashMap<u64, Vec<Sample>>,
+    /// The `--sockets` crowd.
+    crowd: Vec<Socket>,
 }
 
 fn now_ms() -> u64 {
@@ -49,11 +53,23 @@ impl Demo {
         let queue_us = (ww.cwnd - 40) * 50_000 / 40;
         ww = common::sending(ww, 50_000, queue_us);
         sockets.push(ww);
+        let step = (t_ms / 250) as u32;
+        sockets.extend(self.crowd.iter().enumerate().map(|(i, s)| {
+            let drift_us = (i as u32).wrapping_mul(7).wrapping_add(step * 13) % 97 * 1_000;
+            let mut s = s.clone();
+            s.queue_delay_us = (s.queue_delay_us + drift_us) % 900_000;
+            s.srtt_us = s.min_rtt_us + s.queue_delay_us;
+            s.rcv_queue_delay_us = (s.rcv_queue_delay_us + drift_us) % 900_000;
+            s.rcv_rtt_us = s.rcv_min_rtt_us + s.rcv_queue_delay_us;
+            s
+        }));
         sockets
     }
 
     fn record(&mut self, t_ms: u64, sockets: &[Socket]) {
-        for s in sockets {
+        // Like the daemon, keep series only for the few sockets of interest
+        // here: the synthetic ones and the first of the crowd.
+        for s in sockets.iter().take(7) {
             let pipe_segments = match s.cc_state {
                 Some(CcState::Westwood { pipe_segments, .. }) => Some(pipe_segments),
                 _ => None,
@@ -120,6 +136,9 @@ fn main() -> std::io::Result<()> {
         fail_after: number_after("--fail-after"),
         panic_after: number_after("--panic-after"),
         samples: HashMap::new(),
+        crowd: number_after("--sockets")
+            .map(|n: u32| common::many_sockets(n as usize, 42).sockets)
+            .unwrap_or_default(),
     };
     bloatd_tui::run(&mut demo, &Options::default())
 }

@@ -351,10 +351,14 @@ pub struct App {
     /// before every row after it.
     order: Vec<u32>,
     sorted_prefix: usize,
-    /// Selected row (index into `order`) and its socket, which the selection
-    /// follows when the order changes.
+    /// Selected row (index into `order`) and its socket.
     selected: usize,
     selected_cookie: Option<u64>,
+    /// Whether the selection follows its socket when the order changes. The
+    /// top row stays on top (it always shows the worst queue, which moves
+    /// between sockets every refresh); a row the user moved to follows its
+    /// socket, so it does not slide away under the cursor.
+    follow: bool,
     /// First row on screen and the number of rows that fit.
     offset: usize,
     page_rows: usize,
@@ -400,6 +404,7 @@ impl App {
             sorted_prefix: 0,
             selected: 0,
             selected_cookie: None,
+            follow: false,
             offset: 0,
             page_rows: 0,
             view: View::Table,
@@ -768,7 +773,8 @@ impl App {
                 .map(|(i, _)| i as u32),
         );
         self.sorted_prefix = 0;
-        let rank = self.selected_cookie.and_then(|cookie| {
+        let followed = self.selected_cookie.filter(|_| self.follow);
+        let rank = followed.and_then(|cookie| {
             let target = self
                 .order
                 .iter()
@@ -817,6 +823,7 @@ impl App {
         }
         let last = self.order.len() - 1;
         self.selected = self.selected.saturating_add_signed(delta).min(last);
+        self.follow = self.selected != 0;
         self.ensure_sorted(self.selected + 1);
         self.selected_cookie = self.selected_socket().map(|s| s.cookie);
         if self.view == View::Detail {
@@ -1113,6 +1120,40 @@ mod tests {
             snap(
                 3,
                 vec![sock(1, "a", "cubic", 300), sock(3, "c", "cubic", 100)],
+            ),
+            3,
+        );
+        assert_eq!(app.selected_socket().unwrap().cookie, 1);
+    }
+
+    #[test]
+    fn the_top_row_stays_on_top_until_the_user_moves() {
+        let mut app = App::new();
+        app.apply_snapshot(
+            snap(
+                1,
+                vec![sock(1, "a", "cubic", 300), sock(2, "b", "cubic", 200)],
+            ),
+            1,
+        );
+        assert_eq!(app.selected_socket().unwrap().cookie, 1);
+        // Socket 2 overtakes: the top row now shows it.
+        app.apply_snapshot(
+            snap(
+                2,
+                vec![sock(1, "a", "cubic", 100), sock(2, "b", "cubic", 200)],
+            ),
+            2,
+        );
+        assert_eq!(app.selected(), Some(0));
+        assert_eq!(app.selected_socket().unwrap().cookie, 2);
+        // Back to the top after moving: the top row is sticky again.
+        app.handle_key(Key::Down);
+        app.handle_key(Key::Up);
+        app.apply_snapshot(
+            snap(
+                3,
+                vec![sock(1, "a", "cubic", 300), sock(2, "b", "cubic", 200)],
             ),
             3,
         );
