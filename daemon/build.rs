@@ -8,6 +8,8 @@ fn main() {
     let out = PathBuf::from(std::env::var("OUT_DIR").unwrap());
     let bpf = bpf_build::bpf_dir();
     bpf_build::compile(&bpf.join("probes.bpf.c"), &out.join("probes.bpf.o"), &[]);
+    // Reference programs for the benchmark (examples/bench_probes.rs).
+    bpf_build::compile(&bpf.join("bench/baseline.bpf.c"), &out.join("baseline.bpf.o"), &[]);
     let layout = bpf_build::run_host_c(&bpf.join("abi_layout.c"), &out, &[]);
     std::fs::write(out.join("abi_layout.txt"), layout).unwrap();
 }

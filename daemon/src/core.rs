@@ -69,7 +69,13 @@ impl Core {
 
     /// Read the whole socket map into the model.
     fn refresh(&mut self, count_history: bool) {
-        let recs = self.probes.read_all();
+        let recs = match self.probes.read_all() {
+            Ok(r) => r,
+            Err(e) => {
+                tracing::warn!("{e}");
+                return;
+            }
+        };
         for o in self.model.refresh(recs, count_history) {
             if let Some(m) = &self.metrics {
                 m.observe(&o);

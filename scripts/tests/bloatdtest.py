@@ -206,11 +206,11 @@ def close_enough(ours, theirs, rel=0.10, absolute=1):
 
 
 def bpf_prog_ids(names):
-    """IDs of loaded BPF programs with one of these names (the kernel keeps
-    the first 15 characters of a program's name)."""
-    short = {n[:15] for n in names}
+    """IDs of loaded BPF programs with one of these names (bpftool prints
+    the full name from BTF, or the kernel's first 15 characters)."""
+    known = set(names) | {n[:15] for n in names}
     progs = json.loads(run("bpftool", "-j", "prog", "show").stdout or "[]")
-    return {p["id"] for p in progs if p.get("name") in short}
+    return {p["id"] for p in progs if p.get("name") in known}
 
 
 PROBE_PROGS = {"tcp_probe", "inet_sock_set_state", "tcp_retransmit_skb", "tcp_cong_state_set"}

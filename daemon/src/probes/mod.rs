@@ -1,24 +1,27 @@
 //! Probes: loads bpf/probes.bpf.c into the kernel and reads what it keeps.
 //!
 //! Hooks (BTF tracepoints, see the C file for why each): tcp_probe,
-//! inet_sock_set_state, tcp_retransmit_skb, tcp_cong_state_set; plus an
-//! iter/tcp program run once at start to pick up existing sockets.
+//! inet_sock_set_state, tcp_retransmit_skb, tcp_cong_state_set; an iter/tcp
+//! program run once at start to pick up existing sockets; an iterator over
+//! the socket storage map that reads every record, refreshed on the spot.
 //! Produces: `BloatdSock` records, from the `samples` ring buffer (at most
-//! one per socket per interval) or read fresh from the `socks` map; and the
-//! probes' own counters (`stats`) and run-time statistics.
+//! one per socket per interval) or from the iterator; and the probes' own
+//! counters (`stats`) and run-time statistics.
 //!
 //! Every attachment is a BPF link owned by a file descriptor of this
 //! process: when the process ends, however it ends, the kernel detaches all.
 
 pub mod abi;
+mod map_iter;
 
 use abi::{stat, BloatdSock};
-use aya::maps::{HashMap, MapData, PerCpuArray, RingBuf};
+use aya::maps::{Map, MapData, PerCpuArray, RingBuf};
 use aya::programs::{BtfTracePoint, Iter};
 use aya::{Btf, Ebpf, EbpfLoader};
 use aya_obj::btf::BtfKind;
+use map_iter::MapIter;
 use std::io::Read;
-use std::os::fd::OwnedFd;
+use std::os::fd::{AsFd, OwnedFd};
 use std::time::Duration;
 
 static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/probes.bpf.o"));
@@ -60,7 +63,9 @@ pub struct ProbeConfig {
 pub struct Probes {
     ebpf: Ebpf,
     ring: RingBuf<MapData>,
-    socks: HashMap<MapData, u64, BloatdSock>,
+    /// Reads the socket storage map (kept alive with it by `_socks`).
+    dump: MapIter,
+    _socks: MapData,
     stats: PerCpuArray<MapData, u64>,
     map_capacity: u32,
     /// Holding this fd keeps kernel.bpf_stats_enabled on; dropped with us.
@@ -110,7 +115,7 @@ impl Probes {
         let mut ebpf = EbpfLoader::new()
             .btf(Some(&btf))
             .override_global("sample_interval_ns", &interval_ns, true)
-            .map_max_entries("socks", cfg.map_entries)
+            .override_global("max_socks", &(cfg.map_entries as u64), true)
             .load(OBJECT)
             .map_err(|e| ProbeError::Object(errstr(e)))?;
 
@@ -139,15 +144,28 @@ impl Probes {
         };
         let ring = RingBuf::try_from(map(&mut ebpf, "samples")?)
             .map_err(|e| ProbeError::Map { map: "samples", detail: errstr(e) })?;
-        let socks = HashMap::try_from(map(&mut ebpf, "socks")?)
-            .map_err(|e| ProbeError::Map { map: "socks", detail: errstr(e) })?;
+        let Map::SkStorage(socks) = map(&mut ebpf, "socks")? else {
+            return Err(ProbeError::Object("map socks is not socket storage".into()));
+        };
         let stats = PerCpuArray::try_from(map(&mut ebpf, "stats")?)
             .map_err(|e| ProbeError::Map { map: "stats", detail: errstr(e) })?;
+
+        let name = "dump_socks";
+        let prog: &mut Iter = ebpf
+            .program_mut(name)
+            .ok_or_else(|| ProbeError::Object(format!("program {name} missing from object")))?
+            .try_into()
+            .map_err(|e| ProbeError::Object(errstr(e)))?;
+        prog.load("bpf_sk_storage_map", &btf).map_err(|e| ProbeError::Load { name, detail: errstr(e) })?;
+        let prog_fd = prog.fd().map_err(|e| ProbeError::Load { name, detail: errstr(e) })?;
+        let dump = MapIter::attach(prog_fd.as_fd(), socks.fd().as_fd())
+            .map_err(|e| ProbeError::Attach { name, detail: e.to_string() })?;
 
         let mut probes = Probes {
             ebpf,
             ring,
-            socks,
+            dump,
+            _socks: socks,
             stats,
             map_capacity: cfg.map_entries,
             _stats_fd: stats_fd,
@@ -186,10 +204,16 @@ impl Probes {
         }
     }
 
-    /// Every socket record, read fresh from the kernel's map.
-    pub fn read_all(&self) -> Vec<BloatdSock> {
-        // Entries deleted between get_next_key and lookup are skipped.
-        self.socks.iter().filter_map(|r| r.ok().map(|(_, v)| v)).collect()
+    /// Every socket record, refreshed from its socket as it is read.
+    pub fn read_all(&self) -> Result<Vec<BloatdSock>, ProbeError> {
+        let bytes = self
+            .dump
+            .read()
+            .map_err(|e| ProbeError::Map { map: "socks", detail: e.to_string() })?;
+        Ok(bytes
+            .chunks_exact(std::mem::size_of::<BloatdSock>())
+            .filter_map(BloatdSock::from_bytes)
+            .collect())
     }
 
     pub fn map_capacity(&self) -> u32 {

@@ -1,0 +1,36 @@
+//! Loads a BPF object and attaches every program in it to the tp_btf
+//! tracepoint its section names, then waits for SIGTERM/SIGINT (or stdin
+//! EOF). Used by scripts/bench/probes.sh to run reference programs beside
+//! bloatd's probes. Usage: bench_probes OBJECT TRACEPOINT [PROG...], where
+//! OBJECT `baseline` is bpf/bench/baseline.bpf.c, built in.
+
+use aya::programs::BtfTracePoint;
+use aya::{Btf, EbpfLoader};
+use std::io::Read;
+
+fn main() -> anyhow::Result<()> {
+    let mut args = std::env::args().skip(1);
+    let obj = args.next().ok_or_else(|| anyhow::anyhow!("usage: bench_probes OBJECT TRACEPOINT [PROG...]"))?;
+    let tp = args.next().ok_or_else(|| anyhow::anyhow!("missing TRACEPOINT"))?;
+    let only: Vec<String> = args.collect();
+    let btf = Btf::from_sys_fs()?;
+    static BASELINE: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/baseline.bpf.o"));
+    let mut loader = EbpfLoader::new();
+    loader.btf(Some(&btf));
+    let mut ebpf = if obj == "baseline" { loader.load(BASELINE)? } else { loader.load_file(&obj)? };
+    let names: Vec<String> = ebpf.programs().map(|(n, _)| n.to_string()).collect();
+    for name in names {
+        if !only.is_empty() && !only.contains(&name) {
+            continue;
+        }
+        let prog: &mut BtfTracePoint = ebpf.program_mut(&name).unwrap().try_into()?;
+        prog.load(&tp, &btf)?;
+        prog.attach()?;
+        eprintln!("attached {name} to tp_btf/{tp}");
+    }
+    println!("ready");
+    // Held until stdin closes: the caller owns our lifetime.
+    let mut sink = Vec::new();
+    let _ = std::io::stdin().read_to_end(&mut sink);
+    Ok(())
+}
