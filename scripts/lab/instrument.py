@@ -27,7 +27,9 @@ import subprocess
 import threading
 import time
 
-BLOATD_SOCK = "/run/bloatd/bloatd.sock"
+# bloatd's API socket; BLOATD_SOCK points elsewhere (a daemon started with
+# --run-dir DIR serves DIR/bloatd.sock).
+BLOATD_SOCK = os.environ.get("BLOATD_SOCK", "/run/bloatd/bloatd.sock")
 
 
 class _UnixHTTP(http.client.HTTPConnection):
@@ -71,7 +73,7 @@ def netns_inode(ns_name):
 def read_bloatd(ns_inode, port, sock_path=BLOATD_SOCK):
     now = time.time()
     out = []
-    for s in bloatd_get("/v1/sockets", sock_path):
+    for s in bloatd_get("/v1/sockets?all=1", sock_path):
         if s.get("netns") != ns_inode or s.get("local_port") != port:
             continue
         out.append({

@@ -74,7 +74,7 @@ def quick_plan(ccs):
     pair = [c for c in ("cubic", "bloatd_westwood") if c in ccs]
     return {
         "3.5g": {"B": {"ccs": ["cubic"], "shorts": 5},
-                 "A": {"ccs": pair, "reps": 1, "seconds": 25},
+                 "A": {"ccs": pair, "reps": 1, "seconds": 40},
                  "C": {"bg": pair, "short": ["cubic"], "shorts": 5},
                  "D": {"bg": pair, "short": ["cubic"], "shorts": 2}},
         "3g": {"A": {"ccs": ["cubic"], "reps": 1, "seconds": 20}},
@@ -290,6 +290,10 @@ def run_shorts(lab, inst, prof, step):
     return recs
 
 
+def cc_sorted_list(ccs):
+    return [c for c in CCS if c in ccs] + sorted(c for c in ccs if c not in CCS)
+
+
 def check_ccs(ccs):
     with open("/proc/sys/net/ipv4/tcp_available_congestion_control") as f:
         have = f.read().split()
@@ -302,7 +306,7 @@ def pick_instrument(choice):
         if instrument.bloatd_available():
             return "bloatd"
         if choice == "bloatd":
-            sys.exit("lab: bloatd is not answering on /run/bloatd/bloatd.sock: "
+            sys.exit(f"lab: bloatd is not answering on {instrument.BLOATD_SOCK}: "
                      "start it (sudo target/release/bloatd start) or use --instrument ss")
         log("lab: bloatd is not running: measuring with ss (the kernel's view) instead")
     return "ss"
@@ -312,14 +316,6 @@ def run_campaign(args):
     if os.geteuid() != 0:
         sys.exit("lab: needs root (network namespaces, qdiscs, iptables): run with sudo")
     ccs = args.ccs.split(",")
-    have, missing = check_ccs(ccs)
-    if missing and not args.skip_missing_cc:
-        sys.exit(f"lab: congestion control(s) {', '.join(missing)} not registered "
-                 f"(available: {' '.join(have)}). bloatd_cubic and bloatd_westwood are "
-                 "registered by `bloatd start`; or pass --skip-missing-cc")
-    ccs = [c for c in ccs if c not in missing]
-    if missing:
-        log(f"lab: skipping {', '.join(missing)} (not registered)")
     plan = quick_plan(ccs) if args.quick else full_plan(ccs)
     profiles = args.profiles.split(",") if args.profiles else list(plan)
     steps = expand(plan, profiles)
@@ -333,6 +329,16 @@ def run_campaign(args):
         for s in steps:
             if s["run"] == "A":
                 s["seconds"] = args.a_seconds
+    used = {s[k] for s in steps for k in ("cc", "bg_cc", "short_cc") if k in s}
+    have, missing = check_ccs(cc_sorted_list(used))
+    if missing and not args.skip_missing_cc:
+        sys.exit(f"lab: congestion control(s) {', '.join(missing)} not registered "
+                 f"(available: {' '.join(have)}). bloatd_cubic and bloatd_westwood are "
+                 "registered by `bloatd start`; or pass --skip-missing-cc")
+    if missing:
+        log(f"lab: skipping {', '.join(missing)} (not registered)")
+        steps = [s for s in steps if not any(s.get(k) in missing for k in ("cc", "bg_cc", "short_cc"))]
+        ccs = [c for c in ccs if c not in missing]
     backend = pick_instrument(args.instrument)
     os.makedirs(args.out, exist_ok=True)
     profs = {p: Profile(p) for p in profiles}

@@ -1,0 +1,85 @@
+#!/usr/bin/env bash
+# Quick-mode smoke run of the lab on 3.5g with bloatd as the instrument:
+# F1's core ratio (a 320 kB short flow beside one CUBIC bulk flow vs beside
+# one Westwood+ bulk flow) must be above 1.3 and F2's RTT ratio (CUBIC long
+# flow vs Westwood+ long flow) above 1.2; the paper's are about 2 and 1.5.
+# Also checked: every flow ran with the congestion control it asked for, as
+# bloatd saw it, and the findings are printed one per line, F1 to F4.
+# Needs the release build (cargo build --release). Starts bloatd if it is not
+# running (and stops it after). Run as root: sudo scripts/tests/test_lab_quick.sh
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+BLOATD=${BLOATD:-$PWD/target/release/bloatd}
+N=blquick
+OUT=$(mktemp -d /tmp/bloatd-lab-quick.XXXXXX)
+STARTED=0
+FAILS=0
+
+pass() { echo "  ok: $*"; }
+fail() { echo "  FAIL: $*"; FAILS=$((FAILS + 1)); }
+cleanup() {
+	scripts/lab/topo.sh down "$N" >/dev/null 2>&1 || true
+	((STARTED)) && "$BLOATD" stop >/dev/null 2>&1
+	if ((FAILS)); then echo "test_lab_quick: results kept in $OUT"; else rm -rf "$OUT"; fi
+}
+trap cleanup EXIT
+trap 'FAILS=$((FAILS + 1)); exit 130' INT TERM
+
+[[ $(id -u) -eq 0 ]] || { echo "test_lab_quick: run as root"; exit 1; }
+[[ -x $BLOATD ]] || { echo "test_lab_quick: $BLOATD missing: run cargo build --release"; exit 1; }
+
+"$BLOATD" status >/dev/null 2>&1
+if [[ $? -eq 3 ]]; then
+	"$BLOATD" start || { echo "test_lab_quick: bloatd start failed"; exit 1; }
+	STARTED=1
+fi
+if ! grep -qw bloatd_westwood /proc/sys/net/ipv4/tcp_available_congestion_control; then
+	echo "test_lab_quick: bloatd_westwood is not registered (bloatd start registers it;"
+	echo "  available: $(cat /proc/sys/net/ipv4/tcp_available_congestion_control))"
+	FAILS=1
+	exit 1
+fi
+
+echo "test_lab_quick: lab.py --quick (bloatd as the instrument)"
+t0=$(date +%s)
+/usr/bin/python3 scripts/lab/lab.py --quick --instrument bloatd --name "$N" --out "$OUT" \
+	| tee "$OUT/stdout.txt" | grep -E '^(\[|F[1-4] |lab:)'
+rc=${PIPESTATUS[0]}
+t1=$(date +%s)
+[[ $rc -eq 0 ]] && pass "lab.py --quick finished in $((t1 - t0)) s" || fail "lab.py exited $rc"
+((t1 - t0 < 300)) && pass "under 5 minutes" || fail "quick mode took $((t1 - t0)) s"
+
+/usr/bin/python3 - "$OUT" <<'PY' || FAILS=$((FAILS + 1))
+import json, sys
+d = sys.argv[1]
+summ = json.load(open(f"{d}/summary.json"))
+f = {x["name"]: x for x in summ["findings"]}
+bad = 0
+def check(ok, msg):
+    global bad
+    print(("  ok: " if ok else "  FAIL: ") + msg)
+    bad += not ok
+check(summ["meta"]["instrument"] == "bloatd", f"instrument {summ['meta']['instrument']}")
+f1, f2 = f["F1"]["value"], f["F2"]["value"]
+fmt = lambda v: "n/a" if v is None else f"{v:.2f}"
+check(f1 is not None and f1 > 1.3, f"F1 core ratio (beside CUBIC / beside Westwood+) {fmt(f1)} (> 1.3)")
+check(f2 is not None and f2 > 1.2, f"F2 RTT ratio (CUBIC / Westwood+ long flow) {fmt(f2)} (> 1.2)")
+lines = open(f"{d}/stdout.txt").read().splitlines()
+flines = [l for l in lines if l[:3] in ("F1 ", "F2 ", "F3 ", "F4 ")]
+check([l[:2] for l in flines] == ["F1", "F2", "F3", "F4"]
+      and all(l.endswith("; holds") or l.endswith("; does not hold") for l in flines),
+      "four finding lines, F1-F4, each ending with its verdict")
+wrong, n = [], 0
+for line in open(f"{d}/raw.jsonl"):
+    r = json.loads(line)
+    want = r.get("cc") or r.get("short_cc")
+    n += 1
+    if r.get("cc_seen") != want:
+        wrong.append((r["run"], want, r.get("cc_seen")))
+check(n > 0 and not wrong, f"bloatd saw each of {n} flows with the congestion control it asked for"
+      + (f": mismatches {wrong[:5]}" if wrong else ""))
+sys.exit(1 if bad else 0)
+PY
+
+if ((FAILS)); then echo "test_lab_quick: $FAILS failure(s)"; exit 1; fi
+echo "test_lab_quick: passed"
