@@ -90,11 +90,10 @@ PIDS+=($!)
 # The last web fetch's response time, for the text mode.
 last_fetch() {
 	grep '"done"' "$RUN/$LAB.fetches.log" 2>/dev/null | tail -1 |
-		"$PY" -c 'import json,sys
-l = sys.stdin.read().strip()
-if l:
-    d = json.loads(l)
-    print(f"last 320 kB web fetch: {d[\"response_s\"]:.2f} s")' || true
+		"$PY" -c 'import json, sys
+line = sys.stdin.read().strip()
+if line:
+    print("last 320 kB web fetch: %.2f s" % json.loads(line)["response_s"])' || true
 }
 
 echo "demo: $DEMO_CC bulk download from $LAB-snd to $LAB-rcv through a 16 Mbit/s link with 1 MB of buffer,"
