@@ -83,9 +83,15 @@ _Static_assert(sizeof(struct cubic) <=
 	       sizeof(((struct inet_connection_sock *)0)->icsk_ca_priv),
 	       "struct cubic must fit in icsk_ca_priv");
 
+/*
+ * Not preallocated: memory follows the sockets that use the algorithm, not
+ * max_entries. Entries are replaced whole (bpf_map_update_elem), so a reader
+ * never sees half of an update.
+ */
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, 16384);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__uint(max_entries, 65536);
 	__type(key, __u64);		/* socket cookie */
 	__type(value, struct bloatd_cubic_state);
 } cubic_states SEC(".maps");

@@ -85,7 +85,10 @@ impl FromStr for Algo {
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         Algo::from_name(s).ok_or_else(|| {
             let names: Vec<_> = Algo::ALL.iter().map(|a| a.name()).collect();
-            format!("unknown bloatd congestion control '{s}' (known: {})", names.join(", "))
+            format!(
+                "unknown bloatd congestion control '{s}' (known: {})",
+                names.join(", ")
+            )
         })
     }
 }
@@ -103,7 +106,10 @@ mod tests {
             assert!(a.name().len() < 16, "{a} too long for the kernel");
         }
         assert_eq!(Algo::from_name("cubic"), None);
-        assert!("westwood".parse::<Algo>().unwrap_err().contains("bloatd_westwood"));
+        assert!("westwood"
+            .parse::<Algo>()
+            .unwrap_err()
+            .contains("bloatd_westwood"));
     }
 
     #[test]

@@ -26,10 +26,18 @@ pub enum CcError {
     NotRoot { what: String },
 
     #[error("the kernel's BPF verifier rejected {name}: {message}\n--- verifier log (tail) ---\n{log_tail}")]
-    VerifierRejected { name: &'static str, message: String, log_tail: String },
+    VerifierRejected {
+        name: &'static str,
+        message: String,
+        log_tail: String,
+    },
 
     #[error("loading {name} failed: {message}\n--- libbpf log (tail) ---\n{log_tail}")]
-    Load { name: &'static str, message: String, log_tail: String },
+    Load {
+        name: &'static str,
+        message: String,
+        log_tail: String,
+    },
 
     #[error("{name} is still listed in tcp_available_congestion_control after its link was closed: is its struct_ops link pinned? (see `bpftool link list`)")]
     StillRegistered { name: &'static str },
@@ -57,6 +65,9 @@ pub enum CcError {
 
 impl CcError {
     pub(crate) fn io(what: impl Into<String>, source: io::Error) -> CcError {
-        CcError::Io { what: what.into(), source }
+        CcError::Io {
+            what: what.into(),
+            source,
+        }
     }
 }

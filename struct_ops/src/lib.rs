@@ -22,7 +22,7 @@ mod state;
 pub use algo::Algo;
 pub use error::CcError;
 pub use kernel::{
-    kernel_available, kernel_default, retire_netns_defaults, set_kernel_default, RetiredDefault,
+    kernel_available, kernel_default, retire_netns_defaults, set_kernel_default, NetnsDefaultChange,
 };
 pub use registry::Registry;
 pub use state::{CcState, CubicState, WestwoodState};

@@ -13,9 +13,13 @@ use std::path::Path;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use libbpf_rs::{libbpf_sys, ErrorKind, Link, MapCore, MapHandle, Object, ObjectBuilder, PrintLevel};
+use libbpf_rs::{
+    libbpf_sys, ErrorKind, Link, MapCore, MapHandle, Object, ObjectBuilder, PrintLevel,
+};
 
-use crate::kernel::{kernel_available, retire_netns_defaults, RetiredDefault};
+use crate::kernel::{
+    adopt_netns_defaults, kernel_available, retire_netns_defaults, NetnsDefaultChange,
+};
 use crate::state::{decode, monotonic_us, value_size};
 use crate::{Algo, CcError, CcState};
 
@@ -23,7 +27,7 @@ use crate::{Algo, CcError, CcState};
 /// unregisters them all.
 pub struct Registry {
     loaded: Vec<Loaded>,
-    retired: Vec<RetiredDefault>,
+    netns_changes: Vec<NetnsDefaultChange>,
 }
 
 /// One registered algorithm. Field order is drop order: the link goes first
@@ -37,16 +41,23 @@ struct Loaded {
 
 impl Registry {
     /// Load and register `algos` (duplicates ignored). On error nothing stays
-    /// registered.
+    /// registered. Network namespaces whose default still names a killed
+    /// bloatd's instance of an algorithm are pointed at the new one (see
+    /// [`Registry::netns_default_changes`]).
     pub fn register(algos: &[Algo]) -> Result<Registry, CcError> {
         if !Path::new("/sys/kernel/btf/vmlinux").exists() {
             return Err(CcError::MissingBtf);
         }
-        let mut reg = Registry { loaded: Vec::new(), retired: Vec::new() };
+        let mut reg = Registry {
+            loaded: Vec::new(),
+            netns_changes: Vec::new(),
+        };
         for &algo in algos {
             if !reg.registered().contains(&algo) {
                 // on error `reg` drops and unregisters what came before
                 reg.loaded.push(load(algo)?);
+                let adopted = adopt_netns_defaults(algo)?;
+                reg.netns_changes.extend(adopted);
             }
         }
         Ok(reg)
@@ -70,14 +81,14 @@ impl Registry {
         let retired = retire_netns_defaults(algo);
         let loaded = self.loaded.remove(idx);
         drop(loaded);
-        self.retired.extend(retired?);
+        self.netns_changes.extend(retired?);
         wait_gone(algo)
     }
 
-    /// Network namespaces whose default this registry had to change when it
-    /// unregistered an algorithm.
-    pub fn retired_defaults(&self) -> &[RetiredDefault] {
-        &self.retired
+    /// Network namespace defaults this registry changed: adopted at
+    /// registration, or moved to a fallback before unregistering.
+    pub fn netns_default_changes(&self) -> &[NetnsDefaultChange] {
+        &self.netns_changes
     }
 
     /// The exported state of every socket that uses a registered algorithm
@@ -100,7 +111,9 @@ impl Registry {
 
     /// Map id and struct_ops program ids of `algo` (for `bpftool`, BPF stats).
     pub fn prog_ids(&self, algo: Algo) -> Vec<(String, u32)> {
-        let Some(l) = self.loaded.iter().find(|l| l.algo == algo) else { return Vec::new() };
+        let Some(l) = self.loaded.iter().find(|l| l.algo == algo) else {
+            return Vec::new();
+        };
         l._object
             .progs()
             .map(|p| (p.name().to_string_lossy().into_owned(), prog_id(p.as_fd())))
@@ -121,10 +134,12 @@ fn prog_id(fd: BorrowedFd<'_>) -> u32 {
     let mut info = libbpf_sys::bpf_prog_info::default();
     let mut len = std::mem::size_of_val(&info) as u32;
     // SAFETY: info is a valid bpf_prog_info of `len` bytes.
-    let ret = unsafe {
-        libbpf_sys::bpf_prog_get_info_by_fd(fd.as_raw_fd(), &mut info, &mut len)
-    };
-    if ret == 0 { info.id } else { 0 }
+    let ret = unsafe { libbpf_sys::bpf_prog_get_info_by_fd(fd.as_raw_fd(), &mut info, &mut len) };
+    if ret == 0 {
+        info.id
+    } else {
+        0
+    }
 }
 
 /// Closing a struct_ops link unregisters synchronously when we held the last
@@ -133,7 +148,8 @@ fn prog_id(fd: BorrowedFd<'_>) -> u32 {
 fn wait_gone(algo: Algo) -> Result<(), CcError> {
     let deadline = Instant::now() + Duration::from_secs(2);
     loop {
-        let avail = kernel_available().map_err(|e| CcError::io("reading tcp_available_congestion_control", e))?;
+        let avail = kernel_available()
+            .map_err(|e| CcError::io("reading tcp_available_congestion_control", e))?;
         if !avail.iter().any(|a| a == algo.name()) {
             return Ok(());
         }
@@ -171,7 +187,10 @@ fn tail(log: &str, lines: usize) -> String {
 
 fn load(algo: Algo) -> Result<Loaded, CcError> {
     let name = algo.name();
-    if kernel_available().map(|v| v.iter().any(|a| a == name)).unwrap_or(false) {
+    if kernel_available()
+        .map(|v| v.iter().any(|a| a == name))
+        .unwrap_or(false)
+    {
         return Err(CcError::AlreadyRegistered { name });
     }
 
@@ -186,7 +205,9 @@ fn load(algo: Algo) -> Result<Loaded, CcError> {
 }
 
 fn open_load_attach(algo: Algo) -> Result<Loaded, (&'static str, libbpf_rs::Error)> {
-    let open = ObjectBuilder::default().open_memory(algo.object()).map_err(|e| ("open", e))?;
+    let open = ObjectBuilder::default()
+        .open_memory(algo.object())
+        .map_err(|e| ("open", e))?;
     let mut object = open.load().map_err(|e| ("load", e))?;
     let states = object
         .maps()
@@ -200,7 +221,12 @@ fn open_load_attach(algo: Algo) -> Result<Loaded, (&'static str, libbpf_rs::Erro
         .expect("struct_ops map is in the object")
         .attach_struct_ops()
         .map_err(|e| ("register", e))?;
-    Ok(Loaded { algo, _link: link, states, _object: object })
+    Ok(Loaded {
+        algo,
+        _link: link,
+        states,
+        _object: object,
+    })
 }
 
 fn classify(algo: Algo, step: &str, e: libbpf_rs::Error, log: &str) -> CcError {
@@ -210,13 +236,25 @@ fn classify(algo: Algo, step: &str, e: libbpf_rs::Error, log: &str) -> CcError {
         return CcError::AlreadyRegistered { name };
     }
     if let Some(start) = log.find("-- BEGIN PROG LOAD LOG --") {
-        let end = log[start..].find("-- END PROG LOAD LOG --").map_or(log.len(), |i| start + i);
-        return CcError::VerifierRejected { name, message, log_tail: tail(&log[start..end], 25) };
+        let end = log[start..]
+            .find("-- END PROG LOAD LOG --")
+            .map_or(log.len(), |i| start + i);
+        return CcError::VerifierRejected {
+            name,
+            message,
+            log_tail: tail(&log[start..end], 25),
+        };
     }
     if e.kind() == ErrorKind::PermissionDenied {
-        return CcError::NotRoot { what: format!("load {name} ({message})") };
+        return CcError::NotRoot {
+            what: format!("load {name} ({message})"),
+        };
     }
-    CcError::Load { name, message, log_tail: tail(log, 15) }
+    CcError::Load {
+        name,
+        message,
+        log_tail: tail(log, 15),
+    }
 }
 
 /// Read every (u64 key, value) of a hash map with BPF_MAP_LOOKUP_BATCH: one
@@ -239,7 +277,11 @@ fn read_hash(
     loop {
         let mut count = batch as u32;
         let mut next: u64 = 0;
-        let in_batch: *mut u64 = if first { std::ptr::null_mut() } else { &mut token };
+        let in_batch: *mut u64 = if first {
+            std::ptr::null_mut()
+        } else {
+            &mut token
+        };
         // SAFETY: buffers hold `count` keys and values; tokens are key sized.
         let ret = unsafe {
             libbpf_sys::bpf_map_lookup_batch(

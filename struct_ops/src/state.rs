@@ -85,7 +85,11 @@ impl WestwoodState {
     /// congestion happened now (at least 2, as the algorithm does).
     pub fn pipe_segments(&self) -> u32 {
         let mss = u64::from(self.mss.max(1));
-        let pipe = self.bwe_bytes_per_s.saturating_mul(u64::from(self.rtt_min_us)) / 1_000_000 / mss;
+        let pipe = self
+            .bwe_bytes_per_s
+            .saturating_mul(u64::from(self.rtt_min_us))
+            / 1_000_000
+            / mss;
         pipe.clamp(2, u64::from(u32::MAX)) as u32
     }
 }
@@ -235,7 +239,10 @@ pub(crate) fn decode(algo: Algo, bytes: &[u8], now_us: u64) -> Option<CcState> {
 
 /// CLOCK_MONOTONIC in microseconds: the clock of the kernel's tcp_mstamp.
 pub(crate) fn monotonic_us() -> u64 {
-    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
     // SAFETY: valid pointer to a timespec; CLOCK_MONOTONIC always exists.
     unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
     ts.tv_sec as u64 * 1_000_000 + ts.tv_nsec as u64 / 1_000
@@ -269,15 +276,48 @@ mod tests {
     #[test]
     fn layout_matches_c() {
         let mut rust = BTreeMap::new();
-        rust_layout!(rust, RawWestwoodState, "bloatd_westwood_state", [
-            updated_us, bwe_bytes_per_s, bwe_first_stage_bytes_per_s, last_congestion_us,
-            rtt_min_us, rtt_us, cwnd, ssthresh, mss, congestion_cwnd, recoveries, timeouts,
-        ]);
-        rust_layout!(rust, RawCubicState, "bloatd_cubic_state", [
-            updated_us, epoch_start_us, w_max, loss_cwnd, k_ms, epoch_cwnd, w_est,
-            delay_min_us, cwnd, ssthresh, mss, reductions, timeouts, hystart_round,
-            hystart_found, hystart_exit_cwnd,
-        ]);
+        rust_layout!(
+            rust,
+            RawWestwoodState,
+            "bloatd_westwood_state",
+            [
+                updated_us,
+                bwe_bytes_per_s,
+                bwe_first_stage_bytes_per_s,
+                last_congestion_us,
+                rtt_min_us,
+                rtt_us,
+                cwnd,
+                ssthresh,
+                mss,
+                congestion_cwnd,
+                recoveries,
+                timeouts,
+            ]
+        );
+        rust_layout!(
+            rust,
+            RawCubicState,
+            "bloatd_cubic_state",
+            [
+                updated_us,
+                epoch_start_us,
+                w_max,
+                loss_cwnd,
+                k_ms,
+                epoch_cwnd,
+                w_est,
+                delay_min_us,
+                cwnd,
+                ssthresh,
+                mss,
+                reductions,
+                timeouts,
+                hystart_round,
+                hystart_found,
+                hystart_exit_cwnd,
+            ]
+        );
         assert_eq!(rust, c_layout());
     }
 
@@ -287,8 +327,14 @@ mod tests {
         // belong to a field, or the verifier sees uninitialized stack.
         let c = c_layout();
         for (name, fields) in [("bloatd_westwood_state", 12), ("bloatd_cubic_state", 16)] {
-            let n = c.keys().filter(|k| k.starts_with(name) && !k.ends_with(" size")).count();
-            assert_eq!(n, fields, "{name}: every field must be in cc_state_layout.c");
+            let n = c
+                .keys()
+                .filter(|k| k.starts_with(name) && !k.ends_with(" size"))
+                .count();
+            assert_eq!(
+                n, fields,
+                "{name}: every field must be in cc_state_layout.c"
+            );
         }
         assert_eq!(size_of::<RawWestwoodState>(), 4 * 8 + 8 * 4);
         assert_eq!(size_of::<RawCubicState>(), 2 * 8 + 14 * 4);
@@ -307,9 +353,14 @@ mod tests {
         };
         // SAFETY: plain old data viewed as bytes.
         let bytes = unsafe {
-            std::slice::from_raw_parts((&raw as *const RawCubicState).cast::<u8>(), size_of::<RawCubicState>())
+            std::slice::from_raw_parts(
+                (&raw as *const RawCubicState).cast::<u8>(),
+                size_of::<RawCubicState>(),
+            )
         };
-        let CcState::Cubic(s) = decode(Algo::Cubic, bytes, 5_500_000).unwrap() else { panic!() };
+        let CcState::Cubic(s) = decode(Algo::Cubic, bytes, 5_500_000).unwrap() else {
+            panic!()
+        };
         assert_eq!(s.w_max_segments, 100);
         assert_eq!(s.epoch_age_us, Some(1_500_000));
         assert_eq!(s.age_us, 500_000);
@@ -335,6 +386,13 @@ mod tests {
             age_us: 0,
         };
         assert_eq!(s.pipe_segments(), 50_000 / 1448);
-        assert_eq!(WestwoodState { bwe_bytes_per_s: 0, ..s }.pipe_segments(), 2);
+        assert_eq!(
+            WestwoodState {
+                bwe_bytes_per_s: 0,
+                ..s
+            }
+            .pipe_segments(),
+            2
+        );
     }
 }
