@@ -313,7 +313,7 @@ def pick_instrument(choice):
 
 
 def run_campaign(args):
-    if os.geteuid() != 0:
+    if os.geteuid() != 0 and not args.dry_run:
         sys.exit("lab: needs root (network namespaces, qdiscs, iptables): run with sudo")
     ccs = args.ccs.split(",")
     plan = quick_plan(ccs) if args.quick else full_plan(ccs)
@@ -331,18 +331,23 @@ def run_campaign(args):
                 s["seconds"] = args.a_seconds
     used = {s[k] for s in steps for k in ("cc", "bg_cc", "short_cc") if k in s}
     have, missing = check_ccs(cc_sorted_list(used))
-    if missing and not args.skip_missing_cc:
+    if missing and not args.skip_missing_cc and not args.dry_run:
         sys.exit(f"lab: congestion control(s) {', '.join(missing)} not registered "
                  f"(available: {' '.join(have)}). bloatd_cubic and bloatd_westwood are "
                  "registered by `bloatd start`; or pass --skip-missing-cc")
-    if missing:
+    if missing and not args.dry_run:
         log(f"lab: skipping {', '.join(missing)} (not registered)")
         steps = [s for s in steps if not any(s.get(k) in missing for k in ("cc", "bg_cc", "short_cc"))]
         ccs = [c for c in ccs if c not in missing]
-    backend = pick_instrument(args.instrument)
-    os.makedirs(args.out, exist_ok=True)
     profs = {p: Profile(p) for p in profiles}
     total_est = sum(profs[s["profile"]].estimate_s(s) for s in steps)
+    if args.dry_run:
+        for s in steps:
+            log(f"{s['profile']:5} {analysis.step_label(s)}  ~{profs[s['profile']].estimate_s(s):.0f} s")
+        log(f"lab: {len(steps)} steps, about {total_est / 60:.0f} min")
+        return 0
+    backend = pick_instrument(args.instrument)
+    os.makedirs(args.out, exist_ok=True)
     meta = {"started": time.strftime("%Y-%m-%d %H:%M:%S"), "quick": args.quick,
             "instrument": backend, "ccs": ccs, "missing_ccs": missing,
             "profiles": {p: profs[p].as_dict() for p in profiles},
@@ -428,6 +433,7 @@ def main():
     ap.add_argument("--skip-missing-cc", action="store_true",
                     help="drop configurations whose congestion control is not registered")
     ap.add_argument("--name", default="bllab", help="lab topology name (default bllab)")
+    ap.add_argument("--dry-run", action="store_true", help="print the plan and its estimated time")
     args = ap.parse_args()
     if args.analyze:
         return analysis.report(args.analyze)

@@ -94,6 +94,30 @@ done
 set +m
 [[ $interrupted -ge 2 ]] && pass "$interrupted interrupted runs of up" || fail "only $interrupted runs of up were interrupted"
 
+# Ctrl-C in the middle of an experiment (lab.py, background flow running):
+# traffic stopped, lab removed, exit 130.
+OUT=$(mktemp -d /tmp/bloatd-lab-topo.XXXXXX)
+set -m
+/usr/bin/python3 scripts/lab/lab.py --name "$N" --instrument ss --profiles 3.5g --runs C \
+	--ccs cubic --shorts 3 --out "$OUT" >"$OUT/log" 2>&1 &
+pid=$!
+for ((i = 0; i < 100; i++)); do
+	grep -q "run C" "$OUT/log" 2>/dev/null && break
+	sleep 0.1
+done
+sleep 2
+flows=$(pgrep -fc "$PWD/scripts/lab/flows.py")
+kill -INT "$pid"
+wait "$pid"
+rc=$?
+set +m
+[[ $rc -eq 130 ]] && pass "lab.py interrupted with $flows traffic processes running: exit 130" \
+	|| fail "lab.py after SIGINT exited $rc: $(tail -3 "$OUT/log")"
+expect_clean "interrupted lab.py"
+left=$(pgrep -fa "$PWD/scripts/lab/flows.py")
+[[ -z $left ]] && pass "no traffic process left" || fail "traffic left: $left"
+rm -rf "$OUT"
+
 # A failing up (bad option value at tc) removes what it made.
 "$TOPO" up "$N" --rate 16mbit --buffer-bytes 99999999999999 >/dev/null 2>&1 && fail "absurd buffer accepted" || true
 expect_clean "failed up"
