@@ -1,9 +1,9 @@
 /* SPDX-License-Identifier: GPL-2.0-only */
 /*
  * The record that crosses the kernel boundary, defined once: it is the value
- * of the `socks` map (the live state of one TCP socket) and the sample that
- * the probes push through the `samples` ring buffer at most once per socket
- * per sampling interval. daemon/src/probes/abi.rs mirrors it; a test pins
+ * of the `socks` socket storage map (the live state of one TCP socket), the
+ * sample that the probes push through the `samples` ring buffer at most once
+ * per socket per sampling interval, and what the map iterator writes out. daemon/src/probes/abi.rs mirrors it; a test pins
  * the layout against this header.
  */
 #ifndef BLOATD_H
@@ -29,7 +29,7 @@ enum bloatd_stat {
 	BLOATD_STAT_RETRANS = 2,	/* tcp_retransmit_skb events */
 	BLOATD_STAT_CONG = 3,		/* tcp_cong_state_set events */
 	BLOATD_STAT_ITER = 4,		/* sockets visited by the iterator */
-	BLOATD_STAT_DROP_MAP_FULL = 5,	/* socket not tracked: map full */
+	BLOATD_STAT_DROP_MAP_FULL = 5,	/* socket not tracked: max_socks reached */
 	BLOATD_STAT_DROP_RINGBUF = 6,	/* sample lost: ring buffer full */
 	BLOATD_STAT_CREATED = 7,	/* records created */
 	BLOATD_STAT_DELETED = 8,	/* records deleted at close */
@@ -52,7 +52,7 @@ struct bloatd_sock {
 	__u32 srtt_us;		/* srtt_us >> 3 */
 	__u32 min_rtt_us;	/* tcp_min_rtt(): windowed minimum */
 	__u32 rcv_rtt_us;	/* rcv_rtt_est.rtt_us >> 3: receiver's estimate */
-	__u32 rcv_min_rtt_us;	/* smallest non-zero rcv_rtt_us seen */
+	__u32 rcv_min_rtt_us;	/* receiver's floor: min of rcv_rtt_us and min_rtt_us */
 	__u32 total_retrans;	/* segments retransmitted over the life */
 	__u32 lost;		/* segments marked lost over the life */
 	__u32 rate_delivered;	/* segments delivered in the last rate sample */

@@ -108,6 +108,7 @@ static __always_inline void sock_fill(struct bloatd_sock *s,
 {
 	const struct tcp_congestion_ops *ops = tp->inet_conn.icsk_ca_ops;
 	__u32 rcv_rtt_us = tp->rcv_rtt_est.rtt_us >> 3;
+	__u32 floor_us;
 
 	s->cwnd = tp->snd_cwnd;
 	s->ssthresh = tp->snd_ssthresh;
@@ -123,13 +124,19 @@ static __always_inline void sock_fill(struct bloatd_sock *s,
 	s->bytes_acked = tp->bytes_acked;
 	s->bytes_received = tp->bytes_received;
 	/*
-	 * The receiver has no min_rtt of its own: its RTT estimate comes from
-	 * timestamps echoed on data segments. The lowest estimate seen is the
-	 * path without a queue; what rises above it is queueing delay.
+	 * A receiver's RTT estimate comes from timestamps echoed on the data
+	 * it receives, so it includes the queue the data waited in. Its floor
+	 * is the lowest of those estimates and of the socket's own min RTT
+	 * (its handshake and requests), which a download that starts behind
+	 * a standing queue would otherwise never see below.
 	 */
 	s->rcv_rtt_us = rcv_rtt_us;
-	if (rcv_rtt_us && (rcv_rtt_us < s->rcv_min_rtt_us || !s->rcv_min_rtt_us))
-		s->rcv_min_rtt_us = rcv_rtt_us;
+	floor_us = s->rcv_min_rtt_us;
+	if (rcv_rtt_us && (!floor_us || rcv_rtt_us < floor_us))
+		floor_us = rcv_rtt_us;
+	if (s->min_rtt_us && (!floor_us || s->min_rtt_us < floor_us))
+		floor_us = s->min_rtt_us;
+	s->rcv_min_rtt_us = floor_us;
 	/* The name is read only when the ops change (setsockopt, sockops). */
 	if ((__u64)ops != s->ca_ops) {
 		s->ca_ops = (__u64)ops;

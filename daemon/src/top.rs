@@ -102,7 +102,9 @@ pub fn run(cfg: &Config, opts: &TopOptions) -> anyhow::Result<ExitCode> {
         println!("{}", serde_json::to_string_pretty(&snap)?);
     } else {
         let (w, _) = terminal_size().unwrap_or((160, 50));
-        let width = opts.width.unwrap_or(w);
+        // A text frame is not bound to the terminal: never narrower than
+        // the dashboard's minimum.
+        let width = opts.width.unwrap_or(w).max(bloatd_tui::ui::MIN_WIDTH);
         let height = bloatd_tui::once_height(&snap);
         print!("{}", bloatd_tui::render_once(&snap, width, height));
     }

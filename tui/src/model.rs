@@ -87,7 +87,8 @@ pub struct Socket {
     pub queue_delay_us: u32,
     /// Receiver RTT estimate (what `ss` shows as rcv_rtt).
     pub rcv_rtt_us: u32,
-    /// Smallest rcv_rtt_us observed on this socket.
+    /// The receiver's path floor: the lowest rcv_rtt_us seen, or the
+    /// socket's own min RTT (handshake) when that is lower.
     pub rcv_min_rtt_us: u32,
     /// Receiver view of queueing delay: rcv_rtt_us - rcv_min_rtt_us.
     pub rcv_queue_delay_us: u32,

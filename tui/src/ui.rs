@@ -91,7 +91,7 @@ pub fn buffer_text(buf: &Buffer) -> String {
 /// Height at which `render_text` shows every row of a snapshot with
 /// `sockets` sockets (header, notices, column titles, rows).
 pub fn text_height_for(sockets: usize) -> u16 {
-    (HEADER_LINES as usize + 3 + 1 + sockets).min(u16::MAX as usize) as u16
+    (HEADER_LINES as usize + 3 + 1 + sockets).clamp(MIN_HEIGHT as usize, u16::MAX as usize) as u16
 }
 
 fn render_screen(app: &mut App, area: Rect, buf: &mut Buffer, interactive: bool) {
