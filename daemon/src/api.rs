@@ -4,7 +4,7 @@
 //! API (HTTP/1.1 on /run/bloatd/bloatd.sock, JSON, view model types):
 //!   GET  /v1/status                          daemon state and health
 //!   GET  /v1/sockets[?all=1]                 sockets, read fresh from the kernel
-//!   GET  /v1/snapshot[?series=C&since_ms=T]  what `bloatd top` draws
+//!   GET  /v1/snapshot[?series=C&since_ms=T][&fresh=1]  what `bloatd top` draws
 //!   GET  /v1/series/{cookie}[?since_ms=T]    one socket's samples
 //!   GET  /v1/cc                              registered and available algorithms
 //!   POST /v1/cc/default {"name": "..."}      set the host default (restored at stop)
@@ -29,6 +29,7 @@ struct SocketsQuery {
 struct SnapshotQuery {
     series: Option<u64>,
     since_ms: Option<u64>,
+    fresh: Option<u8>,
 }
 
 #[derive(Deserialize)]
@@ -71,13 +72,13 @@ pub fn api_router(core: Shared) -> Router {
         .route(
             "/v1/snapshot",
             get(|State(c): State<Shared>, Query(q): Query<SnapshotQuery>| async move {
-                Json(c.lock().unwrap().snapshot(q.series, q.since_ms.unwrap_or(0)))
+                Json(c.lock().unwrap().snapshot(q.series, q.since_ms.unwrap_or(0), q.fresh.unwrap_or(0) != 0))
             }),
         )
         .route(
             "/v1/series/{cookie}",
             get(|State(c): State<Shared>, Path(cookie): Path<u64>, Query(q): Query<SinceQuery>| async move {
-                let snap = c.lock().unwrap().snapshot(Some(cookie), q.since_ms.unwrap_or(0));
+                let snap = c.lock().unwrap().snapshot(Some(cookie), q.since_ms.unwrap_or(0), false);
                 match snap.series.into_iter().next() {
                     Some(s) => Json(s).into_response(),
                     None => error(StatusCode::NOT_FOUND, format!("no socket with cookie {cookie}")),

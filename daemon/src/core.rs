@@ -137,9 +137,14 @@ impl Core {
         }
     }
 
-    /// What the dashboard draws: all sockets as of the last samples, plus
-    /// the samples of one socket newer than `since_ms`.
-    pub fn snapshot(&mut self, series_for: Option<u64>, since_ms: u64) -> Snapshot {
+    /// What the dashboard draws: all sockets as of the last samples (or,
+    /// `fresh`, as the kernel has them now), plus the samples of one socket
+    /// newer than `since_ms`.
+    pub fn snapshot(&mut self, series_for: Option<u64>, since_ms: u64, fresh: bool) -> Snapshot {
+        if fresh {
+            self.tick();
+            self.refresh(true);
+        }
         let clock = Clock::now();
         Snapshot {
             taken_ms: clock.unix_ms,

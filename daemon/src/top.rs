@@ -21,57 +21,72 @@ pub struct TopOptions {
     pub width: Option<u16>,
 }
 
-/// The daemon's API. Errors become the message the dashboard shows while
-/// it keeps retrying, so a restarted daemon is picked up again.
-struct ApiSource {
-    client: Client,
+/// Where `bloatd top` gets its snapshots: the daemon's API, or probes
+/// running in this process (embedded mode).
+enum Backend {
+    Api(Client),
+    Embedded(Box<Core>),
 }
 
-impl Source for ApiSource {
+impl Source for Backend {
+    /// API errors become the message the dashboard shows while it keeps
+    /// retrying, so a restarted daemon is picked up again.
     fn snapshot(&mut self, series_for: Option<u64>, since_ms: u64) -> Result<Snapshot, String> {
-        let target = match series_for {
-            Some(c) => format!("/v1/snapshot?series={c}&since_ms={since_ms}"),
-            None => "/v1/snapshot".to_string(),
-        };
-        self.client.get(&target).map_err(|e| match e {
-            ClientError::NotRunning(p) => {
-                format!("bloatd daemon not reachable at {}: retrying… (sudo bloatd start)", p.display())
+        match self {
+            Backend::Api(client) => {
+                let target = match series_for {
+                    Some(c) => format!("/v1/snapshot?series={c}&since_ms={since_ms}"),
+                    None => "/v1/snapshot".to_string(),
+                };
+                client.get(&target).map_err(|e| match e {
+                    ClientError::NotRunning(p) => format!(
+                        "bloatd daemon not reachable at {}: retrying… (sudo bloatd start)",
+                        p.display()
+                    ),
+                    e => e.to_string(),
+                })
             }
-            e => e.to_string(),
-        })
-    }
-}
-
-/// Probes in this process.
-struct EmbeddedSource {
-    core: Core,
-}
-
-impl Source for EmbeddedSource {
-    fn snapshot(&mut self, series_for: Option<u64>, since_ms: u64) -> Result<Snapshot, String> {
-        self.core.tick();
-        Ok(self.core.snapshot(series_for, since_ms))
-    }
-}
-
-fn open_source(cfg: &Config) -> anyhow::Result<Box<dyn Source>> {
-    let client = Client::new(&cfg.socket_path());
-    match client.get::<serde_json::Value>("/v1/status") {
-        Ok(_) => Ok(Box::new(ApiSource { client })),
-        Err(ClientError::NotRunning(_)) => {
-            if crate::probes::preflight().is_err() {
-                anyhow::bail!(
-                    "bloatd is not running, and running the probes here (embedded mode) needs root: \
-                     `sudo bloatd start` then `bloatd top`, or `sudo bloatd top`"
-                );
+            Backend::Embedded(core) => {
+                core.tick();
+                Ok(core.snapshot(series_for, since_ms, false))
             }
-            // Embedded mode watches; it does not register congestion controls.
-            let mut cfg = cfg.clone();
-            cfg.cc.clear();
-            let core = Core::start(&cfg, "embedded", false)?;
-            Ok(Box::new(EmbeddedSource { core }))
         }
-        Err(e) => Err(e.into()),
+    }
+}
+
+impl Backend {
+    fn open(cfg: &Config) -> anyhow::Result<Backend> {
+        let client = Client::new(&cfg.socket_path());
+        match client.get::<serde_json::Value>("/v1/status") {
+            Ok(_) => Ok(Backend::Api(client)),
+            Err(ClientError::NotRunning(_)) => {
+                if crate::probes::preflight().is_err() {
+                    anyhow::bail!(
+                        "bloatd is not running, and running the probes here (embedded mode) needs root: \
+                         `sudo bloatd start` then `bloatd top`, or `sudo bloatd top`"
+                    );
+                }
+                // Embedded mode watches; it does not register congestion controls.
+                let mut cfg = cfg.clone();
+                cfg.cc.clear();
+                let mut core = Core::start(&cfg, "embedded", false)?;
+                // Probes started just now: give them a few intervals to see
+                // the traffic of other namespaces.
+                std::thread::sleep(Duration::from_millis(cfg.interval_ms * 3));
+                core.tick();
+                Ok(Backend::Embedded(Box::new(core)))
+            }
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// Every socket's numbers read from the kernel now: what `--once`
+    /// prints, so it agrees with `bloatd sockets` taken beside it.
+    fn fresh(&mut self) -> anyhow::Result<Snapshot> {
+        match self {
+            Backend::Api(client) => Ok(client.get("/v1/snapshot?fresh=1")?),
+            Backend::Embedded(core) => Ok(core.snapshot(None, 0, true)),
+        }
     }
 }
 
@@ -83,21 +98,15 @@ fn terminal_size() -> Option<(u16, u16)> {
 }
 
 pub fn run(cfg: &Config, opts: &TopOptions) -> anyhow::Result<ExitCode> {
-    let mut source = open_source(cfg)?;
+    let mut backend = Backend::open(cfg)?;
     if !opts.once {
         bloatd_tui::run(
-            source.as_mut(),
+            &mut backend,
             &bloatd_tui::Options { interval: Duration::from_millis(opts.interval_ms.max(50)), ..Default::default() },
         )?;
         return Ok(ExitCode::SUCCESS);
     }
-    // An embedded engine has only what existed at start; give the probes
-    // a few intervals to see traffic before taking the frame.
-    let mut snap = source.snapshot(None, 0).map_err(anyhow::Error::msg)?;
-    if snap.health.mode == "embedded" {
-        std::thread::sleep(Duration::from_millis(cfg.interval_ms * 3));
-        snap = source.snapshot(None, 0).map_err(anyhow::Error::msg)?;
-    }
+    let snap = backend.fresh()?;
     if opts.json {
         println!("{}", serde_json::to_string_pretty(&snap)?);
     } else {

@@ -141,7 +141,7 @@ pub(crate) fn run_loop<B: Backend>(
     let retry_ms = (opts.retry_interval.as_millis() as u64).max(1);
     let mut app = App::new();
     let mut next_fetch_ms = 0;
-    while !app.should_quit() {
+    while !app.should_quit() && !terminal::terminate_requested() {
         let now = clock();
         // A wall clock set back would otherwise stall refreshes until it
         // catches up.

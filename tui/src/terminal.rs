@@ -16,6 +16,30 @@ use std::panic::{self, PanicHookInfo};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
+/// Set by SIGTERM, SIGHUP or SIGINT: the run loop sees it within one
+/// refresh and returns, so the guard gives the terminal back as on `q`.
+static TERMINATE: AtomicBool = AtomicBool::new(false);
+
+extern "C" fn on_terminate(_sig: libc::c_int) {
+    TERMINATE.store(true, Ordering::SeqCst);
+}
+
+pub(crate) fn terminate_requested() -> bool {
+    TERMINATE.load(Ordering::SeqCst)
+}
+
+fn catch_terminate_signals() {
+    for sig in [libc::SIGTERM, libc::SIGHUP, libc::SIGINT] {
+        // SAFETY: the handler only stores to an atomic (async-signal-safe).
+        unsafe {
+            let mut sa: libc::sigaction = std::mem::zeroed();
+            sa.sa_sigaction = on_terminate as extern "C" fn(libc::c_int) as usize;
+            libc::sigemptyset(&mut sa.sa_mask);
+            libc::sigaction(sig, &sa, std::ptr::null_mut());
+        }
+    }
+}
+
 /// Whether the terminal is in raw mode on the alternate screen. Restoring
 /// twice is not harmless: leaving the alternate screen again moves the
 /// cursor back to where it was on entry, over the panic message just printed.
@@ -49,6 +73,7 @@ impl TerminalGuard {
             previous_hook,
         };
         ENTERED.store(true, Ordering::SeqCst);
+        catch_terminate_signals();
         enable_raw_mode()?;
         execute!(io::stdout(), EnterAlternateScreen, Hide)?;
         Ok(guard)
