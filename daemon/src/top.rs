@@ -125,15 +125,38 @@ fn ms(us: u32) -> String {
     format!("{:.3}", us as f64 / 1000.0)
 }
 
+/// The inner state of a bloatd congestion control, compact.
+fn cc_state_text(s: &Socket) -> String {
+    use bloatd_tui::model::CcState;
+    match &s.cc_state {
+        Some(CcState::Westwood { bwe_bytes_per_s, rtt_min_us, pipe_segments }) => format!(
+            "bwe={:.2}Mbit/s rttmin={} pipe={}",
+            *bwe_bytes_per_s as f64 * 8.0 / 1e6,
+            ms(*rtt_min_us),
+            pipe_segments
+        ),
+        Some(CcState::Cubic { w_max_segments, k_ms, epoch_age_ms, delay_min_us, hystart_round, hystart_found }) => {
+            format!(
+                "wmax={w_max_segments} K={k_ms}ms epoch={} delaymin={} hystart={}{}",
+                epoch_age_ms.map(|a| format!("{a}ms")).unwrap_or_else(|| "-".into()),
+                ms(*delay_min_us),
+                hystart_round,
+                if *hystart_found { "/exit" } else { "" }
+            )
+        }
+        None => String::new(),
+    }
+}
+
 /// `bloatd sockets`: one line per socket, every number straight from the
-/// kernel record (times in ms).
+/// kernel record (times in ms), and the inner state of bloatd's algorithms.
 pub fn sockets_table(socks: &[Socket]) -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,
-        "{:<18} {:>10} {:<24} {:<24} {:<15} {:<4} {:>6} {:>6} {:>9} {:>9} {:>9} {:>9} {:>9} {:>7} {:<8}",
+        "{:<18} {:>10} {:<24} {:<24} {:<15} {:<4} {:>6} {:>6} {:>9} {:>9} {:>9} {:>9} {:>9} {:>7} {:<8} {}",
         "PROCESS", "NETNS", "LOCAL", "REMOTE", "CC", "ROLE", "CWND", "INFL", "SRTT", "MINRTT", "QDELAY",
-        "RCVRTT", "RCVQDLY", "RETRANS", "CA"
+        "RCVRTT", "RCVQDLY", "RETRANS", "CA", "CCSTATE"
     );
     for s in socks {
         let process = match (&s.comm, s.pid) {
@@ -145,9 +168,8 @@ pub fn sockets_table(socks: &[Socket]) -> String {
             std::net::IpAddr::V6(v6) => format!("[{v6}]:{p}"),
             v4 => format!("{v4}:{p}"),
         };
-        let _ = writeln!(
-            out,
-            "{:<18} {:>10} {:<24} {:<24} {:<15} {:<4} {:>6} {:>6} {:>9} {:>9} {:>9} {:>9} {:>9} {:>7} {:<8}",
+        let line = format!(
+            "{:<18} {:>10} {:<24} {:<24} {:<15} {:<4} {:>6} {:>6} {:>9} {:>9} {:>9} {:>9} {:>9} {:>7} {:<8} {}",
             process,
             s.netns,
             ep(&s.local_addr, s.local_port),
@@ -165,8 +187,10 @@ pub fn sockets_table(socks: &[Socket]) -> String {
             ms(s.rcv_rtt_us),
             ms(s.rcv_queue_delay_us),
             s.retrans,
-            format!("{:?}", s.ca_state).to_lowercase()
+            format!("{:?}", s.ca_state).to_lowercase(),
+            cc_state_text(s)
         );
+        let _ = writeln!(out, "{}", line.trim_end());
     }
     out
 }

@@ -110,6 +110,23 @@ class Top(TestCase):
         wait_for(lambda: self.tmux("has-session", "-t", "top", check=False).returncode != 0,
                  timeout=5, what="top exits on q")
 
+    def test_embedded_mode_without_daemon(self):
+        lab = self.lab("bt2", rate="10mbit", buffer_bytes=1500000)
+        lab.iperf_server("snd")
+        lab.download("cubic", 15)
+        snd = wait_for(lambda: next((s for s in lab.ss("snd") if s.get("cc") == "cubic"), None),
+                       what="the download's socket")
+        remote = f"{snd['remote'][0]}:{snd['remote'][1]}"
+        time.sleep(3)
+        # No daemon answers in this run directory: top runs the probes itself.
+        empty = self.daemon()
+        r = run(BLOATD, "--run-dir", empty.run_dir, "top", "--once", "--width", "160")
+        self.assertIn("embedded", r.stdout)
+        row = next((x for x in table_rows(r.stdout) if x["REMOTE"] == remote), None)
+        self.assertIsNotNone(row, r.stdout)
+        self.assertGreater(parse_ms(row["QDELAY"]), 100, row)
+        print(f"    embedded --once: {row['REMOTE']} queue {row['QDELAY']}")
+
 
 if __name__ == "__main__":
     main()
