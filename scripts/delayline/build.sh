@@ -10,8 +10,9 @@ if [[ ! -x $bin || $src -nt $bin ]]; then
 		echo "delayline: libnetfilter_queue headers missing: run sudo scripts/deps.sh" >&2
 		exit 1
 	fi
-	${CC:-gcc} -O2 -Wall -Wextra -Wno-unused-parameter -o "$bin.tmp" "$src" \
+	# A private temporary name: two labs may come up at the same time.
+	${CC:-gcc} -O2 -Wall -Wextra -Wno-unused-parameter -o "$bin.$$.tmp" "$src" \
 		-lnetfilter_queue -lnfnetlink
-	mv "$bin.tmp" "$bin"
+	mv -f "$bin.$$.tmp" "$bin"
 fi
 echo "$bin"

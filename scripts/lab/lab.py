@@ -189,6 +189,12 @@ class Lab:
         if p in self.procs:
             self.procs.remove(p)
 
+    def stop_flows(self):
+        """Stop every client, keep the server."""
+        for p in list(self.procs):
+            if p is not self.server:
+                self.stop(p)
+
     def backlog_bytes(self):
         out = subprocess.run(["ip", "netns", "exec", f"{self.name}-rtr", "tc", "-s", "qdisc",
                               "show", "dev", "rcv0"], capture_output=True, text=True).stdout
@@ -361,6 +367,7 @@ def run_campaign(args):
         f"instrument {backend}; results in {args.out}/")
 
     lab = Lab(args.name)
+    failed = []
     t_start = time.monotonic()
     done_est = 0.0
     cur_prof = None
@@ -384,8 +391,16 @@ def run_campaign(args):
                 desc = analysis.step_label(step)
                 log(f"[{i + 1:3d}/{len(steps)}] {elapsed / 60:5.1f} min, ETA {eta / 60:4.1f} min | "
                     f"{prof.name} {desc}")
-                recs = run_a(lab, inst, prof, step) if step["run"] == "A" else \
-                    run_shorts(lab, inst, prof, step)
+                try:
+                    recs = run_a(lab, inst, prof, step) if step["run"] == "A" else \
+                        run_shorts(lab, inst, prof, step)
+                except RuntimeError as e:
+                    # One failed step (a congestion control unregistered
+                    # meanwhile, a flow that died) must not cost the campaign.
+                    log(f"    step failed: {e}")
+                    failed.append({**step, "error": str(e)})
+                    lab.stop_flows()
+                    recs = []
                 for r in recs:
                     r.update({k: v for k, v in step.items() if k not in ("shorts", "seconds")})
                     r["instrument"] = backend
@@ -412,7 +427,12 @@ def run_campaign(args):
     if inst:
         inst.stop()
     lab.down()
-    log(f"lab: measured in {(time.monotonic() - t_start) / 60:.1f} min")
+    meta["failed_steps"] = failed
+    meta["minutes"] = round((time.monotonic() - t_start) / 60, 1)
+    with open(os.path.join(args.out, "meta.json"), "w") as f:
+        json.dump(meta, f, indent=1)
+    log(f"lab: measured in {meta['minutes']} min" +
+        (f"; {len(failed)} step(s) failed, listed in meta.json" if failed else ""))
     return analysis.report(args.out)
 
 
