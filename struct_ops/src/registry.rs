@@ -317,3 +317,74 @@ fn read_hash(
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn err(errno: i32) -> libbpf_rs::Error {
+        libbpf_rs::Error::from(std::io::Error::from_raw_os_error(errno))
+    }
+
+    #[test]
+    fn verifier_log_tail_is_kept() {
+        let mut log =
+            String::from("libbpf: prog 'x': BPF program load failed: Permission denied\n");
+        log.push_str("libbpf: prog 'x': -- BEGIN PROG LOAD LOG --\n");
+        for i in 0..40 {
+            log.push_str(&format!("{i}: (79) r1 = *(u64 *)(r1 +0)\n"));
+        }
+        log.push_str("R1 invalid mem access 'scalar'\n-- END PROG LOAD LOG --\nlibbpf: failed to load object\n");
+        let e = classify(Algo::Cubic, "load", err(libc::EACCES), &log);
+        let CcError::VerifierRejected { name, log_tail, .. } = &e else {
+            panic!("{e}")
+        };
+        assert_eq!(*name, "bloatd_cubic");
+        assert!(
+            log_tail.ends_with("R1 invalid mem access 'scalar'"),
+            "{log_tail}"
+        );
+        assert_eq!(log_tail.lines().count(), 25);
+        assert!(
+            e.to_string().contains("verifier rejected bloatd_cubic"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn eperm_without_verifier_log_means_privileges() {
+        let e = classify(
+            Algo::Westwood,
+            "load",
+            err(libc::EPERM),
+            "libbpf: Error in bpf_object__probe_loading()\n",
+        );
+        assert!(matches!(e, CcError::NotRoot { .. }), "{e}");
+        assert!(e.to_string().contains("run as root"), "{e}");
+    }
+
+    #[test]
+    fn eexist_on_register_means_taken() {
+        let e = classify(Algo::Westwood, "register", err(libc::EEXIST), "");
+        assert!(
+            matches!(
+                e,
+                CcError::AlreadyRegistered {
+                    name: "bloatd_westwood"
+                }
+            ),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn log_is_bounded() {
+        LOAD_LOG.lock().unwrap().clear();
+        for _ in 0..(LOG_KEEP_BYTES / 10) {
+            capture_log(PrintLevel::Info, "0123456789abcdef\n".into());
+        }
+        let len = LOAD_LOG.lock().unwrap().len();
+        LOAD_LOG.lock().unwrap().clear();
+        assert!(len <= LOG_KEEP_BYTES, "{len}");
+    }
+}
