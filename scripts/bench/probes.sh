@@ -1,0 +1,137 @@
+#!/usr/bin/env bash
+# bloatd's overhead, measured side by side in one run (not a test: it
+# reports, it does not judge).
+#
+#  1. Cost per event of each probe, from the kernel's BPF statistics
+#     (run_time_ns / run_cnt), next to two reference programs attached to
+#     the same tracepoint and so seeing the same events: an empty program
+#     (the cost of running any program there, measurement included) and a
+#     program that only updates a hash map keyed by socket cookie.
+#  2. Daemon CPU (user + sys) per second of wall time: with 10,000
+#     established idle sockets, and with one flow at the lab's line rate.
+#  3. iperf3 -C cubic throughput with and without bloatd, alternating short
+#     runs with the sender and receiver pinned to one CPU each.
+#
+# Usage: scripts/bench/probes.sh [--runs N] [--seconds S]   (root)
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+RUNS=8 SECS=4
+while (($#)); do
+	case $1 in
+	--runs) RUNS=$2; shift 2 ;;
+	--seconds) SECS=$2; shift 2 ;;
+	-h|--help) sed -n '2,16p' "$0"; exit 0 ;;
+	*) echo "probes.sh: unknown option $1" >&2; exit 2 ;;
+	esac
+done
+[[ $(id -u) -eq 0 ]] || { echo "probes.sh: run as root" >&2; exit 1; }
+
+TARGET=${CARGO_TARGET_DIR:-target}
+BIN=${BLOATD_BIN:-$TARGET/release/bloatd}
+cargo build --release -q -p bloatd --example bench_probes
+REF=$TARGET/release/examples/bench_probes
+LAB=bbench RUN=$(mktemp -d /tmp/bloatd-bench.XXXX) PORT=9499
+PY=/usr/bin/python3
+HOLD=()
+
+cleanup() {
+	"$BIN" --run-dir "$RUN" stop >/dev/null 2>&1 || true
+	for fd in "${HOLD[@]}"; do eval "exec $fd>&-"; done
+	pkill -f "bench_probes baseline" 2>/dev/null || true
+	scripts/lab/topo.sh down "$LAB" >/dev/null 2>&1 || true
+	rm -rf "$RUN"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+nsx() { local side=$1; shift; ip netns exec "$LAB-$side" "$@"; }
+start_bloatd() { "$BIN" --run-dir "$RUN" start --no-cc --listen "127.0.0.1:$PORT" "$@" >/dev/null; }
+stop_bloatd() { "$BIN" --run-dir "$RUN" stop >/dev/null; }
+bloatd_pid() { cat "$RUN/bloatd.pid"; }
+# CPU seconds (user + sys) of a process, from /proc/PID/stat.
+cpu_s() { awk -v hz="$(getconf CLK_TCK)" '{print ($14 + $15) / hz}' "/proc/$1/stat"; }
+# Download from the sender for S seconds; prints Gbit/s.
+download() {
+	nsx snd iperf3 -s -1 -D -p 5400 -A 1 >/dev/null; sleep 0.3
+	nsx rcv iperf3 -c 10.9.1.1 -p 5400 -C cubic -t "$1" -R -A 0 -J |
+		$PY -c 'import json,sys; print("%.2f" % (json.load(sys.stdin)["end"]["sum_received"]["bits_per_second"]/1e9))'
+}
+
+echo "== lab: sender - router - receiver, no shaping (40 Gbit/s tbf), offloads off"
+scripts/lab/topo.sh up "$LAB" --rate 40gbit --buffer-bytes 4000000 >/dev/null
+
+echo
+echo "== 1. cost per event (kernel BPF statistics), all programs on the same events"
+start_bloatd --bpf-stats
+exec {h}> >("$REF" baseline tcp_probe >/dev/null 2>&1); HOLD+=("$h")
+sleep 1
+gbps=$(download 10)
+bpftool -j prog show | $PY -c '
+import json, sys
+progs = {p["name"]: p for p in json.load(sys.stdin) if p.get("run_cnt", 0) > 0}
+def ns(name):
+    p = progs.get(name) or progs.get(name[:15])
+    return (p["run_time_ns"] / p["run_cnt"], p["run_cnt"]) if p else (float("nan"), 0)
+empty, _ = ns("bench_empty")
+ref, _ = ns("bench_hash_update")
+print("  %-26s %10s %10s %12s" % ("program", "events", "ns/event", "minus empty"))
+for name in ["tcp_probe", "inet_sock_set_state", "tcp_retransmit_skb", "tcp_cong_state_set",
+             "bench_hash_update", "bench_empty"]:
+    v, n = ns(name)
+    print("  %-26s %10d %10.1f %12.1f" % (name, n, v, v - empty))
+v, _ = ns("tcp_probe")
+print("  tcp_probe / hash-update reference: %.2f   (body: %.2f)" % (v / ref, (v - empty) / (ref - empty)))
+'
+echo "  (flow: $gbps Gbit/s)"
+exec {h}>&-; stop_bloatd
+
+echo
+echo "== 2a. daemon CPU with 10,000 established idle sockets"
+# The daemon first: sockets of other namespaces are seen when they connect
+# (the start-up iterator only walks the daemon's own namespace).
+start_bloatd
+exec {srv}> >(nsx snd "$PY" scripts/bench/idle_sockets.py serve 10.9.1.1 7000 10000 >"$RUN/srv.out"); HOLD+=("$srv")
+sleep 1
+exec {cli}> >(nsx rcv "$PY" scripts/bench/idle_sockets.py connect 10.9.1.1 7000 10000 >"$RUN/cli.out"); HOLD+=("$cli")
+for _ in $(seq 120); do grep -q ready "$RUN/cli.out" 2>/dev/null && grep -q ready "$RUN/srv.out" && break; sleep 0.5; done
+sleep 2
+t0=$(date +%s.%N); c0=$(cpu_s "$(bloatd_pid)")
+sleep 20
+t1=$(date +%s.%N); c1=$(cpu_s "$(bloatd_pid)")
+n=$("$BIN" --run-dir "$RUN" status --json | $PY -c 'import json,sys; print(json.load(sys.stdin)["sockets"])')
+s0=$(date +%s.%N); "$BIN" --run-dir "$RUN" sockets --json >/dev/null; s1=$(date +%s.%N)
+awk -v c0="$c0" -v c1="$c1" -v t0="$t0" -v t1="$t1" -v n="$n" \
+	'BEGIN{c=c1-c0; t=t1-t0; printf "  %d sockets tracked: daemon CPU %.2f%% of one core (%.0f ms over %.0f s)\n", n, 100*c/t, c*1000, t}'
+awk -v s0="$s0" -v s1="$s1" 'BEGIN{printf "  bloatd sockets --json with them: %.0f ms\n", (s1-s0)*1000}'
+stop_bloatd
+exec {cli}>&- {srv}>&-
+sleep 1
+
+echo
+echo "== 2b. daemon CPU with one flow at line rate"
+start_bloatd
+pid=$(bloatd_pid); c0=$(cpu_s "$pid"); t0=$(date +%s.%N)
+gbps=$(download 10)
+c1=$(cpu_s "$pid"); t1=$(date +%s.%N)
+awk -v c0="$c0" -v c1="$c1" -v t0="$t0" -v t1="$t1" -v g="$gbps" \
+	'BEGIN{printf "  %.2f Gbit/s: daemon CPU %.2f%% of one core\n", g, 100*(c1-c0)/(t1-t0)}'
+stop_bloatd
+
+echo
+echo "== 3. iperf3 -C cubic throughput, with and without bloatd, $RUNS alternating pairs of ${SECS}s"
+with=() without=()
+for i in $(seq "$RUNS"); do
+	without+=("$(download "$SECS")")
+	start_bloatd
+	with+=("$(download "$SECS")")
+	stop_bloatd
+	echo "  pair $i: without ${without[-1]} Gbit/s, with ${with[-1]} Gbit/s"
+done
+$PY - "${with[*]}" "${without[*]}" <<'PYEOF'
+import statistics, sys
+w = [float(x) for x in sys.argv[1].split()]
+wo = [float(x) for x in sys.argv[2].split()]
+ratios = [a / b for a, b in zip(w, wo)]
+print("  median with/without: %.3f (pairwise ratios %s)" % (statistics.median(ratios), " ".join("%.2f" % r for r in ratios)))
+print("  medians: with %.2f Gbit/s, without %.2f Gbit/s" % (statistics.median(w), statistics.median(wo)))
+PYEOF

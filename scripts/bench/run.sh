@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# `make bench`: every benchmark, one after the other (root). Reports
+# numbers and ratios measured side by side; nothing here passes or fails.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+echo "### probes and daemon (scripts/bench/probes.sh)"
+scripts/bench/probes.sh "$@"
+echo
+echo "### congestion controls (scripts/bench/cc.sh)"
+scripts/bench/cc.sh
+echo
+echo "### dashboard frame time with 10,000 sockets (cargo bench -p bloatd-tui)"
+cargo bench -q -p bloatd-tui --bench frame
