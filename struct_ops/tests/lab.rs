@@ -13,7 +13,8 @@
 //!   (within 20%), and BWE, RTTmin match the measured rate and base RTT;
 //! - CUBIC: at each reduction W_max and ssthresh follow from the cwnd before
 //!   it (beta 0.7, fast convergence), the next epoch starts at ssthresh and
-//!   K = cbrt((W_max - cwnd_epoch) / C).
+//!   K = cbrt((W_max - cwnd_epoch) / C); HyStart ends slow start where the
+//!   kernel's does.
 
 mod common;
 
@@ -445,6 +446,54 @@ fn check_cubic(run: &Run) -> Vec<String> {
     failures
 }
 
+/// The first ssthresh below "infinity": where slow start ended, and whether
+/// a loss (rather than HyStart) ended it.
+fn slow_start_exit(run: &Run) -> Option<(u32, bool)> {
+    run.samples
+        .iter()
+        .find(|s| s.info.snd_ssthresh < 0x7fff_ffff)
+        .map(|s| (s.info.snd_ssthresh, s.info.total_retrans > 0))
+}
+
+/// HyStart ends slow start once the pipe is full and before the buffer
+/// overflows, and the state says how. (Where exactly varies from run to run
+/// with the RTT samples of each round, for the kernel's CUBIC as for ours:
+/// the kernel's exit is printed for comparison, not compared.)
+fn check_hystart(kernel: &Run, ours: &Run) -> Vec<String> {
+    let Some((b_ssth, b_loss)) = slow_start_exit(ours) else {
+        return vec!["hystart: slow start never ended".into()];
+    };
+    let state = ours
+        .samples
+        .iter()
+        .filter_map(cubic)
+        .find(|c| c.hystart_exit_cwnd != 0 || c.reductions != 0);
+    println!(
+        "  slow start exit: kernel cubic (ssthresh, by loss) {:?}, bloatd_cubic ({b_ssth}, {b_loss}), state {state:?}",
+        slow_start_exit(kernel)
+    );
+    let Some(c) = state else {
+        return vec!["hystart: no exported state after slow start".into()];
+    };
+    let bdp = RATE_BYTES_PER_S * f64::from(BASE_RTT_MS) / 1000.0 / f64::from(c.mss);
+    let overflow = bdp + f64::from(BUFFER_BYTES) / f64::from(c.mss);
+    let mut failures = Vec::new();
+    if b_loss || !(c.hystart_found_ack_train || c.hystart_found_delay) {
+        failures.push(format!(
+            "hystart: slow start ended by a loss, not by HyStart: {c:?}"
+        ));
+    } else if c.hystart_exit_cwnd != b_ssth {
+        failures.push(format!(
+            "hystart: TCP_INFO ssthresh {b_ssth} after slow start, state says exit at {}",
+            c.hystart_exit_cwnd
+        ));
+    }
+    if f64::from(b_ssth) < bdp || f64::from(b_ssth) > overflow {
+        failures.push(format!("hystart: left slow start at cwnd {b_ssth}, outside pipe {bdp:.0} .. buffer overflow {overflow:.0}"));
+    }
+    failures
+}
+
 #[test]
 fn lab_behaviour() {
     let _s = serial();
@@ -541,6 +590,7 @@ fn lab_behaviour() {
 
     failures.extend(check_westwood(bwestwood));
     failures.extend(check_cubic(bcubic));
+    failures.extend(check_hystart(kcubic, bcubic));
     drop(reg);
     drop(lab);
     assert!(
