@@ -30,12 +30,12 @@ extern void tcp_reno_cong_avoid(struct sock *sk, __u32 ack, __u32 acked) __ksym;
 extern __u32 tcp_reno_undo_cwnd(struct sock *sk) __ksym;
 
 /*
- * How often (at most) a socket's snapshot is copied to the export map. The
- * daemon samples every 100 ms; 1 ms keeps the snapshot fresh for it and for
- * tests while costing one map update per millisecond per socket instead of
- * one per ACK.
+ * How often (at most) a socket's snapshot is copied to the export map, on
+ * top of the copy right after every congestion event. The daemon samples
+ * every 100 ms: 10 ms keeps what it shows fresh while a bulk flow at line
+ * rate pays one map update per 10 ms instead of one per ACK.
  */
-const volatile __u32 export_interval_us = 1000;
+const volatile __u32 export_interval_us = 10000;
 
 static __always_inline struct tcp_sock *tcp_sk(const struct sock *sk)
 {

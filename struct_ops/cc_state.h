@@ -10,13 +10,13 @@
  *   westwood_states -> struct bloatd_westwood_state
  *   cubic_states    -> struct bloatd_cubic_state
  *
- * A snapshot is written at most every export_interval_us per socket, and on
- * the first ACK after a congestion event. The entry is deleted when the socket
- * leaves the algorithm (release). A socket appears only once its cookie
- * exists: struct_ops programs may not call bpf_get_socket_cookie, so the
- * algorithms read the cookie the kernel stored when someone asked for it
- * (bloatd's tcp_probe, sock_diag / ss, getsockopt SO_COOKIE) and never
- * create one.
+ * A snapshot is written on an ACK at most every export_interval_us (10 ms,
+ * cc_bpf.h) per socket, and on the first ACK after a congestion event or a
+ * HyStart exit. The entry is deleted when the socket leaves the algorithm
+ * (release). A socket appears only once its cookie exists: struct_ops
+ * programs may not call bpf_get_socket_cookie, so the algorithms read the
+ * cookie the kernel stored when someone asked for it (bloatd's tcp_probe,
+ * sock_diag / ss, getsockopt SO_COOKIE) and never create one.
  *
  * Times are the TCP clock: CLOCK_MONOTONIC in microseconds (tcp_mstamp).
  * cwnd, ssthresh and every window are in segments of `mss` bytes.

@@ -79,7 +79,7 @@ hold() {
 }
 hold bloatd_cubic || exit 1
 hold bloatd_westwood || echo "cc.sh: skipping bloatd_westwood's per-callback costs" >&2
-cat "$WORK"/hold.bloatd_* >"$WORK/hold.out"
+for cc in "${STAT_ALGOS[@]}"; do cat "$WORK/hold.$cc"; done >"$WORK/hold.out"
 
 busy_jiffies() { awk '/^cpu /{print $2+$3+$4+$7+$8}' /proc/stat; }
 
