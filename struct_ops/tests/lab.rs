@@ -287,6 +287,12 @@ fn check_westwood(run: &Run) -> Vec<String> {
             continue;
         };
         let w = westwood(after).unwrap();
+        if w.mss != after.info.snd_mss {
+            failures.push(format!(
+                "westwood: state mss {} but TCP_INFO snd_mss {}",
+                w.mss, after.info.snd_mss
+            ));
+        }
         let cwnd = f64::from(after.info.snd_cwnd);
         let pipe = f64::from(w.congestion_cwnd);
         println!(
