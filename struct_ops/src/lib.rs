@@ -26,3 +26,10 @@ pub use kernel::{
 };
 pub use registry::Registry;
 pub use state::{CcState, CubicState, WestwoodState};
+
+// The daemon keeps the Registry in shared state and reads states() from
+// its sampler thread: keep it Send + Sync (libbpf-rs objects and links are).
+const _: () = {
+    const fn send_sync<T: Send + Sync>() {}
+    send_sync::<Registry>();
+};
