@@ -16,28 +16,52 @@ use std::panic::{self, PanicHookInfo};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-/// Set by SIGTERM, SIGHUP or SIGINT: the run loop sees it within one
-/// refresh and returns, so the guard gives the terminal back as on `q`.
+/// Set by SIGTERM or SIGINT: the run loop sees it within one refresh and
+/// returns, so the guard gives the terminal back as on `q`.
 static TERMINATE: AtomicBool = AtomicBool::new(false);
 
 extern "C" fn on_terminate(_sig: libc::c_int) {
     TERMINATE.store(true, Ordering::SeqCst);
 }
 
+/// The terminal hung up: there is nothing left to restore, and crossterm's
+/// input poll spins on the end-of-file of a closed tty without ever
+/// returning, so leave at once (async-signal-safe).
+extern "C" fn on_hangup(_sig: libc::c_int) {
+    // SAFETY: _exit is async-signal-safe.
+    unsafe { libc::_exit(129) };
+}
+
 pub(crate) fn terminate_requested() -> bool {
     TERMINATE.load(Ordering::SeqCst)
 }
 
-fn catch_terminate_signals() {
-    for sig in [libc::SIGTERM, libc::SIGHUP, libc::SIGINT] {
-        // SAFETY: the handler only stores to an atomic (async-signal-safe).
-        unsafe {
-            let mut sa: libc::sigaction = std::mem::zeroed();
-            sa.sa_sigaction = on_terminate as extern "C" fn(libc::c_int) as usize;
-            libc::sigemptyset(&mut sa.sa_mask);
-            libc::sigaction(sig, &sa, std::ptr::null_mut());
-        }
+fn set_handler(sig: libc::c_int, handler: extern "C" fn(libc::c_int)) {
+    // SAFETY: the handlers only store to an atomic or call _exit.
+    unsafe {
+        let mut sa: libc::sigaction = std::mem::zeroed();
+        sa.sa_sigaction = handler as usize;
+        libc::sigemptyset(&mut sa.sa_mask);
+        libc::sigaction(sig, &sa, std::ptr::null_mut());
     }
+}
+
+fn catch_terminate_signals() {
+    set_handler(libc::SIGTERM, on_terminate);
+    set_handler(libc::SIGINT, on_terminate);
+    set_handler(libc::SIGHUP, on_hangup);
+    // A terminal can also vanish without a SIGHUP reaching us (we are not
+    // in its foreground group): watch for the hangup on stdin.
+    std::thread::spawn(|| loop {
+        std::thread::sleep(std::time::Duration::from_millis(500));
+        let mut pfd = libc::pollfd { fd: libc::STDIN_FILENO, events: 0, revents: 0 };
+        // SAFETY: one valid pollfd.
+        let n = unsafe { libc::poll(&mut pfd, 1, 0) };
+        if n > 0 && pfd.revents & (libc::POLLHUP | libc::POLLNVAL) != 0 {
+            // SAFETY: _exit ends the process without unwinding.
+            unsafe { libc::_exit(129) };
+        }
+    });
 }
 
 /// Whether the terminal is in raw mode on the alternate screen. Restoring
