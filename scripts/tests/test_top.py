@@ -110,6 +110,15 @@ class Top(TestCase):
         wait_for(lambda: self.tmux("has-session", "-t", "top", check=False).returncode != 0,
                  timeout=5, what="top exits on q")
 
+        # A terminal that goes away takes the dashboard with it.
+        self.tmux("new-session", "-d", "-s", "top2", "-x", "100", "-y", "30",
+                  f"{BLOATD} --run-dir {d.run_dir} top")
+        pid = wait_for(lambda: run("pgrep", "-f", f"^{BLOATD} --run-dir {d.run_dir} top$",
+                                   check=False).stdout.strip(), what="second top running")
+        self.tmux("kill-server")
+        wait_for(lambda: run("kill", "-0", pid, check=False).returncode != 0, timeout=5,
+                 what="top exits when its terminal hangs up")
+
     def test_embedded_mode_without_daemon(self):
         lab = self.lab("bt2", rate="10mbit", buffer_bytes=1500000)
         lab.iperf_server("snd")
