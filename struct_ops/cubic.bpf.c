@@ -59,7 +59,7 @@ struct cubic {
 	__u32 w_max;
 	__u32 loss_cwnd;
 	__u32 last_cwnd;	/* cwnd at the last recomputation of cnt */
-	__u32 origin;		/* W(K): W_max, or cwnd when above W_max */
+	__u32 last_jiffy;	/* jiffies (low 32 bits) of that recomputation */
 	__u32 k_ms;
 	__u32 epoch_cwnd;
 	__u32 w_est;		/* Reno-friendly estimate */
@@ -160,7 +160,7 @@ static __always_inline void cubic_reset(struct cubic *ca)
 	ca->cnt = 0;
 	ca->w_max = 0;
 	ca->last_cwnd = 0;
-	ca->origin = 0;
+	ca->last_jiffy = 0;
 	ca->k_ms = 0;
 	ca->epoch_cwnd = 0;
 	ca->w_est = 0;
@@ -233,15 +233,15 @@ static __always_inline void cubic_start_epoch(struct cubic *ca, __u32 cwnd, __u3
 	ca->ack_cnt = acked;
 	ca->w_est = cwnd;
 	ca->epoch_cwnd = cwnd;
-	if (ca->w_max <= cwnd) {
-		/* above the last W_max: probe from here, convex from t = 0 */
-		ca->k_ms = 0;
-		ca->origin = cwnd;
-	} else {
-		ca->k_ms = cubic_root((__u64)(ca->w_max - cwnd) * CUBE_FACTOR_MS);
-		ca->origin = ca->w_max;
-	}
+	/* K = 0 above the last W_max: probe from here, convex from t = 0 */
+	ca->k_ms = ca->w_max <= cwnd ? 0 : cubic_root((__u64)(ca->w_max - cwnd) * CUBE_FACTOR_MS);
 	ca->export_pending = 1;
+}
+
+/* W(K), where the curve is flat: W_max, or cwnd_epoch when above it. */
+static __always_inline __u32 cubic_origin(const struct cubic *ca)
+{
+	return ca->w_max > ca->epoch_cwnd ? ca->w_max : ca->epoch_cwnd;
 }
 
 /*
@@ -254,16 +254,31 @@ static __always_inline void cubic_update(struct cubic *ca, __u32 cwnd, __u32 ack
 					 __u64 now_us)
 {
 	__u64 t_ms, offs_ms, delta, target;
-	__u32 cnt, acks_per_seg, grow;
+	__u32 cnt, acks_per_seg, grow, origin, jiffy;
 
 	ca->ack_cnt += acked;
 	if (ca->last_cwnd == cwnd && (__u32)now_us - ca->last_update_us <= CUBIC_RECALC_US)
 		return;
+	/*
+	 * Follow the curve at most once per jiffy, as the kernel does: within
+	 * a jiffy cwnd keeps growing at the rate set by its first ACK. At
+	 * sub-millisecond RTTs (a LAN, veth) that is many RTTs, and it is what
+	 * makes the kernel's CUBIC fill such paths as fast as it does; doing
+	 * the same keeps the two interchangeable there. Only the Reno-friendly
+	 * bound is applied in between.
+	 */
+	jiffy = (__u32)bpf_jiffies64();
+	if (ca->epoch_start_us && jiffy == ca->last_jiffy) {
+		cnt = ca->cnt;
+		goto reno_friendly;
+	}
 	ca->last_cwnd = cwnd;
 	ca->last_update_us = (__u32)now_us;
+	ca->last_jiffy = jiffy;
 
 	if (!ca->epoch_start_us)
 		cubic_start_epoch(ca, cwnd, acked, now_us);
+	origin = cubic_origin(ca);
 
 	/* W(t + RTT): where cwnd should be one RTT from now */
 	t_ms = (now_us - ca->epoch_start_us + ca->delay_min_us) / USEC_PER_MSEC;
@@ -273,9 +288,9 @@ static __always_inline void cubic_update(struct cubic *ca, __u32 cwnd, __u32 ack
 	/* C (t - K)^3 with C = 0.4 and t in ms: 2 offs^3 / (5 * 10^9) */
 	delta = 2 * offs_ms * offs_ms * offs_ms / 5000000000ULL;
 	if (t_ms < ca->k_ms)
-		target = delta < ca->origin ? ca->origin - delta : 0;
+		target = delta < origin ? origin - delta : 0;
 	else
-		target = ca->origin + delta;
+		target = origin + delta;
 
 	if (target > cwnd) {
 		delta = target - cwnd;
@@ -291,6 +306,7 @@ static __always_inline void cubic_update(struct cubic *ca, __u32 cwnd, __u32 ack
 	if (!ca->w_max && cnt > 20)
 		cnt = 20;
 
+reno_friendly:
 	if (tcp_friendliness) {
 		/*
 		 * W_est grows by alpha = 3 (1 - beta) / (1 + beta) segments per
