@@ -6,14 +6,8 @@ use bloatd_cc::{Algo, Registry};
 use bloatd_tui::model::CcState;
 use std::collections::HashMap;
 
-/// libbpf objects are not tied to the thread that loaded them; the daemon
-/// only touches them behind the engine's mutex.
-struct SendRegistry(Registry);
-// SAFETY: see above: no thread-local state, never used concurrently.
-unsafe impl Send for SendRegistry {}
-
 pub struct CcSet {
-    reg: Option<SendRegistry>,
+    reg: Option<Registry>,
     /// The host default before bloatd first changed it.
     prev_default: Option<String>,
 }
@@ -26,7 +20,7 @@ impl CcSet {
                 Algo::from_name(n).ok_or_else(|| anyhow::anyhow!("unknown congestion control '{n}'"))
             })
             .collect::<anyhow::Result<_>>()?;
-        let reg = if algos.is_empty() { None } else { Some(SendRegistry(Registry::register(&algos)?)) };
+        let reg = if algos.is_empty() { None } else { Some(Registry::register(&algos)?) };
         Ok(CcSet { reg, prev_default: None })
     }
 
@@ -36,7 +30,7 @@ impl CcSet {
 
     pub fn names(&self) -> Vec<String> {
         match &self.reg {
-            Some(r) => r.0.registered().iter().map(|a| a.name().to_string()).collect(),
+            Some(r) => r.registered().iter().map(|a| a.name().to_string()).collect(),
             None => Vec::new(),
         }
     }
@@ -44,7 +38,7 @@ impl CcSet {
     /// Exported state of every socket using a bloatd algorithm, by cookie.
     pub fn states(&self) -> HashMap<u64, CcState> {
         let Some(r) = &self.reg else { return HashMap::new() };
-        match r.0.states() {
+        match r.states() {
             Ok(states) => states.into_iter().map(|(c, s)| (c, view(&s))).collect(),
             Err(e) => {
                 tracing::warn!("reading congestion control state: {e}");
