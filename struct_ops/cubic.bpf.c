@@ -14,9 +14,9 @@
  *
  * Semantics follow RFC 9438 and the kernel's net/ipv4/tcp_cubic.c (beta
  * 717/1024, fast convergence, Reno-friendly region, HyStart ACK train and
- * delay increase). Units: microsecond TCP clock, K and the curve's time in
- * milliseconds, C = 0.4 exactly, an exact integer cube root. No floating
- * point.
+ * delay increase, the curve followed at most once per jiffy). Units:
+ * microsecond TCP clock, K and the curve's time in milliseconds, C = 0.4
+ * exactly, an exact integer cube root. No floating point.
  */
 #include "cc_bpf.h"
 
