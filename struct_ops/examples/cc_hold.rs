@@ -38,7 +38,11 @@ fn main() {
         }
     };
     for a in reg.registered() {
-        let progs: Vec<String> = reg.prog_ids(a).iter().map(|(n, id)| format!("{n}={id}")).collect();
+        let progs: Vec<String> = reg
+            .prog_ids(a)
+            .iter()
+            .map(|(n, id)| format!("{n}={id}"))
+            .collect();
         println!("registered {a} prog {}", progs.join(" "));
     }
     println!("ready");
@@ -47,7 +51,10 @@ fn main() {
     let print_states = std::env::var_os("BLOATD_CC_STATES").is_some();
     loop {
         if print_states {
-            let ts = libc::timespec { tv_sec: 1, tv_nsec: 0 };
+            let ts = libc::timespec {
+                tv_sec: 1,
+                tv_nsec: 0,
+            };
             // SAFETY: valid set and timeout.
             let r = unsafe { libc::sigtimedwait(&set, std::ptr::null_mut(), &ts) };
             if r > 0 {
