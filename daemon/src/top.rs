@@ -151,46 +151,61 @@ fn cc_state_text(s: &Socket) -> String {
 /// `bloatd sockets`: one line per socket, every number straight from the
 /// kernel record (times in ms), and the inner state of bloatd's algorithms.
 pub fn sockets_table(socks: &[Socket]) -> String {
+    /// Column widths; negative means left-aligned. The last column is free.
+    const WIDTHS: [i32; 15] = [-18, 10, -24, -24, -15, -4, 6, 6, 9, 9, 9, 9, 9, 7, -8];
+    fn row(out: &mut String, cells: [String; 16]) {
+        let mut line = String::new();
+        for (cell, &w) in cells.iter().zip(WIDTHS.iter().chain(std::iter::once(&0))) {
+            let width = w.unsigned_abs() as usize;
+            let _ = if w < 0 {
+                write!(line, "{cell:<width$} ")
+            } else {
+                write!(line, "{cell:>width$} ")
+            };
+        }
+        let _ = writeln!(out, "{}", line.trim_end());
+    }
     let mut out = String::new();
-    let _ = writeln!(
-        out,
-        "{:<18} {:>10} {:<24} {:<24} {:<15} {:<4} {:>6} {:>6} {:>9} {:>9} {:>9} {:>9} {:>9} {:>7} {:<8} {}",
+    let header = [
         "PROCESS", "NETNS", "LOCAL", "REMOTE", "CC", "ROLE", "CWND", "INFL", "SRTT", "MINRTT", "QDELAY",
-        "RCVRTT", "RCVQDLY", "RETRANS", "CA", "CCSTATE"
-    );
+        "RCVRTT", "RCVQDLY", "RETRANS", "CA", "CCSTATE",
+    ];
+    row(&mut out, header.map(String::from));
+    let ep = |a: &std::net::IpAddr, p: u16| match a {
+        std::net::IpAddr::V6(v6) => format!("[{v6}]:{p}"),
+        v4 => format!("{v4}:{p}"),
+    };
     for s in socks {
         let process = match (&s.comm, s.pid) {
             (Some(c), Some(p)) => format!("{c}/{p}"),
             (Some(c), None) => c.clone(),
             _ => "-".into(),
         };
-        let ep = |a: &std::net::IpAddr, p: u16| match a {
-            std::net::IpAddr::V6(v6) => format!("[{v6}]:{p}"),
-            v4 => format!("{v4}:{p}"),
+        let role = match s.role {
+            bloatd_tui::model::Role::Sender => "snd",
+            bloatd_tui::model::Role::Receiver => "rcv",
         };
-        let line = format!(
-            "{:<18} {:>10} {:<24} {:<24} {:<15} {:<4} {:>6} {:>6} {:>9} {:>9} {:>9} {:>9} {:>9} {:>7} {:<8} {}",
-            process,
-            s.netns,
-            ep(&s.local_addr, s.local_port),
-            ep(&s.remote_addr, s.remote_port),
-            s.cc,
-            match s.role {
-                bloatd_tui::model::Role::Sender => "snd",
-                bloatd_tui::model::Role::Receiver => "rcv",
-            },
-            s.cwnd,
-            s.inflight,
-            ms(s.srtt_us),
-            ms(s.min_rtt_us),
-            ms(s.queue_delay_us),
-            ms(s.rcv_rtt_us),
-            ms(s.rcv_queue_delay_us),
-            s.retrans,
-            format!("{:?}", s.ca_state).to_lowercase(),
-            cc_state_text(s)
+        row(
+            &mut out,
+            [
+                process,
+                s.netns.to_string(),
+                ep(&s.local_addr, s.local_port),
+                ep(&s.remote_addr, s.remote_port),
+                s.cc.clone(),
+                role.into(),
+                s.cwnd.to_string(),
+                s.inflight.to_string(),
+                ms(s.srtt_us),
+                ms(s.min_rtt_us),
+                ms(s.queue_delay_us),
+                ms(s.rcv_rtt_us),
+                ms(s.rcv_queue_delay_us),
+                s.retrans.to_string(),
+                format!("{:?}", s.ca_state).to_lowercase(),
+                cc_state_text(s),
+            ],
         );
-        let _ = writeln!(out, "{}", line.trim_end());
     }
     out
 }
