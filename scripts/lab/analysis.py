@@ -352,6 +352,7 @@ def plot_short(res, prof, key, scale, ylabel, path):
         start = x
         any_bar = False
         for bg in bgs:
+            sub = x
             for cc in res.ccs(prof, run, "short_cc"):
                 n, m, ci = res.stat(res.short(prof, run, bg, cc), key)
                 if m is None:
@@ -360,10 +361,12 @@ def plot_short(res, prof, key, scale, ylabel, path):
                        yerr=(ci or 0) * scale, capsize=3,
                        label=CC_LABEL.get(cc, cc) if cc not in used else None)
                 used.add(cc)
-                ticks.append(x)
-                ticklabels.append(CC_LABEL.get(bg, bg) if bg else "")
                 x += 1
                 any_bar = True
+            if x > sub:
+                # One label per background congestion control, under its bars.
+                ticks.append((sub + x - 1) / 2)
+                ticklabels.append(CC_LABEL.get(bg, bg) if bg else "")
             x += 0.3
         if any_bar:
             group_mid.append(((start + x - 1.3) / 2, title))
@@ -372,7 +375,7 @@ def plot_short(res, prof, key, scale, ylabel, path):
         plt.close(fig)
         return False
     ax.set_xticks(ticks)
-    ax.set_xticklabels(ticklabels, rotation=60, fontsize=7)
+    ax.set_xticklabels(ticklabels, fontsize=8)
     for mid, title in group_mid:
         ax.text(mid, 1.01, title, transform=ax.get_xaxis_transform(), ha="center", fontsize=9)
     ax.set_ylim(bottom=0)
