@@ -26,6 +26,7 @@
  *   measure the delay line under the load it actually carries.
  *
  * Usage: delayline -d DELAY_MS [-q QUEUE] [-p PIDFILE] [-r PRIO]
+ *        delayline -t SECONDS [-r PRIO]   (the host's own timer lateness)
  * The pid file is written once the queue is bound: callers insert their
  * NFQUEUE rule only after it appears, so no packet meets an unbound queue
  * (the kernel would drop it).
@@ -208,14 +209,54 @@ static void print_stats(unsigned int queue)
 	fflush(stderr);
 }
 
+/*
+ * The platform's own timer lateness, measured the same way: sleep to 1 ms
+ * deadlines for `seconds` and histogram how late each wake-up is. The
+ * delay line cannot release a packet earlier than the kernel wakes it, so
+ * this is the floor under its own lateness (on a busy or virtualised host,
+ * a real-time task can still be held off the CPU for milliseconds).
+ */
+static int timer_test(double seconds)
+{
+	uint64_t due = now_ns(), end = due + (uint64_t)(seconds * 1e9);
+
+	delay_ns = 0;
+	while (due < end) {
+		struct timespec ts;
+		uint64_t now, late_us;
+
+		due += 1000000;
+		ts.tv_sec = due / 1000000000ull;
+		ts.tv_nsec = due % 1000000000ull;
+		clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL);
+		now = now_ns();
+		late_us = now > due ? (now - due) / 1000 : 0;
+		st.late_us_sum += late_us;
+		if (late_us > st.late_us_max)
+			st.late_us_max = late_us;
+		st.late_hist[late_us < HIST_US ? late_us : HIST_US]++;
+		st.packets++;
+	}
+	fprintf(stderr, "timer test: wakeups=%llu late_us_mean=%.1f late_us_p50=%llu "
+		"late_us_p99=%llu late_us_p999=%llu late_us_max=%llu\n",
+		(unsigned long long)st.packets, (double)st.late_us_sum / st.packets,
+		(unsigned long long)percentile_us(0.50),
+		(unsigned long long)percentile_us(0.99),
+		(unsigned long long)percentile_us(0.999),
+		(unsigned long long)st.late_us_max);
+	return 0;
+}
+
 static void usage(void)
 {
 	fprintf(stderr,
 		"usage: delayline -d DELAY_MS [-q QUEUE] [-p PIDFILE] [-r PRIO]\n"
+		"       delayline -t SECONDS [-r PRIO]\n"
 		"  -d, --delay-ms MS   delay every queued packet by MS (fractions allowed)\n"
 		"  -q, --queue N       NFQUEUE number to serve (default 0)\n"
 		"  -p, --pidfile F     write our pid to F once the queue is bound\n"
 		"  -r, --rt PRIO       run SCHED_FIFO at PRIO (1-99) for timer accuracy\n"
+		"  -t, --timer-test S  no queue: measure this host's timer lateness for S seconds\n"
 		"signals: USR1 prints lateness statistics, USR2 resets them, TERM/INT exit\n");
 }
 
@@ -236,34 +277,42 @@ int main(int argc, char **argv)
 		{ "queue", required_argument, NULL, 'q' },
 		{ "pidfile", required_argument, NULL, 'p' },
 		{ "rt", required_argument, NULL, 'r' },
+		{ "timer-test", required_argument, NULL, 't' },
 		{ "help", no_argument, NULL, 'h' },
 		{ 0 }
 	};
 	const char *pidfile = NULL;
 	unsigned int queue = 0;
-	double delay_ms = -1;
+	double delay_ms = -1, timer_secs = 0;
 	int rt_prio = 0, c, one = 1, sfd, fd;
 	struct nfq_handle *h;
 	struct nfq_q_handle *qh;
 	sigset_t sigs;
 	char buf[65536] __attribute__((aligned));
 
-	while ((c = getopt_long(argc, argv, "d:q:p:r:h", opts, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, "d:q:p:r:t:h", opts, NULL)) != -1) {
 		switch (c) {
 		case 'd': delay_ms = strtod(optarg, NULL); break;
 		case 'q': queue = (unsigned int)strtoul(optarg, NULL, 10); break;
 		case 'p': pidfile = optarg; break;
 		case 'r': rt_prio = atoi(optarg); break;
+		case 't': timer_secs = strtod(optarg, NULL); break;
 		case 'h': usage(); return 0;
 		default: usage(); return 2;
 		}
 	}
-	if (delay_ms < 0 || delay_ms > 60000) {
+	if (delay_ms < 0 && timer_secs <= 0) {
 		fprintf(stderr, "delayline: -d DELAY_MS is required (0..60000)\n");
 		usage();
 		return 2;
 	}
-	delay_ns = (uint64_t)(delay_ms * 1e6 + 0.5);
+	if (delay_ms > 60000) {
+		fprintf(stderr, "delayline: -d DELAY_MS must be at most 60000\n");
+		usage();
+		return 2;
+	}
+	if (delay_ms >= 0)
+		delay_ns = (uint64_t)(delay_ms * 1e6 + 0.5);
 
 	/* Timer slack would add up to 50 us to every wake-up. */
 	prctl(PR_SET_TIMERSLACK, 1UL, 0, 0, 0);
@@ -277,6 +326,8 @@ int main(int argc, char **argv)
 		/* A page fault while packets wait would show up as delay. */
 		mlockall(MCL_CURRENT | MCL_FUTURE);
 	}
+	if (timer_secs > 0)
+		return timer_test(timer_secs);
 
 	sigemptyset(&sigs);
 	sigaddset(&sigs, SIGTERM);
