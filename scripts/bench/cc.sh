@@ -10,7 +10,8 @@
 #    bloatd_cubic and bloatd_westwood under the same load.
 #
 # usage: scripts/bench/cc.sh [--pairs N] [--secs S]     (root; default 20 pairs of 3 s)
-# Namespaces bcb-a (sender) and bcb-b (receiver); removed on exit.
+# Namespaces bcb-snd (sender) and bcb-rcv (receiver) from scripts/lab/topo.sh
+# --direct; removed on exit.
 set -euo pipefail
 
 PAIRS=20 SECS=3
@@ -30,7 +31,7 @@ done
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$ROOT/target}
 WORK=$(mktemp -d /tmp/bloatd-bench-cc.XXXXXX)
-A=bcb-a B=bcb-b
+A=bcb-snd B=bcb-rcv
 HOLD_PIDS=()
 STATS_WAS=$(sysctl -n kernel.bpf_stats_enabled)
 
@@ -38,10 +39,7 @@ cleanup() {
 	set +e
 	sysctl -qw kernel.bpf_stats_enabled="$STATS_WAS"
 	for p in "${HOLD_PIDS[@]}"; do kill "$p" 2>/dev/null && wait "$p" 2>/dev/null; done
-	for ns in $A $B; do
-		ip netns pids $ns 2>/dev/null | xargs -r kill 2>/dev/null
-		ip netns del $ns 2>/dev/null
-	done
+	"$ROOT/scripts/lab/topo.sh" down bcb >/dev/null 2>&1
 	rm -rf "$WORK"
 }
 trap cleanup EXIT
@@ -54,12 +52,7 @@ HOLD=$CARGO_TARGET_DIR/release/examples/cc_hold
 # Sender and receiver on a veth pair, each pinned to its own core and at
 # real-time priority 1, so that other load on the machine (builds, other
 # tests) does not land in one run and not the next.
-for ns in $A $B; do ip netns del $ns 2>/dev/null || true; ip netns add $ns; ip -n $ns link set lo up; done
-ip -n $A link add eth0 type veth peer name eth0 netns $B
-ip -n $A addr add 10.9.9.1/24 dev eth0
-ip -n $B addr add 10.9.9.2/24 dev eth0
-ip -n $A link set eth0 up
-ip -n $B link set eth0 up
+"$ROOT/scripts/lab/topo.sh" up bcb --direct >/dev/null
 ip netns exec $B chrt -f 1 taskset -c 1 iperf3 -s -D -p 5299 --pidfile "$WORK/iperf3.pid" >/dev/null
 sleep 0.3
 
@@ -89,7 +82,7 @@ busy_jiffies() { awk '/^cpu /{print $2+$3+$4+$7+$8}' /proc/stat; }
 run() {
 	local cc=$1 out=$WORK/run.json b0 b1
 	b0=$(busy_jiffies)
-	ip netns exec $A chrt -f 1 taskset -c 0 iperf3 -c 10.9.9.2 -p 5299 -t "$SECS" -C "$cc" -J >"$out"
+	ip netns exec $A chrt -f 1 taskset -c 0 iperf3 -c 10.9.2.2 -p 5299 -t "$SECS" -C "$cc" -J >"$out"
 	b1=$(busy_jiffies)
 	python3 - "$cc" "$out" $((b1 - b0)) <<'PY'
 import json, sys

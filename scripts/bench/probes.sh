@@ -8,7 +8,7 @@
 #     (the cost of running any program there, measurement included) and a
 #     program that only updates a hash map keyed by socket cookie.
 #  2. Daemon CPU (user + sys) per second of wall time: with 10,000
-#     established idle sockets, and with one flow at the lab's line rate.
+#     established idle sockets, and with one flow at veth line rate.
 #  3. iperf3 -C cubic throughput with and without bloatd, alternating short
 #     runs with the sender and receiver pinned to one CPU each.
 #
@@ -57,8 +57,8 @@ download() {
 		$PY -c 'import json,sys; print("%.2f" % (json.load(sys.stdin)["end"]["sum_received"]["bits_per_second"]/1e9))'
 }
 
-echo "== lab: sender - router - receiver, no shaping (40 Gbit/s tbf), offloads off"
-scripts/lab/topo.sh up "$LAB" --rate 40gbit --buffer-bytes 4000000 >/dev/null
+echo "== veth at line rate: scripts/lab/topo.sh --direct (no router, no bottleneck, offloads on)"
+scripts/lab/topo.sh up "$LAB" --direct >/dev/null
 
 echo
 echo "== 1. cost per event (kernel BPF statistics), all programs on the same events"

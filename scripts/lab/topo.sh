@@ -45,6 +45,9 @@ options for up:
   --rate RATE          bottleneck rate, tc syntax (default 10mbit)
   --buffer-bytes N     bottleneck buffer in bytes (tbf limit, default 1500000)
   --delay-ms N         base RTT added by the router's delay line (default 0)
+  --direct             no router, no bottleneck, offloads on: NAME-snd and
+                       NAME-rcv joined by one veth pair (10.9.1.1/16 and
+                       10.9.2.2/16), the line-rate setup of the benchmarks
 
 Congestion control: every new netns starts with bbr, and a non-init netns may
 only default to the host's tcp_allowed_congestion_control. So the lab never
@@ -192,9 +195,28 @@ delay_up() {
 	nsx "$name-rtr" ip6tables -w -t raw -A PREROUTING -i rcv0 -j NFQUEUE --queue-num 0
 }
 
+# Sender and receiver on one veth pair with the kernel's offloads: what a
+# host at line rate looks like, for measuring CPU cost (no queue, no delay).
+direct_up() {
+	local name=$1 snd=$1-snd rcv=$1-rcv ns
+	for ns in "$snd" "$rcv"; do
+		ip netns add "$ns"
+		nsx "$ns" ip link set lo up
+		nsx "$ns" sysctl -qw net.ipv6.conf.default.accept_dad=0 net.ipv6.conf.all.accept_dad=0
+		nsx "$ns" sysctl -qw net.ipv4.tcp_no_metrics_save=1
+	done
+	ip -n "$snd" link add eth0 type veth peer name eth0 netns "$rcv"
+	ip -n "$snd" addr add 10.9.1.1/16 dev eth0
+	ip -n "$snd" addr add fd09:1::1/32 dev eth0 nodad
+	ip -n "$rcv" addr add 10.9.2.2/16 dev eth0
+	ip -n "$rcv" addr add fd09:2::2/32 dev eth0 nodad
+	ip -n "$snd" link set eth0 up
+	ip -n "$rcv" link set eth0 up
+}
+
 up() {
 	local name=$1; shift
-	local rate=10mbit buffer=1500000 delay_ms=0 prof=custom
+	local rate=10mbit buffer=1500000 delay_ms=0 prof=custom direct=0
 	local -A set=()
 	while (($#)); do
 		case $1 in
@@ -202,6 +224,7 @@ up() {
 		--rate) set[rate]=${2:?}; shift 2 ;;
 		--buffer-bytes) set[buffer]=${2:?}; shift 2 ;;
 		--delay-ms) set[delay_ms]=${2:?}; shift 2 ;;
+		--direct) direct=1; shift ;;
 		-h|--help) usage; exit 0 ;;
 		*) die "unknown option '$1' (see --help)" ;;
 		esac
@@ -223,6 +246,13 @@ up() {
 	trap "echo 'topo.sh: setup of $name did not finish, removing it' >&2; down $name" EXIT
 	trap 'exit 130' INT
 	trap 'exit 143' TERM
+
+	if ((direct)); then
+		direct_up "$name"
+		trap - EXIT INT TERM
+		echo "lab $name up: direct veth pair, no bottleneck"
+		return
+	fi
 
 	local snd=$name-snd rtr=$name-rtr rcv=$name-rcv ns
 	for ns in "$snd" "$rtr" "$rcv"; do
@@ -289,7 +319,7 @@ case $cmd in
 up) shift; check_name "${1:-}"; up "$@" ;;
 down) shift; check_name "${1:-}"; down "$1" ;;
 status) shift; check_name "${1:-}"; status "$1" ;;
-list) ip netns list | awk '{print $1}' | sed -n 's/-rtr$//p' ;;
+list) ip netns list | awk '{print $1}' | sed -n 's/-snd$//p' ;;
 profile) shift; profile "${1:?profile name}" ;;
 profiles) while read -r p _; do echo "$p $(profile "$p")"; done <<<"$PROFILES" ;;
 -h|--help|help) usage ;;
