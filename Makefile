@@ -3,6 +3,7 @@ CARGO  ?= cargo
 PY     := /usr/bin/python3
 BIN    := target/release/bloatd
 PREFIX ?= /usr/local
+LAB_OUT ?= lab-results
 
 .PHONY: all deps build test unit-test integration-test bench install uninstall \
         vmlinux demo lab lab-quick delayline clean
@@ -56,14 +57,14 @@ demo: deps build
 
 ## lab: the full campaign of the papers' experiments (long)
 lab: deps build
-	$(PY) scripts/lab/lab.py --out lab-results
+	$(PY) scripts/lab/lab.py --out $(LAB_OUT)
 
 ## lab-quick: the quick subset (under 5 minutes)
 lab-quick: deps build
-	$(PY) scripts/lab/lab.py --quick --out lab-results/quick
+	$(PY) scripts/lab/lab.py --quick --out $(LAB_OUT)/quick
 
 delayline:
-	scripts/delayline/build.sh
+	scripts/delayline/build.sh >/dev/null
 
 clean:
 	$(CARGO) clean
