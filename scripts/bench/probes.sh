@@ -15,7 +15,7 @@
 # Usage: scripts/bench/probes.sh [--runs N] [--seconds S]   (root)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-RUNS=8 SECS=4
+RUNS=12 SECS=3
 while (($#)); do
 	case $1 in
 	--runs) RUNS=$2; shift 2 ;;
@@ -118,20 +118,39 @@ awk -v c0="$c0" -v c1="$c1" -v t0="$t0" -v t1="$t1" -v g="$gbps" \
 stop_bloatd
 
 echo
-echo "== 3. iperf3 -C cubic throughput, with and without bloatd, $RUNS alternating pairs of ${SECS}s"
-with=() without=()
+echo "== 3. iperf3 -C cubic, with and without bloatd, $RUNS pairs of ${SECS}s, order alternating"
+# veth throughput swings from run to run on this VM: besides the throughput
+# ratio, the CPU the whole machine spent per byte is compared, which moves
+# far less.
+busy_jiffies() { awk '/^cpu /{print $2+$3+$4+$7+$8}' /proc/stat; }
+# One run: "gbps busy_jiffies_per_GB".
+measure() {
+	local b0 b1 g
+	b0=$(busy_jiffies)
+	g=$(download "$SECS")
+	b1=$(busy_jiffies)
+	awk -v g="$g" -v b=$((b1 - b0)) -v s="$SECS" 'BEGIN{printf "%s %.3f\n", g, b / (g * s / 8)}'
+}
+: >"$RUN/pairs"
 for i in $(seq "$RUNS"); do
-	without+=("$(download "$SECS")")
-	start_bloatd
-	with+=("$(download "$SECS")")
-	stop_bloatd
-	echo "  pair $i: without ${without[-1]} Gbit/s, with ${with[-1]} Gbit/s"
+	if ((i % 2)); then order="without with"; else order="with without"; fi
+	for mode in $order; do
+		if [[ $mode == with ]]; then start_bloatd; sleep 0.5; fi
+		r=$(measure)
+		if [[ $mode == with ]]; then stop_bloatd; fi
+		echo "$i $mode $r" >>"$RUN/pairs"
+	done
+	awk -v i="$i" '$1 == i {printf "  pair %d: %s %s Gbit/s (%s jiffies/GB)\n", i, $2, $3, $4}' "$RUN/pairs" | paste -sd' '
 done
-$PY - "${with[*]}" "${without[*]}" <<'PYEOF'
+$PY - "$RUN/pairs" <<'PYEOF'
 import statistics, sys
-w = [float(x) for x in sys.argv[1].split()]
-wo = [float(x) for x in sys.argv[2].split()]
-ratios = [a / b for a, b in zip(w, wo)]
-print("  median with/without: %.3f (pairwise ratios %s)" % (statistics.median(ratios), " ".join("%.2f" % r for r in ratios)))
-print("  medians: with %.2f Gbit/s, without %.2f Gbit/s" % (statistics.median(w), statistics.median(wo)))
+runs = {}
+for line in open(sys.argv[1]):
+    i, mode, g, cpu = line.split()
+    runs.setdefault(int(i), {})[mode] = (float(g), float(cpu))
+tput = [p["with"][0] / p["without"][0] for p in runs.values()]
+cpu = [p["with"][1] / p["without"][1] for p in runs.values()]
+q = lambda v: statistics.quantiles(v, n=4) if len(v) > 1 else [v[0]] * 3
+print("  throughput with/without: median %.3f (quartiles %.3f .. %.3f)" % (statistics.median(tput), q(tput)[0], q(tput)[2]))
+print("  machine CPU per byte with/without: median %.3f (quartiles %.3f .. %.3f)" % (statistics.median(cpu), q(cpu)[0], q(cpu)[2]))
 PYEOF
