@@ -891,7 +891,12 @@ pub fn bloat_notice_text(s: &Socket) -> String {
         Role::Sender => "sender",
         Role::Receiver => "receiver",
     };
-    let who = s.comm.as_deref().unwrap_or("?");
+    // The local port names an accepted connection whose process is not
+    // known (only connect() runs in its owner's context).
+    let who = match &s.comm {
+        Some(c) => c.clone(),
+        None => format!("port {}", s.local_port),
+    };
     let mut text = format!(
         "{side} queue {} on {} ({who})",
         format::ms(s.view_queue_delay_us() as u64),
