@@ -134,6 +134,20 @@ class Lab:
     def ss(self, side):
         return parse_ss(self.exec(side, "ss", "-tinH").stdout)
 
+    def data_socket(self, side, cc):
+        """The iperf3 data connection on `side`, as `ss` sees it: the one
+        using `cc` (iperf3's control connection keeps the namespace
+        default, bbr). None unless exactly one."""
+        found = [s for s in self.ss(side) if s.get("cc") == cc and s["state"] == "ESTAB"]
+        return found[0] if len(found) == 1 else None
+
+    def bulk_download(self, cc, seconds, **kw):
+        """Start an iperf3 server on the sender and a download with `cc`;
+        returns the sender's data socket once it exists."""
+        self.iperf_server("snd")
+        self.download(cc, seconds, **kw)
+        return wait_for(lambda: self.data_socket("snd", cc), what=f"the {cc} download's socket")
+
     def close(self):
         for p in self.procs:
             if p.poll() is None:

@@ -55,8 +55,7 @@ class PrometheusScrape(TestCase):
         d = self.daemon("--no-cc")
         d.start()
         lab = self.lab("bp1", rate="10mbit", buffer_bytes=1500000)
-        lab.iperf_server("snd")
-        lab.download("cubic", 15)
+        lab.bulk_download("cubic", 15)
         prom = self.start_prometheus(d.port)
         wait_for(lambda: self.query(prom, "up") is not None, timeout=30, what="prometheus up")
 

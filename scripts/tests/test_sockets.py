@@ -13,21 +13,14 @@ import time
 from bloatdtest import RCV6, SND6, TestCase, close_enough, find, main, wait_for
 
 
-def data_socket(ss_socks, cc):
-    """The iperf3 data connection: the one using `cc` (its control
-    connection keeps the namespace default, bbr)."""
-    found = [s for s in ss_socks if s.get("cc") == cc and s["state"] == "ESTAB"]
-    return found[0] if len(found) == 1 else None
-
-
 class KernelOracle(TestCase):
     def compare(self, d, lab, rounds=5):
         """Compare `rounds` times; returns the queueing delays bloatd saw."""
         qdelays = []
         for i in range(rounds):
             ours = d.sockets()
-            snd = data_socket(lab.ss("snd"), "cubic")
-            rcv = data_socket(lab.ss("rcv"), "cubic")
+            snd = lab.data_socket("snd", "cubic")
+            rcv = lab.data_socket("rcv", "cubic")
             ours_again = d.sockets()
             self.assertIsNotNone(snd, "sender's data socket in ss")
             self.assertIsNotNone(rcv, "receiver's data socket in ss")
@@ -67,8 +60,7 @@ class KernelOracle(TestCase):
         d = self.daemon("--no-cc")
         d.start()
         lab = self.lab("bo1", rate="10mbit", buffer_bytes=1500000)
-        lab.iperf_server("snd")
-        lab.download("cubic", 14)
+        lab.bulk_download("cubic", 14)
         # Let slow start end and the buffer fill.
         time.sleep(4)
         qdelays = self.compare(d, lab)
@@ -79,12 +71,11 @@ class KernelOracle(TestCase):
         d.start()
         # A 1 Gbit/s link carrying a 20 Mbit/s flow: nothing queues.
         lab = self.lab("bo2", rate="1gbit", buffer_bytes=1500000)
-        lab.iperf_server("snd")
-        lab.download("cubic", 8, extra=("-b", "20M"))
+        lab.bulk_download("cubic", 8, extra=("-b", "20M"))
         time.sleep(3)
         worst = 0
         for _ in range(5):
-            snd = data_socket(lab.ss("snd"), "cubic")
+            snd = lab.data_socket("snd", "cubic")
             s = find(d.sockets(), snd["local"], snd["remote"])
             self.assertIsNotNone(s)
             worst = max(worst, s["queue_delay_us"])
@@ -98,7 +89,7 @@ class KernelOracle(TestCase):
         lab.iperf_server("snd")
         flow = lab.download("cubic", 4, server=SND6)
         time.sleep(2)
-        snd = data_socket(lab.ss("snd"), "cubic")
+        snd = lab.data_socket("snd", "cubic")
         self.assertEqual(snd["local"][0], SND6)
         s = find(d.sockets(), (SND6, 5201), snd["remote"])
         self.assertIsNotNone(s, "bloatd lists the IPv6 sender")

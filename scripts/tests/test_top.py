@@ -4,7 +4,6 @@ download on the lab, its --once frame against `bloatd sockets`, and the
 dashboard surviving a daemon restart."""
 
 import re
-import subprocess
 import time
 
 from bloatdtest import BLOATD, TestCase, find, main, run, wait_for
@@ -55,10 +54,7 @@ class Top(TestCase):
         d = self.daemon("--no-cc")
         d.start()
         lab = self.lab("bt1", rate="10mbit", buffer_bytes=1500000)
-        lab.iperf_server("snd")
-        lab.download("cubic", 40)
-        snd = wait_for(lambda: next((s for s in lab.ss("snd") if s.get("cc") == "cubic"), None),
-                       what="the download's socket")
+        snd = lab.bulk_download("cubic", 40)
         remote = f"{snd['remote'][0]}:{snd['remote'][1]}"
         port = snd["remote"][1]
 
@@ -121,10 +117,7 @@ class Top(TestCase):
 
     def test_embedded_mode_without_daemon(self):
         lab = self.lab("bt2", rate="10mbit", buffer_bytes=1500000)
-        lab.iperf_server("snd")
-        lab.download("cubic", 15)
-        snd = wait_for(lambda: next((s for s in lab.ss("snd") if s.get("cc") == "cubic"), None),
-                       what="the download's socket")
+        snd = lab.bulk_download("cubic", 15)
         remote = f"{snd['remote'][0]}:{snd['remote'][1]}"
         time.sleep(3)
         # No daemon answers in this run directory: top runs the probes itself.
