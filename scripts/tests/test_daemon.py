@@ -81,6 +81,47 @@ class Lifecycle(TestCase):
         self.assertEqual(d.cli("status", check=False).returncode, 0)
 
 
+class CongestionControlDefault(TestCase):
+    DEFAULT = "/proc/sys/net/ipv4/tcp_congestion_control"
+
+    def default(self):
+        with open(self.DEFAULT) as f:
+            return f.read().strip()
+
+    def test_cc_default_applies_and_stop_restores(self):
+        before = self.default()
+        self.addCleanup(lambda: open(self.DEFAULT, "w").write(before))
+        d = self.daemon()
+        d.start()
+        listing = d.cli("cc", "list").stdout
+        self.assertRegex(listing, r"bloatd_westwood\s+registered by this bloatd")
+        self.assertRegex(listing, r"bloatd_cubic\s+registered by this bloatd")
+
+        r = d.cli("cc", "default", "bloatd_westwood")
+        self.assertIn(f"was {before}", r.stdout)
+        self.assertEqual(self.default(), "bloatd_westwood")
+        # A new socket that sets nothing gets it: `ss` shows the name.
+        srv = socket.socket()
+        srv.bind(("127.0.0.1", 0))
+        srv.listen()
+        c = socket.create_connection(srv.getsockname())
+        a, _ = srv.accept()
+        ss = run("ss", "-tinH", "sport", "=", str(c.getsockname()[1])).stdout
+        self.assertIn("bloatd_westwood", ss)
+        for x in (c, a, srv):
+            x.close()
+
+        r = d.cli("cc", "default", "vegas", check=False)
+        self.assertNotEqual(r.returncode, 0)
+        self.assertIn("not available", r.stderr)
+
+        d.stop()
+        self.assertEqual(self.default(), before, "stop restores the previous default")
+        r = run(BLOATD, "--run-dir", d.run_dir, "cc", "default", "bloatd_cubic", check=False)
+        self.assertNotEqual(r.returncode, 0)
+        self.assertIn("bloatd start", r.stderr)
+
+
 class BadInput(TestCase):
     def assert_nothing_started(self, d, before):
         self.assertEqual(d.cli("status", check=False).returncode, 3)
