@@ -164,6 +164,19 @@ class BadInput(TestCase):
         self.assertIn(str(d.port), r.stderr)
         self.assert_nothing_started(d, before)
 
+    def test_without_root_names_the_privilege(self):
+        d = self.daemon()
+        nobody = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", BLOATD,
+                  "--run-dir", d.run_dir]
+        r = run(*nobody, "start", check=False)
+        self.assertEqual(r.returncode, 1)
+        self.assertIn("needs root", r.stderr)
+        self.assertIn("sudo", r.stderr)
+        r = run(*nobody, "top", "--once", check=False)
+        self.assertEqual(r.returncode, 1)
+        self.assertIn("embedded mode", r.stderr)
+        self.assertEqual(d.cli("status", check=False).returncode, 3)
+
     def test_clients_without_daemon_say_so(self):
         d = self.daemon()
         r = d.cli("sockets", check=False)
