@@ -166,6 +166,7 @@ class BadInput(TestCase):
 
     def test_without_root_names_the_privilege(self):
         d = self.daemon()
+        os.chmod(d.run_dir, 0o755)  # an unprivileged user may look in it
         nobody = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", BLOATD,
                   "--run-dir", d.run_dir]
         r = run(*nobody, "start", check=False)
