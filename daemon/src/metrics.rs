@@ -144,7 +144,7 @@ impl Metrics {
         );
         registry.register(
             "tcp_min_rtt_seconds",
-            "Minimum RTT per socket sample (the kernel's windowed min RTT; receivers: lowest rcv_rtt seen)",
+            "Minimum RTT per socket sample (the kernel's windowed min RTT; receivers: their floor, the lower of the lowest rcv_rtt and the min RTT)",
             m.min_rtt.clone(),
         );
         registry.register(
