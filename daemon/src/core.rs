@@ -166,7 +166,7 @@ impl Core {
         let threshold_us = (self.cfg.bloat_threshold_ms * 1000) as u32;
         let Some(m) = self.metrics.as_mut() else { return String::new() };
         m.update_probes(&counters, &runs, self.probes.map_capacity());
-        m.update_gauges(&self.model, &clock, threshold_us);
+        m.update_gauges(&self.model.sockets(&clock, true), threshold_us);
         m.encode()
     }
 

@@ -10,9 +10,9 @@
 //! is a time average and a bucket's share is the share of time sockets
 //! spent at that queueing delay.
 
-use crate::model::{Clock, Model, Observation};
+use crate::model::Observation;
 use crate::probes::{abi::stat, Counters};
-use bloatd_tui::model::Role;
+use bloatd_tui::model::{Role, Socket};
 use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -197,13 +197,14 @@ impl Metrics {
             self.retrans.get_or_create(&labels).inc_by(o.retrans_delta as u64);
         }
         let Some(s) = &o.sample else { return };
+        let (rtt_us, min_rtt_us) = (s.view_rtt_us(o.role), s.view_min_rtt_us(o.role));
         // A socket without an RTT sample yet has nothing to say.
-        if s.min_rtt_us == 0 || s.rtt_us == 0 {
+        if min_rtt_us == 0 || rtt_us == 0 {
             return;
         }
-        self.queue_delay.get_or_create(&labels).observe(s.queue_delay_us as f64 / 1e6);
-        self.srtt.get_or_create(&labels).observe(s.rtt_us as f64 / 1e6);
-        self.min_rtt.get_or_create(&labels).observe(s.min_rtt_us as f64 / 1e6);
+        self.queue_delay.get_or_create(&labels).observe(s.view_queue_delay_us(o.role) as f64 / 1e6);
+        self.srtt.get_or_create(&labels).observe(rtt_us as f64 / 1e6);
+        self.min_rtt.get_or_create(&labels).observe(min_rtt_us as f64 / 1e6);
         if o.role == Role::Sender {
             self.cwnd.get_or_create(&CcLabel { cc: o.cc.clone() }).observe(s.cwnd as f64);
         }
@@ -249,23 +250,21 @@ impl Metrics {
         self.last_counters = *c;
     }
 
-    /// Gauges recomputed from the model.
-    pub fn update_gauges(&self, model: &Model, clock: &Clock, threshold_us: u32) {
+    /// Gauges recomputed from the sockets of the view model (all states).
+    pub fn update_gauges(&self, socks: &[Socket], threshold_us: u32) {
         self.sockets.clear();
-        for r in model.records() {
-            let labels = CcRoleState {
-                cc: crate::model::cstr(&r.cc),
-                role: crate::model::role_of(r).into(),
-                state: crate::model::state_name(r.state).into(),
-            };
-            self.sockets.get_or_create(&labels).inc();
-        }
         self.bloated.clear();
-        for r in model.active(clock, 1_000_000_000) {
-            let labels = CcRole { cc: crate::model::cstr(&r.cc), role: crate::model::role_of(r).into() };
-            let g = self.bloated.get_or_create(&labels);
-            if crate::model::view_values(r).queue_delay_us >= threshold_us {
-                g.inc();
+        for s in socks {
+            let labels = CcRole { cc: s.cc.clone(), role: s.role.into() };
+            let with_state = CcRoleState { cc: s.cc.clone(), role: s.role.into(), state: s.state.clone() };
+            self.sockets.get_or_create(&with_state).inc();
+            // Only sockets that carried traffic in the last second: an idle
+            // socket keeps its last srtt but has no queue.
+            if s.idle_ms <= 1000 {
+                let g = self.bloated.get_or_create(&labels);
+                if s.is_bloated(threshold_us) {
+                    g.inc();
+                }
             }
         }
     }
@@ -328,7 +327,7 @@ pub fn openmetrics_to_text(om: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::SampleValues;
+    use bloatd_tui::model::Sample;
 
     #[test]
     fn histogram_and_counter_carry_cc_and_role_only() {
@@ -336,7 +335,18 @@ mod tests {
         m.observe(&Observation {
             cc: "cubic".into(),
             role: Role::Sender,
-            sample: Some(SampleValues { queue_delay_us: 250_000, rtt_us: 270_000, min_rtt_us: 20_000, cwnd: 300 }),
+            sample: Some(Sample {
+                t_ms: 0,
+                srtt_us: 270_000,
+                min_rtt_us: 20_000,
+                queue_delay_us: 250_000,
+                rcv_rtt_us: 0,
+                rcv_queue_delay_us: 0,
+                cwnd: 300,
+                inflight: 300,
+                pipe_segments: None,
+                throughput_bps: 0,
+            }),
             retrans_delta: 3,
         });
         let text = m.encode();

@@ -47,18 +47,11 @@ impl Clock {
 pub struct Observation {
     pub cc: String,
     pub role: Role,
-    /// Present for periodic samples: they feed the histograms.
-    pub sample: Option<SampleValues>,
+    /// Present for periodic samples: they feed the histograms, through the
+    /// view model's role-dependent views (`Sample::view_*`).
+    pub sample: Option<Sample>,
     /// Retransmissions since the previous record of this socket.
     pub retrans_delta: u32,
-}
-
-#[derive(Debug, PartialEq)]
-pub struct SampleValues {
-    pub queue_delay_us: u32,
-    pub rtt_us: u32,
-    pub min_rtt_us: u32,
-    pub cwnd: u32,
 }
 
 struct Tracked {
@@ -98,25 +91,6 @@ pub fn queue_delay_us(rec: &BloatdSock) -> u32 {
 
 pub fn rcv_queue_delay_us(rec: &BloatdSock) -> u32 {
     rec.rcv_rtt_us.saturating_sub(rec.rcv_min_rtt_us)
-}
-
-/// The values that fit the socket's side of the transfer: the sender's
-/// smoothed RTT, or the receiver's estimate during a download.
-pub fn view_values(rec: &BloatdSock) -> SampleValues {
-    match role_of(rec) {
-        Role::Sender => SampleValues {
-            queue_delay_us: queue_delay_us(rec),
-            rtt_us: rec.srtt_us,
-            min_rtt_us: rec.min_rtt_us,
-            cwnd: rec.cwnd,
-        },
-        Role::Receiver => SampleValues {
-            queue_delay_us: rcv_queue_delay_us(rec),
-            rtt_us: rec.rcv_rtt_us,
-            min_rtt_us: rec.rcv_min_rtt_us,
-            cwnd: rec.cwnd,
-        },
-    }
 }
 
 pub fn cstr(b: &[u8]) -> String {
@@ -187,7 +161,7 @@ impl Model {
         self.socks.len()
     }
 
-    fn observe(t: &mut Tracked, sample: Option<SampleValues>) -> Observation {
+    fn observe(t: &mut Tracked, sample: Option<Sample>) -> Observation {
         let retrans_delta = t.rec.total_retrans.saturating_sub(t.retrans_counted);
         t.retrans_counted = t.rec.total_retrans.max(t.retrans_counted);
         Observation { cc: cstr(&t.rec.cc), role: role_of(&t.rec), sample, retrans_delta }
@@ -235,29 +209,28 @@ impl Model {
             t.throughput_bps = 0;
         }
         t.prev_sample = Some((rec.sample_ns, bytes));
+        let sample = Sample {
+            t_ms: clock.unix_ms_of(rec.sample_ns),
+            srtt_us: rec.srtt_us,
+            min_rtt_us: rec.min_rtt_us,
+            queue_delay_us: queue_delay_us(&rec),
+            rcv_rtt_us: rec.rcv_rtt_us,
+            rcv_queue_delay_us: rcv_queue_delay_us(&rec),
+            cwnd: rec.cwnd,
+            inflight: rec.inflight,
+            pipe_segments: match t.cc_state {
+                Some(CcState::Westwood { pipe_segments, .. }) => Some(pipe_segments),
+                _ => None,
+            },
+            throughput_bps: t.throughput_bps,
+        };
         if series_len > 0 {
             if t.series.len() >= series_len {
                 t.series.pop_front();
             }
-            let pipe_segments = match t.cc_state {
-                Some(CcState::Westwood { pipe_segments, .. }) => Some(pipe_segments),
-                _ => None,
-            };
-            t.series.push_back(Sample {
-                t_ms: clock.unix_ms_of(rec.sample_ns),
-                srtt_us: rec.srtt_us,
-                min_rtt_us: rec.min_rtt_us,
-                queue_delay_us: queue_delay_us(&rec),
-                rcv_rtt_us: rec.rcv_rtt_us,
-                rcv_queue_delay_us: rcv_queue_delay_us(&rec),
-                cwnd: rec.cwnd,
-                inflight: rec.inflight,
-                pipe_segments,
-                throughput_bps: t.throughput_bps,
-            });
+            t.series.push_back(sample.clone());
         }
-        let values = view_values(&rec);
-        Some(Self::observe(t, Some(values)))
+        Some(Self::observe(t, Some(sample)))
     }
 
     /// Bring the model in line with a full read of the kernel's map: add
@@ -392,10 +365,6 @@ impl Model {
             .map(|t| &t.rec)
             .filter(move |r| now_ns.saturating_sub(r.update_ns) <= window_ns)
     }
-
-    pub fn records(&self) -> impl Iterator<Item = &BloatdSock> {
-        self.socks.values().map(|t| &t.rec)
-    }
 }
 
 #[cfg(test)]
@@ -450,8 +419,13 @@ mod tests {
         r.rcv_rtt_us = 450_000;
         r.rcv_min_rtt_us = 50_000;
         assert_eq!(role_of(&r), Role::Receiver);
-        let v = view_values(&r);
-        assert_eq!((v.queue_delay_us, v.rtt_us, v.min_rtt_us), (400_000, 450_000, 50_000));
+        let mut m = Model::new(100, 60);
+        let o = m.apply(r, &clock(5)).unwrap();
+        let v = o.sample.unwrap();
+        assert_eq!(
+            (v.view_queue_delay_us(o.role), v.view_rtt_us(o.role), v.view_min_rtt_us(o.role)),
+            (400_000, 450_000, 50_000)
+        );
     }
 
     #[test]
