@@ -927,42 +927,19 @@ pub fn ratio_text(ratio: f64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::{CaState, Health, Series};
-    use std::net::{IpAddr, Ipv4Addr};
+    use crate::model::{Health, Series};
 
+    use crate::tests::fixtures;
+
+    /// The shared fixture socket, with a name, a congestion control and a
+    /// queue of `queue_ms` over a 40 ms path.
     fn sock(cookie: u64, comm: &str, cc: &str, queue_ms: u32) -> Socket {
-        Socket {
-            cookie,
-            netns: 4026531840,
-            local_addr: IpAddr::V4(Ipv4Addr::new(10, 0, 0, 1)),
-            local_port: 40000 + cookie as u16,
-            remote_addr: IpAddr::V4(Ipv4Addr::new(10, 0, 0, 2)),
-            remote_port: 443,
-            state: "ESTAB".into(),
-            pid: Some(1000 + cookie as u32),
-            comm: Some(comm.into()),
-            cc: cc.into(),
-            role: Role::Sender,
-            cwnd: 10,
-            ssthresh: None,
-            inflight: 5,
-            mss: 1448,
-            srtt_us: 40_000 + queue_ms * 1000,
-            min_rtt_us: 40_000,
-            queue_delay_us: queue_ms * 1000,
-            rcv_rtt_us: 0,
-            rcv_min_rtt_us: 0,
-            rcv_queue_delay_us: 0,
-            retrans: 0,
-            lost: 0,
-            ca_state: CaState::Open,
-            bytes_acked: 0,
-            bytes_received: 0,
-            delivery_rate_bps: 0,
-            throughput_bps: cookie * 1000,
-            idle_ms: 0,
-            cc_state: None,
-        }
+        let mut s = fixtures::sending(fixtures::socket(cookie), 40_000, queue_ms * 1000);
+        s.comm = Some(comm.into());
+        s.cc = cc.into();
+        s.inflight = 5;
+        s.throughput_bps = cookie * 1000;
+        s
     }
 
     fn snap(taken_ms: u64, sockets: Vec<Socket>) -> Snapshot {

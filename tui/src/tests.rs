@@ -2,7 +2,7 @@
 //! scripted keys, a fake clock that advances by each wait.
 
 #[path = "../tests/common/mod.rs"]
-mod fixtures;
+pub(crate) mod fixtures;
 
 use super::*;
 use ratatui::backend::{ClearType, TestBackend, WindowSize};
