@@ -33,7 +33,7 @@ die() { echo "demo: $*" >&2; exit 1; }
 [[ -x $BLOATD ]] || die "$BLOATD not found: build it first (make build)"
 [[ $DEMO_SECONDS =~ ^[0-9]+$ ]] || die "DEMO_SECONDS must be a number of seconds"
 
-STARTED_DAEMON=0
+source "$ROOT/scripts/lab/bloatd.sh"
 PIDS=()
 cleanup() {
 	local rc=$?
@@ -42,9 +42,9 @@ cleanup() {
 	echo "demo: stopping traffic, removing the lab"
 	for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
 	"$TOPO" down "$LAB" >/dev/null 2>&1 || true
-	if ((STARTED_DAEMON)); then
+	if ((${BLOATD_STARTED:-0})); then
 		echo "demo: stopping the bloatd the demo started"
-		"$BLOATD" stop >/dev/null 2>&1 || true
+		bloatd_release
 	fi
 	rm -f "$RUN/$LAB.fetches.log"
 	exit "$rc"
@@ -57,15 +57,9 @@ echo "demo: creating the lab '$LAB' with the 3.5g profile"
 "$TOPO" up "$LAB" --profile 3.5g
 
 set +e
-"$BLOATD" status >/dev/null 2>&1
-st=$?
-set -e
-if ((st == 3)); then
-	echo "demo: starting bloatd"
-	"$BLOATD" start
-	STARTED_DAEMON=1
-elif ((st != 0)); then
-	die "bloatd status failed (exit $st): see '$BLOATD status'"
+bloatd_ensure || die "could not start bloatd (see above)"
+if ((BLOATD_STARTED)); then
+	echo "demo: started bloatd"
 else
 	echo "demo: bloatd is already running: using it"
 fi

@@ -9,24 +9,20 @@ set -uo pipefail
 cd "$(dirname "$0")/../.."
 BLOATD=${BLOATD:-$PWD/target/release/bloatd}
 N=blinst
-STARTED=0
+source scripts/lab/bloatd.sh
 PIDS=()
 
 cleanup() {
 	for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null; done
 	scripts/lab/topo.sh down "$N" >/dev/null 2>&1 || true
-	((STARTED)) && "$BLOATD" stop >/dev/null 2>&1
+	bloatd_release
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
 [[ $(id -u) -eq 0 ]] || { echo "test_lab_instrument: run as root"; exit 1; }
 [[ -x $BLOATD ]] || { echo "test_lab_instrument: $BLOATD missing: run cargo build --release"; exit 1; }
-"$BLOATD" status >/dev/null 2>&1
-if [[ $? -eq 3 ]]; then
-	"$BLOATD" start || { echo "test_lab_instrument: bloatd start failed"; exit 1; }
-	STARTED=1
-fi
+bloatd_ensure || { echo "test_lab_instrument: bloatd start failed"; exit 1; }
 
 scripts/lab/topo.sh up "$N" --profile 3.5g >/dev/null || exit 1
 ip netns exec "$N-snd" /usr/bin/python3 scripts/lab/flows.py serve --port 8000 >/dev/null &

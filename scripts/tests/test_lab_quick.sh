@@ -12,14 +12,14 @@ cd "$(dirname "$0")/../.."
 BLOATD=${BLOATD:-$PWD/target/release/bloatd}
 N=blquick
 OUT=$(mktemp -d /tmp/bloatd-lab-quick.XXXXXX)
-STARTED=0
+source scripts/lab/bloatd.sh
 FAILS=0
 
 pass() { echo "  ok: $*"; }
 fail() { echo "  FAIL: $*"; FAILS=$((FAILS + 1)); }
 cleanup() {
 	scripts/lab/topo.sh down "$N" >/dev/null 2>&1 || true
-	((STARTED)) && "$BLOATD" stop >/dev/null 2>&1
+	bloatd_release
 	if ((FAILS)); then echo "test_lab_quick: results kept in $OUT"; else rm -rf "$OUT"; fi
 }
 trap cleanup EXIT
@@ -28,11 +28,7 @@ trap 'FAILS=$((FAILS + 1)); exit 130' INT TERM
 [[ $(id -u) -eq 0 ]] || { echo "test_lab_quick: run as root"; exit 1; }
 [[ -x $BLOATD ]] || { echo "test_lab_quick: $BLOATD missing: run cargo build --release"; exit 1; }
 
-"$BLOATD" status >/dev/null 2>&1
-if [[ $? -eq 3 ]]; then
-	"$BLOATD" start || { echo "test_lab_quick: bloatd start failed"; exit 1; }
-	STARTED=1
-fi
+bloatd_ensure || { echo "test_lab_quick: bloatd start failed"; exit 1; }
 if ! grep -qw bloatd_westwood /proc/sys/net/ipv4/tcp_available_congestion_control; then
 	echo "test_lab_quick: bloatd_westwood is not registered (bloatd start registers it;"
 	echo "  available: $(cat /proc/sys/net/ipv4/tcp_available_congestion_control))"
