@@ -7,7 +7,7 @@ namespaces, daemons, servers) is removed when the test ends, pass or fail.
 
 import json
 import os
-import re
+import sys
 import shutil
 import signal
 import socket
@@ -18,6 +18,8 @@ import unittest
 import urllib.request
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.join(REPO, "scripts", "lab"))
+from instrument import parse_ss  # noqa: E402  one `ss` parser for the lab and the tests
 BLOATD = os.environ.get("BLOATD_BIN", os.path.join(REPO, "target", "release", "bloatd"))
 TOPO = os.path.join(REPO, "scripts", "lab", "topo.sh")
 
@@ -156,55 +158,6 @@ class Lab:
             if p.stderr:
                 p.stderr.close()
         run(TOPO, "down", self.name, check=False, timeout=120)
-
-
-def _ms_to_us(v):
-    return int(round(float(v) * 1000))
-
-
-def _norm(addr):
-    return addr[7:] if addr.startswith("::ffff:") else addr
-
-
-def split_endpoint(ep):
-    """'10.9.1.1:5201', '[fd09:1::1]:5201', '[::ffff:10.9.1.1]:5201'."""
-    m = re.match(r"^\[?(.*?)\]?:(\d+)$", ep)
-    addr, port = m.group(1), int(m.group(2))
-    if "%" in addr:
-        addr = addr.split("%")[0]
-    return _norm(addr), port
-
-
-def parse_ss(text):
-    """`ss -tinH` into dicts: local/remote (addr, port), cc, cwnd, srtt_us,
-    min_rtt_us, rcv_rtt_us, bytes_acked, bytes_received."""
-    out = []
-    cur = None
-    for line in text.splitlines():
-        if not line.strip():
-            continue
-        if not line[0].isspace():
-            f = line.split()
-            # State Recv-Q Send-Q Local Peer [Process]
-            cur = {"state": f[0], "local": split_endpoint(f[3]), "remote": split_endpoint(f[4])}
-            out.append(cur)
-            continue
-        if cur is None:
-            continue
-        toks = line.split()
-        if toks and re.match(r"^[a-z_]+$", toks[0]) and ":" not in toks[0]:
-            cur.setdefault("cc", toks[0])
-        for t in toks:
-            k, _, v = t.partition(":")
-            if k == "rtt":
-                cur["srtt_us"] = _ms_to_us(v.split("/")[0])
-            elif k == "minrtt":
-                cur["min_rtt_us"] = _ms_to_us(v)
-            elif k == "rcv_rtt":
-                cur["rcv_rtt_us"] = _ms_to_us(v)
-            elif k in ("cwnd", "bytes_acked", "bytes_received", "mss", "unacked"):
-                cur[k] = int(v)
-    return out
 
 
 def find(socks, local, remote):
