@@ -1,5 +1,5 @@
-// Builds the probe object (bpf/probes.bpf.c) and records the C layout of the
-// shared record so a unit test can compare it with the Rust mirror.
+// Builds the probe object (bpf/probes.bpf.c) and generates the Rust side of
+// the records it shares with user space from the object's BTF.
 include!(concat!(env!("CARGO_MANIFEST_DIR"), "/../bpf/build_bpf.rs"));
 
 use std::path::PathBuf;
@@ -7,9 +7,23 @@ use std::path::PathBuf;
 fn main() {
     let out = PathBuf::from(std::env::var("OUT_DIR").unwrap());
     let bpf = bpf_build::bpf_dir();
-    bpf_build::compile(&bpf.join("probes.bpf.c"), &out.join("probes.bpf.o"), &[]);
+    let obj = out.join("probes.bpf.o");
+    bpf_build::compile(&bpf.join("probes.bpf.c"), &obj, &[]);
+    let abi = bpf_build::rust_types(
+        &obj,
+        &["bloatd_sock", "bloatd_floor", "bloatd_path_key", "bloatd_bottleneck", "bloatd_floor_subject", "bloatd_floor_cfg"],
+        &["bloatd_kind", "bloatd_role", "bloatd_flag", "bloatd_stat", "bloatd_floor_source"],
+    );
+    std::fs::write(out.join("abi.rs"), abi).unwrap();
+    // The floor logic for the host, linked into the unit tests only (no
+    // symbol of it is referenced outside `#[cfg(test)]`).
+    println!("cargo:rerun-if-changed={}", bpf.join("floor_host.c").display());
+    cc::Build::new()
+        .compiler(bpf_build::clang())
+        .file(bpf.join("floor_host.c"))
+        .include(&bpf)
+        .warnings_into_errors(true)
+        .compile("bloatd_floor_host");
     // Reference programs for the benchmark (examples/bench_probes.rs).
     bpf_build::compile(&bpf.join("bench/baseline.bpf.c"), &out.join("baseline.bpf.o"), &[]);
-    let layout = bpf_build::run_host_c(&bpf.join("abi_layout.c"), &out, &[]);
-    std::fs::write(out.join("abi_layout.txt"), layout).unwrap();
 }

@@ -26,6 +26,16 @@ pub struct Config {
     pub series_seconds: u64,
     /// bloatd congestion controls to register at start.
     pub cc: Vec<String>,
+    /// Path floors (README, "Path floors"): how long the lowest RTT toward a
+    /// peer is remembered, in seconds. Longer than a standing queue lasts.
+    pub floor_window_s: u32,
+    /// How many peers and prefixes keep a floor (least recently used go).
+    pub floor_entries: u32,
+    /// Prefix lengths whose floor serves a peer with no history (0: off).
+    pub floor_prefix_v4: u8,
+    pub floor_prefix_v6: u8,
+    /// Infer a new peer's floor from the queue its route's bottleneck holds.
+    pub floor_infer: bool,
     /// Turn on the kernel's BPF run-time statistics while running
     /// (kernel.bpf_stats_enabled), so probe cost shows in /metrics.
     pub bpf_stats: bool,
@@ -43,6 +53,11 @@ impl Default for Config {
             bloat_threshold_ms: 100,
             series_seconds: 60,
             cc: vec!["bloatd_westwood".into(), "bloatd_cubic".into()],
+            floor_window_s: 1800,
+            floor_entries: 32768,
+            floor_prefix_v4: 24,
+            floor_prefix_v6: 64,
+            floor_infer: true,
             bpf_stats: false,
             log: "info".into(),
         }
@@ -94,6 +109,23 @@ impl Config {
                 "map_entries = {} is out of range (64..=4194304)",
                 self.map_entries
             )));
+        }
+        if !(10..=86_400).contains(&self.floor_window_s) {
+            return Err(ConfigError::Invalid(format!(
+                "floor_window_s = {} is out of range (10..=86400)",
+                self.floor_window_s
+            )));
+        }
+        if !(64..=1_048_576).contains(&self.floor_entries) {
+            return Err(ConfigError::Invalid(format!(
+                "floor_entries = {} is out of range (64..=1048576)",
+                self.floor_entries
+            )));
+        }
+        if self.floor_prefix_v4 > 31 || self.floor_prefix_v6 > 127 {
+            return Err(ConfigError::Invalid(
+                "floor_prefix_v4 must be 0..=31 and floor_prefix_v6 0..=127 (0 turns the prefix fallback off)".into(),
+            ));
         }
         if self.series_seconds > 3600 {
             return Err(ConfigError::Invalid("series_seconds must be at most 3600".into()));

@@ -48,8 +48,13 @@ impl Core {
     pub fn start(cfg: &Config, mode: &'static str, with_metrics: bool) -> anyhow::Result<Core> {
         let probes = Probes::load(&ProbeConfig {
             interval: Duration::from_millis(cfg.interval_ms),
-            map_entries: cfg.map_entries,
+            map_capacity: cfg.map_entries,
             bpf_stats: cfg.bpf_stats,
+            floor_window_s: cfg.floor_window_s,
+            floor_entries: cfg.floor_entries,
+            floor_prefix_v4: cfg.floor_prefix_v4,
+            floor_prefix_v6: cfg.floor_prefix_v6,
+            floor_infer: cfg.floor_infer,
         })?;
         let cc = CcSet::register(&cfg.cc)?;
         let mut core = Core {

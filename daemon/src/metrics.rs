@@ -339,6 +339,7 @@ mod tests {
                 t_ms: 0,
                 srtt_us: 270_000,
                 min_rtt_us: 20_000,
+                floor_us: 20_000,
                 queue_delay_us: 250_000,
                 rcv_rtt_us: 0,
                 rcv_queue_delay_us: 0,

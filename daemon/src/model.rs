@@ -3,7 +3,7 @@
 //! `Series`) that the API serves and the dashboard draws.
 
 use crate::probes::abi::{self, BloatdSock};
-use bloatd_tui::model::{CaState, CcState, Role, Sample, Series, Socket};
+use bloatd_tui::model::{CaState, CcState, FloorSource, Role, Sample, Series, Socket};
 use std::collections::{HashMap, VecDeque};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
@@ -56,9 +56,6 @@ pub struct Observation {
 
 struct Tracked {
     rec: BloatdSock,
-    /// (sample_ns, goodput bytes) of the previous periodic sample.
-    prev_sample: Option<(u64, u64)>,
-    throughput_bps: u64,
     retrans_counted: u32,
     series: VecDeque<Sample>,
     cc_state: Option<CcState>,
@@ -70,29 +67,42 @@ pub struct Model {
     series_len: usize,
 }
 
+/// The side of the transfer: as the probes decided it from what moved in
+/// the socket's last interval; before anything moved, from its whole life.
 pub fn role_of(rec: &BloatdSock) -> Role {
-    if rec.bytes_received > rec.bytes_acked {
-        Role::Receiver
+    match rec.role as u32 {
+        abi::role::SENDER => Role::Sender,
+        abi::role::RECEIVER => Role::Receiver,
+        _ if rec.bytes_received > rec.bytes_acked => Role::Receiver,
+        _ => Role::Sender,
+    }
+}
+
+fn has_flag(rec: &BloatdSock, flag: u32) -> bool {
+    rec.flags as u32 & flag != 0
+}
+
+/// The receiver's RTT the receiver queue is measured from.
+fn rcv_view_rtt_us(rec: &BloatdSock) -> u32 {
+    if has_flag(rec, abi::flag::RCV_TS) {
+        rec.rcv_ts_rtt_us
     } else {
-        Role::Sender
+        rec.rcv_rtt_us
     }
 }
 
-fn goodput_bytes(rec: &BloatdSock) -> u64 {
-    match role_of(rec) {
-        Role::Sender => rec.bytes_acked,
-        Role::Receiver => rec.bytes_received,
+fn floor_source(rec: &BloatdSock) -> Option<FloorSource> {
+    match rec.floor_source as u32 {
+        abi::floor_source::SOCKET => Some(FloorSource::Socket),
+        abi::floor_source::PEER => Some(FloorSource::Peer),
+        abi::floor_source::PREFIX => Some(FloorSource::Prefix),
+        abi::floor_source::INFERRED => Some(FloorSource::Inferred),
+        _ => None,
     }
 }
 
-pub fn queue_delay_us(rec: &BloatdSock) -> u32 {
-    rec.srtt_us.saturating_sub(rec.min_rtt_us)
-}
-
-pub fn rcv_queue_delay_us(rec: &BloatdSock) -> u32 {
-    rec.rcv_rtt_us.saturating_sub(rec.rcv_min_rtt_us)
-}
-
+/// Text from the kernel (a command name, an interface or algorithm name)
+/// up to its NUL.
 pub fn cstr(b: &[u8]) -> String {
     let end = b.iter().position(|&c| c == 0).unwrap_or(b.len());
     String::from_utf8_lossy(&b[..end]).into_owned()
@@ -140,12 +150,43 @@ fn ca_state(v: u8) -> CaState {
     }
 }
 
-/// The kernel's delivery rate estimate, as tcp_get_info computes it, in bit/s.
-fn delivery_rate_bps(rec: &BloatdSock) -> u64 {
-    if rec.rate_interval_us == 0 {
+/// `bytes` over `us` microseconds in bit/s, wide enough for any count.
+fn rate_bps(bytes: u64, us: u64) -> u64 {
+    if us == 0 {
         return 0;
     }
-    rec.rate_delivered as u64 * rec.mss as u64 * 1_000_000 * 8 / rec.rate_interval_us as u64
+    (bytes as u128 * 8 * 1_000_000 / us as u128).min(u64::MAX as u128) as u64
+}
+
+/// The kernel's delivery rate estimate, as tcp_get_info computes it, in bit/s.
+fn delivery_rate_bps(rec: &BloatdSock) -> u64 {
+    rate_bps(rec.rate_delivered as u64 * rec.mss as u64, rec.rate_interval_us as u64)
+}
+
+/// The time the socket's unsent bytes take at its delivery rate.
+fn unsent_delay_us(rec: &BloatdSock) -> u32 {
+    let rate = delivery_rate_bps(rec);
+    if rate == 0 {
+        return 0;
+    }
+    (rec.unsent_bytes as u128 * 8 * 1_000_000 / rate as u128).min(u32::MAX as u128) as u32
+}
+
+/// A record's numbers as one point of the socket's series.
+fn sample_of(rec: &BloatdSock, clock: &Clock, pipe_segments: Option<u32>) -> Sample {
+    Sample {
+        t_ms: clock.unix_ms_of(rec.sample_ns),
+        srtt_us: rec.srtt_us,
+        min_rtt_us: rec.min_rtt_us,
+        floor_us: rec.floor_us,
+        queue_delay_us: rec.queue_delay_us,
+        rcv_rtt_us: rcv_view_rtt_us(rec),
+        rcv_queue_delay_us: rec.rcv_queue_delay_us,
+        cwnd: rec.cwnd,
+        inflight: rec.inflight,
+        pipe_segments,
+        throughput_bps: rec.throughput_bps,
+    }
 }
 
 impl Model {
@@ -161,79 +202,53 @@ impl Model {
         self.socks.len()
     }
 
-    fn observe(t: &mut Tracked, sample: Option<Sample>) -> Observation {
-        let retrans_delta = t.rec.total_retrans.saturating_sub(t.retrans_counted);
-        t.retrans_counted = t.rec.total_retrans.max(t.retrans_counted);
-        Observation { cc: cstr(&t.rec.cc), role: role_of(&t.rec), sample, retrans_delta }
+    fn observe(t: &mut Tracked, rec: &BloatdSock, sample: Option<Sample>) -> Observation {
+        let retrans_delta = rec.total_retrans.saturating_sub(t.retrans_counted);
+        t.retrans_counted = rec.total_retrans.max(t.retrans_counted);
+        Observation { cc: cstr(&rec.cc), role: role_of(rec), sample, retrans_delta }
     }
 
     fn entry(&mut self, rec: &BloatdSock, count_history: bool) -> &mut Tracked {
         self.socks.entry(rec.cookie).or_insert_with(|| Tracked {
             rec: *rec,
-            prev_sample: None,
-            throughput_bps: 0,
             retrans_counted: if count_history { 0 } else { rec.total_retrans },
             series: VecDeque::new(),
             cc_state: None,
         })
     }
 
-    /// Apply one ring buffer record.
+    /// Apply one ring buffer record. Every sample joins the socket's series
+    /// and, if the socket carried data in its interval, the histograms, even
+    /// when a full read (the iterator) already gave the model a newer state.
     pub fn apply(&mut self, rec: BloatdSock, clock: &Clock) -> Option<Observation> {
-        if rec.kind == abi::KIND_CLOSED {
+        if rec.kind as u32 == abi::kind::CLOSED {
             let mut t = self.socks.remove(&rec.cookie)?;
-            t.rec = rec;
-            return Some(Self::observe(&mut t, None));
+            return Some(Self::observe(&mut t, &rec, None));
         }
-        if rec.kind != abi::KIND_SAMPLE {
+        if rec.kind as u32 != abi::kind::SAMPLE {
             return None;
         }
         let series_len = self.series_len;
-        let interval_ns = self.interval_ns;
         let t = self.entry(&rec, true);
-        if rec.update_ns < t.rec.update_ns {
-            // A map read already gave us something newer.
-            return None;
+        if rec.update_ns >= t.rec.update_ns {
+            t.rec = rec;
         }
-        t.rec = rec;
-        let bytes = goodput_bytes(&rec);
-        t.throughput_bps = match t.prev_sample {
-            Some((ns, b)) if rec.sample_ns > ns && bytes >= b => {
-                (bytes - b) * 8 * 1_000_000_000 / (rec.sample_ns - ns)
-            }
-            _ => 0,
+        let pipe_segments = match t.cc_state {
+            Some(CcState::Westwood { pipe_segments, .. }) => Some(pipe_segments),
+            _ => None,
         };
-        // A gap of several intervals means the socket was idle: the rate
-        // over the gap would average idle time into it.
-        if matches!(t.prev_sample, Some((ns, _)) if rec.sample_ns - ns > 3 * interval_ns) {
-            t.throughput_bps = 0;
-        }
-        t.prev_sample = Some((rec.sample_ns, bytes));
-        let sample = Sample {
-            t_ms: clock.unix_ms_of(rec.sample_ns),
-            srtt_us: rec.srtt_us,
-            min_rtt_us: rec.min_rtt_us,
-            queue_delay_us: queue_delay_us(&rec),
-            rcv_rtt_us: rec.rcv_rtt_us,
-            rcv_queue_delay_us: rcv_queue_delay_us(&rec),
-            cwnd: rec.cwnd,
-            inflight: rec.inflight,
-            pipe_segments: match t.cc_state {
-                Some(CcState::Westwood { pipe_segments, .. }) => Some(pipe_segments),
-                _ => None,
-            },
-            throughput_bps: t.throughput_bps,
-        };
+        let sample = sample_of(&rec, clock, pipe_segments);
         if series_len > 0 {
             if t.series.len() >= series_len {
                 t.series.pop_front();
             }
             t.series.push_back(sample.clone());
         }
-        Some(Self::observe(t, Some(sample)))
+        let active = has_flag(&rec, abi::flag::ACTIVE);
+        Some(Self::observe(t, &rec, active.then_some(sample)))
     }
 
-    /// Bring the model in line with a full read of the kernel's map: add
+/// Bring the model in line with a full read of the kernel's map: add
     /// sockets we have not seen (idle since start), refresh the rest, and
     /// forget sockets the kernel no longer has (their close record was
     /// lost). `count_history` false on the first read: retransmissions
@@ -247,7 +262,7 @@ impl Model {
             if rec.update_ns >= t.rec.update_ns {
                 t.rec = rec;
             }
-            let o = Self::observe(t, None);
+            let o = Self::observe(t, &rec, None);
             if o.retrans_delta > 0 {
                 obs.push(o);
             }
@@ -318,28 +333,37 @@ impl Model {
             mss: r.mss,
             srtt_us: r.srtt_us,
             min_rtt_us: r.min_rtt_us,
-            queue_delay_us: queue_delay_us(r),
+            floor_us: r.floor_us,
+            floor_source: floor_source(r),
+            queue_delay_us: r.queue_delay_us,
             rcv_rtt_us: r.rcv_rtt_us,
-            rcv_min_rtt_us: r.rcv_min_rtt_us,
-            rcv_queue_delay_us: rcv_queue_delay_us(r),
+            rcv_ts_rtt_us: has_flag(r, abi::flag::RCV_TS).then_some(r.rcv_ts_rtt_us),
+            timestamps: has_flag(r, abi::flag::TIMESTAMPS),
+            rcv_min_rtt_us: r.floor_us,
+            rcv_queue_delay_us: r.rcv_queue_delay_us,
+            unsent_bytes: r.unsent_bytes,
+            unsent_delay_us: unsent_delay_us(r),
+            interface: cstr(&r.ifname),
             retrans: r.total_retrans,
             lost: r.lost,
             ca_state: ca_state(r.ca_state),
             bytes_acked: r.bytes_acked,
             bytes_received: r.bytes_received,
             delivery_rate_bps: delivery_rate_bps(r),
-            throughput_bps: if stale { 0 } else { t.throughput_bps },
+            throughput_bps: if stale { 0 } else { r.throughput_bps },
             idle_ms: idle_ns / 1_000_000,
             cc_state: t.cc_state.clone(),
         }
     }
 
-    /// Sockets in ESTABLISHED (all states with `all`), most queued first.
+    /// Sockets in ESTABLISHED or with data still to deliver (a sender that
+    /// closed its end while megabytes drain through a queue), all states
+    /// with `all`; most queued first.
     pub fn sockets(&self, clock: &Clock, all: bool) -> Vec<Socket> {
         let mut out: Vec<Socket> = self
             .socks
             .values()
-            .filter(|t| all || t.rec.state == TCP_ESTABLISHED)
+            .filter(|t| all || t.rec.state == TCP_ESTABLISHED || t.rec.inflight > 0 || t.rec.unsent_bytes > 0)
             .map(|t| self.socket(t, clock))
             .collect();
         out.sort_by(|a, b| {
@@ -371,6 +395,7 @@ impl Model {
 mod tests {
     use super::*;
 
+    /// A sample of a cubic sender: 300 ms srtt over a 20 ms floor.
     fn rec(cookie: u64, ns: u64) -> BloatdSock {
         let mut r = BloatdSock {
             cookie,
@@ -378,9 +403,14 @@ mod tests {
             sample_ns: ns,
             family: 2, // AF_INET
             state: TCP_ESTABLISHED,
-            kind: abi::KIND_SAMPLE,
+            kind: abi::kind::SAMPLE as u8,
+            role: abi::role::SENDER as u8,
+            flags: abi::flag::ACTIVE as u8,
             srtt_us: 300_000,
             min_rtt_us: 20_000,
+            floor_us: 20_000,
+            floor_source: abi::floor_source::SOCKET as u8,
+            queue_delay_us: 280_000,
             cwnd: 100,
             mss: 1448,
             ..Default::default()
@@ -394,38 +424,86 @@ mod tests {
     }
 
     #[test]
-    fn throughput_from_consecutive_samples() {
+    fn kernel_numbers_reach_the_view_and_go_stale_when_idle() {
         let mut m = Model::new(100, 60);
         let mut a = rec(1, 1_000_000_000);
-        a.bytes_acked = 1_000_000;
+        a.throughput_bps = 10_000_000;
+        a.floor_us = 15_000;
+        a.floor_source = abi::floor_source::INFERRED as u8;
         m.apply(a, &clock(a.sample_ns));
-        let mut b = rec(1, 1_100_000_000);
-        b.bytes_acked = 1_125_000; // 125 kB in 100 ms = 10 Mbit/s
-        m.apply(b, &clock(b.sample_ns));
         let s = &m.sockets(&clock(1_100_000_000), false)[0];
         assert_eq!(s.throughput_bps, 10_000_000);
-        assert_eq!(s.queue_delay_us, 280_000);
+        assert_eq!((s.queue_delay_us, s.floor_us, s.floor_source), (280_000, 15_000, Some(FloorSource::Inferred)));
         assert_eq!(s.role, Role::Sender);
-        assert_eq!(m.series(1, 0).unwrap().samples.len(), 2);
         // Idle for longer than three intervals: no stale throughput.
         let s = &m.sockets(&clock(2_000_000_000), false)[0];
         assert_eq!(s.throughput_bps, 0);
     }
 
     #[test]
-    fn receiver_view_uses_rcv_rtt() {
+    fn role_is_the_probes_else_the_lifetime_counts() {
         let mut r = rec(2, 5);
-        r.bytes_received = 10_000_000;
-        r.rcv_rtt_us = 450_000;
-        r.rcv_min_rtt_us = 50_000;
-        assert_eq!(role_of(&r), Role::Receiver);
+        r.bytes_received = 10;
+        assert_eq!(role_of(&r), Role::Sender, "the last interval moved data out");
+        r.role = abi::role::UNKNOWN as u8;
+        assert_eq!(role_of(&r), Role::Receiver, "nothing moved yet: by lifetime bytes");
+    }
+
+    #[test]
+    fn receiver_view_uses_the_measured_rtt() {
+        let mut r = rec(2, 5);
+        r.role = abi::role::RECEIVER as u8;
+        r.rcv_rtt_us = 40_000; // the kernel's estimate lags the queue
+        r.rcv_ts_rtt_us = 450_000;
+        r.rcv_queue_delay_us = 430_000;
+        r.flags |= (abi::flag::RCV_TS | abi::flag::TIMESTAMPS) as u8;
         let mut m = Model::new(100, 60);
         let o = m.apply(r, &clock(5)).unwrap();
         let v = o.sample.unwrap();
         assert_eq!(
             (v.view_queue_delay_us(o.role), v.view_rtt_us(o.role), v.view_min_rtt_us(o.role)),
-            (400_000, 450_000, 50_000)
+            (430_000, 450_000, 20_000)
         );
+        let s = &m.sockets(&clock(5), false)[0];
+        assert_eq!((s.rcv_rtt_us, s.rcv_ts_rtt_us, s.timestamps), (40_000, Some(450_000), true));
+        assert_eq!(s.view_rtt_us(), 450_000);
+    }
+
+    #[test]
+    fn without_timestamps_the_kernel_estimate_stands_in() {
+        let mut r = rec(2, 5);
+        r.role = abi::role::RECEIVER as u8;
+        r.rcv_rtt_us = 60_000;
+        let mut m = Model::new(100, 60);
+        m.apply(r, &clock(5));
+        let s = &m.sockets(&clock(5), false)[0];
+        assert_eq!((s.timestamps, s.rcv_ts_rtt_us, s.view_rtt_us()), (false, None, 60_000));
+    }
+
+    #[test]
+    fn samples_count_even_after_a_newer_full_read() {
+        let mut m = Model::new(100, 60);
+        // A full read (the iterator) carries the newest update_ns.
+        let mut fresh = rec(1, 200);
+        fresh.cwnd = 50;
+        m.refresh(vec![fresh], true);
+        // The ring still holds an older sample: it is history, not state.
+        let mut old = rec(1, 100);
+        old.cwnd = 10;
+        let o = m.apply(old, &clock(300)).expect("observed");
+        assert!(o.sample.is_some(), "the sample feeds the histograms");
+        assert_eq!(m.series(1, 0).unwrap().samples.len(), 1, "and the series");
+        assert_eq!(m.sockets(&clock(300), false)[0].cwnd, 50, "state stays the newest");
+    }
+
+    #[test]
+    fn an_interval_without_traffic_stays_out_of_the_histograms() {
+        let mut m = Model::new(100, 60);
+        let mut r = rec(1, 100);
+        r.flags = 0;
+        let o = m.apply(r, &clock(100)).unwrap();
+        assert!(o.sample.is_none());
+        assert_eq!(m.series(1, 0).unwrap().samples.len(), 1);
     }
 
     #[test]
@@ -435,7 +513,7 @@ mod tests {
         a.total_retrans = 2;
         assert_eq!(m.apply(a, &clock(10)).unwrap().retrans_delta, 2);
         let mut c = a;
-        c.kind = abi::KIND_CLOSED;
+        c.kind = abi::kind::CLOSED as u8;
         c.total_retrans = 5;
         assert_eq!(m.apply(c, &clock(20)).unwrap().retrans_delta, 3);
         assert_eq!(m.len(), 0);
@@ -454,15 +532,29 @@ mod tests {
     }
 
     #[test]
-    fn older_record_does_not_overwrite_newer() {
+    fn closing_senders_with_data_are_listed() {
         let mut m = Model::new(100, 60);
-        let mut fresh = rec(1, 200);
-        fresh.cwnd = 50;
-        m.refresh(vec![fresh], true);
-        let mut old = rec(1, 100);
-        old.cwnd = 10;
-        assert!(m.apply(old, &clock(300)).is_none());
-        assert_eq!(m.sockets(&clock(300), false)[0].cwnd, 50);
+        let mut fin = rec(1, 10);
+        fin.state = 4; // FIN-WAIT-1, megabytes still in flight
+        fin.inflight = 900;
+        let mut done = rec(2, 10);
+        done.state = 8; // CLOSE-WAIT, nothing left to send
+        m.refresh(vec![fin, done], true);
+        let listed: Vec<u64> = m.sockets(&clock(10), false).iter().map(|s| s.cookie).collect();
+        assert_eq!(listed, vec![1]);
+        assert_eq!(m.sockets(&clock(10), true).len(), 2);
+    }
+
+    #[test]
+    fn rates_do_not_overflow() {
+        // 3 GB between two readings 100 ms apart: 240 Gbit/s, not a wrap.
+        assert_eq!(rate_bps(3_000_000_000, 100_000), 240_000_000_000);
+        let mut r = rec(1, 10);
+        r.unsent_bytes = 4_000_000;
+        r.rate_delivered = 1000;
+        r.rate_interval_us = 1_448_000; // 1000 segments of 1448 B in 1.448 s: 8 Mbit/s
+        assert_eq!(delivery_rate_bps(&r), 8_000_000);
+        assert_eq!(unsent_delay_us(&r), 4_000_000);
     }
 
     #[test]

@@ -136,6 +136,35 @@ class Lab:
     def ss(self, side):
         return parse_ss(self.exec(side, "ss", "-tinH").stdout)
 
+    def ping(self, side, addr, count=10, interval=0.2):
+        """RTTs in ms of `count` pings from `side` to `addr`: the kernel's
+        ICMP, through the same bottleneck as the flows."""
+        out = self.exec(side, "ping", "-n", "-c", str(count), "-i", str(interval), addr,
+                        check=False, timeout=count * interval + 30).stdout
+        return [float(x.split("=")[1]) for x in out.split() if x.startswith("time=")]
+
+    def ping_background(self, side, addr, seconds, interval=0.2):
+        """Start pinging for `seconds`; `.result()` of the returned object
+        waits and gives the RTTs in ms."""
+        count = int(seconds / interval)
+        p = subprocess.Popen(["ip", "netns", "exec", self.ns(side), "ping", "-n", "-c", str(count),
+                              "-i", str(interval), addr], stdout=subprocess.PIPE, text=True)
+        self.procs.append(p)
+
+        class Pinger:
+            def result(self_inner):
+                out, _ = p.communicate(timeout=seconds + 30)
+                return [float(x.split("=")[1]) for x in out.split() if x.startswith("time=")]
+        return Pinger()
+
+    def add_receiver_address(self, cidr):
+        """A second address on the receiver, in another prefix, reached
+        through the same router and bottleneck."""
+        addr, bits = cidr.split("/")
+        net = ".".join(addr.split(".")[:3]) + ".0/" + bits
+        run("ip", "-n", self.ns("rcv"), "addr", "add", cidr, "dev", "eth0")
+        run("ip", "-n", self.ns("rtr"), "route", "add", net, "via", RCV4)
+
     def data_socket(self, side, cc):
         """The iperf3 data connection on `side`, as `ss` sees it: the one
         using `cc` (iperf3's control connection keeps the namespace
@@ -178,6 +207,16 @@ def bpf_prog_ids(names):
     known = set(names) | {n[:15] for n in names}
     progs = json.loads(run("bpftool", "-j", "prog", "show").stdout or "[]")
     return {p["id"] for p in progs if p.get("name") in known}
+
+
+def bpf_map_dump(name):
+    """The entries (formatted key, value) of the BPF maps called `name`,
+    for failure diagnostics."""
+    out = json.loads(run("bpftool", "-j", "map", "dump", "name", name, check=False).stdout or "[]")
+    if out and isinstance(out[0], list):
+        out = [e for m in out for e in m]
+    return [(e["formatted"]["key"], e["formatted"].get("value", e["formatted"].get("values")))
+            for e in out if "formatted" in e]
 
 
 PROBE_PROGS = {"tcp_probe", "inet_sock_set_state", "tcp_retransmit_skb", "tcp_cong_state_set"}

@@ -45,7 +45,7 @@ class KernelOracle(TestCase):
             check("srtt_us", snd["srtt_us"], b_snd, a_snd, 1000)
             check("min_rtt_us", snd["min_rtt_us"], b_snd, a_snd, 1000)
             check("rcv_rtt_us", rcv["rcv_rtt_us"], b_rcv, a_rcv, 1000)
-            self.assertEqual(b_snd["queue_delay_us"], b_snd["srtt_us"] - b_snd["min_rtt_us"])
+            self.assertEqual(b_snd["queue_delay_us"], max(0, b_snd["srtt_us"] - b_snd["floor_us"]))
             qdelays.append(b_snd["queue_delay_us"])
             print(f"    round {i}: cwnd {b_snd['cwnd']}/ss {snd['cwnd']}, "
                   f"srtt {b_snd['srtt_us']}/ss {snd['srtt_us']} us, "

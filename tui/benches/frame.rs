@@ -30,7 +30,7 @@ fn refreshes(sockets: usize, frames: usize) -> Vec<Snapshot> {
                 s.queue_delay_us = s.queue_delay_us.wrapping_add(drift) % 900_000;
                 s.rcv_queue_delay_us = s.rcv_queue_delay_us.wrapping_add(drift) % 900_000;
                 s.srtt_us = s.min_rtt_us + s.queue_delay_us;
-                s.rcv_rtt_us = s.rcv_min_rtt_us + s.rcv_queue_delay_us;
+                s.rcv_rtt_us = s.floor_us + s.rcv_queue_delay_us;
             }
             snap
         })

@@ -60,7 +60,7 @@ impl Demo {
             s.queue_delay_us = (s.queue_delay_us + drift_us) % 900_000;
             s.srtt_us = s.min_rtt_us + s.queue_delay_us;
             s.rcv_queue_delay_us = (s.rcv_queue_delay_us + drift_us) % 900_000;
-            s.rcv_rtt_us = s.rcv_min_rtt_us + s.rcv_queue_delay_us;
+            s.rcv_rtt_us = s.floor_us + s.rcv_queue_delay_us;
             s
         }));
         sockets
@@ -79,6 +79,7 @@ impl Demo {
                 t_ms,
                 srtt_us: s.srtt_us,
                 min_rtt_us: s.min_rtt_us,
+                floor_us: s.floor_us,
                 queue_delay_us: s.queue_delay_us,
                 rcv_rtt_us: s.rcv_rtt_us,
                 rcv_queue_delay_us: s.rcv_queue_delay_us,

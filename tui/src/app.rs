@@ -682,7 +682,7 @@ impl App {
         let mut alive_histories = Vec::new();
         for s in &self.snapshot.sockets {
             let delay_us = s.view_queue_delay_us();
-            if s.view_min_rtt_us() > 0 {
+            if s.view_rtt_us() > 0 && s.view_min_rtt_us() > 0 {
                 per_cc.entry(s.cc.as_str()).or_default().push(delay_us);
                 summary.worst_queue_delay_us = summary.worst_queue_delay_us.max(delay_us);
             }
@@ -958,6 +958,7 @@ mod tests {
             t_ms,
             srtt_us: 1,
             min_rtt_us: 1,
+            floor_us: 1,
             queue_delay_us: 0,
             rcv_rtt_us: 0,
             rcv_queue_delay_us: 0,
@@ -996,7 +997,7 @@ mod tests {
         let mut rx = sock(9, "curl", "cubic", 0);
         rx.role = Role::Receiver;
         rx.rcv_rtt_us = 460_000;
-        rx.rcv_min_rtt_us = 40_000;
+        rx.floor_us = 40_000;
         rx.rcv_queue_delay_us = 420_000;
         let mut app = App::new();
         app.apply_snapshot(snap(1, vec![sock(1, "a", "cubic", 50), rx]), 1);
@@ -1393,7 +1394,7 @@ mod tests {
         let mut rx = sock(5, "curl", "cubic", 0);
         rx.role = Role::Receiver;
         rx.remote_port = 443;
-        rx.rcv_min_rtt_us = 47_000;
+        rx.floor_us = 47_000;
         rx.rcv_rtt_us = 20_000 + 47_000;
         rx.rcv_queue_delay_us = 20_000;
         app.apply_snapshot(snap(0, vec![rx.clone()]), 0);

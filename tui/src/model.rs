@@ -27,6 +27,32 @@ pub enum CaState {
     Loss,
 }
 
+/// Where a floor (the lowest RTT of a path) came from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum FloorSource {
+    /// The socket's own minimum RTT.
+    Socket,
+    /// Observed by another socket toward the same peer (alive or closed).
+    Peer,
+    /// Observed toward the peer's prefix (/24, /64): the peer had no history.
+    Prefix,
+    /// The handshake RTT minus the queue the bottleneck held at that moment,
+    /// as sockets with observed floors on the same route measured it.
+    Inferred,
+}
+
+impl FloorSource {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FloorSource::Socket => "socket",
+            FloorSource::Peer => "peer",
+            FloorSource::Prefix => "prefix",
+            FloorSource::Inferred => "inferred",
+        }
+    }
+}
+
 /// Internal state of a bloatd congestion control, exported by its own map
 /// (the kernel refuses get_info for BPF congestion controls).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -81,17 +107,37 @@ pub struct Socket {
     pub mss: u32,
     /// Smoothed RTT (srtt_us >> 3).
     pub srtt_us: u32,
-    /// The kernel's windowed minimum RTT (tcp_min_rtt).
+    /// The socket's own windowed minimum RTT (tcp_min_rtt, as `ss` shows
+    /// it); 0 before the first RTT sample.
     pub min_rtt_us: u32,
-    /// Sender view of queueing delay: srtt_us - min_rtt_us.
+    /// The path's floor the queueing delays are measured against: the lowest
+    /// RTT toward this peer (or its prefix) over `floor_window_s`, by any
+    /// socket, alive or closed; see `floor_source`.
+    pub floor_us: u32,
+    pub floor_source: Option<FloorSource>,
+    /// Sender view of queueing delay: srtt_us - floor_us.
     pub queue_delay_us: u32,
-    /// Receiver RTT estimate (what `ss` shows as rcv_rtt).
+    /// The kernel's receiver RTT estimate (what `ss` shows as rcv_rtt).
     pub rcv_rtt_us: u32,
-    /// The receiver's path floor: the lowest rcv_rtt_us seen, or the
-    /// socket's own min RTT (handshake) when that is lower.
+    /// The receiver's RTT as bloatd measures it from the timestamps the
+    /// sender echoes (None without TCP timestamps: then the kernel's
+    /// estimate stands in).
+    pub rcv_ts_rtt_us: Option<u32>,
+    /// TCP timestamps negotiated on this connection.
+    pub timestamps: bool,
+    /// Deprecated alias of `floor_us` (the receiver's floor is the path's);
+    /// kept for one release.
     pub rcv_min_rtt_us: u32,
-    /// Receiver view of queueing delay: rcv_rtt_us - rcv_min_rtt_us.
+    /// Receiver view of queueing delay: the receiver's RTT - floor_us.
     pub rcv_queue_delay_us: u32,
+    /// Bytes the application wrote that the socket has not sent yet: the
+    /// queue a sender keeps in its own socket, which RTT cannot see.
+    pub unsent_bytes: u32,
+    /// The time those bytes take at the socket's delivery rate (0 when the
+    /// rate is unknown).
+    pub unsent_delay_us: u32,
+    /// Egress interface name ("" if unknown).
+    pub interface: String,
     /// Retransmitted segments over the socket's life (total_retrans).
     pub retrans: u32,
     /// Segments marked lost over the socket's life.
@@ -120,20 +166,19 @@ impl Socket {
         }
     }
 
-    /// RTT as seen from the socket's side (srtt for senders, rcv_rtt for receivers).
+    /// RTT as seen from the socket's side: srtt for senders; for receivers
+    /// the RTT measured from echoed timestamps, else the kernel's estimate.
     pub fn view_rtt_us(&self) -> u32 {
         match self.role {
             Role::Sender => self.srtt_us,
-            Role::Receiver => self.rcv_rtt_us,
+            Role::Receiver => self.rcv_ts_rtt_us.unwrap_or(self.rcv_rtt_us),
         }
     }
 
-    /// Minimum RTT from the socket's side.
+    /// The floor the socket's queueing delay is measured against (the
+    /// same on both sides of a transfer: it is the path's).
     pub fn view_min_rtt_us(&self) -> u32 {
-        match self.role {
-            Role::Sender => self.min_rtt_us,
-            Role::Receiver => self.rcv_min_rtt_us,
-        }
+        self.floor_us
     }
 
     /// Whether the socket counts as bloated: its queueing delay, seen from its
@@ -161,7 +206,12 @@ pub struct Sample {
     pub t_ms: u64,
     pub srtt_us: u32,
     pub min_rtt_us: u32,
+    /// The path's floor (see [`Socket::floor_us`]).
+    #[serde(default)]
+    pub floor_us: u32,
     pub queue_delay_us: u32,
+    /// The receiver's RTT the receiver queue is measured from (echoed
+    /// timestamps, else the kernel's estimate).
     pub rcv_rtt_us: u32,
     pub rcv_queue_delay_us: u32,
     pub cwnd: u32,
@@ -189,13 +239,9 @@ impl Sample {
         }
     }
 
-    /// Minimum RTT from that side. A sample carries no receiver minimum of its
-    /// own: it is the receiver RTT minus the receiver queueing delay.
-    pub fn view_min_rtt_us(&self, role: Role) -> u32 {
-        match role {
-            Role::Sender => self.min_rtt_us,
-            Role::Receiver => self.rcv_rtt_us.saturating_sub(self.rcv_queue_delay_us),
-        }
+    /// The floor the queueing delay is measured against (either side).
+    pub fn view_min_rtt_us(&self, _role: Role) -> u32 {
+        self.floor_us
     }
 }
 

@@ -1,22 +1,28 @@
 //! Probes: loads bpf/probes.bpf.c into the kernel and reads what it keeps.
 //!
-//! Hooks (BTF tracepoints, see the C file for why each): tcp_probe,
-//! inet_sock_set_state, tcp_retransmit_skb, tcp_cong_state_set; an iter/tcp
-//! program run once at start to pick up existing sockets; an iterator over
-//! the socket storage map that reads every record, refreshed on the spot.
+//! Probes (BTF tracepoints, see the C file for why each): tcp_probe,
+//! inet_sock_set_state, tcp_retransmit_skb, tcp_cong_state_set; a cgroup
+//! sock_ops program on the root cgroup that samples senders after they
+//! close their end; an iter/tcp program run once at start to pick up
+//! existing sockets; an iterator over the socket storage map that reads
+//! every record, refreshed on the spot.
 //! Produces: `BloatdSock` records, from the `samples` ring buffer (at most
-//! one per socket per interval) or from the iterator; and the probes' own
-//! counters (`stats`) and run-time statistics.
+//! one per socket per interval) or from the iterator; the floors of the
+//! paths (`floors`); and the probes' own counters (`stats`) and run-time
+//! statistics.
 //!
 //! Every attachment is a BPF link owned by a file descriptor of this
 //! process: when the process ends, however it ends, the kernel detaches all.
 
+#[allow(dead_code)] // generated: every constant of the C enums
 pub mod abi;
+#[cfg(test)]
+mod floor_tests;
 mod map_iter;
 
-use abi::{stat, BloatdSock};
-use aya::maps::{Map, MapData, PerCpuArray, RingBuf};
-use aya::programs::{BtfTracePoint, Iter};
+use abi::{stat, BloatdFloor, BloatdPathKey, BloatdSock};
+use aya::maps::{HashMap as BpfHashMap, Map, MapData, PerCpuArray, RingBuf};
+use aya::programs::{BtfTracePoint, CgroupAttachMode, Iter, SockOps};
 use aya::{Btf, Ebpf, EbpfLoader};
 use aya_obj::btf::BtfKind;
 use map_iter::MapIter;
@@ -35,6 +41,17 @@ pub const HOOKS: [&str; 4] = [
 ];
 
 pub const BTF_PATH: &str = "/sys/kernel/btf/vmlinux";
+/// Where the cgroup v2 hierarchy is mounted (/sys/fs/cgroup on a unified
+/// host, /sys/fs/cgroup/unified on a hybrid one): a sock_ops program
+/// attached to its root sees every socket.
+pub fn cgroup2_root() -> Option<std::path::PathBuf> {
+    let mounts = std::fs::read_to_string("/proc/self/mounts").ok()?;
+    mounts.lines().find_map(|l| {
+        let mut f = l.split_whitespace();
+        let (_dev, dir, fstype) = (f.next()?, f.next()?, f.next()?);
+        (fstype == "cgroup2").then(|| std::path::PathBuf::from(dir))
+    })
+}
 
 #[derive(Debug, thiserror::Error)]
 pub enum ProbeError {
@@ -56,8 +73,16 @@ pub enum ProbeError {
 
 pub struct ProbeConfig {
     pub interval: Duration,
-    pub map_entries: u32,
+    pub map_capacity: u32,
     pub bpf_stats: bool,
+    /// Path floors: how long a floor is remembered, how many peers and
+    /// prefixes are kept, the prefix lengths that serve peers without
+    /// history (0 disables), and whether new peers' floors are inferred.
+    pub floor_window_s: u32,
+    pub floor_entries: u32,
+    pub floor_prefix_v4: u8,
+    pub floor_prefix_v6: u8,
+    pub floor_infer: bool,
 }
 
 pub struct Probes {
@@ -66,10 +91,19 @@ pub struct Probes {
     /// Reads the socket storage map (kept alive with it by `_socks`).
     dump: MapIter,
     _socks: MapData,
+    floors: BpfHashMap<MapData, BloatdPathKey, BloatdFloor>,
+    /// Why closing senders are not sampled, if they are not.
+    sockops_error: Option<String>,
     stats: PerCpuArray<MapData, u64>,
     map_capacity: u32,
     /// Holding this fd keeps kernel.bpf_stats_enabled on; dropped with us.
     _stats_fd: Option<OwnedFd>,
+}
+
+/// Floors the LRU bound pushed out: the probes count what they create, the
+/// map holds what is left (the daemon deletes none).
+pub fn floor_evictions(created: u64, present: u64) -> u64 {
+    created.saturating_sub(present)
 }
 
 /// Every probe counter, summed over CPUs, indexed by `abi::stat`.
@@ -100,6 +134,26 @@ pub fn preflight() -> Result<(), ProbeError> {
     Ok(())
 }
 
+/// Attach the sock_ops program to the root cgroup, so it sees every
+/// socket. A BPF link: the kernel detaches it when bloatd exits, however.
+fn attach_sock_ops(ebpf: &mut Ebpf) -> Result<(), String> {
+    let name = "sock_ops";
+    let prog: &mut SockOps = ebpf
+        .program_mut(name)
+        .ok_or_else(|| format!("program {name} missing from object"))?
+        .try_into()
+        .map_err(errstr)?;
+    prog.load().map_err(|e| format!("loading {name}: {}", errstr(e)))?;
+    let root = cgroup2_root().ok_or("no cgroup v2 hierarchy is mounted")?;
+    let cgroup = std::fs::File::open(&root).map_err(|e| format!("cgroup v2 root {}: {e}", root.display()))?;
+    // aya attaches through bpf_link_create here, whose cgroup links always
+    // coexist with other programs (BPF_F_ALLOW_MULTI is implied, and the
+    // kernel rejects the flag itself with EINVAL): Single means "no flags".
+    prog.attach(&cgroup, CgroupAttachMode::Single)
+        .map_err(|e| format!("attaching {name} to {}: {}", root.display(), errstr(e)))?;
+    Ok(())
+}
+
 impl Probes {
     pub fn load(cfg: &ProbeConfig) -> Result<Probes, ProbeError> {
         preflight()?;
@@ -115,7 +169,12 @@ impl Probes {
         let mut ebpf = EbpfLoader::new()
             .btf(Some(&btf))
             .override_global("sample_interval_ns", &interval_ns, true)
-            .override_global("max_socks", &(cfg.map_entries as u64), true)
+            .override_global("map_capacity", &(cfg.map_capacity as u64), true)
+            .override_global("floor_window_s", &cfg.floor_window_s, true)
+            .override_global("floor_prefix_v4", &(cfg.floor_prefix_v4 as u32), true)
+            .override_global("floor_prefix_v6", &(cfg.floor_prefix_v6 as u32), true)
+            .override_global("floor_infer_on", &(cfg.floor_infer as u32), true)
+            .map_max_entries("floors", cfg.floor_entries)
             .load(OBJECT)
             .map_err(|e| ProbeError::Object(errstr(e)))?;
 
@@ -149,6 +208,12 @@ impl Probes {
         };
         let stats = PerCpuArray::try_from(map(&mut ebpf, "stats")?)
             .map_err(|e| ProbeError::Map { map: "stats", detail: errstr(e) })?;
+        let floors = BpfHashMap::try_from(map(&mut ebpf, "floors")?)
+            .map_err(|e| ProbeError::Map { map: "floors", detail: errstr(e) })?;
+        let sockops_error = attach_sock_ops(&mut ebpf).err();
+        if let Some(e) = &sockops_error {
+            tracing::warn!("{e}: senders that closed their end are not sampled");
+        }
 
         let name = "dump_socks";
         let prog: &mut Iter = ebpf
@@ -166,8 +231,10 @@ impl Probes {
             ring,
             dump,
             _socks: socks,
+            floors,
+            sockops_error,
             stats,
-            map_capacity: cfg.map_entries,
+            map_capacity: cfg.map_capacity,
             _stats_fd: stats_fd,
         };
         probes.seed(&btf)?;
@@ -218,6 +285,16 @@ impl Probes {
 
     pub fn map_capacity(&self) -> u32 {
         self.map_capacity
+    }
+
+    /// Every path floor the kernel keeps (peers and prefixes).
+    pub fn floors(&self) -> Vec<(BloatdPathKey, BloatdFloor)> {
+        self.floors.iter().filter_map(Result::ok).collect()
+    }
+
+    /// Why the sock_ops program is not attached, if it is not.
+    pub fn sockops_error(&self) -> Option<&str> {
+        self.sockops_error.as_deref()
     }
 
     /// Probe counters summed over CPUs.

@@ -5,7 +5,7 @@
 //! tests (included by path).
 #![allow(dead_code)]
 
-use bloatd_tui::model::{CaState, CcState, Health, Role, Sample, Series, Snapshot, Socket};
+use bloatd_tui::model::{CaState, CcState, FloorSource, Health, Role, Sample, Series, Snapshot, Socket};
 use std::net::{IpAddr, Ipv4Addr};
 
 /// 2025-11-21 00:00:00 UTC: every fixture snapshot is taken then.
@@ -37,10 +37,17 @@ pub fn socket(cookie: u64) -> Socket {
         mss: 1448,
         srtt_us: 20_000,
         min_rtt_us: 20_000,
+        floor_us: 20_000,
+        floor_source: Some(FloorSource::Socket),
         queue_delay_us: 0,
         rcv_rtt_us: 0,
-        rcv_min_rtt_us: 0,
+        rcv_ts_rtt_us: None,
+        timestamps: true,
+        rcv_min_rtt_us: 20_000,
         rcv_queue_delay_us: 0,
+        unsent_bytes: 0,
+        unsent_delay_us: 0,
+        interface: "eth0".into(),
         retrans: 0,
         lost: 0,
         ca_state: CaState::Open,
@@ -57,6 +64,8 @@ pub fn socket(cookie: u64) -> Socket {
 pub fn sending(mut s: Socket, min_rtt_us: u32, queue_us: u32) -> Socket {
     s.role = Role::Sender;
     s.min_rtt_us = min_rtt_us;
+    s.floor_us = min_rtt_us;
+    s.rcv_min_rtt_us = min_rtt_us;
     s.queue_delay_us = queue_us;
     s.srtt_us = min_rtt_us + queue_us;
     s
@@ -66,6 +75,7 @@ pub fn sending(mut s: Socket, min_rtt_us: u32, queue_us: u32) -> Socket {
 pub fn receiving(mut s: Socket, min_rtt_us: u32, queue_us: u32) -> Socket {
     s.role = Role::Receiver;
     s.rcv_min_rtt_us = min_rtt_us;
+    s.floor_us = min_rtt_us;
     s.rcv_queue_delay_us = queue_us;
     s.rcv_rtt_us = min_rtt_us + queue_us;
     s
@@ -176,6 +186,7 @@ pub fn cubic_download_series() -> Series {
                     t_ms: T0_MS - 60_000 + i * 250,
                     srtt_us: 30_000,
                     min_rtt_us: 29_000,
+                    floor_us: 47_000,
                     queue_delay_us: 1_000,
                     rcv_rtt_us: 47_000 + queue_us,
                     rcv_queue_delay_us: queue_us,
@@ -235,6 +246,7 @@ pub fn westwood_series() -> Series {
                     t_ms: T0_MS - 60_000 + i * 250,
                     srtt_us: 50_000 + queue_us,
                     min_rtt_us: 50_000,
+                    floor_us: 50_000,
                     queue_delay_us: queue_us,
                     rcv_rtt_us: 0,
                     rcv_queue_delay_us: 0,
