@@ -1,44 +1,13 @@
 // SPDX-License-Identifier: GPL-2.0-only
 /*
- * floor_path.h compiled for the host, for the daemon's unit tests: the same
- * code the probes run, over an environment the Rust test supplies (a table
- * standing in for the kernel's `floors` map and a fixed bottleneck reading).
+ * The pure floor functions of floor.h for the daemon: reading a floor the
+ * way the probes do (floor_get) when it lists the kernel's floors.
  */
 #include "floor.h"
 
-struct bloatd_floor *bloatd_test_floor_lookup(void *env, const struct bloatd_path_key *key);
-int bloatd_test_floor_insert(void *env, const struct bloatd_path_key *key,
-			     const struct bloatd_floor *f);
-__u32 bloatd_test_floor_infer(void *env, __u32 own_us);
-void bloatd_test_floor_count(void *env, __u32 stat);
-
-static struct bloatd_floor *floor_env_lookup(void *env, const struct bloatd_path_key *key)
+__u32 bloatd_floor_get(const struct bloatd_floor *f, __u32 win_s, __u32 t_s, __u32 *source)
 {
-	return bloatd_test_floor_lookup(env, key);
-}
-
-static int floor_env_insert(void *env, const struct bloatd_path_key *key,
-			    const struct bloatd_floor *f)
-{
-	return bloatd_test_floor_insert(env, key, f);
-}
-
-static __u32 floor_env_infer(void *env, __u32 own_us)
-{
-	return bloatd_test_floor_infer(env, own_us);
-}
-
-static void floor_env_count(void *env, __u32 stat)
-{
-	bloatd_test_floor_count(env, stat);
-}
-
-#include "floor_path.h"
-
-__u32 bloatd_floor_path_refresh(void *env, const struct bloatd_floor_cfg *cfg,
-				const struct bloatd_floor_subject *s, __u32 now_s, __u32 *source)
-{
-	return floor_path_refresh(env, cfg, s, now_s, source);
+	return floor_get(f, win_s, t_s, source);
 }
 
 __u32 bloatd_floor_infer(__u32 own_min_us, __u32 queue_us, __u32 route_floor_us)

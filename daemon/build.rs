@@ -15,12 +15,16 @@ fn main() {
         &["bloatd_kind", "bloatd_role", "bloatd_flag", "bloatd_stat", "bloatd_floor_source"],
     );
     std::fs::write(out.join("abi.rs"), abi).unwrap();
-    // The floor logic for the host, linked into the unit tests only (no
-    // symbol of it is referenced outside `#[cfg(test)]`).
-    println!("cargo:rerun-if-changed={}", bpf.join("floor_host.c").display());
+    // The floor logic for the host: floor_host.c for the daemon, and
+    // floor_host_env.c (the path refresh over a test's table) linked into
+    // the unit tests only, as no other code references it.
+    for c in ["floor_host.c", "floor_host_env.c"] {
+        println!("cargo:rerun-if-changed={}", bpf.join(c).display());
+    }
     cc::Build::new()
         .compiler(bpf_build::clang())
         .file(bpf.join("floor_host.c"))
+        .file(bpf.join("floor_host_env.c"))
         .include(&bpf)
         .warnings_into_errors(true)
         .compile("bloatd_floor_host");

@@ -6,6 +6,8 @@
 //!   GET  /v1/sockets[?all=1]                 sockets, read fresh from the kernel
 //!   GET  /v1/snapshot[?series=C&since_ms=T][&fresh=1]  what `bloatd top` draws
 //!   GET  /v1/series/{cookie}[?since_ms=T]    one socket's samples
+//!   GET  /v1/paths[?prefix=1]                sockets grouped by path, with floor and queue
+//!   GET  /v1/floors                          every floor the kernel keeps
 //!   GET  /v1/cc                              registered and available algorithms
 //!   POST /v1/cc/default {"name": "..."}      set the host default (restored at stop)
 
@@ -45,6 +47,35 @@ pub struct CcInfo {
     pub default: String,
 }
 
+/// One floor the kernel keeps: of a peer (prefix_len 32/128) or a prefix.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct FloorEntry {
+    pub netns: u32,
+    pub peer: std::net::IpAddr,
+    pub prefix_len: u8,
+    pub floor_us: u32,
+    /// `socket` (observed by a socket toward it), `prefix`, or `inferred`.
+    pub floor_source: bloatd_tui::model::FloorSource,
+    /// Seconds since a socket last fed it.
+    pub updated_s_ago: u32,
+}
+
+/// What the floors table holds and what its bound pushed out.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Floors {
+    pub window_s: u32,
+    pub capacity: u32,
+    /// Floors created since start, and those the LRU bound evicted.
+    pub created: u64,
+    pub evicted: u64,
+    pub floors: Vec<FloorEntry>,
+}
+
+#[derive(Deserialize)]
+struct PathsQuery {
+    prefix: Option<u8>,
+}
+
 #[derive(Serialize, Deserialize)]
 pub struct DefaultReq {
     pub name: String,
@@ -82,6 +113,21 @@ pub fn api_router(core: Shared) -> Router {
                 match snap.series.into_iter().next() {
                     Some(s) => Json(s).into_response(),
                     None => error(StatusCode::NOT_FOUND, format!("no socket with cookie {cookie}")),
+                }
+            }),
+        )
+        .route(
+            "/v1/paths",
+            get(|State(c): State<Shared>, Query(q): Query<PathsQuery>| async move {
+                Json(c.lock().unwrap().paths(q.prefix.unwrap_or(0) != 0))
+            }),
+        )
+        .route(
+            "/v1/floors",
+            get(|State(c): State<Shared>| async move {
+                match c.lock().unwrap().floors() {
+                    Ok(f) => Json(f).into_response(),
+                    Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, format!("{e:#}")),
                 }
             }),
         )

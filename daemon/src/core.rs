@@ -6,8 +6,9 @@ use crate::cc::CcSet;
 use crate::config::Config;
 use crate::metrics::Metrics;
 use crate::model::{Clock, Model};
-use crate::probes::{abi::stat, ProbeConfig, Probes, HOOKS};
-use bloatd_tui::model::{CcState, Health, Series, Snapshot, Socket};
+use crate::api::{FloorEntry, Floors};
+use crate::probes::{abi, abi::stat, ProbeConfig, Probes, HOOKS};
+use bloatd_tui::model::{CcState, FloorSource, Health, Path, Series, Snapshot, Socket};
 use serde::{Deserialize, Serialize};
 use std::time::{Duration, Instant};
 
@@ -29,6 +30,10 @@ pub struct Status {
     pub listen: Option<String>,
     pub sockets: usize,
     pub health: Health,
+    /// Why senders that closed their end are not sampled (no sock_ops
+    /// program on the cgroup v2 root), if they are not.
+    #[serde(default)]
+    pub sockops_error: Option<String>,
 }
 
 pub struct Core {
@@ -128,6 +133,49 @@ impl Core {
         self.model.sockets(&Clock::now(), all)
     }
 
+    /// Sockets grouped by path, worst queue first (`prefix`: by the
+    /// configured prefixes instead of by peer).
+    pub fn paths(&mut self, prefix: bool) -> Vec<Path> {
+        let socks = self.sockets_fresh(false);
+        let by = prefix.then_some((self.cfg.floor_prefix_v4, self.cfg.floor_prefix_v6));
+        crate::paths::paths_of(&socks, by)
+    }
+
+    /// Every floor the kernel keeps, as the probes would read it now.
+    pub fn floors(&self) -> anyhow::Result<Floors> {
+        let now_s = (Clock::now().mono_ns / 1_000_000_000) as u32;
+        let window_s = self.cfg.floor_window_s;
+        let raw = self.probes.floors()?;
+        let c = self.probes.counters()?;
+        let created = c[stat::FLOOR_NEW as usize];
+        let mut floors: Vec<FloorEntry> = raw
+            .iter()
+            .filter_map(|(k, f)| {
+                let (floor_us, source) = crate::probes::floor_now(f, window_s, now_s)?;
+                Some(FloorEntry {
+                    netns: k.netns,
+                    peer: crate::model::addr(k.family, &k.addr),
+                    prefix_len: k.prefix_len,
+                    floor_us,
+                    floor_source: match source {
+                        abi::floor_source::PREFIX => FloorSource::Prefix,
+                        abi::floor_source::INFERRED => FloorSource::Inferred,
+                        _ => FloorSource::Socket,
+                    },
+                    updated_s_ago: now_s.saturating_sub(f.updated_s),
+                })
+            })
+            .collect();
+        floors.sort_by(|a, b| (a.netns, a.peer, a.prefix_len).cmp(&(b.netns, b.peer, b.prefix_len)));
+        Ok(Floors {
+            window_s,
+            capacity: self.cfg.floor_entries,
+            created,
+            evicted: crate::probes::floor_evictions(created, raw.len() as u64),
+            floors,
+        })
+    }
+
     pub fn health(&self) -> Health {
         let c = self.probes.counters().unwrap_or([0; stat::MAX as usize]);
         Health {
@@ -182,12 +230,17 @@ impl Core {
             mode: self.mode.into(),
             started_unix_ms: self.started_unix_ms,
             interval_ms: self.cfg.interval_ms,
-            hooks: HOOKS.iter().map(|h| format!("tp_btf/{h}")).collect(),
+            hooks: HOOKS
+                .iter()
+                .map(|h| format!("tp_btf/{h}"))
+                .chain(self.probes.sockops_error().is_none().then(|| "cgroup/sock_ops".to_string()))
+                .collect(),
             cc_registered: self.cc.names(),
             default_cc: bloatd_cc::kernel_default().ok(),
             listen: self.metrics.as_ref().map(|_| self.cfg.listen.to_string()),
             sockets: self.model.len(),
             health: self.health(),
+            sockops_error: self.probes.sockops_error().map(str::to_string),
         }
     }
 

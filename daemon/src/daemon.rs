@@ -330,6 +330,9 @@ fn print_status(s: &Status) {
     if let Some(l) = &s.listen {
         println!("  metrics:     http://{l}/metrics");
     }
+    if let Some(e) = &s.sockops_error {
+        println!("  sock_ops:    not attached ({e}): senders that closed their end are not sampled");
+    }
     println!("  sockets:     {} tracked (interval {} ms)", s.sockets, s.interval_ms);
     let h = &s.health;
     println!(

@@ -8,6 +8,7 @@ mod core;
 mod daemon;
 mod metrics;
 mod model;
+mod paths;
 mod probes;
 mod top;
 
@@ -63,6 +64,21 @@ enum Cmd {
         /// Include sockets in other states than ESTABLISHED.
         #[arg(long)]
         all: bool,
+    },
+    /// Paths: the sockets of each network namespace grouped by peer and
+    /// interface, with the path's floor (lowest RTT), the queue its sockets
+    /// wait in now, the bufferbloat grade and the loaded responsiveness.
+    Paths {
+        /// JSON output (an array of paths; field names in the README).
+        #[arg(long)]
+        json: bool,
+        /// Group by prefix (floor_prefix_v4 / floor_prefix_v6) instead of by peer.
+        #[arg(long, conflicts_with = "floors")]
+        prefix: bool,
+        /// List the floors the kernel keeps instead (peers and prefixes,
+        /// alive or closed, with where each came from).
+        #[arg(long)]
+        floors: bool,
     },
     /// Live dashboard. Uses the running daemon; without one, and as root,
     /// runs the probes itself (embedded mode).
@@ -203,6 +219,7 @@ fn run(cli: Cli, cfg: Config) -> anyhow::Result<ExitCode> {
         Cmd::Stop => daemon::stop(&cfg),
         Cmd::Status { json } => daemon::status(&cfg, json),
         Cmd::Sockets { json, all } => sockets(&cfg, json, all),
+        Cmd::Paths { json, prefix, floors } => paths(&cfg, json, prefix, floors),
         Cmd::Top(a) => {
             init_logging("warn");
             top::run(&cfg, &top::TopOptions { once: a.once, json: a.json, interval_ms: a.interval, width: a.width })
@@ -219,6 +236,45 @@ fn sockets(cfg: &Config, json: bool, all: bool) -> anyhow::Result<ExitCode> {
         println!("{}", serde_json::to_string_pretty(&socks)?);
     } else {
         print!("{}", top::sockets_table(&socks));
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn paths(cfg: &Config, json: bool, prefix: bool, floors: bool) -> anyhow::Result<ExitCode> {
+    let client = Client::new(&cfg.socket_path());
+    if floors {
+        let f: api::Floors = client.get("/v1/floors")?;
+        if json {
+            println!("{}", serde_json::to_string_pretty(&f)?);
+            return Ok(ExitCode::SUCCESS);
+        }
+        println!(
+            "{} floors (capacity {}, window {} s; {} created, {} evicted by the bound)",
+            f.floors.len(),
+            f.capacity,
+            f.window_s,
+            f.created,
+            f.evicted
+        );
+        println!("{:<10} {:<44} {:>10} {:<8} {:>8}", "NETNS", "PEER/PREFIX", "FLOOR", "SOURCE", "FED");
+        for e in &f.floors {
+            println!(
+                "{:<10} {:<44} {:>10} {:<8} {:>7}s",
+                e.netns,
+                format!("{}/{}", e.peer, e.prefix_len),
+                bloatd_tui::format::ms(e.floor_us as u64),
+                e.floor_source.as_str(),
+                e.updated_s_ago
+            );
+        }
+        return Ok(ExitCode::SUCCESS);
+    }
+    let target = if prefix { "/v1/paths?prefix=1" } else { "/v1/paths" };
+    let paths: Vec<bloatd_tui::model::Path> = client.get(target)?;
+    if json {
+        println!("{}", serde_json::to_string_pretty(&paths)?);
+    } else {
+        print!("{}", paths::paths_table(&paths));
     }
     Ok(ExitCode::SUCCESS)
 }

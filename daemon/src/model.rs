@@ -108,7 +108,7 @@ pub fn cstr(b: &[u8]) -> String {
     String::from_utf8_lossy(&b[..end]).into_owned()
 }
 
-fn addr(family: u16, raw: &[u8; 16]) -> IpAddr {
+pub fn addr(family: u16, raw: &[u8; 16]) -> IpAddr {
     if family == abi::AF_INET6 {
         let v6 = Ipv6Addr::from(*raw);
         // A dual-stack listener holds IPv4 peers as ::ffff:a.b.c.d.

@@ -22,6 +22,7 @@ sys.path.insert(0, os.path.join(REPO, "scripts", "lab"))
 from instrument import parse_ss  # noqa: E402  one `ss` parser for the lab and the tests
 BLOATD = os.environ.get("BLOATD_BIN", os.path.join(REPO, "target", "release", "bloatd"))
 TOPO = os.path.join(REPO, "scripts", "lab", "topo.sh")
+FLOWS = os.path.join(REPO, "scripts", "lab", "flows.py")
 
 SND4, RCV4 = "10.9.1.1", "10.9.2.2"
 SND6, RCV6 = "fd09:1::1", "fd09:2::2"
@@ -70,6 +71,12 @@ class Daemon:
                 return int(f.read().strip())
         except (OSError, ValueError):
             return None
+
+    def api(self, target):
+        """GET an API route on the daemon's Unix socket; the JSON answer."""
+        out = run("curl", "-sf", "--unix-socket", os.path.join(self.run_dir, "bloatd.sock"),
+                  f"http://bloatd{target}")
+        return json.loads(out.stdout)
 
     def sockets(self, all=False):
         args = ["sockets", "--json"] + (["--all"] if all else [])

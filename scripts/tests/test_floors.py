@@ -14,7 +14,11 @@ the whole queue, as the bulk flow does, on both sides of the transfer.
 import statistics
 import time
 
-from bloatdtest import RCV4, TestCase, bpf_map_dump, main, wait_for
+import json
+import subprocess
+import sys
+
+from bloatdtest import FLOWS, RCV4, SND4, TestCase, bpf_map_dump, main, run, wait_for
 
 NEW_ADDR = "10.9.4.2"
 
@@ -89,6 +93,114 @@ class Floors(TestCase):
         self.assertEqual(sources["same-host sender"], "peer")
         self.assertEqual(sources["new-address sender"], "inferred")
         self.assertIn(sources["bulk sender"], ("socket", "peer"))
+
+
+    def bloated_lab(self, name, d):
+        lab = self.lab(name, rate="8mbit", buffer_bytes=1500000, delay_ms=40)
+        idle = statistics.median(lab.ping("snd", RCV4, count=5))
+        lab.spawn("snd", sys.executable, FLOWS, "serve", "--port", "8000")
+        wait_for(lambda: lab.exec("rcv", "bash", "-c", f"exec 3<>/dev/tcp/{SND4}/8000",
+                                  check=False).returncode == 0, what="flows.py server")
+        return lab, idle
+
+    def test_a_sender_that_closed_its_end_is_sampled_until_acknowledged(self):
+        d = self.daemon("--no-cc")
+        d.start()
+        lab, _ = self.bloated_lab("bf2", d)
+        # The server writes 8 MB and shuts down its end (as every
+        # "Connection: close" response): FIN_WAIT1 while megabytes drain
+        # through a 1.5 MB bottleneck buffer at 8 Mbit/s.
+        fetch = subprocess.Popen(["ip", "netns", "exec", lab.ns("rcv"), sys.executable, FLOWS, "fetch",
+                                  "--addr", SND4, "--port", "8000", "--bytes", "8000000", "--cc", "cubic"],
+                                 stdout=subprocess.PIPE, text=True)
+        lab.procs.append(fetch)
+
+        def closing():
+            return [s for s in d.sockets() if s["local_port"] == 8000 and s["state"] == "FIN-WAIT-1"]
+        s = wait_for(closing, timeout=20, step=0.2, what="the server socket in FIN-WAIT-1, listed by default")[0]
+        closed_ms = time.time() * 1000
+        self.assertGreater(s["inflight"], 0)
+        ss = [x for x in lab.ss("snd") if x["local"][1] == 8000 and x["state"] == "FIN-WAIT-1"]
+        self.assertTrue(ss, "ss shows it in FIN-WAIT-1 too")
+        # Sampled by the probes (sock_ops RTT callbacks), not only read on
+        # demand: its series grows after the close, until the socket goes.
+        after = []
+        while True:
+            try:
+                series = d.api(f"/v1/series/{s['cookie']}")["samples"]
+            except subprocess.CalledProcessError:
+                break  # closed: the last ACK came
+            after = [x for x in series if x["t_ms"] > closed_ms]
+            time.sleep(0.3)
+        print(f"    FIN-WAIT-1: {len(after)} samples after the close, queue "
+              f"{[x['queue_delay_us'] // 1000 for x in after][:8]} ms", flush=True)
+        self.assertGreaterEqual(len(after), 5, "samples after FIN_WAIT1 began")
+        self.assertGreater(max(x["queue_delay_us"] for x in after), 200_000, "it measures the queue it drains through")
+        out, _ = fetch.communicate(timeout=60)
+        done = [json.loads(line) for line in out.splitlines() if '"done"' in line]
+        self.assertEqual(done[0]["bytes"], 8000000)
+        wait_for(lambda: not [x for x in d.sockets(all=True) if x["cookie"] == s["cookie"]],
+                 timeout=10, what="the socket gone once closed")
+
+    def test_a_slow_reader_sees_the_queue_the_kernel_estimate_hides(self):
+        d = self.daemon("--no-cc")
+        d.start()
+        lab, idle = self.bloated_lab("bf3", d)
+        # A receiver with a 4 MB buffer that reads once a second: the window
+        # stays open, CUBIC fills the bottleneck, and the kernel's receiver
+        # estimate (rcv_rtt) ignores the higher samples while data waits
+        # unread. bloatd measures the echoed timestamps itself.
+        reader = r"""
+import socket, sys, time
+s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 << 20)
+s.setsockopt(socket.IPPROTO_TCP, socket.TCP_CONGESTION, b"cubic")
+s.connect((sys.argv[1], 8000)); s.sendall(b"SEND 0 cubic 40\n"); s.setblocking(False)
+print(s.getsockname()[1], flush=True)
+while True:
+    time.sleep(1)
+    try:
+        while True:
+            if not s.recv(1 << 20): sys.exit(0)
+    except BlockingIOError:
+        pass
+"""
+        p = subprocess.Popen(["ip", "netns", "exec", lab.ns("rcv"), sys.executable, "-c", reader, SND4],
+                             stdout=subprocess.PIPE, text=True)
+        lab.procs.append(p)
+        port = int(p.stdout.readline())
+        wait_for(lambda: statistics.median(lab.ping("snd", RCV4, count=3)) > idle + 300,
+                 timeout=30, step=1, what="a standing queue")
+        time.sleep(3)
+        pinger = lab.ping_background("snd", RCV4, seconds=8)
+        ours, kernel = [], []
+        for _ in range(8):
+            r = [s for s in d.sockets() if s["local_port"] == port][0]
+            ours.append(r["rcv_queue_delay_us"] / 1000)
+            kernel.append(max(0, r["rcv_rtt_us"] - r["floor_us"]) / 1000)
+            self.assertEqual(r["role"], "receiver")
+            self.assertTrue(r["timestamps"])
+            time.sleep(1)
+        queue = statistics.mean(pinger.result()) - idle
+        print(f"    slow reader: ping queue {queue:.0f} ms, bloatd {statistics.mean(ours):.0f} ms, "
+              f"the kernel's rcv_rtt would say {statistics.mean(kernel):.0f} ms", flush=True)
+        self.assertLess(abs(statistics.mean(ours) - queue), 0.25 * queue)
+
+    def test_a_flow_without_timestamps_is_marked(self):
+        d = self.daemon("--no-cc")
+        d.start()
+        lab = self.lab("bf4", rate="100mbit", buffer_bytes=300000)
+        lab.exec("rcv", "sysctl", "-qw", "net.ipv4.tcp_timestamps=0")
+        lab.spawn("snd", sys.executable, FLOWS, "serve", "--port", "8000")
+        wait_for(lambda: lab.exec("rcv", "bash", "-c", f"exec 3<>/dev/tcp/{SND4}/8000",
+                                  check=False).returncode == 0, what="flows.py server")
+        lab.spawn("rcv", sys.executable, FLOWS, "fetch", "--addr", SND4, "--port", "8000",
+                  "--bytes", "0", "--seconds", "6", "--cc", "cubic")
+        rcv = wait_for(lambda: [s for s in d.sockets() if s["remote_port"] == 8000 and s["cc"] == "cubic"
+                                and s["role"] == "receiver"], timeout=10, what="the receiver")[0]
+        self.assertFalse(rcv["timestamps"])
+        self.assertIsNone(rcv["rcv_ts_rtt_us"], "no echoed timestamps to measure")
+        ss = [x for x in lab.exec("rcv", "ss", "-tinH").stdout.split("\n\t") if ":8000" in x]
+        self.assertTrue(ss and " ts " not in ss[0], "ss agrees: no ts option")
 
 
 if __name__ == "__main__":

@@ -53,6 +53,67 @@ impl FloorSource {
     }
 }
 
+/// One path: the sockets of one network namespace toward one peer (or one
+/// prefix) through one interface, with the queue they wait in.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Path {
+    pub netns: u32,
+    /// The peer, or the network address of the prefix.
+    pub peer: IpAddr,
+    /// 32 / 128 for one peer; less for a prefix.
+    pub prefix_len: u8,
+    /// Egress interface name, "" if unknown.
+    pub interface: String,
+    /// The path's floor (lowest RTT) and where it came from.
+    pub floor_us: u32,
+    pub floor_source: FloorSource,
+    /// Queueing delay over its sockets now (those that carried traffic in
+    /// the last second; all of them if none did).
+    pub queue_delay_p50_us: u32,
+    pub queue_delay_max_us: u32,
+    pub sockets: u32,
+    /// Goodput of its sockets together.
+    pub throughput_bps: u64,
+    /// Congestion controls of its sockets.
+    pub ccs: Vec<String>,
+}
+
+impl Path {
+    /// The bufferbloat grade of the DSLReports and Waveform tests, from the
+    /// median queueing delay: A+ < 5 ms, A < 30, B < 60, C < 200, D < 400,
+    /// F otherwise.
+    pub fn grade(&self) -> &'static str {
+        grade(self.queue_delay_p50_us)
+    }
+
+    /// Loaded responsiveness in round trips per minute (IETF responsiveness
+    /// draft: 60000 / loaded RTT in ms), estimated passively from the floor
+    /// plus the median queue: no probe traffic is sent.
+    pub fn rpm(&self) -> u32 {
+        rpm(self.floor_us as u64 + self.queue_delay_p50_us as u64)
+    }
+}
+
+/// Bufferbloat grade of a queueing delay (see [`Path::grade`]).
+pub fn grade(queue_delay_us: u32) -> &'static str {
+    match queue_delay_us {
+        0..5_000 => "A+",
+        5_000..30_000 => "A",
+        30_000..60_000 => "B",
+        60_000..200_000 => "C",
+        200_000..400_000 => "D",
+        _ => "F",
+    }
+}
+
+/// Round trips per minute at a loaded RTT of `rtt_us` (0 when unknown).
+pub fn rpm(rtt_us: u64) -> u32 {
+    if rtt_us == 0 {
+        return 0;
+    }
+    (60_000_000 / rtt_us).min(u32::MAX as u64) as u32
+}
+
 /// Internal state of a bloatd congestion control, exported by its own map
 /// (the kernel refuses get_info for BPF congestion controls).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

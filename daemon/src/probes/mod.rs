@@ -21,7 +21,7 @@ mod floor_tests;
 mod map_iter;
 
 use abi::{stat, BloatdFloor, BloatdPathKey, BloatdSock};
-use aya::maps::{HashMap as BpfHashMap, Map, MapData, PerCpuArray, RingBuf};
+use aya::maps::{Map, MapData, PerCpuArray, RingBuf};
 use aya::programs::{BtfTracePoint, CgroupAttachMode, Iter, SockOps};
 use aya::{Btf, Ebpf, EbpfLoader};
 use aya_obj::btf::BtfKind;
@@ -91,13 +91,29 @@ pub struct Probes {
     /// Reads the socket storage map (kept alive with it by `_socks`).
     dump: MapIter,
     _socks: MapData,
-    floors: BpfHashMap<MapData, BloatdPathKey, BloatdFloor>,
+    /// Reads the floors map (kept alive with it by `_floors`).
+    floors: MapIter,
+    _floors: MapData,
     /// Why closing senders are not sampled, if they are not.
     sockops_error: Option<String>,
     stats: PerCpuArray<MapData, u64>,
     map_capacity: u32,
     /// Holding this fd keeps kernel.bpf_stats_enabled on; dropped with us.
     _stats_fd: Option<OwnedFd>,
+}
+
+extern "C" {
+    // bpf/floor_host.c: floor.h's floor_get, as the probes read a floor.
+    fn bloatd_floor_get(f: *const BloatdFloor, win_s: u32, t_s: u32, source: *mut u32) -> u32;
+}
+
+/// A floor as the probes read it at `now_s` (seconds of CLOCK_MONOTONIC)
+/// with a window of `window_s`: (floor_us, source), None once expired.
+pub fn floor_now(f: &BloatdFloor, window_s: u32, now_s: u32) -> Option<(u32, u32)> {
+    let mut source = 0;
+    // SAFETY: pure C function reading a plain-data struct.
+    let us = unsafe { bloatd_floor_get(f, window_s, now_s, &mut source) };
+    (us > 0).then_some((us, source))
 }
 
 /// Floors the LRU bound pushed out: the probes count what they create, the
@@ -208,8 +224,9 @@ impl Probes {
         };
         let stats = PerCpuArray::try_from(map(&mut ebpf, "stats")?)
             .map_err(|e| ProbeError::Map { map: "stats", detail: errstr(e) })?;
-        let floors = BpfHashMap::try_from(map(&mut ebpf, "floors")?)
-            .map_err(|e| ProbeError::Map { map: "floors", detail: errstr(e) })?;
+        let Map::LruHashMap(floors_map) = map(&mut ebpf, "floors")? else {
+            return Err(ProbeError::Object("map floors is not an LRU hash".into()));
+        };
         let sockops_error = attach_sock_ops(&mut ebpf).err();
         if let Some(e) = &sockops_error {
             tracing::warn!("{e}: senders that closed their end are not sampled");
@@ -225,6 +242,16 @@ impl Probes {
         let prog_fd = prog.fd().map_err(|e| ProbeError::Load { name, detail: errstr(e) })?;
         let dump = MapIter::attach(prog_fd.as_fd(), socks.fd().as_fd())
             .map_err(|e| ProbeError::Attach { name, detail: e.to_string() })?;
+        let name = "dump_floors";
+        let prog: &mut Iter = ebpf
+            .program_mut(name)
+            .ok_or_else(|| ProbeError::Object(format!("program {name} missing from object")))?
+            .try_into()
+            .map_err(|e| ProbeError::Object(errstr(e)))?;
+        prog.load("bpf_map_elem", &btf).map_err(|e| ProbeError::Load { name, detail: errstr(e) })?;
+        let prog_fd = prog.fd().map_err(|e| ProbeError::Load { name, detail: errstr(e) })?;
+        let floors = MapIter::attach(prog_fd.as_fd(), floors_map.fd().as_fd())
+            .map_err(|e| ProbeError::Attach { name, detail: e.to_string() })?;
 
         let mut probes = Probes {
             ebpf,
@@ -232,6 +259,7 @@ impl Probes {
             dump,
             _socks: socks,
             floors,
+            _floors: floors_map,
             sockops_error,
             stats,
             map_capacity: cfg.map_capacity,
@@ -287,9 +315,25 @@ impl Probes {
         self.map_capacity
     }
 
-    /// Every path floor the kernel keeps (peers and prefixes).
-    pub fn floors(&self) -> Vec<(BloatdPathKey, BloatdFloor)> {
-        self.floors.iter().filter_map(Result::ok).collect()
+    /// Every path floor the kernel keeps (peers and prefixes), in one read.
+    pub fn floors(&self) -> Result<Vec<(BloatdPathKey, BloatdFloor)>, ProbeError> {
+        let bytes = self
+            .floors
+            .read()
+            .map_err(|e| ProbeError::Map { map: "floors", detail: e.to_string() })?;
+        let (k, v) = (std::mem::size_of::<BloatdPathKey>(), std::mem::size_of::<BloatdFloor>());
+        Ok(bytes
+            .chunks_exact(k + v)
+            .map(|c| {
+                // SAFETY: both are plain data generated from BTF; sizes checked by chunks_exact.
+                unsafe {
+                    (
+                        std::ptr::read_unaligned(c.as_ptr() as *const BloatdPathKey),
+                        std::ptr::read_unaligned(c[k..].as_ptr() as *const BloatdFloor),
+                    )
+                }
+            })
+            .collect())
     }
 
     /// Why the sock_ops program is not attached, if it is not.

@@ -1,0 +1,240 @@
+//! The bottleneck view: sockets grouped by the path they share (network
+//! namespace, peer or prefix, interface), with the path's floor and the
+//! queue its sockets wait in now. `bloatd paths`, `/v1/paths`, and the
+//! paths table of `bloatd top` show it.
+
+use bloatd_tui::format;
+use bloatd_tui::model::{FloorSource, Path, Socket};
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::net::IpAddr;
+
+/// A socket's traffic counts as "now" if it moved within this long.
+const ACTIVE_MS: u64 = 1000;
+
+/// `addr` with only its first `bits` bits.
+pub fn mask(addr: IpAddr, bits: u8) -> IpAddr {
+    match addr {
+        IpAddr::V4(a) => {
+            let m = if bits == 0 { 0 } else { u32::MAX << (32 - bits.min(32) as u32) };
+            IpAddr::V4((u32::from(a) & m).into())
+        }
+        IpAddr::V6(a) => {
+            let m = if bits == 0 { 0 } else { u128::MAX << (128 - bits.min(128) as u32) };
+            IpAddr::V6((u128::from(a) & m).into())
+        }
+    }
+}
+
+/// Group sockets into paths: one per (namespace, peer, interface), or per
+/// prefix when `prefix` gives the IPv4 and IPv6 prefix lengths. Worst
+/// queue first.
+pub fn paths_of(socks: &[Socket], prefix: Option<(u8, u8)>) -> Vec<Path> {
+    let mut groups: BTreeMap<(u32, IpAddr, u8, &str), Vec<&Socket>> = BTreeMap::new();
+    for s in socks {
+        let full = if s.remote_addr.is_ipv4() { 32 } else { 128 };
+        let bits = match (prefix, s.remote_addr) {
+            (Some((v4, _)), IpAddr::V4(_)) => v4,
+            (Some((_, v6)), IpAddr::V6(_)) => v6,
+            (None, _) => full,
+        };
+        groups
+            .entry((s.netns, mask(s.remote_addr, bits), bits, s.interface.as_str()))
+            .or_default()
+            .push(s);
+    }
+    let mut paths: Vec<Path> = groups
+        .into_iter()
+        .map(|((netns, peer, prefix_len, interface), members)| path_of(netns, peer, prefix_len, interface, &members))
+        .collect();
+    paths.sort_by(|a, b| {
+        b.queue_delay_p50_us
+            .cmp(&a.queue_delay_p50_us)
+            .then(b.queue_delay_max_us.cmp(&a.queue_delay_max_us))
+            .then(a.peer.cmp(&b.peer))
+    });
+    paths
+}
+
+fn path_of(netns: u32, peer: IpAddr, prefix_len: u8, interface: &str, members: &[&Socket]) -> Path {
+    // The lowest floor of its sockets (they share the peer's, unless one
+    // measured below it since) and where that one came from.
+    let floor = members
+        .iter()
+        .filter(|s| s.floor_us > 0)
+        .min_by_key(|s| s.floor_us)
+        .map(|s| (s.floor_us, s.floor_source.unwrap_or(FloorSource::Socket)));
+    let measured: Vec<&&Socket> = members.iter().filter(|s| s.view_rtt_us() > 0 && s.floor_us > 0).collect();
+    let active: Vec<&&Socket> = measured.iter().copied().filter(|s| s.idle_ms <= ACTIVE_MS).collect();
+    let mut delays: Vec<u32> = if active.is_empty() { &measured } else { &active }
+        .iter()
+        .map(|s| s.view_queue_delay_us())
+        .collect();
+    delays.sort_unstable();
+    let mut ccs: Vec<String> = members.iter().map(|s| s.cc.clone()).collect();
+    ccs.sort();
+    ccs.dedup();
+    Path {
+        netns,
+        peer,
+        prefix_len,
+        interface: interface.to_string(),
+        floor_us: floor.map_or(0, |f| f.0),
+        floor_source: floor.map_or(FloorSource::Socket, |f| f.1),
+        queue_delay_p50_us: delays.get(delays.len().saturating_sub(1) / 2).copied().unwrap_or(0),
+        queue_delay_max_us: delays.last().copied().unwrap_or(0),
+        sockets: members.len() as u32,
+        throughput_bps: members.iter().map(|s| s.throughput_bps).sum(),
+        ccs,
+    }
+}
+
+/// The peer, or `prefix/len`, as shown.
+pub fn peer_text(p: &Path) -> String {
+    let full = if p.peer.is_ipv4() { 32 } else { 128 };
+    if p.prefix_len >= full {
+        p.peer.to_string()
+    } else {
+        format!("{}/{}", p.peer, p.prefix_len)
+    }
+}
+
+/// One sentence on the worst path, for a laptop user: where the queue is,
+/// how much, and how many flows wait behind it. None when nothing queues.
+pub fn worst_sentence(paths: &[Path]) -> Option<String> {
+    let p = paths.first().filter(|p| p.queue_delay_p50_us >= 60_000)?;
+    let flows = if p.sockets == 1 { "1 flow waits".to_string() } else { format!("{} flows wait", p.sockets) };
+    Some(format!(
+        "the link to {} ({}) holds {} of queue, {flows} behind it: grade {}, {} RPM (passive loaded estimate)",
+        peer_text(p),
+        if p.interface.is_empty() { "?" } else { &p.interface },
+        format::ms(p.queue_delay_p50_us as u64),
+        p.grade(),
+        p.rpm()
+    ))
+}
+
+/// `bloatd paths`: one line per path.
+pub fn paths_table(paths: &[Path]) -> String {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "{:<10} {:<28} {:<10} {:>9} {:<8} {:>9} {:>9} {:<5} {:>6} {:>5} {:>12}  CC",
+        "NETNS", "PEER", "IFACE", "FLOOR", "SOURCE", "QUEUE", "QMAX", "GRADE", "RPM", "SOCKS", "THROUGHPUT"
+    );
+    for p in paths {
+        let _ = writeln!(
+            out,
+            "{:<10} {:<28} {:<10} {:>9} {:<8} {:>9} {:>9} {:<5} {:>6} {:>5} {:>12}  {}",
+            p.netns,
+            peer_text(p),
+            if p.interface.is_empty() { "-" } else { &p.interface },
+            format::ms(p.floor_us as u64),
+            p.floor_source.as_str(),
+            format::ms(p.queue_delay_p50_us as u64),
+            format::ms(p.queue_delay_max_us as u64),
+            p.grade(),
+            p.rpm(),
+            p.sockets,
+            format::rate(p.throughput_bps),
+            p.ccs.join(",")
+        );
+    }
+    if let Some(s) = worst_sentence(paths) {
+        let _ = writeln!(out, "\n{s}");
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bloatd_tui::model::{CaState, Role};
+
+    fn sock(cookie: u64, peer: &str, floor_ms: u32, queue_ms: u32, idle_ms: u64) -> Socket {
+        Socket {
+            cookie,
+            netns: 1,
+            local_addr: "10.0.0.1".parse().unwrap(),
+            local_port: 40_000 + cookie as u16,
+            remote_addr: peer.parse().unwrap(),
+            remote_port: 443,
+            state: "ESTAB".into(),
+            pid: None,
+            comm: None,
+            cc: if cookie % 2 == 0 { "cubic".into() } else { "bbr".into() },
+            role: Role::Sender,
+            cwnd: 10,
+            ssthresh: None,
+            inflight: 0,
+            mss: 1448,
+            srtt_us: (floor_ms + queue_ms) * 1000,
+            min_rtt_us: (floor_ms + queue_ms) * 1000,
+            floor_us: floor_ms * 1000,
+            floor_source: Some(FloorSource::Peer),
+            queue_delay_us: queue_ms * 1000,
+            rcv_rtt_us: 0,
+            rcv_ts_rtt_us: None,
+            timestamps: true,
+            rcv_min_rtt_us: floor_ms * 1000,
+            rcv_queue_delay_us: 0,
+            unsent_bytes: 0,
+            unsent_delay_us: 0,
+            interface: "wlan0".into(),
+            retrans: 0,
+            lost: 0,
+            ca_state: CaState::Open,
+            bytes_acked: 0,
+            bytes_received: 0,
+            delivery_rate_bps: 0,
+            throughput_bps: 1_000_000,
+            idle_ms,
+            cc_state: None,
+        }
+    }
+
+    #[test]
+    fn sockets_toward_one_peer_make_one_path_worst_first() {
+        let socks = vec![
+            sock(1, "93.184.216.34", 40, 400, 0),
+            sock(2, "93.184.216.34", 40, 460, 0),
+            sock(3, "93.184.216.34", 40, 450, 0),
+            sock(4, "1.1.1.1", 10, 2, 0),
+        ];
+        let paths = paths_of(&socks, None);
+        assert_eq!(paths.len(), 2);
+        let p = &paths[0];
+        assert_eq!((p.peer.to_string(), p.sockets, p.floor_us), ("93.184.216.34".into(), 3, 40_000));
+        assert_eq!((p.queue_delay_p50_us, p.queue_delay_max_us), (450_000, 460_000));
+        assert_eq!(p.throughput_bps, 3_000_000);
+        assert_eq!(p.ccs, vec!["bbr", "cubic"]);
+        assert_eq!((p.grade(), p.rpm()), ("F", 122)); // 60000 / 490 ms
+        assert_eq!((paths[1].grade(), paths[1].rpm()), ("A+", 5000));
+        let s = worst_sentence(&paths).unwrap();
+        assert!(s.starts_with("the link to 93.184.216.34 (wlan0) holds 450ms of queue, 3 flows wait behind it"), "{s}");
+    }
+
+    #[test]
+    fn idle_sockets_do_not_speak_for_the_queue_now() {
+        let paths = paths_of(&[sock(1, "10.9.2.2", 40, 900, 30_000), sock(2, "10.9.2.2", 40, 100, 0)], None);
+        assert_eq!(paths[0].queue_delay_p50_us, 100_000);
+    }
+
+    #[test]
+    fn by_prefix_groups_neighbours() {
+        let socks = vec![sock(1, "10.9.2.2", 40, 100, 0), sock(2, "10.9.2.77", 41, 120, 0), sock(3, "fd00::1", 5, 0, 0)];
+        let paths = paths_of(&socks, Some((24, 64)));
+        assert_eq!(paths.len(), 2);
+        assert_eq!(peer_text(&paths[0]), "10.9.2.0/24");
+        assert_eq!((paths[0].sockets, paths[0].floor_us), (2, 40_000));
+        assert_eq!(peer_text(&paths[1]), "fd00::/64");
+    }
+
+    #[test]
+    fn grades_follow_the_tests_people_know() {
+        for (ms, g) in [(4, "A+"), (5, "A"), (29, "A"), (59, "B"), (199, "C"), (399, "D"), (400, "F")] {
+            assert_eq!(bloatd_tui::model::grade(ms * 1000), g, "{ms} ms");
+        }
+        assert!(worst_sentence(&paths_of(&[sock(1, "10.9.2.2", 40, 10, 0)], None)).is_none());
+    }
+}
