@@ -18,7 +18,11 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::future::Future;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::io::{AsyncRead, AsyncWrite};
 
 pub type Shared = Arc<Mutex<Core>>;
 
@@ -173,4 +177,96 @@ pub fn metrics_router(core: Shared) -> Router {
         )
         .route("/", get(|| async { "bloatd: metrics at /metrics\n" }))
         .with_state(core)
+}
+
+/// What one client may hold of a listener. A connection that has not sent
+/// a complete request head within `header_timeout` (a fresh one, or a
+/// keep-alive one between requests) is closed; at most `max_connections`
+/// are open at once, and one more closes the oldest. So idle connections
+/// cost a bounded number of file descriptors (a daemon out of descriptors
+/// can neither answer nor create the iterators it reads sockets with), and
+/// a real request still gets through: it is the newest.
+#[derive(Clone, Copy, Debug)]
+pub struct Limits {
+    pub header_timeout: Duration,
+    pub max_connections: usize,
+}
+
+impl Limits {
+    pub const DEFAULT: Limits = Limits { header_timeout: Duration::from_secs(10), max_connections: 256 };
+}
+
+/// A listening socket (TCP for /metrics, Unix for the API).
+pub trait Listener {
+    type Io: AsyncRead + AsyncWrite + Unpin + Send + 'static;
+    fn accept_io(&self) -> impl Future<Output = std::io::Result<Self::Io>>;
+}
+
+impl Listener for tokio::net::TcpListener {
+    type Io = tokio::net::TcpStream;
+    async fn accept_io(&self) -> std::io::Result<Self::Io> {
+        self.accept().await.map(|(s, _)| s)
+    }
+}
+
+impl Listener for tokio::net::UnixListener {
+    type Io = tokio::net::UnixStream;
+    async fn accept_io(&self) -> std::io::Result<Self::Io> {
+        self.accept().await.map(|(s, _)| s)
+    }
+}
+
+/// Open connections of one listener, oldest first.
+type Open = Arc<Mutex<BTreeMap<u64, tokio::task::AbortHandle>>>;
+
+/// Takes a connection off the open list when its task ends, however it ends.
+struct Slot {
+    open: Open,
+    id: u64,
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        self.open.lock().unwrap().remove(&self.id);
+    }
+}
+
+/// Serve `router` on `listener` over HTTP/1.1 within `limits`.
+pub async fn serve<L: Listener>(listener: L, router: Router, limits: Limits) -> std::io::Result<()> {
+    let open: Open = Arc::default();
+    let mut next_id = 0u64;
+    loop {
+        let io = match listener.accept_io().await {
+            Ok(io) => io,
+            Err(e) => {
+                // Out of descriptors or memory: back off instead of spinning.
+                tracing::warn!("accept: {e}");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                continue;
+            }
+        };
+        let id = next_id;
+        next_id += 1;
+        let evicted: Vec<_> = {
+            let mut slots = open.lock().unwrap();
+            let over = (slots.len() + 1).saturating_sub(limits.max_connections);
+            (0..over).filter_map(|_| slots.pop_first()).collect()
+        };
+        for (_, oldest) in evicted {
+            oldest.abort();
+        }
+        let service = hyper_util::service::TowerToHyperService::new(router.clone());
+        let slot = Slot { open: open.clone(), id };
+        let task = tokio::spawn(async move {
+            let _slot = slot;
+            let _ = hyper::server::conn::http1::Builder::new()
+                .timer(hyper_util::rt::TokioTimer::new())
+                .header_read_timeout(limits.header_timeout)
+                .serve_connection(hyper_util::rt::TokioIo::new(io), service)
+                .await;
+        });
+        // The task has not run yet (this runtime has one thread), so its
+        // slot is on the list before it can end and take it off.
+        open.lock().unwrap().insert(id, task.abort_handle());
+    }
 }

@@ -10,7 +10,7 @@ use std::time::Duration;
 pub enum ClientError {
     #[error("bloatd is not running (no API socket at {0})")]
     NotRunning(PathBuf),
-    #[error("permission denied on {0}: run with sudo, or join the socket's group")]
+    #[error("permission denied on {}: {}", .0.display(), permission_hint(.0))]
     Permission(PathBuf),
     #[error("talking to bloatd at {path}: {err}")]
     Io { path: PathBuf, err: std::io::Error },
@@ -76,6 +76,21 @@ impl Client {
     pub fn get<T: serde::de::DeserializeOwned>(&self, target: &str) -> Result<T, ClientError> {
         let body = self.request("GET", target, None)?;
         serde_json::from_str(&body).map_err(|e| ClientError::Malformed(e.to_string()))
+    }
+}
+
+/// Who may use the socket, from the group of its run directory (which a
+/// user outside that group cannot even look into).
+fn permission_hint(socket: &Path) -> String {
+    use std::os::unix::fs::MetadataExt;
+    let gid = socket.parent().and_then(|d| std::fs::metadata(d).ok()).map(|m| m.gid());
+    match gid.filter(|&g| g != 0).and_then(crate::daemon::group_name) {
+        Some(group) => format!(
+            "run it with sudo, or join group {group} (`sudo usermod -aG {group} $USER`, then log in again)"
+        ),
+        None => "only root may use bloatd's API here: run it with sudo (or set api_group in \
+                 /etc/bloatd/bloatd.toml, e.g. to the group bloatd, and restart bloatd)"
+            .to_string(),
     }
 }
 

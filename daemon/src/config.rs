@@ -2,14 +2,69 @@
 //! present) with command-line flags overriding it. Unknown keys are errors:
 //! a typo must not silently fall back to a default.
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
 pub const DEFAULT_CONFIG: &str = "/etc/bloatd/bloatd.toml";
 pub const DEFAULT_RUN_DIR: &str = "/run/bloatd";
+pub const DEFAULT_API_GROUP: &str = "bloatd";
 
-#[derive(Clone, Debug, Deserialize, PartialEq)]
+/// Every key of the config file, and what its value must be.
+const KEYS: &[(&str, &str)] = &[
+    ("listen", "an address and port, like \"127.0.0.1:9477\""),
+    ("run_dir", "a directory path"),
+    ("interval_ms", "an integer (milliseconds)"),
+    ("map_entries", "an integer"),
+    ("bloat_threshold_ms", "an integer (milliseconds)"),
+    ("series_seconds", "an integer (seconds)"),
+    ("cc", "a list of names, like [\"bloatd_westwood\"]"),
+    ("floor_window_s", "an integer (seconds)"),
+    ("floor_entries", "an integer"),
+    ("floor_prefix_v4", "an integer (prefix length)"),
+    ("floor_prefix_v6", "an integer (prefix length)"),
+    ("floor_infer", "true or false"),
+    ("bpf_stats", "true or false"),
+    ("log", "a string, like \"info\""),
+    ("api_group", "a group name, like \"bloatd\""),
+];
+
+/// 1-based line and column of a byte offset.
+fn line_col(text: &str, offset: usize) -> (usize, usize) {
+    let before = &text[..offset.min(text.len())];
+    let line = before.matches('\n').count() + 1;
+    let col = before.rsplit('\n').next().map(|l| l.chars().count()).unwrap_or(0) + 1;
+    (line, col)
+}
+
+/// Where a top-level key appears first (a line starting with it), else 0.
+fn key_offset(text: &str, key: &str) -> usize {
+    let mut off = 0;
+    for l in text.split_inclusive('\n') {
+        let t = l.trim_start().trim_start_matches('[').trim_start_matches(['"', '\'']);
+        if t.starts_with(key) {
+            return off;
+        }
+        off += l.len();
+    }
+    0
+}
+
+/// Levenshtein distance, for "did you mean".
+fn edit_distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut prev: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut cur = vec![i + 1];
+        for (j, cb) in b.iter().enumerate() {
+            cur.push((prev[j] + usize::from(ca != *cb)).min(prev[j + 1] + 1).min(cur[j] + 1));
+        }
+        prev = cur;
+    }
+    prev[b.len()]
+}
+
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
 pub struct Config {
     /// Prometheus /metrics listener.
@@ -41,6 +96,10 @@ pub struct Config {
     pub bpf_stats: bool,
     /// tracing filter, e.g. "info" or "bloatd=debug".
     pub log: String,
+    /// Group given access to the API socket (and the run directory). None:
+    /// `bloatd` where that group exists (the package creates it), else
+    /// root only.
+    pub api_group: Option<String>,
 }
 
 impl Default for Config {
@@ -60,6 +119,7 @@ impl Default for Config {
             floor_infer: true,
             bpf_stats: false,
             log: "info".into(),
+            api_group: None,
         }
     }
 }
@@ -91,8 +151,41 @@ impl Config {
         Self::parse(&text).map_err(|err| ConfigError::Parse { path, err })
     }
 
+    /// Parse a config file's text. Errors quote nothing from a file that
+    /// is not bloatd's config (under a sudo rule for bloatd, `--config
+    /// /etc/shadow` must not print a line of it): a syntax error gives only
+    /// its line and column, an unknown key is named only when it is a typo
+    /// of one of bloatd's keys, and a value of the wrong type is described
+    /// by what the key expects, never quoted.
     pub fn parse(text: &str) -> Result<Config, String> {
-        let cfg: Config = toml::from_str(text).map_err(|e| e.to_string().trim().to_string())?;
+        let table: toml::Table = text.parse().map_err(|e: toml::de::Error| {
+            let (line, col) = line_col(text, e.span().map(|s| s.start).unwrap_or(0));
+            format!("not valid TOML at line {line}, column {col} (bloatd's config is TOML, like daemon/dist/bloatd.toml)")
+        })?;
+        for key in table.keys() {
+            if !KEYS.iter().any(|(k, _)| k == key) {
+                let known: Vec<&str> = KEYS.iter().map(|(k, _)| *k).collect();
+                return Err(match KEYS.iter().find(|(k, _)| edit_distance(k, key) <= (k.len() / 6).clamp(1, 2)) {
+                    Some((k, _)) => format!("unknown key `{key}` (did you mean `{k}`?)"),
+                    None => format!(
+                        "unknown key at line {} (bloatd's keys: {})",
+                        line_col(text, key_offset(text, key)).0,
+                        known.join(", ")
+                    ),
+                });
+            }
+        }
+        let cfg = Config::deserialize(toml::Value::Table(table.clone())).map_err(|_| {
+            // Deserialize key by key to find the one with the wrong type.
+            for (key, value) in &table {
+                let one = toml::Table::from_iter([(key.clone(), value.clone())]);
+                if Config::deserialize(toml::Value::Table(one)).is_err() {
+                    let expects = KEYS.iter().find(|(k, _)| k == key).map(|(_, e)| *e).unwrap_or("?");
+                    return format!("`{key}` must be {expects}");
+                }
+            }
+            "invalid value".to_string()
+        })?;
         cfg.validate().map_err(|e| e.to_string())?;
         Ok(cfg)
     }
@@ -127,6 +220,19 @@ impl Config {
                 "floor_prefix_v4 must be 0..=31 and floor_prefix_v6 0..=127 (0 turns the prefix fallback off)".into(),
             ));
         }
+        if !(1..=60_000).contains(&self.bloat_threshold_ms) {
+            return Err(ConfigError::Invalid(format!(
+                "bloat_threshold_ms = {} is out of range (1..=60000)",
+                self.bloat_threshold_ms
+            )));
+        }
+        if let Some(g) = &self.api_group {
+            if crate::daemon::group_id(g).is_none() {
+                return Err(ConfigError::Invalid(format!(
+                    "api_group: there is no group '{g}' on this system (create it with `groupadd --system {g}`, or remove the key)"
+                )));
+            }
+        }
         if self.series_seconds > 3600 {
             return Err(ConfigError::Invalid("series_seconds must be at most 3600".into()));
         }
@@ -138,6 +244,12 @@ impl Config {
             }
         }
         Ok(())
+    }
+
+    /// The API socket's group: `api_group`, else `bloatd` if it exists.
+    pub fn api_gid(&self) -> Option<(String, libc::gid_t)> {
+        let name = self.api_group.as_deref().unwrap_or(DEFAULT_API_GROUP);
+        crate::daemon::group_id(name).map(|gid| (name.to_string(), gid))
     }
 
     pub fn pid_file(&self) -> PathBuf {
@@ -184,5 +296,51 @@ mod tests {
     fn out_of_range_and_unknown_cc_are_errors() {
         assert!(Config::parse("interval_ms = 1\n").unwrap_err().contains("interval_ms"));
         assert!(Config::parse("cc = [\"vegas\"]\n").unwrap_err().contains("vegas"));
+        for t in [0, 60_001, u64::MAX / 1000] {
+            let e = Config::parse(&format!("bloat_threshold_ms = {t}\n")).unwrap_err();
+            assert!(e.contains("bloat_threshold_ms") && e.contains("1..=60000"), "{e}");
+        }
+        assert!(Config::parse("bloat_threshold_ms = 60000\n").is_ok());
+    }
+
+    #[test]
+    fn errors_quote_nothing_from_a_foreign_file() {
+        let secret = "root:$y$j9T$hunter2:19000:0:99999:7:::\nalice:$y$XyZ:19001:0:99999:7:::\n";
+        let e = Config::parse(secret).unwrap_err();
+        assert!(e.contains("line 1") && !e.contains("hunter2") && !e.contains("root"), "{e}");
+        // Valid TOML, foreign keys and values.
+        let e = Config::parse("[database]\npassword = \"hunter2\"\n").unwrap_err();
+        assert!(!e.contains("hunter2") && !e.contains("database") && !e.contains("password"), "{e}");
+        assert!(e.contains("line 1"), "{e}");
+        let e = Config::parse("api_token = \"hunter2\"\n").unwrap_err();
+        assert!(!e.contains("hunter2") && !e.contains("api_token"), "{e}");
+        // A known key with a value of the wrong type: described, not quoted.
+        let e = Config::parse("listen = \"hunter2\"\n").unwrap_err();
+        assert!(e.contains("listen") && !e.contains("hunter2"), "{e}");
+        let e = Config::parse("interval_ms = \"hunter2\"\n").unwrap_err();
+        assert!(e.contains("`interval_ms` must be an integer") && !e.contains("hunter2"), "{e}");
+    }
+
+    #[test]
+    fn every_field_has_its_key_description() {
+        let mut fields: Vec<String> = toml::Table::try_from(Config::default()).unwrap().keys().cloned().collect();
+        fields.push("api_group".into()); // None: not serialized
+        fields.sort();
+        let mut keys: Vec<String> = KEYS.iter().map(|(k, _)| k.to_string()).collect();
+        keys.sort();
+        assert_eq!(fields, keys, "KEYS must list every Config field");
+    }
+
+    #[test]
+    fn a_typo_of_a_key_is_named_with_the_fix() {
+        let e = Config::parse("bloat_treshold_ms = 10\n").unwrap_err();
+        assert!(e.contains("`bloat_treshold_ms`") && e.contains("`bloat_threshold_ms`"), "{e}");
+    }
+
+    #[test]
+    fn a_missing_api_group_is_an_error() {
+        let e = Config::parse("api_group = \"no-such-group-here\"\n").unwrap_err();
+        assert!(e.contains("groupadd"), "{e}");
+        assert!(Config::parse("api_group = \"root\"\n").is_ok());
     }
 }

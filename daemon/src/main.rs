@@ -1,6 +1,7 @@
 //! bloatd: watch TCP bufferbloat form, per socket, with eBPF.
 
 mod api;
+mod caps;
 mod cc;
 mod client;
 mod config;
@@ -10,6 +11,7 @@ mod metrics;
 mod model;
 mod paths;
 mod probes;
+mod text;
 mod top;
 
 use clap::{Args, Parser, Subcommand};
@@ -87,6 +89,12 @@ enum Cmd {
     Cc {
         #[command(subcommand)]
         cmd: CcCmd,
+    },
+    /// Write the man pages and shell completions (for packaging).
+    #[command(hide = true)]
+    GenerateDocs {
+        /// Output directory: man/ and completions/ are created in it.
+        dir: PathBuf,
     },
 }
 
@@ -177,6 +185,9 @@ fn load_config(cli: &Cli) -> Result<Config, config::ConfigError> {
         }
     }
     cfg.validate()?;
+    if let Cmd::Start(_) = &cli.cmd {
+        daemon::check_run_dir(&cfg.run_dir).map_err(config::ConfigError::Invalid)?;
+    }
     Ok(cfg)
 }
 
@@ -226,7 +237,24 @@ fn run(cli: Cli, cfg: Config) -> anyhow::Result<ExitCode> {
         }
         Cmd::Cc { cmd: CcCmd::List } => cc_list(&cfg),
         Cmd::Cc { cmd: CcCmd::Default { name } } => cc_default(&cfg, &name),
+        Cmd::GenerateDocs { dir } => generate_docs(&dir),
     }
+}
+
+/// Man pages (bloatd.1 and one per subcommand, bloatd-start.1, ...) and
+/// completions for bash, zsh and fish, from the CLI definition above.
+fn generate_docs(dir: &std::path::Path) -> anyhow::Result<ExitCode> {
+    use clap::CommandFactory;
+    let cmd = Cli::command();
+    let man = dir.join("man");
+    std::fs::create_dir_all(&man)?;
+    clap_mangen::generate_to(cmd.clone(), &man)?;
+    let completions = dir.join("completions");
+    std::fs::create_dir_all(&completions)?;
+    for shell in [clap_complete::Shell::Bash, clap_complete::Shell::Zsh, clap_complete::Shell::Fish] {
+        clap_complete::generate_to(shell, &mut cmd.clone(), "bloatd", &completions)?;
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 fn sockets(cfg: &Config, json: bool, all: bool) -> anyhow::Result<ExitCode> {

@@ -105,7 +105,7 @@ fn floor_source(rec: &BloatdSock) -> Option<FloorSource> {
 /// up to its NUL.
 pub fn cstr(b: &[u8]) -> String {
     let end = b.iter().position(|&c| c == 0).unwrap_or(b.len());
-    String::from_utf8_lossy(&b[..end]).into_owned()
+    crate::text::printable(&String::from_utf8_lossy(&b[..end]))
 }
 
 pub fn addr(family: u16, raw: &[u8; 16]) -> IpAddr {

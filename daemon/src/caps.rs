@@ -1,0 +1,139 @@
+//! Capabilities: what the daemon needs to load, and the little it keeps.
+//!
+//! Measured on 6.18 (`setpriv --bounding-set`, README "Operating bloatd"):
+//! loading the tracepoint probes, the iterators and the struct_ops
+//! congestion controls needs CAP_BPF and CAP_PERFMON; registering also
+//! enters every network namespace (setns: CAP_SYS_ADMIN, and opening
+//! /proc/PID/ns/net of a process with more capabilities than ours:
+//! CAP_SYS_PTRACE); a cgroup sock_ops program needs CAP_NET_ADMIN;
+//! `--bpf-stats` (BPF_ENABLE_STATS) CAP_SYS_ADMIN; giving the API socket
+//! its group CAP_CHOWN. Everything afterwards works on file descriptors the
+//! daemon already holds (map reads and updates, iterator reads, link
+//! detach) or on files root owns (the default congestion control sysctl,
+//! the run directory), and needs no capability at all, except one step:
+//! before unregistering a congestion control at stop, bloatd moves other
+//! namespaces' defaults off it, which is setns again. So after start the
+//! daemon keeps CAP_SYS_ADMIN and CAP_SYS_PTRACE in its permitted set only
+//! (not effective: no syscall runs with them) and raises them for that step.
+
+use std::io;
+
+/// Linux capability numbers (linux/capability.h).
+const CAP_SYS_PTRACE: u32 = 19;
+const CAP_SYS_ADMIN: u32 = 21;
+
+/// Kept (permitted, not effective) while running, for the stop.
+pub const KEEP: &[u32] = &[CAP_SYS_ADMIN, CAP_SYS_PTRACE];
+
+const VERSION_3: u32 = 0x2008_0522;
+
+#[repr(C)]
+struct Header {
+    version: u32,
+    pid: i32,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+struct Data {
+    effective: u32,
+    permitted: u32,
+    inheritable: u32,
+}
+
+fn mask(caps: &[u32]) -> u64 {
+    caps.iter().fold(0u64, |m, &c| m | (1u64 << c))
+}
+
+fn capset(effective: u64, permitted: u64) -> io::Result<()> {
+    let mut hdr = Header { version: VERSION_3, pid: 0 };
+    let data = [
+        Data { effective: effective as u32, permitted: permitted as u32, inheritable: 0 },
+        Data { effective: (effective >> 32) as u32, permitted: (permitted >> 32) as u32, inheritable: 0 },
+    ];
+    // SAFETY: a version-3 header and two data structs, as capset(2) wants.
+    if unsafe { libc::syscall(libc::SYS_capset, &mut hdr as *mut Header, data.as_ptr()) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// (effective, permitted) of the calling thread.
+pub fn current() -> io::Result<(u64, u64)> {
+    let mut hdr = Header { version: VERSION_3, pid: 0 };
+    let mut data = [Data::default(); 2];
+    // SAFETY: as in capset.
+    if unsafe { libc::syscall(libc::SYS_capget, &mut hdr as *mut Header, data.as_mut_ptr()) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let join = |f: fn(&Data) -> u32| f(&data[0]) as u64 | ((f(&data[1]) as u64) << 32);
+    Ok((join(|d| d.effective), join(|d| d.permitted)))
+}
+
+fn threads() -> usize {
+    std::fs::read_dir("/proc/self/task").map(|d| d.count()).unwrap_or(1)
+}
+
+/// After start: keep only [`KEEP`], permitted but not effective; no
+/// inheritable or ambient capabilities, and no_new_privs so that no program
+/// bloatd could be made to run gains any. Capabilities belong to threads:
+/// this runs while the process has one thread, so every later thread
+/// inherits the reduced set.
+pub fn drop_after_start() -> io::Result<()> {
+    if threads() != 1 {
+        return Err(io::Error::other(format!(
+            "{} threads: capabilities can only be dropped for the whole process while it has one",
+            threads()
+        )));
+    }
+    // SAFETY: plain prctl calls with integer arguments.
+    unsafe {
+        if libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // EINVAL on kernels without ambient capabilities: nothing to clear.
+        libc::prctl(libc::PR_CAP_AMBIENT, libc::PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0);
+    }
+    let (_, permitted) = current()?;
+    capset(0, permitted & mask(KEEP))
+}
+
+/// Raise the kept capabilities for the stop (restoring other namespaces'
+/// defaults before the congestion controls go away). Threads spawned after
+/// this call inherit them.
+pub fn raise_for_stop() {
+    let Ok((_, permitted)) = current() else { return };
+    if let Err(e) = capset(permitted & mask(KEEP), permitted) {
+        tracing::warn!("cannot raise CAP_SYS_ADMIN for the stop: {e}; namespaces defaulting to bloatd's algorithms may keep them");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// What `bloatd start` may need (the module comment says why each):
+    /// exactly the service's bounding set.
+    const START: &[&str] =
+        &["CAP_BPF", "CAP_PERFMON", "CAP_NET_ADMIN", "CAP_SYS_ADMIN", "CAP_SYS_PTRACE", "CAP_CHOWN"];
+
+    #[test]
+    fn masks_span_both_words() {
+        assert_eq!(mask(&[0]), 1);
+        assert_eq!(mask(&[39]) >> 32, 1 << 7);
+        assert_eq!(mask(KEEP), (1 << 19) | (1 << 21));
+    }
+
+    #[test]
+    fn the_unit_bounds_exactly_what_start_needs() {
+        let unit = include_str!("../dist/bloatd.service");
+        let line = unit.lines().find_map(|l| l.strip_prefix("CapabilityBoundingSet=")).expect("a bounding set");
+        let mut unit_caps: Vec<&str> = line.split_whitespace().collect();
+        let mut start = START.to_vec();
+        unit_caps.sort();
+        start.sort();
+        assert_eq!(unit_caps, start);
+        let kept = ["CAP_SYS_PTRACE", "CAP_SYS_ADMIN"];
+        assert!(kept.iter().all(|k| START.contains(k)));
+    }
+}

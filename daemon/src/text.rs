@@ -1,0 +1,35 @@
+//! Text that leaves the daemon. A process names itself (`comm`, set with
+//! prctl(PR_SET_NAME) by any user) and bloatd prints that name in
+//! `bloatd sockets`, `bloatd top` and the API: a name made of terminal
+//! escape sequences must reach no terminal. Every string taken from the
+//! kernel goes through [`printable`] on its way into the socket model.
+
+/// `s` with every control character (C0, DEL, C1: ESC starts a terminal
+/// sequence, CR and BS overwrite what was printed) and every bidirectional
+/// formatting character (which reorders what a reader sees) replaced by `?`.
+pub fn printable(s: &str) -> String {
+    s.chars().map(|c| if c.is_control() || is_bidi_control(c) { '?' } else { c }).collect()
+}
+
+fn is_bidi_control(c: char) -> bool {
+    matches!(c, '\u{200e}' | '\u{200f}' | '\u{061c}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
+}
+
+#[cfg(test)]
+mod tests {
+    use super::printable;
+
+    #[test]
+    fn escapes_and_controls_become_question_marks() {
+        assert_eq!(printable("\x1b]0;pwned\x07curl"), "?]0;pwned?curl");
+        assert_eq!(printable("a\rb\x08\x7f\u{9b}c"), "a?b???c");
+        assert_eq!(printable("ev\u{202e}lif"), "ev?lif");
+    }
+
+    #[test]
+    fn ordinary_names_pass_unchanged() {
+        for s in ["iperf3", "kworker/0:1", "Web Content", "système"] {
+            assert_eq!(printable(s), s);
+        }
+    }
+}
