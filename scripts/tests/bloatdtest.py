@@ -24,6 +24,11 @@ BLOATD = os.environ.get("BLOATD_BIN", os.path.join(REPO, "target", "release", "b
 TOPO = os.path.join(REPO, "scripts", "lab", "topo.sh")
 FLOWS = os.path.join(REPO, "scripts", "lab", "flows.py")
 
+# Capabilities the daemon may have, as setpriv names them ("bpf,perfmon"):
+# set by test_service.py to the systemd unit's bounding set, so any test
+# runs its daemons as the service would.
+BOUNDING_SET = os.environ.get("BLOATD_BOUNDING_SET")
+
 SND4, RCV4 = "10.9.1.1", "10.9.2.2"
 SND6, RCV6 = "fd09:1::1", "fd09:2::2"
 
@@ -51,16 +56,22 @@ def wait_for(pred, timeout=10.0, step=0.1, what="condition"):
 class Daemon:
     """A bloatd daemon with its own run directory and metrics port."""
 
-    def __init__(self, *extra):
+    def __init__(self, *extra, bounding_set=BOUNDING_SET):
         self.run_dir = tempfile.mkdtemp(prefix="bloatd-test-")
         self.port = free_port()
         self.extra = list(extra)
+        self.bounding_set = bounding_set
 
     def cli(self, *args, check=True, timeout=60):
         return run(BLOATD, "--run-dir", self.run_dir, *args, check=check, timeout=timeout)
 
     def start(self, *args, check=True):
-        return self.cli("start", "--listen", f"127.0.0.1:{self.port}", *self.extra, *args, check=check)
+        args = ("start", "--listen", f"127.0.0.1:{self.port}", *self.extra, *args)
+        if self.bounding_set is None:
+            return self.cli(*args, check=check)
+        bounded = "-all," + ",".join("+" + c for c in self.bounding_set.split(","))
+        return run("setpriv", f"--bounding-set={bounded}", "--inh-caps=-all", BLOATD,
+                   "--run-dir", self.run_dir, *args, check=check)
 
     def stop(self):
         return self.cli("stop", check=False)
@@ -196,6 +207,15 @@ class Lab:
         run(TOPO, "down", self.name, check=False, timeout=120)
 
 
+def proc_status(pid):
+    """/proc/PID/status of every thread of `pid`: {tid: {field: value}}."""
+    out = {}
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        with open(f"/proc/{pid}/task/{tid}/status") as f:
+            out[int(tid)] = dict(line.rstrip("\n").split(":\t", 1) for line in f if ":\t" in line)
+    return out
+
+
 def find(socks, local, remote):
     """The socket with these (addr, port) endpoints in bloatd's JSON."""
     for s in socks:
@@ -232,8 +252,8 @@ PROBE_PROGS = {"tcp_probe", "inet_sock_set_state", "tcp_retransmit_skb", "tcp_co
 class TestCase(unittest.TestCase):
     """Registers cleanups so daemons and labs go away on failure too."""
 
-    def daemon(self, *extra):
-        d = Daemon(*extra)
+    def daemon(self, *extra, **kw):
+        d = Daemon(*extra, **kw)
         self.addCleanup(d.cleanup)
         return d
 
