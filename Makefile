@@ -5,8 +5,11 @@ BIN    := target/release/bloatd
 PREFIX ?= /usr/local
 LAB_OUT ?= lab-results
 
-.PHONY: all deps build test unit-test integration-test bench install uninstall \
-        vmlinux demo lab lab-quick delayline clean
+DOCS   := target/docs
+RULES  := daemon/dist/prometheus
+
+.PHONY: all deps build test unit-test rules-test integration-test bench docs install uninstall \
+        deb vmlinux demo lab lab-quick delayline clean
 
 all: build
 
@@ -20,10 +23,15 @@ build:
 	scripts/delayline/build.sh >/dev/null
 
 ## test: everything CI runs: unit tests, then kernel integration tests
-test: deps build unit-test integration-test
+test: deps build unit-test rules-test integration-test
 
 unit-test:
 	$(CARGO) test --release --workspace
+
+## rules-test: the Prometheus rules are valid and do what their tests say
+rules-test:
+	promtool check rules $(RULES)/bloatd.rules.yml
+	cd $(RULES) && promtool test rules bloatd.rules.test.yml
 
 integration-test:
 	scripts/tests/run.sh
@@ -32,19 +40,44 @@ integration-test:
 bench: deps build
 	scripts/bench/run.sh
 
-## install: binary, config (kept if present), systemd unit
-install: build
+## docs: man pages and shell completions, generated from the CLI definition
+docs: build
+	rm -rf $(DOCS)
+	$(BIN) generate-docs $(DOCS)
+
+## install: binary, config (kept if present), systemd unit, man pages,
+## completions, Prometheus rules, README; creates the API group bloatd
+install: docs
 	install -D -m 0755 $(BIN) $(DESTDIR)$(PREFIX)/bin/bloatd
 	install -d $(DESTDIR)/etc/bloatd
 	[ -e $(DESTDIR)/etc/bloatd/bloatd.toml ] || install -m 0644 daemon/dist/bloatd.toml $(DESTDIR)/etc/bloatd/bloatd.toml
-	install -D -m 0644 daemon/dist/bloatd.service $(DESTDIR)/etc/systemd/system/bloatd.service
+	install -d $(DESTDIR)/etc/systemd/system
+	sed 's#/usr/local/#$(PREFIX)/#g' daemon/dist/bloatd.service > $(DESTDIR)/etc/systemd/system/bloatd.service
+	chmod 0644 $(DESTDIR)/etc/systemd/system/bloatd.service
 	install -D -m 0644 README.md $(DESTDIR)$(PREFIX)/share/doc/bloatd/README.md
+	install -d $(DESTDIR)$(PREFIX)/share/man/man1
+	install -m 0644 $(DOCS)/man/*.1 $(DESTDIR)$(PREFIX)/share/man/man1/
+	install -D -m 0644 $(DOCS)/completions/bloatd.bash $(DESTDIR)$(PREFIX)/share/bash-completion/completions/bloatd
+	install -D -m 0644 $(DOCS)/completions/_bloatd $(DESTDIR)$(PREFIX)/share/zsh/site-functions/_bloatd
+	install -D -m 0644 $(DOCS)/completions/bloatd.fish $(DESTDIR)$(PREFIX)/share/fish/vendor_completions.d/bloatd.fish
+	install -D -m 0644 $(RULES)/bloatd.rules.yml $(DESTDIR)$(PREFIX)/share/bloatd/prometheus/bloatd.rules.yml
+	install -D -m 0644 $(RULES)/bloatd.rules.test.yml $(DESTDIR)$(PREFIX)/share/bloatd/prometheus/bloatd.rules.test.yml
+	[ -n "$(DESTDIR)" ] || getent group bloatd >/dev/null || groupadd --system bloatd
 	@echo "installed; start with: systemctl daemon-reload && systemctl enable --now bloatd"
 
 uninstall:
 	rm -f $(DESTDIR)$(PREFIX)/bin/bloatd $(DESTDIR)/etc/systemd/system/bloatd.service
-	rm -rf $(DESTDIR)$(PREFIX)/share/doc/bloatd
-	@echo "kept /etc/bloatd/bloatd.toml"
+	rm -f $(DESTDIR)$(PREFIX)/share/man/man1/bloatd.1 $(DESTDIR)$(PREFIX)/share/man/man1/bloatd-*.1
+	rm -f $(DESTDIR)$(PREFIX)/share/bash-completion/completions/bloatd \
+	      $(DESTDIR)$(PREFIX)/share/zsh/site-functions/_bloatd \
+	      $(DESTDIR)$(PREFIX)/share/fish/vendor_completions.d/bloatd.fish
+	rm -rf $(DESTDIR)$(PREFIX)/share/doc/bloatd $(DESTDIR)$(PREFIX)/share/bloatd
+	@echo "kept /etc/bloatd/bloatd.toml and the group bloatd"
+
+## deb: a Debian package in target/deb/ (binary, unit, config, man pages,
+## completions, rules, docs)
+deb: docs
+	daemon/dist/deb/build.sh
 
 ## vmlinux: regenerate bpf/vmlinux.h from the running kernel's BTF
 vmlinux:
