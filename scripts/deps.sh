@@ -9,8 +9,11 @@ PKGS=(
 	# lab and tests: namespaces, bottleneck, delay line, traffic, oracle
 	iproute2 iptables ethtool libnetfilter-queue-dev iperf3 iputils-ping procps psmisc
 	tmux curl ca-certificates
-	# Prometheus server and promtool for the scrape test
+	# Prometheus server and promtool for the scrape test and the rules' tests
 	prometheus
+	# operator's kit: unit rating (systemd-analyze), capability bounds (setpriv),
+	# the Debian package's dependencies (dpkg-shlibdeps) and its API group
+	systemd util-linux dpkg-dev adduser
 	# plots and statistics for the lab
 	python3 python3-matplotlib
 )

@@ -90,12 +90,6 @@ enum Cmd {
         #[command(subcommand)]
         cmd: CcCmd,
     },
-    /// Write the man pages and shell completions (for packaging).
-    #[command(hide = true)]
-    GenerateDocs {
-        /// Output directory: man/ and completions/ are created in it.
-        dir: PathBuf,
-    },
 }
 
 #[derive(Args)]
@@ -200,6 +194,15 @@ fn init_logging(filter: &str) {
 }
 
 fn main() -> ExitCode {
+    // `bloatd generate-docs DIR`, for packaging, stays outside the CLI
+    // definition so the pages and completions it writes show only commands.
+    let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    if args.len() == 3 && args[1] == "generate-docs" {
+        return generate_docs(std::path::Path::new(&args[2])).unwrap_or_else(|e| {
+            eprintln!("bloatd: generate-docs: {e:#}");
+            ExitCode::FAILURE
+        });
+    }
     let cli = Cli::parse();
     let cfg = match load_config(&cli) {
         Ok(c) => c,
@@ -237,7 +240,6 @@ fn run(cli: Cli, cfg: Config) -> anyhow::Result<ExitCode> {
         }
         Cmd::Cc { cmd: CcCmd::List } => cc_list(&cfg),
         Cmd::Cc { cmd: CcCmd::Default { name } } => cc_default(&cfg, &name),
-        Cmd::GenerateDocs { dir } => generate_docs(&dir),
     }
 }
 
