@@ -12,8 +12,9 @@ PKGS=(
 	# Prometheus server and promtool for the scrape test and the rules' tests
 	prometheus
 	# operator's kit: unit rating (systemd-analyze), capability bounds (setpriv),
-	# the Debian package's dependencies (dpkg-shlibdeps) and its API group
-	systemd util-linux dpkg-dev adduser
+	# the Debian package's dependencies (dpkg-shlibdeps) and its API group, the
+	# unit's system-call filter applied to test daemons (python3-seccomp)
+	systemd util-linux dpkg-dev adduser python3-seccomp
 	# plots and statistics for the lab
 	python3 python3-matplotlib
 )

@@ -24,10 +24,11 @@ BLOATD = os.environ.get("BLOATD_BIN", os.path.join(REPO, "target", "release", "b
 TOPO = os.path.join(REPO, "scripts", "lab", "topo.sh")
 FLOWS = os.path.join(REPO, "scripts", "lab", "flows.py")
 
-# Capabilities the daemon may have, as setpriv names them ("bpf,perfmon"):
-# set by test_service.py to the systemd unit's bounding set, so any test
-# runs its daemons as the service would.
-BOUNDING_SET = os.environ.get("BLOATD_BOUNDING_SET")
+# BLOATD_UNIT_SANDBOX=1 (test_service.py sets it): every daemon a test
+# starts runs under the systemd unit's capability bounding set and
+# system-call filter (unit_sandbox.py), as the service would.
+UNIT_SANDBOX = os.environ.get("BLOATD_UNIT_SANDBOX") == "1"
+SANDBOX = [sys.executable, os.path.join(REPO, "scripts", "tests", "unit_sandbox.py")]
 
 SND4, RCV4 = "10.9.1.1", "10.9.2.2"
 SND6, RCV6 = "fd09:1::1", "fd09:2::2"
@@ -56,22 +57,20 @@ def wait_for(pred, timeout=10.0, step=0.1, what="condition"):
 class Daemon:
     """A bloatd daemon with its own run directory and metrics port."""
 
-    def __init__(self, *extra, bounding_set=BOUNDING_SET):
+    def __init__(self, *extra, sandbox=UNIT_SANDBOX):
         self.run_dir = tempfile.mkdtemp(prefix="bloatd-test-")
         self.port = free_port()
         self.extra = list(extra)
-        self.bounding_set = bounding_set
+        self.sandbox = sandbox
 
     def cli(self, *args, check=True, timeout=60):
         return run(BLOATD, "--run-dir", self.run_dir, *args, check=check, timeout=timeout)
 
     def start(self, *args, check=True):
         args = ("start", "--listen", f"127.0.0.1:{self.port}", *self.extra, *args)
-        if self.bounding_set is None:
+        if not self.sandbox:
             return self.cli(*args, check=check)
-        bounded = "-all," + ",".join("+" + c for c in self.bounding_set.split(","))
-        return run("setpriv", f"--bounding-set={bounded}", "--inh-caps=-all", BLOATD,
-                   "--run-dir", self.run_dir, *args, check=check)
+        return run(*SANDBOX, BLOATD, "--run-dir", self.run_dir, *args, check=check)
 
     def stop(self):
         return self.cli("stop", check=False)

@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
 """Issue 12: the systemd unit and the capabilities bloatd keeps.
 
-The unit's capability bounding set is enough: the kernel-oracle test
-(test_sockets.py) passes with every daemon it starts bounded to exactly that
-set (setpriv), as systemd would. After start the daemon holds CAP_SYS_ADMIN
+The unit's capability bounding set and system-call filter are enough: the
+kernel-oracle test (test_sockets.py) passes with every daemon it starts
+under exactly those (unit_sandbox.py), as systemd would run it. After start the daemon holds CAP_SYS_ADMIN
 and CAP_SYS_PTRACE only, permitted and not effective, in every thread, with
 no_new_privs; `cc default` and the stop's restore still work, including
 moving a network namespace that only a process holds off bloatd's
@@ -24,16 +24,6 @@ ALLOWED = "/proc/sys/net/ipv4/tcp_allowed_congestion_control"
 CAP_SYS_PTRACE, CAP_SYS_ADMIN = 19, 21
 
 
-def unit_bounding_set():
-    """The unit's CapabilityBoundingSet in setpriv's spelling: "bpf,perfmon,..."."""
-    with open(UNIT) as f:
-        for line in f:
-            if line.startswith("CapabilityBoundingSet="):
-                caps = line.split("=", 1)[1].split()
-                return ",".join(c.removeprefix("CAP_").lower() for c in caps)
-    raise AssertionError("the unit has no CapabilityBoundingSet")
-
-
 def read(path):
     with open(path) as f:
         return f.read().strip()
@@ -52,23 +42,22 @@ class Unit(TestCase):
         print(f"    systemd-analyze exposure {m.group(1)}", flush=True)
         self.assertLessEqual(float(m.group(1)), 4.0)
 
-    def test_kernel_oracle_passes_under_the_bounding_set(self):
-        env = dict(os.environ, BLOATD_BOUNDING_SET=unit_bounding_set())
+    def test_kernel_oracle_passes_in_the_unit_sandbox(self):
+        env = dict(os.environ, BLOATD_UNIT_SANDBOX="1")
         r = subprocess.run([sys.executable, "test_sockets.py"], cwd=HERE, env=env,
                            capture_output=True, text=True, timeout=600)
         tail = r.stdout[-2000:] + r.stderr[-3000:]
         self.assertEqual(r.returncode, 0, tail)
         ran = re.search(r"Ran (\d+) tests?", r.stderr)
         self.assertTrue(ran and int(ran.group(1)) >= 3, tail)
-        print(f"    test_sockets.py under --bounding-set {unit_bounding_set()}: {ran.group(0)}, OK",
-              flush=True)
+        print(f"    test_sockets.py with daemons in the unit's sandbox: {ran.group(0)}, OK", flush=True)
 
 
 class Capabilities(TestCase):
     def test_only_the_stop_capabilities_stay_and_stop_restores(self):
         before = read(DEFAULT)
         self.addCleanup(write, DEFAULT, before)
-        d = self.daemon(bounding_set=unit_bounding_set())
+        d = self.daemon(sandbox=True)
         d.start()
         threads = proc_status(d.pid())
         for tid, st in threads.items():
@@ -78,6 +67,7 @@ class Capabilities(TestCase):
             self.assertEqual(int(st["CapInh"], 16), 0)
             self.assertEqual(int(st["CapAmb"], 16), 0)
             self.assertEqual(st["NoNewPrivs"], "1")
+            self.assertEqual(st["Seccomp"], "2", "the unit's system-call filter applies")
 
         # A namespace only a privileged process holds (not in /run/netns),
         # defaulting to bloatd_westwood: finding it at stop takes
