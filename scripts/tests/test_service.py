@@ -7,15 +7,18 @@ under exactly those (unit_sandbox.py), as systemd would run it. After start the 
 and CAP_SYS_PTRACE only, permitted and not effective, in every thread, with
 no_new_privs; `cc default` and the stop's restore still work, including
 moving a network namespace that only a process holds off bloatd's
-algorithm. systemd-analyze rates the unit 4.0 or better.
+algorithm. systemd-analyze rates the unit 4.0 or better; the daemon tells
+systemd when it is ready (Type=notify).
 """
 
 import os
 import re
+import signal
+import socket
 import subprocess
 import sys
 
-from bloatdtest import REPO, TestCase, main, proc_status, run, wait_for
+from bloatdtest import BLOATD, REPO, TestCase, free_port, main, proc_status, run, wait_for
 
 UNIT = os.path.join(REPO, "daemon", "dist", "bloatd.service")
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -41,6 +44,25 @@ class Unit(TestCase):
         self.assertIsNotNone(m, r.stdout[-500:] + r.stderr)
         print(f"    systemd-analyze exposure {m.group(1)}", flush=True)
         self.assertLessEqual(float(m.group(1)), 4.0)
+
+    def test_tells_systemd_when_ready(self):
+        """Type=notify: READY=1 on $NOTIFY_SOCKET once the API answers."""
+        d = self.daemon("--no-cc")
+        notify = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        self.addCleanup(notify.close)
+        path = os.path.join(d.run_dir, "notify")
+        notify.bind(path)
+        notify.settimeout(30)
+        proc = subprocess.Popen([BLOATD, "--run-dir", d.run_dir, "start", "--foreground", "--no-cc",
+                                 "--listen", f"127.0.0.1:{free_port()}"],
+                                env=dict(os.environ, NOTIFY_SOCKET=path),
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        self.addCleanup(proc.wait)
+        self.addCleanup(proc.kill)
+        self.assertEqual(notify.recv(256), b"READY=1\n")
+        self.assertEqual(d.cli("status", check=False).returncode, 0, "up when it says so")
+        proc.send_signal(signal.SIGTERM)
+        self.assertEqual(proc.wait(timeout=15), 0)
 
     def test_kernel_oracle_passes_in_the_unit_sandbox(self):
         env = dict(os.environ, BLOATD_UNIT_SANDBOX="1")
