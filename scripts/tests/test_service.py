@@ -18,7 +18,8 @@ import socket
 import subprocess
 import sys
 
-from bloatdtest import BLOATD, REPO, TestCase, free_port, main, proc_status, run, wait_for
+from bloatdtest import (BLOATD, REPO, TestCase, bpf_prog_ids, free_port, main, proc_status, run,
+                        wait_for)
 
 UNIT = os.path.join(REPO, "daemon", "dist", "bloatd.service")
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -79,8 +80,12 @@ class Capabilities(TestCase):
     def test_only_the_stop_capabilities_stay_and_stop_restores(self):
         before = read(DEFAULT)
         self.addCleanup(write, DEFAULT, before)
+        sock_ops_before = bpf_prog_ids({"sock_ops"})
         d = self.daemon(sandbox=True)
         d.start()
+        self.assertTrue(bpf_prog_ids({"sock_ops"}) - sock_ops_before,
+                        "the cgroup sock_ops program attached in the sandbox")
+        self.assertNotIn("not sampled", d.log())
         threads = proc_status(d.pid())
         for tid, st in threads.items():
             self.assertEqual(int(st["CapEff"], 16), 0, f"thread {tid}: nothing effective")
