@@ -232,7 +232,10 @@ static __always_inline void sock_fill(struct bloatd_sock *s,
 	s->bytes_received = tp->bytes_received;
 	s->rcv_rtt_us = tp->rcv_rtt_est.rtt_us >> 3;
 	s->unsent_bytes = (__s32)(write_seq - snd_nxt) > 0 ? write_seq - snd_nxt : 0;
-	if (BPF_CORE_READ_BITFIELD_PROBED(&tp->rx_opt, tstamp_ok))
+	/* The stack sizes every header by whether timestamps were agreed
+	 * (20 bytes, or 32 with the aligned option): a plain field, where the
+	 * tstamp_ok bitfield read back set on connections without them. */
+	if (tp->tcp_header_len > 20)
 		s->flags |= BLOATD_F_TIMESTAMPS;
 	else
 		s->flags &= ~BLOATD_F_TIMESTAMPS;

@@ -197,7 +197,7 @@ while True:
                   "--bytes", "0", "--seconds", "6", "--cc", "cubic")
         rcv = wait_for(lambda: [s for s in d.sockets() if s["remote_port"] == 8000 and s["cc"] == "cubic"
                                 and s["role"] == "receiver"], timeout=10, what="the receiver")[0]
-        self.assertFalse(rcv["timestamps"])
+        self.assertFalse(rcv["timestamps"], rcv)
         self.assertIsNone(rcv["rcv_ts_rtt_us"], "no echoed timestamps to measure")
         ss = [x for x in lab.exec("rcv", "ss", "-tinH").stdout.split("\n\t") if ":8000" in x]
         self.assertTrue(ss and " ts " not in ss[0], "ss agrees: no ts option")
