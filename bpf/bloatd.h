@@ -2,9 +2,9 @@
 /*
  * The records that cross the kernel boundary, defined once. `bloatd_sock` is
  * the value of the `socks` socket storage map (the live state of one TCP
- * socket), the sample that the probes push through the `samples` ring
- * buffer at most once per socket per sampling interval, and what the map
- * iterator writes out. The Rust side is generated from the object's BTF at
+ * socket) and what the map iterator writes out; `bloatd_sample` the point
+ * of a watched socket's series; `bloatd_cc_stats` and `bloatd_sock_counts`
+ * the statistics /metrics reads. The Rust side is generated from the object's BTF at
  * build time (bpf/build_bpf.rs), so there is no second definition to keep
  * in step.
  */
@@ -21,10 +21,85 @@
 #define BLOATD_CC_LEN 16
 #define BLOATD_IFNAME_LEN 16
 
-/* Why a record is in the ring buffer. */
-enum bloatd_kind {
-	BLOATD_SAMPLE = 1,	/* periodic sample of a socket carrying traffic */
-	BLOATD_CLOSED = 2,	/* last record of a socket: it went to TCP_CLOSE */
+/* Sizes of the statistics (an enum, so user space sees them in the BTF). */
+enum bloatd_limits {
+	/* Congestion controls with a label of their own (index by name, first
+	 * come first served; the last index takes every further name,
+	 * labelled "other"). */
+	BLOATD_CC_MAX = 16,
+	/* Histogram buckets, upper bounds inclusive (Prometheus `le`), +Inf
+	 * last. Delays in microseconds: 0.5 ms .. 16 s, a LAN's queue to a
+	 * bloated cellular buffer. cwnd in segments: 2 .. 8192. */
+	BLOATD_DELAY_BUCKETS = 16,
+	BLOATD_CWND_BUCKETS = 14,
+	/* TCP states counted in the sockets gauge (TCP_ESTABLISHED ..
+	 * TCP_CLOSING, plus 0 for "unknown"). */
+	BLOATD_STATES = 13,
+};
+
+/* The delay histograms, per congestion control and role. */
+enum bloatd_hist {
+	BLOATD_HIST_QUEUE = 0,		/* queueing delay (sender or receiver view) */
+	BLOATD_HIST_RTT = 1,		/* srtt (senders), the measured receiver RTT (receivers) */
+	BLOATD_HIST_FLOOR = 2,		/* the floor the queue is measured against */
+	BLOATD_HIST_MAX = 3,
+};
+
+/* Statistics of one role (sender, receiver) of one congestion control on
+ * one CPU, fed at most once per socket per sampling interval while the
+ * socket carries traffic: a bucket's share is a share of socket-time. */
+struct bloatd_role_stats {
+	__u64 delay[BLOATD_HIST_MAX][BLOATD_DELAY_BUCKETS];	/* samples per bucket */
+	__u64 delay_sum_us[BLOATD_HIST_MAX];
+	__u64 cwnd[BLOATD_CWND_BUCKETS];	/* senders only */
+	__u64 cwnd_sum;
+	__u64 retrans;		/* segments retransmitted */
+	/* Distinct sockets at or above the bloat threshold, by second:
+	 * bloated[i] counts second bloated_sec[i] (sec % 4 == i). */
+	__u64 bloated[4];
+	__u64 bloated_sec[4];
+};
+
+/* Value of the per-CPU `cc_stats` array, one entry per congestion control. */
+struct bloatd_cc_stats {
+	struct bloatd_role_stats role[2];	/* [0] sender, [1] receiver */
+};
+
+/* Value of the `sock_counts` array (one entry): records alive now by
+ * congestion control, role and state, kept by the probes as sockets come,
+ * change and go. */
+struct bloatd_sock_counts {
+	__s64 n[BLOATD_CC_MAX][2][BLOATD_STATES];
+};
+
+/* What the daemon tells the probes at run time (`control`, one entry). */
+struct bloatd_control {
+	__u32 watching;		/* entries in `watch`: 0 = stream no sample at all */
+	__u32 pad;
+};
+
+/*
+ * One point of a watched socket's series, pushed through the `samples`
+ * ring buffer at the sampling interval. Only sockets the daemon watches
+ * (the dashboard's detail socket, the most queued ones while someone looks,
+ * API series requests) are streamed: nothing per sample reaches user space
+ * otherwise.
+ */
+struct bloatd_sample {
+	__u64 cookie;
+	__u64 sample_ns;	/* CLOCK_MONOTONIC */
+	__u64 throughput_bps;
+	__u32 srtt_us;
+	__u32 min_rtt_us;
+	__u32 floor_us;
+	__u32 queue_delay_us;
+	__u32 rcv_rtt_us;	/* the receiver RTT the receiver queue is measured from */
+	__u32 rcv_queue_delay_us;
+	__u32 cwnd;
+	__u32 inflight;
+	__u8 role;
+	__u8 flags;
+	__u8 pad[6];
 };
 
 /* Which side of the transfer a socket is on, from what moved since its
@@ -50,8 +125,8 @@ enum bloatd_stat {
 	BLOATD_STAT_RETRANS = 2,	/* tcp_retransmit_skb events */
 	BLOATD_STAT_CONG = 3,		/* tcp_cong_state_set events */
 	BLOATD_STAT_ITER = 4,		/* sockets visited by the iterator */
-	BLOATD_STAT_DROP_MAP_FULL = 5,	/* socket not tracked: map_capacity reached */
-	BLOATD_STAT_DROP_RINGBUF = 6,	/* sample lost: ring buffer full */
+	BLOATD_STAT_DROP_MAP_FULL = 5,	/* sockets not tracked: map_capacity reached (each once) */
+	BLOATD_STAT_DROP_RINGBUF = 6,	/* watched sample lost: ring buffer full */
 	BLOATD_STAT_CREATED = 7,	/* records created */
 	BLOATD_STAT_DELETED = 8,	/* records deleted at close */
 	BLOATD_STAT_SOCKOPS = 9,	/* sock_ops callbacks (closing senders) */
@@ -86,7 +161,6 @@ struct bloatd_sock {
 	__u64 prev_acked;	/* bytes_acked at the previous sample */
 	__u64 prev_received;	/* bytes_received at the previous sample */
 	__u64 floor_ns;		/* CLOCK_MONOTONIC of the last floor refresh */
-	__u64 ts_ns;		/* TCP clock of the last receiver RTT measurement */
 	__u32 netns;		/* network namespace inode */
 	__u32 pid;		/* tgid that connect()ed, 0 if unknown */
 	__u32 cwnd;		/* snd_cwnd, segments */
@@ -96,7 +170,9 @@ struct bloatd_sock {
 	__u32 srtt_us;		/* srtt_us >> 3 */
 	__u32 min_rtt_us;	/* tcp_min_rtt(): the socket's own windowed minimum, 0 before any sample */
 	__u32 rcv_rtt_us;	/* rcv_rtt_est.rtt_us >> 3: the kernel's receiver estimate (ss rcv_rtt) */
-	__u32 rcv_ts_rtt_us;	/* receiver RTT measured by bloatd from echoed timestamps, smoothed */
+	__u32 rcv_ts_rtt_us;	/* receiver RTT measured by bloatd from echoed timestamps: the
+				 * lowest sample of the last interval that had one */
+	__u32 rcv_ts_min_us;	/* the lowest sample of the interval under way, 0 none yet */
 	__u32 rcv_last_tsecr;	/* the last echoed timestamp measured */
 	__u32 floor_us;		/* the path's floor the queueing delays are measured against */
 	__u32 queue_delay_us;	/* sender view: srtt_us - floor_us */
@@ -110,12 +186,15 @@ struct bloatd_sock {
 	__u32 ifindex;		/* egress interface */
 	__u32 prev_delivered;	/* tp->delivered at the previous sample (SACKed count) */
 	__u32 prev_segs_in;	/* tp->data_segs_in at the previous sample */
+	__u32 prev_retrans;	/* total_retrans already counted in the statistics */
+	__u32 bloated_sec;	/* the last second this socket counted as bloated */
+	__u16 counted;		/* its slot in `sock_counts` + 1, 0 = not counted */
 	__u16 family;		/* AF_INET or AF_INET6 */
 	__u16 sport;		/* local port, host order */
 	__u16 dport;		/* remote port, host order */
 	__u8 state;		/* TCP_ESTABLISHED, ... */
 	__u8 ca_state;		/* TCP_CA_Open, ... */
-	__u8 kind;		/* enum bloatd_kind (ring buffer records) */
+	__u8 cc_idx;		/* index of its congestion control in the statistics */
 	__u8 role;		/* enum bloatd_role */
 	__u8 floor_source;	/* enum bloatd_floor_source */
 	__u8 flags;		/* enum bloatd_flag bits */
@@ -130,12 +209,17 @@ struct bloatd_sock {
  * the build generates the Rust side (bpf/build_bpf.rs). */
 struct bloatd_abi {
 	struct bloatd_sock sock;
+	struct bloatd_sample sample;
+	struct bloatd_cc_stats cc_stats;
+	struct bloatd_sock_counts sock_counts;
+	struct bloatd_control control;
 	struct bloatd_floor floor;
 	struct bloatd_path_key path_key;
 	struct bloatd_bottleneck bottleneck;
 	struct bloatd_floor_subject floor_subject;
 	struct bloatd_floor_cfg floor_cfg;
-	enum bloatd_kind kind;
+	enum bloatd_hist hist;
+	enum bloatd_limits limits;
 	enum bloatd_role role;
 	enum bloatd_flag flag;
 	enum bloatd_stat stat;

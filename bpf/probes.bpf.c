@@ -76,17 +76,19 @@ const volatile __u32 floor_prefix_v4 = 24;
 const volatile __u32 floor_prefix_v6 = 64;
 /* Infer a new peer's floor from its bottleneck's queue (floor_infer). */
 const volatile __u32 floor_infer_on = 1;
+/* Queueing delay from which a socket counts as bloated. */
+const volatile __u32 bloat_threshold_us = 100000;
 
 /* Records alive now: the bound of `socks` (socket storage has none). */
 __u64 live_socks = 0;
+/* Congestion control indexes handed out (see cc_index_of). */
+__u32 next_cc = 0;
 
 /* Keeps every record type in the object's BTF (bloatd.h, struct bloatd_abi). */
 struct bloatd_abi abi_anchor = {};
 
-/* How often a socket re-reads its path's floor and feeds it, and how often a
- * receiver measures its RTT from echoed timestamps. */
+/* How often a socket re-reads its path's floor and feeds it. */
 #define FLOOR_REFRESH_NS NSEC_PER_SEC
-#define TS_MEASURE_NS (10 * 1000 * 1000ULL)
 #define BOTTLENECK_SLOTS 1024
 /* How old a bottleneck's reading may be and still serve a handshake: a
  * sender in loss recovery behind a deep queue can go a second without an
@@ -100,10 +102,68 @@ struct {
 	__type(value, struct bloatd_sock);
 } socks SEC(".maps");
 
+/* Series points of watched sockets only (struct bloatd_sample). */
 struct {
 	__uint(type, BPF_MAP_TYPE_RINGBUF);
-	__uint(max_entries, 4 << 20);
+	__uint(max_entries, 1 << 20);
 } samples SEC(".maps");
+
+/* Sockets whose series the daemon wants (the dashboard's detail socket,
+ * the most queued while someone looks, API series requests). */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 256);
+	__type(key, __u64);
+	__type(value, __u8);
+} watch SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct bloatd_control);
+} control SEC(".maps");
+
+/* The statistics /metrics reads: histograms, retransmissions and bloated
+ * sockets per congestion control and role, on each CPU. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, BLOATD_CC_MAX);
+	__type(key, __u32);
+	__type(value, struct bloatd_cc_stats);
+} cc_stats SEC(".maps");
+
+/* Records alive by congestion control, role and state. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct bloatd_sock_counts);
+} sock_counts SEC(".maps");
+
+/* Congestion control name -> index in the statistics, and back. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 64);
+	__type(key, char[BLOATD_CC_LEN]);
+	__type(value, __u32);
+} cc_index SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, BLOATD_CC_MAX);
+	__type(key, __u32);
+	__type(value, char[BLOATD_CC_LEN]);
+} cc_names SEC(".maps");
+
+/* Sockets refused by the bound, so each is counted once, not once per
+ * segment. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 4096);
+	__type(key, __u64);
+	__type(value, __u8);
+} refused SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
@@ -204,6 +264,30 @@ static __always_inline void sock_route(struct bloatd_sock *s, const struct sock 
 }
 
 /*
+ * The index of a congestion control in the statistics, by name: the first
+ * BLOATD_CC_MAX - 1 names get one each, any further name the last ("other").
+ * Two CPUs meeting a new name at once may both take an index; the daemon
+ * sums indexes that carry the same name.
+ */
+static __always_inline __u8 cc_index_of(const char *name)
+{
+	char key[BLOATD_CC_LEN];
+	__u32 *found, idx;
+
+	__builtin_memcpy(key, name, sizeof(key));
+	found = bpf_map_lookup_elem(&cc_index, key);
+	if (found)
+		return *found;
+	idx = __sync_fetch_and_add(&next_cc, 1);
+	if (idx >= BLOATD_CC_MAX - 1)
+		idx = BLOATD_CC_MAX - 1;
+	else
+		bpf_map_update_elem(&cc_names, &idx, key, BPF_ANY);
+	bpf_map_update_elem(&cc_index, key, &idx, BPF_NOEXIST);
+	return idx;
+}
+
+/*
  * The live numbers, exactly as tcp_get_info() derives them for `ss -ti`, so
  * the kernel's own view is the oracle for every field. Read without the
  * socket's lock (the iterator): counters can be mid-update, so inflight is
@@ -242,7 +326,9 @@ static __always_inline void sock_fill(struct bloatd_sock *s,
 	/* The name is read only when the ops change (setsockopt, sockops). */
 	if ((__u64)ops != s->ca_ops) {
 		s->ca_ops = (__u64)ops;
+		__builtin_memset(s->cc, 0, sizeof(s->cc));
 		bpf_probe_read_kernel_str(s->cc, sizeof(s->cc), ops->name);
+		s->cc_idx = cc_index_of(s->cc);
 	}
 }
 
@@ -382,68 +468,200 @@ static __always_inline void sock_queues(struct bloatd_sock *s)
 }
 
 /*
- * A receiver's RTT from the timestamp the sender echoes on its data (TSecr
+ * A receiver's RTT from the timestamps the sender echoes on its data (TSecr
  * against our own TSval clock), as ePPing and the kernel's
  * tcp_rcv_rtt_measure_ts do. The kernel's own estimate (rcv_rtt_est) serves
  * receive-buffer autotuning: it takes any lower sample at once and ignores
  * higher ones while the application has unread data, so it under-reports a
- * queue. Only the aligned timestamp option every Linux peer sends is read
- * (NOP NOP TS 10), as the kernel's fast path does; at most once per
- * TS_MEASURE_NS per socket, on a segment that carries data.
+ * queue.
+ *
+ * tcp_probe runs before the stack parses this segment, so it reads what the
+ * stack parsed of the previous one: its echo (rx_opt.rcv_tsecr, already
+ * less tsoffset) and the TCP clock of its processing (tcp_mstamp). Plain
+ * loads: no copy of the header, no clock read. Each new echo is one sample;
+ * later segments of a burst echo the same value and would add the sender's
+ * own pacing, so only the first counts, as in the kernel. The interval's
+ * RTT is the lowest of its samples (sock_interval): an application-limited
+ * sender echoes an ACK it received long before it had more to send, which
+ * can only make a sample longer, never shorter.
  */
-static __always_inline void measure_rcv_rtt(struct bloatd_sock *s, const struct tcp_sock *tp,
-					    const struct sk_buff *skb, __u64 now_ns)
+static __always_inline void measure_rcv_rtt(struct bloatd_sock *s, const struct tcp_sock *tp)
 {
-	__u8 th[32];
-	__u32 tsecr, now_us, rtt_us, delta, len = skb->len;
-	__s32 err;
+	__u32 tsecr = tp->rx_opt.rcv_tsecr, now_ts, rtt_us;
+	__u64 mstamp;
 
-	if (now_ns - s->ts_ns < TS_MEASURE_NS)
-		return;
-	if (bpf_probe_read_kernel(th, sizeof(th), skb->data))
-		return;
-	/* doff >= 8 words: 12 option bytes; the segment carries data. */
-	if ((th[12] >> 4) < 8 || len <= (__u32)(th[12] >> 4) * 4)
-		return;
-	if (th[20] != 1 || th[21] != 1 || th[22] != 8 || th[23] != 10)
-		return;
-	s->ts_ns = now_ns;
-	tsecr = ((__u32)th[28] << 24) | ((__u32)th[29] << 16) | ((__u32)th[30] << 8) | th[31];
-	/* Later segments of one burst echo the same value and would add the
-	 * sender's own pacing; measure the first, as the kernel does. */
-	if (tsecr == s->rcv_last_tsecr)
+	if (!tsecr || tsecr == s->rcv_last_tsecr)
 		return;
 	s->rcv_last_tsecr = tsecr;
-	tsecr -= tp->tsoffset;
-	now_us = bpf_ktime_get_ns() / 1000;
+	mstamp = tp->tcp_mstamp;
 	if (BPF_CORE_READ_BITFIELD_PROBED(tp, tcp_usec_ts)) {
-		rtt_us = now_us - tsecr;
+		rtt_us = (__u32)mstamp - tsecr;
 	} else {
-		delta = now_us / 1000 - tsecr;
-		rtt_us = delta * 1000;
+		now_ts = mstamp / 1000;
 		/* Millisecond clock: a sub-millisecond RTT reads 0. */
-		if (!delta)
-			rtt_us = 500;
+		rtt_us = now_ts == tsecr ? 500 : (now_ts - tsecr) * 1000;
 	}
 	if ((__s32)rtt_us <= 0 || rtt_us > 60 * 1000 * 1000)
 		return;
-	/* Smoothed like srtt (gain 1/8), so one late echo does not swing it. */
-	if (!(s->flags & BLOATD_F_RCV_TS)) {
-		s->rcv_ts_rtt_us = rtt_us;
-		s->flags |= BLOATD_F_RCV_TS;
-	} else {
-		err = (__s32)(rtt_us - s->rcv_ts_rtt_us);
-		s->rcv_ts_rtt_us += err >> 3;
+	if (!s->rcv_ts_min_us || rtt_us < s->rcv_ts_min_us)
+		s->rcv_ts_min_us = rtt_us;
+}
+
+/* A watched socket's point of its series goes to the daemon. */
+static __always_inline void sock_stream(const struct bloatd_sock *s)
+{
+	struct bloatd_control *c;
+	struct bloatd_sample *out;
+	__u32 zero = 0;
+
+	c = bpf_map_lookup_elem(&control, &zero);
+	if (!c || !c->watching || !bpf_map_lookup_elem(&watch, &s->cookie))
+		return;
+	/* No wakeup: the daemon drains the ring on its own clock. */
+	out = bpf_ringbuf_reserve(&samples, sizeof(*out), 0);
+	if (!out) {
+		stat_inc(BLOATD_STAT_DROP_RINGBUF);
+		return;
+	}
+	out->cookie = s->cookie;
+	out->sample_ns = s->sample_ns;
+	out->throughput_bps = s->throughput_bps;
+	out->srtt_us = s->srtt_us;
+	out->min_rtt_us = s->min_rtt_us;
+	out->floor_us = s->floor_us;
+	out->queue_delay_us = s->queue_delay_us;
+	out->rcv_rtt_us = (s->flags & BLOATD_F_RCV_TS) ? s->rcv_ts_rtt_us : s->rcv_rtt_us;
+	out->rcv_queue_delay_us = s->rcv_queue_delay_us;
+	out->cwnd = s->cwnd;
+	out->inflight = s->inflight;
+	out->role = s->role;
+	out->flags = s->flags;
+	__builtin_memset(out->pad, 0, sizeof(out->pad));
+	bpf_ringbuf_submit(out, BPF_RB_NO_WAKEUP);
+}
+
+/* Index of a delay in the histogram buckets (bloatd.h). */
+static __always_inline __u32 delay_bucket(__u32 us)
+{
+	static const __u32 bounds[BLOATD_DELAY_BUCKETS - 1] = {
+		500, 1000, 2000, 5000, 10000, 20000, 50000, 100000,
+		200000, 500000, 1000000, 2000000, 4000000, 8000000, 16000000,
+	};
+	__u32 i;
+
+	for (i = 0; i < BLOATD_DELAY_BUCKETS - 1; i++)
+		if (us <= bounds[i])
+			return i;
+	return BLOATD_DELAY_BUCKETS - 1;
+}
+
+/* Index of a cwnd in the exponential buckets 2, 4, .. 8192, +Inf. */
+static __always_inline __u32 cwnd_bucket(__u32 cwnd)
+{
+	__u32 i;
+
+	for (i = 0; i < BLOATD_CWND_BUCKETS - 1; i++)
+		if (cwnd <= (2U << i))
+			return i;
+	return BLOATD_CWND_BUCKETS - 1;
+}
+
+static __always_inline struct bloatd_role_stats *role_stats(const struct bloatd_sock *s)
+{
+	__u32 idx = s->cc_idx < BLOATD_CC_MAX ? s->cc_idx : BLOATD_CC_MAX - 1;
+	struct bloatd_cc_stats *st = bpf_map_lookup_elem(&cc_stats, &idx);
+
+	if (!st)
+		return NULL;
+	return &st->role[s->role == BLOATD_ROLE_RECEIVER];
+}
+
+/* Retransmissions since they were last counted. */
+static __always_inline void stats_retrans(struct bloatd_sock *s, struct bloatd_role_stats *r)
+{
+	if (s->total_retrans > s->prev_retrans) {
+		r->retrans += s->total_retrans - s->prev_retrans;
+		s->prev_retrans = s->total_retrans;
 	}
 }
 
-static __always_inline void sock_send(struct bloatd_sock *s, __u8 kind)
+/*
+ * A sample into the statistics, where the Prometheus histograms read it:
+ * per-CPU counters, no lock, no record to user space. Only intervals in
+ * which the socket carried data count: an idle socket keeps a stale srtt.
+ */
+static __always_inline void sock_stats(struct bloatd_sock *s, __u64 now_ns)
 {
-	s->kind = kind;
-	/* No wakeup: the daemon drains the ring on its own clock, so a busy
-	 * host does not pay one wakeup per sample. */
-	if (bpf_ringbuf_output(&samples, s, sizeof(*s), BPF_RB_NO_WAKEUP))
-		stat_inc(BLOATD_STAT_DROP_RINGBUF);
+	struct bloatd_role_stats *r = role_stats(s);
+	__u32 rx = s->role == BLOATD_ROLE_RECEIVER, rtt, queue, sec, slot;
+
+	if (!r)
+		return;
+	stats_retrans(s, r);
+	rtt = rx ? ((s->flags & BLOATD_F_RCV_TS) ? s->rcv_ts_rtt_us : s->rcv_rtt_us) : s->srtt_us;
+	/* A socket without an RTT on its side yet has nothing to say. */
+	if (!(s->flags & BLOATD_F_ACTIVE) || !rtt || !s->floor_us)
+		return;
+	queue = rx ? s->rcv_queue_delay_us : s->queue_delay_us;
+	r->delay[BLOATD_HIST_QUEUE][delay_bucket(queue)]++;
+	r->delay_sum_us[BLOATD_HIST_QUEUE] += queue;
+	r->delay[BLOATD_HIST_RTT][delay_bucket(rtt)]++;
+	r->delay_sum_us[BLOATD_HIST_RTT] += rtt;
+	r->delay[BLOATD_HIST_FLOOR][delay_bucket(s->floor_us)]++;
+	r->delay_sum_us[BLOATD_HIST_FLOOR] += s->floor_us;
+	if (!rx) {
+		r->cwnd[cwnd_bucket(s->cwnd)]++;
+		r->cwnd_sum += s->cwnd;
+	}
+	/* Bloated sockets, each counted once per second it was bloated in. */
+	if (bloat_threshold_us && queue >= bloat_threshold_us) {
+		sec = now_ns / NSEC_PER_SEC;
+		if (s->bloated_sec != sec) {
+			s->bloated_sec = sec;
+			slot = sec & 3;
+			if (r->bloated_sec[slot] != sec) {
+				r->bloated_sec[slot] = sec;
+				r->bloated[slot] = 0;
+			}
+			r->bloated[slot]++;
+		}
+	}
+}
+
+/* Add `d` to slot `slot` (1-based, 0 = none) of `sock_counts`. */
+static __always_inline void counts_add(struct bloatd_sock_counts *c, __u32 slot, __s64 d)
+{
+	__u32 idx = slot - 1;
+
+	if (!slot || idx >= BLOATD_CC_MAX * 2 * BLOATD_STATES)
+		return;
+	/* The verifier must see the bound on the register that indexes. */
+	barrier_var(idx);
+	if (idx >= BLOATD_CC_MAX * 2 * BLOATD_STATES)
+		return;
+	__sync_fetch_and_add(&((__s64 *)c->n)[idx], d);
+}
+
+/*
+ * Keep `sock_counts` true: the record counts in one (cc, role, state) slot
+ * at a time; `counted` says which. gone: the record is about to go.
+ */
+static __always_inline void sock_account(struct bloatd_sock *s, int gone)
+{
+	struct bloatd_sock_counts *c;
+	__u32 zero = 0, cc = s->cc_idx < BLOATD_CC_MAX ? s->cc_idx : BLOATD_CC_MAX - 1;
+	__u32 state = s->state < BLOATD_STATES ? s->state : 0;
+	__u32 slot = gone ? 0 : (cc * 2 + (s->role == BLOATD_ROLE_RECEIVER)) * BLOATD_STATES + state + 1;
+	__u32 old = s->counted;
+
+	if (slot == old)
+		return;
+	c = bpf_map_lookup_elem(&sock_counts, &zero);
+	if (!c)
+		return;
+	counts_add(c, old, -1);
+	counts_add(c, slot, 1);
+	s->counted = slot;
 }
 
 /*
@@ -455,25 +673,35 @@ static __always_inline struct bloatd_sock *sock_create(struct sock *sk,
 							const struct tcp_sock *tp)
 {
 	struct bloatd_sock *s;
+	__u64 cookie;
+	__u8 one = 1;
 
-	if (live_socks >= map_capacity) {
-		stat_inc(BLOATD_STAT_DROP_MAP_FULL);
+	/* Reserve a place first: checking and then creating would let every
+	 * CPU pass the check at once and overshoot the bound. */
+	if (__sync_fetch_and_add(&live_socks, 1) >= map_capacity) {
+		__sync_fetch_and_add(&live_socks, -1);
+		/* Counted once per socket, not once per segment it sends us. */
+		cookie = bpf_get_socket_cookie(sk);
+		if (!bpf_map_update_elem(&refused, &cookie, &one, BPF_NOEXIST))
+			stat_inc(BLOATD_STAT_DROP_MAP_FULL);
 		return NULL;
 	}
 	s = bpf_sk_storage_get(&socks, sk, 0, BPF_SK_STORAGE_GET_F_CREATE);
-	if (!s) {
-		stat_inc(BLOATD_STAT_DROP_MAP_FULL);
-		return NULL;
+	if (!s || s->cookie) {
+		__sync_fetch_and_add(&live_socks, -1);
+		if (!s)
+			stat_inc(BLOATD_STAT_DROP_MAP_FULL);
+		return s;
 	}
-	if (!s->cookie) {
-		__sync_fetch_and_add(&live_socks, 1);
-		stat_inc(BLOATD_STAT_CREATED);
-		s->cookie = bpf_get_socket_cookie(sk);
-		sock_identity(s, &sk->__sk_common);
-		sock_route(s, sk);
-		s->state = sk->__sk_common.skc_state;
-		s->ca_state = BPF_CORE_READ_BITFIELD_PROBED(&tp->inet_conn, icsk_ca_state);
-	}
+	stat_inc(BLOATD_STAT_CREATED);
+	s->cookie = bpf_get_socket_cookie(sk);
+	sock_identity(s, &sk->__sk_common);
+	sock_route(s, sk);
+	s->state = sk->__sk_common.skc_state;
+	s->ca_state = BPF_CORE_READ_BITFIELD_PROBED(&tp->inet_conn, icsk_ca_state);
+	sock_fill(s, tp);
+	s->prev_retrans = s->total_retrans;	/* history before bloatd is not new */
+	sock_account(s, 0);
 	return s;
 }
 
@@ -505,6 +733,12 @@ static __always_inline void sock_interval(struct bloatd_sock *s, const struct tc
 		s->flags &= ~BLOATD_F_ACTIVE;
 	/* bytes * 8e6 / us: exact up to 2 TB between samples. */
 	s->throughput_bps = s->sample_ns && dt_us ? moved * 8000000 / dt_us : 0;
+	/* The receiver's RTT of this interval: its lowest echo sample. */
+	if (s->rcv_ts_min_us) {
+		s->rcv_ts_rtt_us = s->rcv_ts_min_us;
+		s->rcv_ts_min_us = 0;
+		s->flags |= BLOATD_F_RCV_TS;
+	}
 	s->prev_acked = s->bytes_acked;
 	s->prev_received = s->bytes_received;
 	s->prev_delivered = delivered;
@@ -512,7 +746,8 @@ static __always_inline void sock_interval(struct bloatd_sock *s, const struct tc
 	s->sample_ns = now_ns;
 }
 
-/* Bring the record up to date, measure its queue, and send it as a sample. */
+/* Bring the record up to date, measure its queue, count it in the
+ * statistics, and stream it if it is watched. */
 static __always_inline void sock_sample(struct bloatd_sock *s, const struct tcp_sock *tp)
 {
 	__u64 now_ns = bpf_ktime_get_ns();
@@ -533,7 +768,9 @@ static __always_inline void sock_sample(struct bloatd_sock *s, const struct tcp_
 			bottleneck_publish(s, s->queue_delay_us, now_ns);
 		}
 	}
-	sock_send(s, BLOATD_SAMPLE);
+	sock_stats(s, now_ns);
+	sock_account(s, 0);
+	sock_stream(s);
 }
 
 SEC("tp_btf/tcp_probe")
@@ -553,7 +790,7 @@ int BPF_PROG(tcp_probe, struct sock *sk, const struct sk_buff *skb)
 	now_ns = tcp_clock_ns(tp);
 	s->update_ns = now_ns;
 	if (s->flags & BLOATD_F_TIMESTAMPS)
-		measure_rcv_rtt(s, tp, skb, now_ns);
+		measure_rcv_rtt(s, tp);
 	/* Signed: the TCP clock can trail the real time of the last sample. */
 	if ((__s64)(now_ns - s->sample_ns) >= (__s64)sample_interval_ns)
 		sock_sample(s, tp);
@@ -624,6 +861,7 @@ int BPF_PROG(inet_sock_set_state, const struct sock *csk, const int oldstate,
 			 * moment the owning process is known. */
 			s->pid = bpf_get_current_pid_tgid() >> 32;
 			bpf_get_current_comm(s->comm, sizeof(s->comm));
+			sock_account(s, 0);
 			return 0;
 		}
 		sock_identity(s, &sk->__sk_common);
@@ -634,6 +872,7 @@ int BPF_PROG(inet_sock_set_state, const struct sock *csk, const int oldstate,
 		now_ns = bpf_ktime_get_ns();
 		floor_refresh(s, now_ns);
 		sock_queues(s);
+		sock_account(s, 0);
 		return 0;
 	}
 
@@ -641,19 +880,22 @@ int BPF_PROG(inet_sock_set_state, const struct sock *csk, const int oldstate,
 	if (!s)
 		return 0;
 	s->state = newstate;
-	if (newstate == TCP_CLOSE) {
-		/* The last word on this socket, then the record goes. Its
-		 * minimum stays in its path's floor. */
-		sock_fill(s, tp);
-		now_ns = bpf_ktime_get_ns();
-		sock_interval(s, tp, now_ns);
-		floor_refresh(s, now_ns);
-		sock_queues(s);
-		sock_send(s, BLOATD_CLOSED);
-		if (!bpf_sk_storage_delete(&socks, sk)) {
-			__sync_fetch_and_add(&live_socks, -1);
-			stat_inc(BLOATD_STAT_DELETED);
-		}
+	if (newstate != TCP_CLOSE) {
+		sock_account(s, 0);
+		return 0;
+	}
+	/* The last word on this socket, then the record goes. Its minimum
+	 * stays in its path's floor, its last interval in the statistics. */
+	sock_fill(s, tp);
+	now_ns = bpf_ktime_get_ns();
+	sock_interval(s, tp, now_ns);
+	floor_refresh(s, now_ns);
+	sock_queues(s);
+	sock_stats(s, now_ns);
+	sock_account(s, 1);
+	if (!bpf_sk_storage_delete(&socks, sk)) {
+		__sync_fetch_and_add(&live_socks, -1);
+		stat_inc(BLOATD_STAT_DELETED);
 	}
 	return 0;
 }

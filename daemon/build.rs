@@ -11,8 +11,26 @@ fn main() {
     bpf_build::compile(&bpf.join("probes.bpf.c"), &obj, &[]);
     let abi = bpf_build::rust_types(
         &obj,
-        &["bloatd_sock", "bloatd_floor", "bloatd_path_key", "bloatd_bottleneck", "bloatd_floor_subject", "bloatd_floor_cfg"],
-        &["bloatd_kind", "bloatd_role", "bloatd_flag", "bloatd_stat", "bloatd_floor_source"],
+        &[
+            "bloatd_sock",
+            "bloatd_sample",
+            "bloatd_cc_stats",
+            "bloatd_sock_counts",
+            "bloatd_control",
+            "bloatd_floor",
+            "bloatd_path_key",
+            "bloatd_bottleneck",
+            "bloatd_floor_subject",
+            "bloatd_floor_cfg",
+        ],
+        &[
+            "bloatd_limits",
+            "bloatd_hist",
+            "bloatd_role",
+            "bloatd_flag",
+            "bloatd_stat",
+            "bloatd_floor_source",
+        ],
     );
     std::fs::write(out.join("abi.rs"), abi).unwrap();
     // The floor logic for the host: floor_host.c for the daemon, and
@@ -29,5 +47,9 @@ fn main() {
         .warnings_into_errors(true)
         .compile("bloatd_floor_host");
     // Reference programs for the benchmark (examples/bench_probes.rs).
-    bpf_build::compile(&bpf.join("bench/baseline.bpf.c"), &out.join("baseline.bpf.o"), &[]);
+    bpf_build::compile(
+        &bpf.join("bench/baseline.bpf.c"),
+        &out.join("baseline.bpf.o"),
+        &[],
+    );
 }

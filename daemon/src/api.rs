@@ -113,8 +113,7 @@ pub fn api_router(core: Shared) -> Router {
         .route(
             "/v1/series/{cookie}",
             get(|State(c): State<Shared>, Path(cookie): Path<u64>, Query(q): Query<SinceQuery>| async move {
-                let snap = c.lock().unwrap().snapshot(Some(cookie), q.since_ms.unwrap_or(0), false);
-                match snap.series.into_iter().next() {
+                match c.lock().unwrap().series(cookie, q.since_ms.unwrap_or(0)) {
                     Some(s) => Json(s).into_response(),
                     None => error(StatusCode::NOT_FOUND, format!("no socket with cookie {cookie}")),
                 }

@@ -47,6 +47,25 @@ impl CcSet {
         }
     }
 
+    /// (cwnd, BWE x RTTmin / MSS) of the Westwood+ sockets that acted in
+    /// the last second, for the cwnd/pipe histogram.
+    pub fn westwood_cwnd_pipe(&self) -> Vec<(u32, u32)> {
+        let Some(r) = &self.reg else { return Vec::new() };
+        match r.states() {
+            Ok(states) => states
+                .values()
+                .filter_map(|s| match s {
+                    bloatd_cc::CcState::Westwood(w) if w.age_us < 1_000_000 => Some((w.cwnd, w.pipe_segments())),
+                    _ => None,
+                })
+                .collect(),
+            Err(e) => {
+                tracing::warn!("reading congestion control state: {e}");
+                Vec::new()
+            }
+        }
+    }
+
     /// Set the host's default congestion control, remembering the first
     /// previous value so `stop` can restore it. Returns the previous one.
     pub fn set_default(&mut self, name: &str) -> anyhow::Result<String> {

@@ -2,20 +2,26 @@
 //! probes in the kernel, the socket model fed from them, the metrics, and
 //! the registered congestion controls.
 
+use crate::api::{FloorEntry, Floors};
 use crate::cc::CcSet;
 use crate::config::Config;
-use crate::metrics::Metrics;
+use crate::metrics::{KernelView, Metrics};
 use crate::model::{Clock, Model};
-use crate::api::{FloorEntry, Floors};
 use crate::probes::{abi, abi::stat, ProbeConfig, Probes, HOOKS};
-use bloatd_tui::model::{CcState, FloorSource, Health, Path, Series, Snapshot, Socket};
+use bloatd_tui::model::{FloorSource, Health, Path, Series, Snapshot, Socket};
 use serde::{Deserialize, Serialize};
+use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};
 
-/// How often the whole socket map is read to catch sockets whose close
-/// record was lost and idle sockets the ring buffer never carries.
-const REFRESH_EVERY: Duration = Duration::from_secs(10);
-const SWEEP_EVERY: Duration = Duration::from_secs(5);
+/// How long a dashboard counts as looking after its last snapshot, and an
+/// API series request keeps its socket watched.
+const VIEWER_TTL: Duration = Duration::from_secs(10);
+const SERIES_TTL: Duration = Duration::from_secs(60);
+/// While someone looks, the sockets with the longest queues have their
+/// series kept, so opening one shows its last minute at once.
+const WATCH_MOST_QUEUED: usize = 32;
+const WATCH_EVERY: Duration = Duration::from_secs(1);
+const HOUSEKEEPING_EVERY: Duration = Duration::from_secs(10);
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Status {
@@ -44,8 +50,17 @@ pub struct Core {
     cfg: Config,
     mode: &'static str,
     started_unix_ms: u64,
-    last_refresh: Instant,
-    last_sweep: Instant,
+    /// When the model last read every record, if ever.
+    last_read: Option<Instant>,
+    /// Sockets watched on request (the dashboard's detail socket, API
+    /// series requests), until when.
+    watch_until: HashMap<u64, Instant>,
+    /// A dashboard asked for a snapshot until this long ago.
+    viewer_until: Option<Instant>,
+    last_watch: Instant,
+    last_housekeeping: Instant,
+    /// Floors the kernel keeps, counted at housekeeping for /metrics.
+    floors_kept: u64,
 }
 
 impl Core {
@@ -55,6 +70,7 @@ impl Core {
             interval: Duration::from_millis(cfg.interval_ms),
             map_capacity: cfg.map_entries,
             bpf_stats: cfg.bpf_stats,
+            bloat_threshold_us: (cfg.bloat_threshold_ms * 1000).min(u32::MAX as u64) as u32,
             floor_window_s: cfg.floor_window_s,
             floor_entries: cfg.floor_entries,
             floor_prefix_v4: cfg.floor_prefix_v4,
@@ -70,66 +86,101 @@ impl Core {
             cfg: cfg.clone(),
             mode,
             started_unix_ms: Clock::now().unix_ms,
-            last_refresh: Instant::now(),
-            last_sweep: Instant::now(),
+            last_read: None,
+            watch_until: HashMap::new(),
+            viewer_until: None,
+            last_watch: Instant::now(),
+            last_housekeeping: Instant::now(),
+            floors_kept: 0,
         };
-        core.refresh(false);
+        core.read();
         Ok(core)
     }
 
-    /// Read the whole socket map into the model.
-    fn refresh(&mut self, count_history: bool) {
-        let recs = match self.probes.read_all() {
-            Ok(r) => r,
-            Err(e) => {
-                tracing::warn!("{e}");
-                return;
-            }
-        };
-        for o in self.model.refresh(recs, count_history) {
-            if let Some(m) = &self.metrics {
-                m.observe(&o);
-            }
+    /// Read every record of the kernel, refreshed from its socket now, into
+    /// the model, with the state of bloatd's congestion controls.
+    fn read(&mut self) {
+        match self.probes.read_all() {
+            Ok(recs) => self.model.refresh(recs),
+            Err(e) => tracing::warn!("{e}"),
         }
-        self.last_refresh = Instant::now();
+        if !self.cc.is_empty() {
+            self.model.set_cc_states(self.cc.states());
+        }
+        self.last_read = Some(Instant::now());
     }
 
-    /// Called every sampling interval: take in the probes' samples.
+    /// Read again unless the last read is less than an interval old: a
+    /// dashboard refreshing faster than the probes sample sees nothing new.
+    fn read_if_stale(&mut self) {
+        let interval = Duration::from_millis(self.cfg.interval_ms);
+        if self.last_read.is_none_or(|t| t.elapsed() >= interval) {
+            self.read();
+        }
+    }
+
+    /// Called every sampling interval: take in the watched sockets' samples;
+    /// now and then, update what is watched and tidy up. Nothing here grows
+    /// with the number of sockets unless someone looks.
     pub fn tick(&mut self) {
         let clock = Clock::now();
-        let (model, metrics) = (&mut self.model, &self.metrics);
-        self.probes.drain(|rec| {
-            if let Some(o) = model.apply(rec, &clock) {
-                if let Some(m) = metrics {
-                    m.observe(&o);
-                }
-            }
-        });
-        if !self.cc.is_empty() {
-            let states = self.cc.states();
-            if let Some(m) = &self.metrics {
-                for r in self.model.active(&clock, self.cfg.interval_ms * 1_000_000) {
-                    if let Some(CcState::Westwood { pipe_segments, .. }) = states.get(&r.cookie) {
-                        m.observe_westwood(r.cwnd, *pipe_segments);
-                    }
-                }
-            }
-            self.model.set_cc_states(states);
+        let model = &mut self.model;
+        self.probes.drain(|x| model.apply(x, &clock));
+        if self.last_watch.elapsed() >= WATCH_EVERY {
+            self.update_watch();
+            self.last_watch = Instant::now();
         }
-        if self.last_refresh.elapsed() >= REFRESH_EVERY {
-            self.refresh(true);
+        if self.last_housekeeping.elapsed() >= HOUSEKEEPING_EVERY {
+            let watched = self.watched();
+            self.model
+                .sweep(&clock, self.cfg.series_seconds, &|c| watched.contains(&c));
+            self.floors_kept = self
+                .probes
+                .floors()
+                .map(|f| f.len() as u64)
+                .unwrap_or(self.floors_kept);
+            self.last_housekeeping = Instant::now();
         }
-        if self.last_sweep.elapsed() >= SWEEP_EVERY {
-            self.model.sweep(&clock, self.cfg.series_seconds);
-            self.last_sweep = Instant::now();
+    }
+
+    /// What the probes should stream now: sockets watched on request, and
+    /// while a dashboard looks, the most queued ones.
+    fn watched(&self) -> HashSet<u64> {
+        let now = Instant::now();
+        let mut set: HashSet<u64> = self
+            .watch_until
+            .iter()
+            .filter(|(_, until)| **until > now)
+            .map(|(c, _)| *c)
+            .collect();
+        if self.viewer_until.is_some_and(|t| t > now) {
+            set.extend(self.model.most_queued(WATCH_MOST_QUEUED));
+        }
+        set
+    }
+
+    fn update_watch(&mut self) {
+        let now = Instant::now();
+        self.watch_until.retain(|_, until| *until > now);
+        let set = self.watched();
+        if let Err(e) = self.probes.set_watched(&set) {
+            tracing::warn!("{e}");
+        }
+    }
+
+    /// Keep the series of `cookie` for `ttl` from now.
+    fn watch(&mut self, cookie: u64, ttl: Duration) {
+        let new = !self.watch_until.contains_key(&cookie);
+        self.watch_until.insert(cookie, Instant::now() + ttl);
+        if new {
+            self.update_watch();
         }
     }
 
     /// Sockets with their numbers read from the kernel now (not the last
     /// sample), for `bloatd sockets` and scripts comparing with `ss`.
     pub fn sockets_fresh(&mut self, all: bool) -> Vec<Socket> {
-        self.tick();
-        self.refresh(true);
+        self.read();
         self.model.sockets(&Clock::now(), all)
     }
 
@@ -166,7 +217,8 @@ impl Core {
                 })
             })
             .collect();
-        floors.sort_by(|a, b| (a.netns, a.peer, a.prefix_len).cmp(&(b.netns, b.peer, b.prefix_len)));
+        floors
+            .sort_by(|a, b| (a.netns, a.peer, a.prefix_len).cmp(&(b.netns, b.peer, b.prefix_len)));
         Ok(Floors {
             window_s,
             capacity: self.cfg.floor_entries,
@@ -190,19 +242,27 @@ impl Core {
         }
     }
 
-    /// What the dashboard draws: all sockets as of the last samples (or,
-    /// `fresh`, as the kernel has them now), plus the samples of one socket
-    /// newer than `since_ms`.
+    /// What the dashboard draws: all sockets as of the last read (at most
+    /// an interval old; `fresh`: read now), plus the samples of one socket
+    /// newer than `since_ms`. A dashboard asking counts as someone looking.
     pub fn snapshot(&mut self, series_for: Option<u64>, since_ms: u64, fresh: bool) -> Snapshot {
+        let first_look = self.viewer_until.is_none_or(|t| t <= Instant::now());
+        self.viewer_until = Some(Instant::now() + VIEWER_TTL);
         if fresh {
-            self.tick();
-            self.refresh(true);
+            self.read();
+        } else {
+            self.read_if_stale();
+        }
+        if let Some(c) = series_for {
+            self.watch(c, VIEWER_TTL);
+        } else if first_look {
+            self.update_watch();
         }
         let clock = Clock::now();
         Snapshot {
             taken_ms: clock.unix_ms,
             interval_ms: self.cfg.interval_ms as u32,
-            bloat_threshold_us: (self.cfg.bloat_threshold_ms * 1000) as u32,
+            bloat_threshold_us: (self.cfg.bloat_threshold_ms * 1000).min(u32::MAX as u64) as u32,
             sockets: self.model.sockets(&clock, false),
             series: series_for
                 .and_then(|c| self.model.series(c, since_ms))
@@ -212,15 +272,50 @@ impl Core {
         }
     }
 
+    /// One socket's samples newer than `since_ms` (API), and keep it watched
+    /// for a minute: the first request starts its series.
+    pub fn series(&mut self, cookie: u64, since_ms: u64) -> Option<Series> {
+        self.read_if_stale();
+        self.watch(cookie, SERIES_TTL);
+        self.model.series(cookie, since_ms)
+    }
+
+    /// /metrics: the kernel's statistics of this moment. A few map reads,
+    /// whatever the number of sockets.
     pub fn metrics_text(&mut self) -> String {
-        let clock = Clock::now();
+        let Some(m) = self.metrics.as_ref() else {
+            return String::new();
+        };
         let counters = self.probes.counters().unwrap_or([0; stat::MAX as usize]);
-        let runs = self.probes.run_stats();
-        let threshold_us = (self.cfg.bloat_threshold_ms * 1000) as u32;
-        let Some(m) = self.metrics.as_mut() else { return String::new() };
-        m.update_probes(&counters, &runs, self.probes.map_capacity());
-        m.update_gauges(&self.model.sockets(&clock, true), threshold_us);
-        m.encode()
+        let per_cc = self.probes.cc_stats().unwrap_or_else(|e| {
+            tracing::warn!("{e}");
+            Vec::new()
+        });
+        let mut sockets = Vec::new();
+        if let Ok(c) = self.probes.sock_counts() {
+            for (cc, by_role) in c.n.iter().enumerate() {
+                for (role, by_state) in by_role.iter().enumerate() {
+                    for (state, &n) in by_state.iter().enumerate() {
+                        if n > 0 {
+                            sockets.push((self.probes.cc_name(cc as u32), role, state, n));
+                        }
+                    }
+                }
+            }
+        }
+        for (cwnd, pipe) in self.cc.westwood_cwnd_pipe() {
+            m.observe_westwood(cwnd, pipe);
+        }
+        let view = KernelView {
+            per_cc,
+            sockets,
+            bloated_second: (Clock::now().mono_ns / 1_000_000_000).saturating_sub(1),
+            counters,
+            runs: self.probes.run_stats(),
+            map_capacity: self.probes.map_capacity(),
+            floors: self.floors_kept,
+        };
+        m.encode(view)
     }
 
     pub fn status(&self) -> Status {
@@ -233,12 +328,17 @@ impl Core {
             hooks: HOOKS
                 .iter()
                 .map(|h| format!("tp_btf/{h}"))
-                .chain(self.probes.sockops_error().is_none().then(|| "cgroup/sock_ops".to_string()))
+                .chain(
+                    self.probes
+                        .sockops_error()
+                        .is_none()
+                        .then(|| "cgroup/sock_ops".to_string()),
+                )
                 .collect(),
             cc_registered: self.cc.names(),
             default_cc: bloatd_cc::kernel_default().ok(),
             listen: self.metrics.as_ref().map(|_| self.cfg.listen.to_string()),
-            sockets: self.model.len(),
+            sockets: self.health().map_entries as usize,
             health: self.health(),
             sockops_error: self.probes.sockops_error().map(str::to_string),
         }

@@ -1,65 +1,104 @@
-//! Prometheus metrics (prometheus-client, OpenMetrics text on /metrics).
+//! Prometheus metrics (prometheus-client, text format 0.0.4 on /metrics).
 //!
-//! Labels are bounded: `cc` (the algorithms loaded in the kernel), `role`
-//! (sender/receiver) and `state` (TCP state); probe self-metrics use `probe`
-//! (four hooks) and `reason` (two). A socket's addresses or ports never
-//! become a label: a busy server would create a series per connection.
+//! Labels are bounded: `cc` (the algorithms loaded in the kernel, at most
+//! 15 names plus "other"), `role` (sender/receiver) and `state` (TCP state);
+//! probe self-metrics use `probe` and `reason`. A socket's addresses or ports
+//! never become a label: a busy server would create a series per connection.
 //!
-//! Histograms are fed by the probes' periodic samples (one per socket per
-//! interval while it carries traffic), so `rate(..._sum) / rate(..._count)`
-//! is a time average and a bucket's share is the share of time sockets
-//! spent at that queueing delay.
+//! The per-socket series are aggregated in the kernel where the sample is
+//! taken (bpf/bloatd.h, `struct bloatd_cc_stats`: per-CPU log buckets by
+//! congestion control and role, as Cloudflare's ebpf_exporter does) and
+//! read here at scrape time: a scrape costs a few map reads whatever the
+//! number of sockets, and no sample of a socket is handled in user space.
+//! Histograms still count one observation per socket per sampling interval
+//! while it carries traffic: a bucket's share is the share of socket-time
+//! spent at that delay.
 
-use crate::model::Observation;
-use crate::probes::{abi::stat, Counters};
-use bloatd_tui::model::{Role, Socket};
-use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue};
-use prometheus_client::metrics::counter::Counter;
+use crate::probes::abi::{hist, limits, stat, BloatdCcStats, BloatdRoleStats};
+use crate::probes::Counters;
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric, NoLabelSet};
 use prometheus_client::metrics::family::Family;
-use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::metrics::info::Info;
+use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::Registry;
-use std::collections::HashMap;
-use std::sync::atomic::AtomicU64;
+use std::sync::{Arc, Mutex};
 
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
-#[allow(non_camel_case_types)]
-pub enum RoleLabel {
-    sender,
-    receiver,
-}
+/// Upper bounds of the delay buckets, seconds (bpf/probes.bpf.c
+/// delay_bucket), +Inf last.
+const DELAY_BOUNDS_S: [f64; limits::DELAY_BUCKETS as usize] = [
+    0.0005,
+    0.001,
+    0.002,
+    0.005,
+    0.01,
+    0.02,
+    0.05,
+    0.1,
+    0.2,
+    0.5,
+    1.0,
+    2.0,
+    4.0,
+    8.0,
+    16.0,
+    f64::INFINITY,
+];
 
-impl From<Role> for RoleLabel {
-    fn from(r: Role) -> Self {
-        match r {
-            Role::Sender => RoleLabel::sender,
-            Role::Receiver => RoleLabel::receiver,
-        }
+/// Upper bounds of the cwnd buckets, segments (cwnd_bucket): 2 .. 8192, +Inf.
+fn cwnd_bounds() -> [f64; limits::CWND_BUCKETS as usize] {
+    let mut b = [f64::INFINITY; limits::CWND_BUCKETS as usize];
+    for (i, x) in b
+        .iter_mut()
+        .take(limits::CWND_BUCKETS as usize - 1)
+        .enumerate()
+    {
+        *x = (2u64 << i) as f64;
     }
+    b
+}
+
+/// TCP states as `sock_counts` indexes them, named as `ss` names them.
+const STATES: [&str; limits::STATES as usize] = [
+    "UNKNOWN",
+    "ESTAB",
+    "SYN-SENT",
+    "SYN-RECV",
+    "FIN-WAIT-1",
+    "FIN-WAIT-2",
+    "TIME-WAIT",
+    "CLOSE",
+    "CLOSE-WAIT",
+    "LAST-ACK",
+    "LISTEN",
+    "CLOSING",
+    "NEW-SYN-RECV",
+];
+
+const ROLES: [&str; 2] = ["sender", "receiver"];
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct CcRole {
+    cc: String,
+    role: &'static str,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct CcRole {
-    pub cc: String,
-    pub role: RoleLabel,
+struct CcRoleState {
+    cc: String,
+    role: &'static str,
+    state: &'static str,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct CcRoleState {
-    pub cc: String,
-    pub role: RoleLabel,
-    pub state: String,
+struct ProbeLabel {
+    probe: &'static str,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct ProbeLabel {
-    pub probe: String,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct ReasonLabel {
-    pub reason: String,
+struct ReasonLabel {
+    reason: &'static str,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -67,41 +106,33 @@ pub struct CcLabel {
     pub cc: String,
 }
 
-type Hist<L> = Family<L, Histogram, fn() -> Histogram>;
-
-fn delay_histogram() -> Histogram {
-    // 0.5 ms .. 16 s: a LAN's queue to a bloated cellular buffer.
-    Histogram::new([
-        0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0,
-    ])
-}
-
-fn cwnd_histogram() -> Histogram {
-    Histogram::new(prometheus_client::metrics::histogram::exponential_buckets(2.0, 2.0, 13))
-}
-
-fn ratio_histogram() -> Histogram {
-    Histogram::new([0.5, 0.75, 1.0, 1.25, 1.5, 2.0, 3.0, 5.0, 10.0, 20.0])
+/// The kernel's numbers of one scrape, read by `Core` and encoded by the
+/// collector.
+#[derive(Clone, Debug, Default)]
+pub struct KernelView {
+    /// Statistics by congestion control name, summed over CPUs.
+    pub per_cc: Vec<(String, BloatdCcStats)>,
+    /// Records alive: (cc, role index, state index, count).
+    pub sockets: Vec<(String, usize, usize, i64)>,
+    /// The second whose bloated sockets the gauge reports (the last whole
+    /// second of CLOCK_MONOTONIC).
+    pub bloated_second: u64,
+    pub counters: Counters,
+    /// (probe, run time ns, runs) from the kernel's BPF statistics.
+    pub runs: Vec<(&'static str, u64, u64)>,
+    pub map_capacity: u32,
+    /// Path floors kept now (read at housekeeping, not per scrape).
+    pub floors: u64,
 }
 
 pub struct Metrics {
     registry: Registry,
-    queue_delay: Hist<CcRole>,
-    srtt: Hist<CcRole>,
-    min_rtt: Hist<CcRole>,
-    cwnd: Hist<CcLabel>,
-    retrans: Family<CcRole, Counter>,
-    sockets: Family<CcRoleState, Gauge>,
-    bloated: Family<CcRole, Gauge>,
-    events: Family<ProbeLabel, Counter>,
-    dropped: Family<ReasonLabel, Counter>,
-    map_entries: Gauge,
-    map_capacity: Gauge,
-    run_time: Family<ProbeLabel, Counter<f64, AtomicU64>>,
-    runs: Family<ProbeLabel, Counter>,
-    westwood_cwnd_pipe: Hist<CcLabel>,
-    last_counters: Counters,
-    last_runs: HashMap<&'static str, (u64, u64)>,
+    kernel: Arc<Mutex<KernelView>>,
+    westwood_cwnd_pipe: Family<CcLabel, Histogram, fn() -> Histogram>,
+}
+
+fn ratio_histogram() -> Histogram {
+    Histogram::new([0.5, 0.75, 1.0, 1.25, 1.5, 2.0, 3.0, 5.0, 10.0, 20.0])
 }
 
 impl Default for Metrics {
@@ -113,100 +144,26 @@ impl Default for Metrics {
 impl Metrics {
     pub fn new() -> Metrics {
         let mut registry = Registry::with_prefix("bloatd");
-        let m = Metrics {
-            queue_delay: Family::new_with_constructor(delay_histogram),
-            srtt: Family::new_with_constructor(delay_histogram),
-            min_rtt: Family::new_with_constructor(delay_histogram),
-            cwnd: Family::new_with_constructor(cwnd_histogram),
-            retrans: Family::default(),
-            sockets: Family::default(),
-            bloated: Family::default(),
-            events: Family::default(),
-            dropped: Family::default(),
-            map_entries: Gauge::default(),
-            map_capacity: Gauge::default(),
-            run_time: Family::default(),
-            runs: Family::default(),
-            westwood_cwnd_pipe: Family::new_with_constructor(ratio_histogram),
-            last_counters: [0; stat::MAX as usize],
-            last_runs: HashMap::new(),
-            registry: Registry::default(),
-        };
-        registry.register(
-            "tcp_queueing_delay_seconds",
-            "Queueing delay per socket sample: srtt - min RTT for senders, rcv_rtt - its minimum for receivers",
-            m.queue_delay.clone(),
-        );
-        registry.register(
-            "tcp_srtt_seconds",
-            "Smoothed RTT per socket sample (receivers: the kernel's receiver RTT estimate)",
-            m.srtt.clone(),
-        );
-        registry.register(
-            "tcp_min_rtt_seconds",
-            "Minimum RTT per socket sample (the kernel's windowed min RTT; receivers: their floor, the lower of the lowest rcv_rtt and the min RTT)",
-            m.min_rtt.clone(),
-        );
-        registry.register(
-            "tcp_cwnd_segments",
-            "Congestion window of sending sockets per sample, segments",
-            m.cwnd.clone(),
-        );
-        registry.register("tcp_retransmits", "Segments retransmitted", m.retrans.clone());
-        registry.register("tcp_sockets", "TCP sockets tracked", m.sockets.clone());
-        registry.register(
-            "tcp_bloated_sockets",
-            "Sockets active in the last second whose queueing delay is at or above the bloat threshold",
-            m.bloated.clone(),
-        );
-        registry.register("probe_events", "Events seen by each probe", m.events.clone());
-        registry.register(
-            "probe_dropped",
-            "Updates lost: socket map full (map_full) or sample ring buffer full (ringbuf_full)",
-            m.dropped.clone(),
-        );
-        registry.register("probe_map_entries", "Entries in the kernel's socket map", m.map_entries.clone());
-        registry.register("probe_map_capacity", "Capacity of the kernel's socket map", m.map_capacity.clone());
-        registry.register(
-            "probe_run_time_seconds",
-            "Time spent in each probe (kernel BPF stats; zero unless bpf_stats is enabled)",
-            m.run_time.clone(),
-        );
-        registry.register(
-            "probe_runs",
-            "Runs of each probe (kernel BPF stats; zero unless bpf_stats is enabled)",
-            m.runs.clone(),
-        );
+        let kernel = Arc::new(Mutex::new(KernelView::default()));
+        let westwood_cwnd_pipe: Family<CcLabel, Histogram, fn() -> Histogram> =
+            Family::new_with_constructor(ratio_histogram);
+        registry.register_collector(Box::new(KernelCollector {
+            view: kernel.clone(),
+        }));
         registry.register(
             "westwood_cwnd_pipe_ratio",
-            "Westwood+ sockets: cwnd / (BWE x RTTmin / MSS), how far cwnd sits above the estimated pipe",
-            m.westwood_cwnd_pipe.clone(),
+            "Westwood+ sockets: cwnd / (BWE x RTTmin / MSS), how far cwnd sits above the estimated pipe (one observation per socket updated since the last scrape)",
+            westwood_cwnd_pipe.clone(),
         );
         registry.register(
             "build",
             "bloatd build",
             Info::new(vec![("version", env!("CARGO_PKG_VERSION"))]),
         );
-        Metrics { registry, ..m }
-    }
-
-    /// Account one record of the socket model.
-    pub fn observe(&self, o: &Observation) {
-        let labels = CcRole { cc: o.cc.clone(), role: o.role.into() };
-        if o.retrans_delta > 0 {
-            self.retrans.get_or_create(&labels).inc_by(o.retrans_delta as u64);
-        }
-        let Some(s) = &o.sample else { return };
-        let (rtt_us, min_rtt_us) = (s.view_rtt_us(o.role), s.view_min_rtt_us(o.role));
-        // A socket without an RTT sample yet has nothing to say.
-        if min_rtt_us == 0 || rtt_us == 0 {
-            return;
-        }
-        self.queue_delay.get_or_create(&labels).observe(s.view_queue_delay_us(o.role) as f64 / 1e6);
-        self.srtt.get_or_create(&labels).observe(rtt_us as f64 / 1e6);
-        self.min_rtt.get_or_create(&labels).observe(min_rtt_us as f64 / 1e6);
-        if o.role == Role::Sender {
-            self.cwnd.get_or_create(&CcLabel { cc: o.cc.clone() }).observe(s.cwnd as f64);
+        Metrics {
+            registry,
+            kernel,
+            westwood_cwnd_pipe,
         }
     }
 
@@ -214,68 +171,309 @@ impl Metrics {
     pub fn observe_westwood(&self, cwnd: u32, pipe_segments: u32) {
         if pipe_segments > 0 {
             self.westwood_cwnd_pipe
-                .get_or_create(&CcLabel { cc: "bloatd_westwood".into() })
+                .get_or_create(&CcLabel {
+                    cc: "bloatd_westwood".into(),
+                })
                 .observe(cwnd as f64 / pipe_segments as f64);
         }
     }
 
-    /// Kernel-side counters are absolute; Prometheus counters get deltas.
-    pub fn update_probes(&mut self, c: &Counters, runs: &[(&'static str, u64, u64)], capacity: u32) {
-        let delta = |i: u32, last: &Counters| c[i as usize].saturating_sub(last[i as usize]);
-        for (i, probe) in [
+    /// The exposition of `view` in Prometheus text format 0.0.4, which every
+    /// scraper and `promtool check metrics` read.
+    pub fn encode(&self, view: KernelView) -> String {
+        *self.kernel.lock().unwrap() = view;
+        let mut out = String::new();
+        prometheus_client::encoding::text::encode(&mut out, &self.registry)
+            .expect("encoding to a String cannot fail");
+        openmetrics_to_text(&out)
+    }
+}
+
+#[derive(Debug)]
+struct KernelCollector {
+    view: Arc<Mutex<KernelView>>,
+}
+
+/// A histogram's (sum, count, per-bucket counts) in the encoder's form.
+fn histogram(counts: &[u64], bounds: &[f64], sum: f64) -> (f64, u64, Vec<(f64, u64)>) {
+    let buckets: Vec<(f64, u64)> = bounds.iter().copied().zip(counts.iter().copied()).collect();
+    (sum, counts.iter().sum(), buckets)
+}
+
+/// One histogram family over (cc, role) from the kernel's statistics;
+/// label sets with no observation are left out, as a family that was never
+/// observed would be.
+fn encode_histograms(
+    encoder: &mut DescriptorEncoder,
+    name: &str,
+    help: &str,
+    view: &KernelView,
+    pick: &dyn Fn(&BloatdRoleStats) -> Option<(f64, u64, Vec<(f64, u64)>)>,
+    roles: &[usize],
+) -> Result<(), std::fmt::Error> {
+    let mut m = encoder.encode_descriptor(name, help, None, MetricType::Histogram)?;
+    for (cc, st) in &view.per_cc {
+        for &r in roles {
+            let Some((sum, count, buckets)) = pick(&st.role[r]) else {
+                continue;
+            };
+            if count == 0 {
+                continue;
+            }
+            let labels = CcRole {
+                cc: cc.clone(),
+                role: ROLES[r],
+            };
+            if roles.len() == 1 {
+                m.encode_family(&CcLabel { cc: cc.clone() })?
+                    .encode_histogram::<NoLabelSet>(sum, count, &buckets, None)?;
+            } else {
+                m.encode_family(&labels)?
+                    .encode_histogram::<NoLabelSet>(sum, count, &buckets, None)?;
+            }
+        }
+    }
+    Ok(())
+}
+
+fn delay_hist(h: u32) -> impl Fn(&BloatdRoleStats) -> Option<(f64, u64, Vec<(f64, u64)>)> {
+    move |r: &BloatdRoleStats| {
+        let h = h as usize;
+        Some(histogram(
+            &r.delay[h],
+            &DELAY_BOUNDS_S,
+            r.delay_sum_us[h] as f64 / 1e6,
+        ))
+    }
+}
+
+fn counter<L: EncodeLabelSet>(
+    encoder: &mut DescriptorEncoder,
+    name: &str,
+    help: &str,
+    values: &[(L, u64)],
+) -> Result<(), std::fmt::Error> {
+    let mut m = encoder.encode_descriptor(name, help, None, MetricType::Counter)?;
+    for (labels, v) in values {
+        m.encode_family(labels)?
+            .encode_counter::<NoLabelSet, _, u64>(v, None)?;
+    }
+    Ok(())
+}
+
+fn gauge<L: EncodeLabelSet>(
+    encoder: &mut DescriptorEncoder,
+    name: &str,
+    help: &str,
+    values: &[(L, i64)],
+) -> Result<(), std::fmt::Error> {
+    let mut m = encoder.encode_descriptor(name, help, None, MetricType::Gauge)?;
+    for (labels, v) in values {
+        m.encode_family(labels)?.encode_gauge(v)?;
+    }
+    Ok(())
+}
+
+fn plain_gauge(
+    encoder: &mut DescriptorEncoder,
+    name: &str,
+    help: &str,
+    v: i64,
+) -> Result<(), std::fmt::Error> {
+    encoder
+        .encode_descriptor(name, help, None, MetricType::Gauge)?
+        .encode_gauge(&v)
+}
+
+fn plain_counter(
+    encoder: &mut DescriptorEncoder,
+    name: &str,
+    help: &str,
+    v: u64,
+) -> Result<(), std::fmt::Error> {
+    encoder
+        .encode_descriptor(name, help, None, MetricType::Counter)?
+        .encode_counter::<NoLabelSet, _, u64>(&v, None)
+}
+
+impl Collector for KernelCollector {
+    fn encode(&self, mut e: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let v = self.view.lock().unwrap();
+        let both = [0usize, 1];
+        encode_histograms(
+            &mut e,
+            "tcp_queueing_delay_seconds",
+            "Queueing delay per socket sample: srtt minus the path's floor for senders, the measured receiver RTT minus it for receivers",
+            &v,
+            &delay_hist(hist::QUEUE),
+            &both,
+        )?;
+        encode_histograms(
+            &mut e,
+            "tcp_srtt_seconds",
+            "Smoothed RTT per socket sample (receivers: their RTT measured from echoed timestamps, else the kernel's estimate)",
+            &v,
+            &delay_hist(hist::RTT),
+            &both,
+        )?;
+        encode_histograms(
+            &mut e,
+            "tcp_min_rtt_seconds",
+            "The floor each sample's queueing delay is measured against: the lowest RTT of the path (README, Path floors)",
+            &v,
+            &delay_hist(hist::FLOOR),
+            &both,
+        )?;
+        let cwnd = cwnd_bounds();
+        encode_histograms(
+            &mut e,
+            "tcp_cwnd_segments",
+            "Congestion window of sending sockets per sample, segments",
+            &v,
+            &|r: &BloatdRoleStats| Some(histogram(&r.cwnd, &cwnd, r.cwnd_sum as f64)),
+            &[0],
+        )?;
+        let mut retrans = Vec::new();
+        let mut bloated = Vec::new();
+        for (cc, st) in &v.per_cc {
+            for r in both {
+                let rs = &st.role[r];
+                let labels = CcRole {
+                    cc: cc.clone(),
+                    role: ROLES[r],
+                };
+                if rs.retrans > 0 || rs.delay[0].iter().any(|&x| x > 0) {
+                    retrans.push((labels.clone(), rs.retrans));
+                }
+                let slot = (v.bloated_second & 3) as usize;
+                let n = if rs.bloated_sec[slot] == v.bloated_second {
+                    rs.bloated[slot]
+                } else {
+                    0
+                };
+                if rs.delay[0].iter().any(|&x| x > 0) {
+                    bloated.push((labels, n as i64));
+                }
+            }
+        }
+        counter(
+            &mut e,
+            "tcp_retransmits",
+            "Segments retransmitted",
+            &retrans,
+        )?;
+        let sockets: Vec<(CcRoleState, i64)> = v
+            .sockets
+            .iter()
+            .map(|(cc, r, s, n)| {
+                (
+                    CcRoleState {
+                        cc: cc.clone(),
+                        role: ROLES[*r],
+                        state: STATES[*s],
+                    },
+                    *n,
+                )
+            })
+            .collect();
+        gauge(&mut e, "tcp_sockets", "TCP sockets tracked", &sockets)?;
+        gauge(
+            &mut e,
+            "tcp_bloated_sockets",
+            "Sockets whose queueing delay reached the bloat threshold in the last whole second",
+            &bloated,
+        )?;
+        let c = &v.counters;
+        let events: Vec<(ProbeLabel, u64)> = [
             (stat::PROBE, "tcp_probe"),
             (stat::STATE, "inet_sock_set_state"),
             (stat::RETRANS, "tcp_retransmit_skb"),
             (stat::CONG, "tcp_cong_state_set"),
             (stat::ITER, "iter_tcp"),
-        ] {
-            self.events
-                .get_or_create(&ProbeLabel { probe: probe.into() })
-                .inc_by(delta(i, &self.last_counters));
+            (stat::SOCKOPS, "sock_ops"),
+        ]
+        .into_iter()
+        .map(|(i, probe)| (ProbeLabel { probe }, c[i as usize]))
+        .collect();
+        counter(&mut e, "probe_events", "Events seen by each probe", &events)?;
+        let dropped: Vec<(ReasonLabel, u64)> = [
+            (stat::DROP_MAP_FULL, "map_full"),
+            (stat::DROP_RINGBUF, "ringbuf_full"),
+        ]
+        .into_iter()
+        .map(|(i, reason)| (ReasonLabel { reason }, c[i as usize]))
+        .collect();
+        counter(
+            &mut e,
+            "probe_dropped",
+            "Losses: sockets not tracked because the socket map is full (map_full, each socket once), samples of watched sockets lost to a full ring buffer (ringbuf_full)",
+            &dropped,
+        )?;
+        plain_gauge(
+            &mut e,
+            "probe_map_entries",
+            "Entries in the kernel's socket map",
+            c[stat::CREATED as usize].saturating_sub(c[stat::DELETED as usize]) as i64,
+        )?;
+        plain_gauge(
+            &mut e,
+            "probe_map_capacity",
+            "Capacity of the kernel's socket map",
+            v.map_capacity as i64,
+        )?;
+        let mut m = e.encode_descriptor(
+            "probe_run_time_seconds",
+            "Time spent in each probe (kernel BPF stats; zero unless bpf_stats is enabled)",
+            None,
+            MetricType::Counter,
+        )?;
+        for &(probe, ns, _) in &v.runs {
+            m.encode_family(&ProbeLabel { probe })?
+                .encode_counter::<NoLabelSet, _, u64>(&(ns as f64 / 1e9), None)?;
         }
-        for (i, reason) in [(stat::DROP_MAP_FULL, "map_full"), (stat::DROP_RINGBUF, "ringbuf_full")] {
-            self.dropped
-                .get_or_create(&ReasonLabel { reason: reason.into() })
-                .inc_by(delta(i, &self.last_counters));
-        }
-        self.map_entries
-            .set(c[stat::CREATED as usize].saturating_sub(c[stat::DELETED as usize]) as i64);
-        self.map_capacity.set(capacity as i64);
-        for &(probe, ns, cnt) in runs {
-            let (last_ns, last_cnt) = self.last_runs.insert(probe, (ns, cnt)).unwrap_or((0, 0));
-            let l = ProbeLabel { probe: probe.into() };
-            self.run_time.get_or_create(&l).inc_by(ns.saturating_sub(last_ns) as f64 / 1e9);
-            self.runs.get_or_create(&l).inc_by(cnt.saturating_sub(last_cnt));
-        }
-        self.last_counters = *c;
-    }
-
-    /// Gauges recomputed from the sockets of the view model (all states).
-    pub fn update_gauges(&self, socks: &[Socket], threshold_us: u32) {
-        self.sockets.clear();
-        self.bloated.clear();
-        for s in socks {
-            let labels = CcRole { cc: s.cc.clone(), role: s.role.into() };
-            let with_state = CcRoleState { cc: s.cc.clone(), role: s.role.into(), state: s.state.clone() };
-            self.sockets.get_or_create(&with_state).inc();
-            // Only sockets that carried traffic in the last second: an idle
-            // socket keeps its last srtt but has no queue.
-            if s.idle_ms <= 1000 {
-                let g = self.bloated.get_or_create(&labels);
-                if s.is_bloated(threshold_us) {
-                    g.inc();
-                }
-            }
-        }
-    }
-
-    /// The exposition in Prometheus text format 0.0.4, which every scraper
-    /// and `promtool check metrics` read.
-    pub fn encode(&self) -> String {
-        let mut out = String::new();
-        prometheus_client::encoding::text::encode(&mut out, &self.registry)
-            .expect("encoding to a String cannot fail");
-        openmetrics_to_text(&out)
+        let runs: Vec<(ProbeLabel, u64)> = v
+            .runs
+            .iter()
+            .map(|&(probe, _, n)| (ProbeLabel { probe }, n))
+            .collect();
+        counter(
+            &mut e,
+            "probe_runs",
+            "Runs of each probe (kernel BPF stats; zero unless bpf_stats is enabled)",
+            &runs,
+        )?;
+        plain_gauge(
+            &mut e,
+            "path_floors",
+            "Path floors the kernel keeps (peers and prefixes)",
+            v.floors as i64,
+        )?;
+        let created = c[stat::FLOOR_NEW as usize];
+        plain_counter(
+            &mut e,
+            "path_floors_created",
+            "Path floors created (peers and prefixes)",
+            created,
+        )?;
+        plain_counter(
+            &mut e,
+            "path_floors_evicted",
+            "Path floors the bound (floor_entries) pushed out, least recently used first",
+            crate::probes::floor_evictions(created, v.floors),
+        )?;
+        plain_counter(
+            &mut e,
+            "path_floors_inferred",
+            "Floors inferred for a new peer from the queue its route's bottleneck held",
+            c[stat::FLOOR_INFERRED as usize],
+        )?;
+        plain_counter(
+            &mut e,
+            "path_floor_route_changes",
+            "Floors started over because the peer is now reached through another interface or gateway",
+            c[stat::FLOOR_ROUTE as usize],
+        )?;
+        Ok(())
     }
 }
 
@@ -305,13 +503,19 @@ pub fn openmetrics_to_text(om: &str) -> String {
         if line == "# EOF" || line.starts_with("# UNIT ") {
             continue;
         }
-        let meta = ["# HELP ", "# TYPE "].into_iter().find(|p| line.starts_with(p));
+        let meta = ["# HELP ", "# TYPE "]
+            .into_iter()
+            .find(|p| line.starts_with(p));
         match meta {
             Some(prefix) => {
                 let rest = &line[prefix.len()..];
                 let (name, tail) = rest.split_once(' ').unwrap_or((rest, ""));
                 let name = renamed.get(name).map(String::as_str).unwrap_or(name);
-                let tail = if prefix == "# TYPE " && tail == "info" { "gauge" } else { tail };
+                let tail = if prefix == "# TYPE " && tail == "info" {
+                    "gauge"
+                } else {
+                    tail
+                };
                 out.push_str(prefix);
                 out.push_str(name);
                 out.push(' ');
@@ -324,39 +528,74 @@ pub fn openmetrics_to_text(om: &str) -> String {
     out
 }
 
+// The encoder needs EncodeMetric in scope for the Info/Family impls.
+#[allow(unused_imports)]
+use EncodeMetric as _;
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use bloatd_tui::model::Sample;
+
+    fn view() -> KernelView {
+        let mut cubic = BloatdCcStats::default();
+        // One sender sample at 250 ms of queue, 270 ms srtt, 20 ms floor,
+        // cwnd 300; three retransmissions; bloated in second 41.
+        let s = &mut cubic.role[0];
+        s.delay[hist::QUEUE as usize][9] = 1; // <= 0.5 s
+        s.delay_sum_us[hist::QUEUE as usize] = 250_000;
+        s.delay[hist::RTT as usize][9] = 1;
+        s.delay_sum_us[hist::RTT as usize] = 270_000;
+        s.delay[hist::FLOOR as usize][5] = 1;
+        s.delay_sum_us[hist::FLOOR as usize] = 20_000;
+        s.cwnd[8] = 1; // <= 512
+        s.cwnd_sum = 300;
+        s.retrans = 3;
+        s.bloated[41 & 3] = 1;
+        s.bloated_sec[41 & 3] = 41;
+        KernelView {
+            per_cc: vec![("cubic".into(), cubic)],
+            sockets: vec![("cubic".into(), 0, 1, 2)],
+            bloated_second: 41,
+            map_capacity: 64,
+            floors: 3,
+            ..Default::default()
+        }
+    }
 
     #[test]
-    fn histogram_and_counter_carry_cc_and_role_only() {
-        let m = Metrics::new();
-        m.observe(&Observation {
-            cc: "cubic".into(),
-            role: Role::Sender,
-            sample: Some(Sample {
-                t_ms: 0,
-                srtt_us: 270_000,
-                min_rtt_us: 20_000,
-                floor_us: 20_000,
-                queue_delay_us: 250_000,
-                rcv_rtt_us: 0,
-                rcv_queue_delay_us: 0,
-                cwnd: 300,
-                inflight: 300,
-                pipe_segments: None,
-                throughput_bps: 0,
-            }),
-            retrans_delta: 3,
-        });
-        let text = m.encode();
-        assert!(text.contains(r#"bloatd_tcp_queueing_delay_seconds_bucket{le="0.5",cc="cubic",role="sender"} 1"#), "{text}");
-        assert!(text.contains(r#"bloatd_tcp_queueing_delay_seconds_bucket{le="0.2",cc="cubic",role="sender"} 0"#));
-        assert!(text.contains(r#"bloatd_tcp_retransmits_total{cc="cubic",role="sender"} 3"#));
-        assert!(text.contains("bloatd_build_info{version="));
-        assert!(text.contains("# TYPE bloatd_tcp_retransmits_total counter"));
-        assert!(text.contains("# TYPE bloatd_build_info gauge"));
+    fn kernel_histograms_encode_with_cc_and_role_only() {
+        let text = Metrics::new().encode(view());
+        for line in [
+            r#"bloatd_tcp_queueing_delay_seconds_bucket{le="0.5",cc="cubic",role="sender"} 1"#,
+            r#"bloatd_tcp_queueing_delay_seconds_bucket{le="0.2",cc="cubic",role="sender"} 0"#,
+            r#"bloatd_tcp_queueing_delay_seconds_bucket{le="+Inf",cc="cubic",role="sender"} 1"#,
+            r#"bloatd_tcp_queueing_delay_seconds_sum{cc="cubic",role="sender"} 0.25"#,
+            r#"bloatd_tcp_min_rtt_seconds_bucket{le="0.02",cc="cubic",role="sender"} 1"#,
+            r#"bloatd_tcp_cwnd_segments_bucket{le="512.0",cc="cubic"} 1"#,
+            r#"bloatd_tcp_retransmits_total{cc="cubic",role="sender"} 3"#,
+            r#"bloatd_tcp_sockets{cc="cubic",role="sender",state="ESTAB"} 2"#,
+            r#"bloatd_tcp_bloated_sockets{cc="cubic",role="sender"} 1"#,
+            "# TYPE bloatd_tcp_retransmits_total counter",
+            "# TYPE bloatd_build_info gauge",
+            "bloatd_path_floors 3",
+        ] {
+            assert!(text.contains(line), "missing {line}\n{text}");
+        }
+        assert!(
+            !text.contains("role=\"receiver\""),
+            "no observation, no series"
+        );
         assert!(!text.contains("# EOF"));
+    }
+
+    #[test]
+    fn bloated_gauge_reads_only_the_second_asked_for() {
+        let mut v = view();
+        v.bloated_second = 45; // slot 1 again, but an older second
+        let text = Metrics::new().encode(v);
+        assert!(
+            text.contains(r#"bloatd_tcp_bloated_sockets{cc="cubic",role="sender"} 0"#),
+            "{text}"
+        );
     }
 }

@@ -1,8 +1,15 @@
-//! The socket model: what the daemon knows about every TCP socket, built
-//! from the probes' records, and turned into the view model (`Socket`,
-//! `Series`) that the API serves and the dashboard draws.
+//! The socket model: what the daemon knows about every TCP socket, turned
+//! into the view model (`Socket`, `Series`) that the API serves and the
+//! dashboard draws.
+//!
+//! The state of every socket comes from full reads of the kernel's records
+//! (the map iterator), made when someone asks (API, dashboard), at most once
+//! per sampling interval. Series exist only for the sockets someone watches
+//! (`watch`): their samples come through the ring buffer. Nothing here runs
+//! per sample of an unwatched socket: the probes count every sample into the
+//! kernel's own statistics, which /metrics reads (metrics.rs).
 
-use crate::probes::abi::{self, BloatdSock};
+use crate::probes::abi::{self, BloatdSample, BloatdSock};
 use bloatd_tui::model::{CaState, CcState, FloorSource, Role, Sample, Series, Socket};
 use std::collections::{HashMap, VecDeque};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
@@ -10,10 +17,6 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 /// Linux TCP states (include/net/tcp_states.h).
 pub const TCP_ESTABLISHED: u8 = 1;
 const TCP_INFINITE_SSTHRESH: u32 = 0x7fff_ffff;
-
-/// Total samples kept across all sockets' series (~56 bytes each): the
-/// history of the least recently active sockets goes first.
-const SERIES_BUDGET: usize = 1_000_000;
 
 /// A point in time on both clocks: probes stamp CLOCK_MONOTONIC, the API
 /// speaks Unix time.
@@ -25,7 +28,10 @@ pub struct Clock {
 
 impl Clock {
     pub fn now() -> Clock {
-        let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+        let mut ts = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
         // SAFETY: valid pointer to a timespec.
         unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
         let mono_ns = ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64;
@@ -38,31 +44,20 @@ impl Clock {
 
     /// Unix milliseconds of a CLOCK_MONOTONIC timestamp in the past.
     pub fn unix_ms_of(&self, mono_ns: u64) -> u64 {
-        self.unix_ms.saturating_sub(self.mono_ns.saturating_sub(mono_ns) / 1_000_000)
+        self.unix_ms
+            .saturating_sub(self.mono_ns.saturating_sub(mono_ns) / 1_000_000)
     }
-}
-
-/// What one record contributes to the metrics.
-#[derive(Debug, PartialEq)]
-pub struct Observation {
-    pub cc: String,
-    pub role: Role,
-    /// Present for periodic samples: they feed the histograms, through the
-    /// view model's role-dependent views (`Sample::view_*`).
-    pub sample: Option<Sample>,
-    /// Retransmissions since the previous record of this socket.
-    pub retrans_delta: u32,
 }
 
 struct Tracked {
     rec: BloatdSock,
-    retrans_counted: u32,
-    series: VecDeque<Sample>,
     cc_state: Option<CcState>,
 }
 
 pub struct Model {
     socks: HashMap<u64, Tracked>,
+    /// Series of watched sockets, oldest first.
+    series: HashMap<u64, VecDeque<Sample>>,
     interval_ns: u64,
     series_len: usize,
 }
@@ -80,15 +75,6 @@ pub fn role_of(rec: &BloatdSock) -> Role {
 
 fn has_flag(rec: &BloatdSock, flag: u32) -> bool {
     rec.flags as u32 & flag != 0
-}
-
-/// The receiver's RTT the receiver queue is measured from.
-fn rcv_view_rtt_us(rec: &BloatdSock) -> u32 {
-    if has_flag(rec, abi::flag::RCV_TS) {
-        rec.rcv_ts_rtt_us
-    } else {
-        rec.rcv_rtt_us
-    }
 }
 
 fn floor_source(rec: &BloatdSock) -> Option<FloorSource> {
@@ -160,7 +146,10 @@ fn rate_bps(bytes: u64, us: u64) -> u64 {
 
 /// The kernel's delivery rate estimate, as tcp_get_info computes it, in bit/s.
 fn delivery_rate_bps(rec: &BloatdSock) -> u64 {
-    rate_bps(rec.rate_delivered as u64 * rec.mss as u64, rec.rate_interval_us as u64)
+    rate_bps(
+        rec.rate_delivered as u64 * rec.mss as u64,
+        rec.rate_interval_us as u64,
+    )
 }
 
 /// The time the socket's unsent bytes take at its delivery rate.
@@ -172,20 +161,20 @@ fn unsent_delay_us(rec: &BloatdSock) -> u32 {
     (rec.unsent_bytes as u128 * 8 * 1_000_000 / rate as u128).min(u32::MAX as u128) as u32
 }
 
-/// A record's numbers as one point of the socket's series.
-fn sample_of(rec: &BloatdSock, clock: &Clock, pipe_segments: Option<u32>) -> Sample {
+/// A watched socket's sample as one point of its series.
+fn sample_of(x: &BloatdSample, clock: &Clock, pipe_segments: Option<u32>) -> Sample {
     Sample {
-        t_ms: clock.unix_ms_of(rec.sample_ns),
-        srtt_us: rec.srtt_us,
-        min_rtt_us: rec.min_rtt_us,
-        floor_us: rec.floor_us,
-        queue_delay_us: rec.queue_delay_us,
-        rcv_rtt_us: rcv_view_rtt_us(rec),
-        rcv_queue_delay_us: rec.rcv_queue_delay_us,
-        cwnd: rec.cwnd,
-        inflight: rec.inflight,
+        t_ms: clock.unix_ms_of(x.sample_ns),
+        srtt_us: x.srtt_us,
+        min_rtt_us: x.min_rtt_us,
+        floor_us: x.floor_us,
+        queue_delay_us: x.queue_delay_us,
+        rcv_rtt_us: x.rcv_rtt_us,
+        rcv_queue_delay_us: x.rcv_queue_delay_us,
+        cwnd: x.cwnd,
+        inflight: x.inflight,
         pipe_segments,
-        throughput_bps: rec.throughput_bps,
+        throughput_bps: x.throughput_bps,
     }
 }
 
@@ -193,82 +182,38 @@ impl Model {
     pub fn new(interval_ms: u64, series_seconds: u64) -> Model {
         Model {
             socks: HashMap::new(),
+            series: HashMap::new(),
             interval_ns: interval_ms * 1_000_000,
             series_len: (series_seconds * 1000 / interval_ms.max(1)) as usize,
         }
     }
 
-    pub fn len(&self) -> usize {
-        self.socks.len()
-    }
-
-    fn observe(t: &mut Tracked, rec: &BloatdSock, sample: Option<Sample>) -> Observation {
-        let retrans_delta = rec.total_retrans.saturating_sub(t.retrans_counted);
-        t.retrans_counted = rec.total_retrans.max(t.retrans_counted);
-        Observation { cc: cstr(&rec.cc), role: role_of(rec), sample, retrans_delta }
-    }
-
-    fn entry(&mut self, rec: &BloatdSock, count_history: bool) -> &mut Tracked {
-        self.socks.entry(rec.cookie).or_insert_with(|| Tracked {
-            rec: *rec,
-            retrans_counted: if count_history { 0 } else { rec.total_retrans },
-            series: VecDeque::new(),
-            cc_state: None,
-        })
-    }
-
-    /// Apply one ring buffer record. Every sample joins the socket's series
-    /// and, if the socket carried data in its interval, the histograms, even
-    /// when a full read (the iterator) already gave the model a newer state.
-    pub fn apply(&mut self, rec: BloatdSock, clock: &Clock) -> Option<Observation> {
-        if rec.kind as u32 == abi::kind::CLOSED {
-            let mut t = self.socks.remove(&rec.cookie)?;
-            return Some(Self::observe(&mut t, &rec, None));
+    /// A sample of a watched socket joins its series.
+    pub fn apply(&mut self, x: &BloatdSample, clock: &Clock) {
+        if self.series_len == 0 {
+            return;
         }
-        if rec.kind as u32 != abi::kind::SAMPLE {
-            return None;
-        }
-        let series_len = self.series_len;
-        let t = self.entry(&rec, true);
-        if rec.update_ns >= t.rec.update_ns {
-            t.rec = rec;
-        }
-        let pipe_segments = match t.cc_state {
-            Some(CcState::Westwood { pipe_segments, .. }) => Some(pipe_segments),
+        let pipe_segments = match self.socks.get(&x.cookie).and_then(|t| t.cc_state.as_ref()) {
+            Some(CcState::Westwood { pipe_segments, .. }) => Some(*pipe_segments),
             _ => None,
         };
-        let sample = sample_of(&rec, clock, pipe_segments);
-        if series_len > 0 {
-            if t.series.len() >= series_len {
-                t.series.pop_front();
-            }
-            t.series.push_back(sample.clone());
+        let series = self.series.entry(x.cookie).or_default();
+        if series.len() >= self.series_len {
+            series.pop_front();
         }
-        let active = has_flag(&rec, abi::flag::ACTIVE);
-        Some(Self::observe(t, &rec, active.then_some(sample)))
+        series.push_back(sample_of(x, clock, pipe_segments));
     }
 
-/// Bring the model in line with a full read of the kernel's map: add
-    /// sockets we have not seen (idle since start), refresh the rest, and
-    /// forget sockets the kernel no longer has (their close record was
-    /// lost). `count_history` false on the first read: retransmissions
-    /// from before bloatd started are not counted as new.
-    pub fn refresh(&mut self, recs: Vec<BloatdSock>, count_history: bool) -> Vec<Observation> {
-        let mut seen = std::collections::HashSet::with_capacity(recs.len());
-        let mut obs = Vec::new();
+    /// The kernel's records, read in full: they are the state of every
+    /// socket now; sockets the kernel no longer has are gone.
+    pub fn refresh(&mut self, recs: Vec<BloatdSock>) {
+        let mut socks = HashMap::with_capacity(recs.len());
         for rec in recs {
-            seen.insert(rec.cookie);
-            let t = self.entry(&rec, count_history);
-            if rec.update_ns >= t.rec.update_ns {
-                t.rec = rec;
-            }
-            let o = Self::observe(t, &rec, None);
-            if o.retrans_delta > 0 {
-                obs.push(o);
-            }
+            let cc_state = self.socks.remove(&rec.cookie).and_then(|t| t.cc_state);
+            socks.insert(rec.cookie, Tracked { rec, cc_state });
         }
-        self.socks.retain(|c, _| seen.contains(c));
-        obs
+        // A fresh map: after churn the old one's capacity would stay.
+        self.socks = socks;
     }
 
     pub fn set_cc_states(&mut self, mut states: HashMap<u64, CcState>) {
@@ -277,37 +222,17 @@ impl Model {
         }
     }
 
-    /// Drop history that fell out of the window, and the oldest histories
-    /// when all of them together exceed the memory budget.
-    pub fn sweep(&mut self, clock: &Clock, series_seconds: u64) {
+    /// Drop the series of sockets no longer watched, and the samples that
+    /// fell out of the window.
+    pub fn sweep(&mut self, clock: &Clock, series_seconds: u64, watched: &dyn Fn(u64) -> bool) {
         let horizon = clock.unix_ms.saturating_sub(series_seconds * 1000);
-        let mut total = 0;
-        for t in self.socks.values_mut() {
-            while t.series.front().is_some_and(|s| s.t_ms < horizon) {
-                t.series.pop_front();
+        self.series.retain(|cookie, s| {
+            while s.front().is_some_and(|x| x.t_ms < horizon) {
+                s.pop_front();
             }
-            if t.series.is_empty() {
-                t.series = VecDeque::new();
-            }
-            total += t.series.len();
-        }
-        if total > SERIES_BUDGET {
-            let mut by_age: Vec<(u64, u64)> = self
-                .socks
-                .iter()
-                .filter(|(_, t)| !t.series.is_empty())
-                .map(|(c, t)| (t.rec.sample_ns, *c))
-                .collect();
-            by_age.sort_unstable();
-            for (_, cookie) in by_age {
-                if total <= SERIES_BUDGET {
-                    break;
-                }
-                let t = self.socks.get_mut(&cookie).unwrap();
-                total -= t.series.len();
-                t.series = VecDeque::new();
-            }
-        }
+            watched(*cookie) && !s.is_empty()
+        });
+        self.series.shrink_to_fit();
     }
 
     fn socket(&self, t: &Tracked, clock: &Clock) -> Socket {
@@ -363,31 +288,55 @@ impl Model {
         let mut out: Vec<Socket> = self
             .socks
             .values()
-            .filter(|t| all || t.rec.state == TCP_ESTABLISHED || t.rec.inflight > 0 || t.rec.unsent_bytes > 0)
+            .filter(|t| {
+                all || t.rec.state == TCP_ESTABLISHED
+                    || t.rec.inflight > 0
+                    || t.rec.unsent_bytes > 0
+            })
             .map(|t| self.socket(t, clock))
             .collect();
         out.sort_by(|a, b| {
-            b.view_queue_delay_us().cmp(&a.view_queue_delay_us()).then(a.cookie.cmp(&b.cookie))
+            b.view_queue_delay_us()
+                .cmp(&a.view_queue_delay_us())
+                .then(a.cookie.cmp(&b.cookie))
         });
         out
     }
 
-    /// Samples of one socket newer than `since_ms`.
+    /// Samples of one socket newer than `since_ms` (empty until it is
+    /// watched); None if the socket is unknown.
     pub fn series(&self, cookie: u64, since_ms: u64) -> Option<Series> {
-        let t = self.socks.get(&cookie)?;
-        Some(Series {
-            cookie,
-            samples: t.series.iter().filter(|s| s.t_ms > since_ms).cloned().collect(),
-        })
+        let known = self.socks.contains_key(&cookie);
+        let samples: Vec<Sample> = self
+            .series
+            .get(&cookie)
+            .map(|s| s.iter().filter(|x| x.t_ms > since_ms).cloned().collect())
+            .unwrap_or_default();
+        (known || !samples.is_empty()).then_some(Series { cookie, samples })
     }
 
-    /// Records of sockets that carried traffic within `window_ns`.
-    pub fn active(&self, clock: &Clock, window_ns: u64) -> impl Iterator<Item = &BloatdSock> + use<'_> {
-        let now_ns = clock.mono_ns;
-        self.socks
+    /// The `n` sockets with the longest queue (their own side's view), for
+    /// the watch list while someone looks at the dashboard.
+    pub fn most_queued(&self, n: usize) -> Vec<u64> {
+        let mut v: Vec<(u32, u64)> = self
+            .socks
             .values()
-            .map(|t| &t.rec)
-            .filter(move |r| now_ns.saturating_sub(r.update_ns) <= window_ns)
+            .map(|t| {
+                let r = &t.rec;
+                let q = if role_of(r) == Role::Receiver {
+                    r.rcv_queue_delay_us
+                } else {
+                    r.queue_delay_us
+                };
+                (q, r.cookie)
+            })
+            .collect();
+        let n = n.min(v.len());
+        if n > 0 && n < v.len() {
+            v.select_nth_unstable_by(n - 1, |a, b| b.cmp(a));
+        }
+        v.truncate(n);
+        v.into_iter().map(|(_, c)| c).collect()
     }
 }
 
@@ -395,7 +344,7 @@ impl Model {
 mod tests {
     use super::*;
 
-    /// A sample of a cubic sender: 300 ms srtt over a 20 ms floor.
+    /// The record of a cubic sender: 300 ms srtt over a 20 ms floor.
     fn rec(cookie: u64, ns: u64) -> BloatdSock {
         let mut r = BloatdSock {
             cookie,
@@ -403,7 +352,6 @@ mod tests {
             sample_ns: ns,
             family: 2, // AF_INET
             state: TCP_ESTABLISHED,
-            kind: abi::kind::SAMPLE as u8,
             role: abi::role::SENDER as u8,
             flags: abi::flag::ACTIVE as u8,
             srtt_us: 300_000,
@@ -419,8 +367,22 @@ mod tests {
         r
     }
 
+    fn sample(cookie: u64, ns: u64, queue_us: u32) -> BloatdSample {
+        BloatdSample {
+            cookie,
+            sample_ns: ns,
+            srtt_us: 20_000 + queue_us,
+            floor_us: 20_000,
+            queue_delay_us: queue_us,
+            ..Default::default()
+        }
+    }
+
     fn clock(ns: u64) -> Clock {
-        Clock { mono_ns: ns, unix_ms: 1_000_000 + ns / 1_000_000 }
+        Clock {
+            mono_ns: ns,
+            unix_ms: 1_000_000 + ns / 1_000_000,
+        }
     }
 
     #[test]
@@ -430,10 +392,13 @@ mod tests {
         a.throughput_bps = 10_000_000;
         a.floor_us = 15_000;
         a.floor_source = abi::floor_source::INFERRED as u8;
-        m.apply(a, &clock(a.sample_ns));
+        m.refresh(vec![a]);
         let s = &m.sockets(&clock(1_100_000_000), false)[0];
         assert_eq!(s.throughput_bps, 10_000_000);
-        assert_eq!((s.queue_delay_us, s.floor_us, s.floor_source), (280_000, 15_000, Some(FloorSource::Inferred)));
+        assert_eq!(
+            (s.queue_delay_us, s.floor_us, s.floor_source),
+            (280_000, 15_000, Some(FloorSource::Inferred))
+        );
         assert_eq!(s.role, Role::Sender);
         // Idle for longer than three intervals: no stale throughput.
         let s = &m.sockets(&clock(2_000_000_000), false)[0];
@@ -444,9 +409,17 @@ mod tests {
     fn role_is_the_probes_else_the_lifetime_counts() {
         let mut r = rec(2, 5);
         r.bytes_received = 10;
-        assert_eq!(role_of(&r), Role::Sender, "the last interval moved data out");
+        assert_eq!(
+            role_of(&r),
+            Role::Sender,
+            "the last interval moved data out"
+        );
         r.role = abi::role::UNKNOWN as u8;
-        assert_eq!(role_of(&r), Role::Receiver, "nothing moved yet: by lifetime bytes");
+        assert_eq!(
+            role_of(&r),
+            Role::Receiver,
+            "nothing moved yet: by lifetime bytes"
+        );
     }
 
     #[test]
@@ -458,15 +431,20 @@ mod tests {
         r.rcv_queue_delay_us = 430_000;
         r.flags |= (abi::flag::RCV_TS | abi::flag::TIMESTAMPS) as u8;
         let mut m = Model::new(100, 60);
-        let o = m.apply(r, &clock(5)).unwrap();
-        let v = o.sample.unwrap();
-        assert_eq!(
-            (v.view_queue_delay_us(o.role), v.view_rtt_us(o.role), v.view_min_rtt_us(o.role)),
-            (430_000, 450_000, 20_000)
-        );
+        m.refresh(vec![r]);
         let s = &m.sockets(&clock(5), false)[0];
-        assert_eq!((s.rcv_rtt_us, s.rcv_ts_rtt_us, s.timestamps), (40_000, Some(450_000), true));
-        assert_eq!(s.view_rtt_us(), 450_000);
+        assert_eq!(
+            (s.rcv_rtt_us, s.rcv_ts_rtt_us, s.timestamps),
+            (40_000, Some(450_000), true)
+        );
+        assert_eq!(
+            (
+                s.view_rtt_us(),
+                s.view_queue_delay_us(),
+                s.view_min_rtt_us()
+            ),
+            (450_000, 430_000, 20_000)
+        );
     }
 
     #[test]
@@ -475,60 +453,82 @@ mod tests {
         r.role = abi::role::RECEIVER as u8;
         r.rcv_rtt_us = 60_000;
         let mut m = Model::new(100, 60);
-        m.apply(r, &clock(5));
+        m.refresh(vec![r]);
         let s = &m.sockets(&clock(5), false)[0];
-        assert_eq!((s.timestamps, s.rcv_ts_rtt_us, s.view_rtt_us()), (false, None, 60_000));
+        assert_eq!(
+            (s.timestamps, s.rcv_ts_rtt_us, s.view_rtt_us()),
+            (false, None, 60_000)
+        );
     }
 
     #[test]
-    fn samples_count_even_after_a_newer_full_read() {
+    fn a_full_read_is_the_state_and_forgets_what_the_kernel_forgot() {
         let mut m = Model::new(100, 60);
-        // A full read (the iterator) carries the newest update_ns.
-        let mut fresh = rec(1, 200);
-        fresh.cwnd = 50;
-        m.refresh(vec![fresh], true);
-        // The ring still holds an older sample: it is history, not state.
-        let mut old = rec(1, 100);
-        old.cwnd = 10;
-        let o = m.apply(old, &clock(300)).expect("observed");
-        assert!(o.sample.is_some(), "the sample feeds the histograms");
-        assert_eq!(m.series(1, 0).unwrap().samples.len(), 1, "and the series");
-        assert_eq!(m.sockets(&clock(300), false)[0].cwnd, 50, "state stays the newest");
+        m.refresh(vec![rec(1, 10), rec(2, 10)]);
+        let mut newer = rec(1, 20);
+        newer.cwnd = 50;
+        m.refresh(vec![newer]);
+        assert_eq!(m.sockets(&clock(20), true).len(), 1);
+        assert_eq!(m.sockets(&clock(20), false)[0].cwnd, 50);
     }
 
     #[test]
-    fn an_interval_without_traffic_stays_out_of_the_histograms() {
+    fn watched_samples_make_the_series_whatever_reads_come_between() {
         let mut m = Model::new(100, 60);
-        let mut r = rec(1, 100);
-        r.flags = 0;
-        let o = m.apply(r, &clock(100)).unwrap();
-        assert!(o.sample.is_none());
+        m.refresh(vec![rec(1, 100)]);
+        m.apply(&sample(1, 100_000_000, 5_000), &clock(100_000_000));
+        m.refresh(vec![rec(1, 300_000_000)]);
+        m.apply(&sample(1, 200_000_000, 9_000), &clock(300_000_000));
+        let s = m.series(1, 0).unwrap();
+        assert_eq!(
+            s.samples
+                .iter()
+                .map(|x| x.queue_delay_us)
+                .collect::<Vec<_>>(),
+            vec![5_000, 9_000]
+        );
+        assert_eq!(
+            m.series(1, s.samples[0].t_ms).unwrap().samples.len(),
+            1,
+            "since_ms"
+        );
+        assert!(m.series(99, 0).is_none(), "unknown socket");
+        m.refresh(vec![rec(2, 400_000_000)]);
+        assert_eq!(
+            m.series(1, 0).unwrap().samples.len(),
+            2,
+            "a closed socket's history stays until swept"
+        );
+    }
+
+    #[test]
+    fn sweep_keeps_only_watched_and_recent_history() {
+        let mut m = Model::new(100, 60);
+        for cookie in [1, 2] {
+            m.apply(&sample(cookie, 1_000_000_000, 1), &clock(1_000_000_000));
+        }
+        m.sweep(&clock(1_000_000_000), 60, &|c| c == 1);
+        assert!(m.series(2, 0).is_none());
         assert_eq!(m.series(1, 0).unwrap().samples.len(), 1);
+        m.sweep(&clock(100_000_000_000), 60, &|_| true);
+        assert!(m.series(1, 0).is_none(), "past the window");
     }
 
     #[test]
-    fn close_record_removes_and_counts_final_retransmits() {
+    fn the_most_queued_are_watched_while_someone_looks() {
         let mut m = Model::new(100, 60);
-        let mut a = rec(3, 10);
-        a.total_retrans = 2;
-        assert_eq!(m.apply(a, &clock(10)).unwrap().retrans_delta, 2);
-        let mut c = a;
-        c.kind = abi::kind::CLOSED as u8;
-        c.total_retrans = 5;
-        assert_eq!(m.apply(c, &clock(20)).unwrap().retrans_delta, 3);
-        assert_eq!(m.len(), 0);
-    }
-
-    #[test]
-    fn refresh_adds_idle_forgets_gone_and_skips_history() {
-        let mut m = Model::new(100, 60);
-        m.apply(rec(1, 10), &clock(10));
-        let mut idle = rec(2, 5);
-        idle.total_retrans = 7;
-        let obs = m.refresh(vec![idle], false);
-        assert!(obs.is_empty(), "retransmissions before start are not new");
-        assert_eq!(m.len(), 1);
-        assert!(m.series(1, 0).is_none());
+        let recs: Vec<BloatdSock> = (1..=5)
+            .map(|c| {
+                let mut r = rec(c, 10);
+                r.queue_delay_us = c as u32 * 1000;
+                r
+            })
+            .collect();
+        m.refresh(recs);
+        let mut top = m.most_queued(2);
+        top.sort();
+        assert_eq!(top, vec![4, 5]);
+        assert_eq!(m.most_queued(10).len(), 5);
     }
 
     #[test]
@@ -539,8 +539,12 @@ mod tests {
         fin.inflight = 900;
         let mut done = rec(2, 10);
         done.state = 8; // CLOSE-WAIT, nothing left to send
-        m.refresh(vec![fin, done], true);
-        let listed: Vec<u64> = m.sockets(&clock(10), false).iter().map(|s| s.cookie).collect();
+        m.refresh(vec![fin, done]);
+        let listed: Vec<u64> = m
+            .sockets(&clock(10), false)
+            .iter()
+            .map(|s| s.cookie)
+            .collect();
         assert_eq!(listed, vec![1]);
         assert_eq!(m.sockets(&clock(10), true).len(), 2);
     }
@@ -563,17 +567,9 @@ mod tests {
         raw[10] = 0xff;
         raw[11] = 0xff;
         raw[12..].copy_from_slice(&[10, 9, 1, 1]);
-        assert_eq!(addr(abi::AF_INET6, &raw), "10.9.1.1".parse::<IpAddr>().unwrap());
-    }
-
-    #[test]
-    fn series_budget_drops_oldest_history() {
-        let mut m = Model::new(100, 60);
-        m.apply(rec(1, 1_000_000_000), &clock(1_000_000_000));
-        m.sweep(&clock(1_000_000_000), 60);
-        assert_eq!(m.series(1, 0).unwrap().samples.len(), 1);
-        // Past the retention window the history is gone.
-        m.sweep(&clock(100_000_000_000), 60);
-        assert!(m.series(1, 0).unwrap().samples.is_empty());
+        assert_eq!(
+            addr(abi::AF_INET6, &raw),
+            "10.9.1.1".parse::<IpAddr>().unwrap()
+        );
     }
 }

@@ -8,6 +8,10 @@ pub const AF_INET6: u16 = 10;
 
 // SAFETY: plain old data, every bit pattern is valid.
 unsafe impl aya::Pod for BloatdSock {}
+unsafe impl aya::Pod for BloatdSample {}
+unsafe impl aya::Pod for BloatdCcStats {}
+unsafe impl aya::Pod for BloatdSockCounts {}
+unsafe impl aya::Pod for BloatdControl {}
 unsafe impl aya::Pod for BloatdFloor {}
 unsafe impl aya::Pod for BloatdPathKey {}
 unsafe impl aya::Pod for BloatdBottleneck {}

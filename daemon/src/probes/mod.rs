@@ -20,12 +20,16 @@ pub mod abi;
 mod floor_tests;
 mod map_iter;
 
-use abi::{stat, BloatdFloor, BloatdPathKey, BloatdSock};
-use aya::maps::{Map, MapData, PerCpuArray, RingBuf};
+use abi::{
+    stat, BloatdCcStats, BloatdControl, BloatdFloor, BloatdPathKey, BloatdSample, BloatdSock,
+    BloatdSockCounts,
+};
+use aya::maps::{Array, HashMap as BpfHashMap, Map, MapData, PerCpuArray, RingBuf};
 use aya::programs::{BtfTracePoint, CgroupAttachMode, Iter, SockOps};
 use aya::{Btf, Ebpf, EbpfLoader};
 use aya_obj::btf::BtfKind;
 use map_iter::MapIter;
+use std::collections::HashSet;
 use std::io::Read;
 use std::os::fd::{AsFd, OwnedFd};
 use std::time::Duration;
@@ -75,6 +79,8 @@ pub struct ProbeConfig {
     pub interval: Duration,
     pub map_capacity: u32,
     pub bpf_stats: bool,
+    /// Queueing delay from which a socket counts as bloated (0: never).
+    pub bloat_threshold_us: u32,
     /// Path floors: how long a floor is remembered, how many peers and
     /// prefixes are kept, the prefix lengths that serve peers without
     /// history (0 disables), and whether new peers' floors are inferred.
@@ -97,6 +103,12 @@ pub struct Probes {
     /// Why closing senders are not sampled, if they are not.
     sockops_error: Option<String>,
     stats: PerCpuArray<MapData, u64>,
+    cc_stats: PerCpuArray<MapData, BloatdCcStats>,
+    sock_counts: Array<MapData, BloatdSockCounts>,
+    cc_names: Array<MapData, [u8; 16]>,
+    watch: BpfHashMap<MapData, u64, u8>,
+    control: Array<MapData, BloatdControl>,
+    watched: HashSet<u64>,
     map_capacity: u32,
     /// Holding this fd keeps kernel.bpf_stats_enabled on; dropped with us.
     _stats_fd: Option<OwnedFd>,
@@ -115,6 +127,24 @@ pub fn floor_now(f: &BloatdFloor, window_s: u32, now_s: u32) -> Option<(u32, u32
     let us = unsafe { bloatd_floor_get(f, window_s, now_s, &mut source) };
     (us > 0).then_some((us, source))
 }
+
+/// Add one CPU's statistics into `sum`, field by field (the struct is u64s
+/// only, as bpf/bloatd.h defines it).
+fn add_cc_stats(sum: &mut BloatdCcStats, x: &BloatdCcStats) {
+    const N: usize = std::mem::size_of::<BloatdCcStats>() / 8;
+    // SAFETY: BloatdCcStats is repr(C) plain data made of u64 fields only
+    // (asserted below), so it is an array of N u64s.
+    let (a, b) = unsafe {
+        (
+            &mut *(sum as *mut BloatdCcStats as *mut [u64; N]),
+            &*(x as *const BloatdCcStats as *const [u64; N]),
+        )
+    };
+    for (a, b) in a.iter_mut().zip(b.iter()) {
+        *a = a.wrapping_add(*b);
+    }
+}
+const _: () = assert!(std::mem::size_of::<BloatdCcStats>() % 8 == 0);
 
 /// Floors the LRU bound pushed out: the probes count what they create, the
 /// map holds what is left (the daemon deletes none).
@@ -159,9 +189,11 @@ fn attach_sock_ops(ebpf: &mut Ebpf) -> Result<(), String> {
         .ok_or_else(|| format!("program {name} missing from object"))?
         .try_into()
         .map_err(errstr)?;
-    prog.load().map_err(|e| format!("loading {name}: {}", errstr(e)))?;
+    prog.load()
+        .map_err(|e| format!("loading {name}: {}", errstr(e)))?;
     let root = cgroup2_root().ok_or("no cgroup v2 hierarchy is mounted")?;
-    let cgroup = std::fs::File::open(&root).map_err(|e| format!("cgroup v2 root {}: {e}", root.display()))?;
+    let cgroup = std::fs::File::open(&root)
+        .map_err(|e| format!("cgroup v2 root {}: {e}", root.display()))?;
     // aya attaches through bpf_link_create here, whose cgroup links always
     // coexist with other programs (BPF_F_ALLOW_MULTI is implied, and the
     // kernel rejects the flag itself with EINVAL): Single means "no flags".
@@ -177,7 +209,10 @@ impl Probes {
         for hook in HOOKS {
             // aya reports a missing typedef as a generic BTF error; look
             // first so the message can name the tracepoint.
-            if btf.id_by_type_name_kind(&format!("btf_trace_{hook}"), BtfKind::Typedef).is_err() {
+            if btf
+                .id_by_type_name_kind(&format!("btf_trace_{hook}"), BtfKind::Typedef)
+                .is_err()
+            {
                 return Err(ProbeError::MissingTracepoint(hook));
             }
         }
@@ -190,14 +225,16 @@ impl Probes {
             .override_global("floor_prefix_v4", &(cfg.floor_prefix_v4 as u32), true)
             .override_global("floor_prefix_v6", &(cfg.floor_prefix_v6 as u32), true)
             .override_global("floor_infer_on", &(cfg.floor_infer as u32), true)
+            .override_global("bloat_threshold_us", &cfg.bloat_threshold_us, true)
             .map_max_entries("floors", cfg.floor_entries)
             .load(OBJECT)
             .map_err(|e| ProbeError::Object(errstr(e)))?;
 
         let stats_fd = if cfg.bpf_stats {
             Some(
-                aya::sys::enable_stats(aya::sys::Stats::RunTime)
-                    .map_err(|e| ProbeError::Object(format!("enabling BPF stats: {}", errstr(e))))?,
+                aya::sys::enable_stats(aya::sys::Stats::RunTime).map_err(|e| {
+                    ProbeError::Object(format!("enabling BPF stats: {}", errstr(e)))
+                })?,
             )
         } else {
             None
@@ -209,21 +246,56 @@ impl Probes {
                 .ok_or_else(|| ProbeError::Object(format!("program {hook} missing from object")))?
                 .try_into()
                 .map_err(|e| ProbeError::Object(errstr(e)))?;
-            prog.load(hook, &btf).map_err(|e| ProbeError::Load { name: hook, detail: errstr(e) })?;
-            prog.attach().map_err(|e| ProbeError::Attach { name: hook, detail: errstr(e) })?;
+            prog.load(hook, &btf).map_err(|e| ProbeError::Load {
+                name: hook,
+                detail: errstr(e),
+            })?;
+            prog.attach().map_err(|e| ProbeError::Attach {
+                name: hook,
+                detail: errstr(e),
+            })?;
         }
 
         let map = |ebpf: &mut Ebpf, name: &'static str| {
             ebpf.take_map(name)
                 .ok_or_else(|| ProbeError::Object(format!("map {name} missing from object")))
         };
-        let ring = RingBuf::try_from(map(&mut ebpf, "samples")?)
-            .map_err(|e| ProbeError::Map { map: "samples", detail: errstr(e) })?;
+        let ring = RingBuf::try_from(map(&mut ebpf, "samples")?).map_err(|e| ProbeError::Map {
+            map: "samples",
+            detail: errstr(e),
+        })?;
         let Map::SkStorage(socks) = map(&mut ebpf, "socks")? else {
             return Err(ProbeError::Object("map socks is not socket storage".into()));
         };
-        let stats = PerCpuArray::try_from(map(&mut ebpf, "stats")?)
-            .map_err(|e| ProbeError::Map { map: "stats", detail: errstr(e) })?;
+        let stats =
+            PerCpuArray::try_from(map(&mut ebpf, "stats")?).map_err(|e| ProbeError::Map {
+                map: "stats",
+                detail: errstr(e),
+            })?;
+        let cc_stats =
+            PerCpuArray::try_from(map(&mut ebpf, "cc_stats")?).map_err(|e| ProbeError::Map {
+                map: "cc_stats",
+                detail: errstr(e),
+            })?;
+        let sock_counts =
+            Array::try_from(map(&mut ebpf, "sock_counts")?).map_err(|e| ProbeError::Map {
+                map: "sock_counts",
+                detail: errstr(e),
+            })?;
+        let cc_names =
+            Array::try_from(map(&mut ebpf, "cc_names")?).map_err(|e| ProbeError::Map {
+                map: "cc_names",
+                detail: errstr(e),
+            })?;
+        let watch =
+            BpfHashMap::try_from(map(&mut ebpf, "watch")?).map_err(|e| ProbeError::Map {
+                map: "watch",
+                detail: errstr(e),
+            })?;
+        let control = Array::try_from(map(&mut ebpf, "control")?).map_err(|e| ProbeError::Map {
+            map: "control",
+            detail: errstr(e),
+        })?;
         let Map::LruHashMap(floors_map) = map(&mut ebpf, "floors")? else {
             return Err(ProbeError::Object("map floors is not an LRU hash".into()));
         };
@@ -238,20 +310,42 @@ impl Probes {
             .ok_or_else(|| ProbeError::Object(format!("program {name} missing from object")))?
             .try_into()
             .map_err(|e| ProbeError::Object(errstr(e)))?;
-        prog.load("bpf_sk_storage_map", &btf).map_err(|e| ProbeError::Load { name, detail: errstr(e) })?;
-        let prog_fd = prog.fd().map_err(|e| ProbeError::Load { name, detail: errstr(e) })?;
-        let dump = MapIter::attach(prog_fd.as_fd(), socks.fd().as_fd())
-            .map_err(|e| ProbeError::Attach { name, detail: e.to_string() })?;
+        prog.load("bpf_sk_storage_map", &btf)
+            .map_err(|e| ProbeError::Load {
+                name,
+                detail: errstr(e),
+            })?;
+        let prog_fd = prog.fd().map_err(|e| ProbeError::Load {
+            name,
+            detail: errstr(e),
+        })?;
+        let dump = MapIter::attach(prog_fd.as_fd(), socks.fd().as_fd()).map_err(|e| {
+            ProbeError::Attach {
+                name,
+                detail: e.to_string(),
+            }
+        })?;
         let name = "dump_floors";
         let prog: &mut Iter = ebpf
             .program_mut(name)
             .ok_or_else(|| ProbeError::Object(format!("program {name} missing from object")))?
             .try_into()
             .map_err(|e| ProbeError::Object(errstr(e)))?;
-        prog.load("bpf_map_elem", &btf).map_err(|e| ProbeError::Load { name, detail: errstr(e) })?;
-        let prog_fd = prog.fd().map_err(|e| ProbeError::Load { name, detail: errstr(e) })?;
-        let floors = MapIter::attach(prog_fd.as_fd(), floors_map.fd().as_fd())
-            .map_err(|e| ProbeError::Attach { name, detail: e.to_string() })?;
+        prog.load("bpf_map_elem", &btf)
+            .map_err(|e| ProbeError::Load {
+                name,
+                detail: errstr(e),
+            })?;
+        let prog_fd = prog.fd().map_err(|e| ProbeError::Load {
+            name,
+            detail: errstr(e),
+        })?;
+        let floors = MapIter::attach(prog_fd.as_fd(), floors_map.fd().as_fd()).map_err(|e| {
+            ProbeError::Attach {
+                name,
+                detail: e.to_string(),
+            }
+        })?;
 
         let mut probes = Probes {
             ebpf,
@@ -262,6 +356,12 @@ impl Probes {
             _floors: floors_map,
             sockops_error,
             stats,
+            cc_stats,
+            sock_counts,
+            cc_names,
+            watch,
+            control,
+            watched: HashSet::new(),
             map_capacity: cfg.map_capacity,
             _stats_fd: stats_fd,
         };
@@ -280,31 +380,127 @@ impl Probes {
             .ok_or_else(|| ProbeError::Object(format!("program {name} missing from object")))?
             .try_into()
             .map_err(|e| ProbeError::Object(errstr(e)))?;
-        prog.load("tcp", btf).map_err(|e| ProbeError::Load { name, detail: errstr(e) })?;
-        let link_id = prog.attach().map_err(|e| ProbeError::Attach { name, detail: errstr(e) })?;
-        let link = prog.take_link(link_id).map_err(|e| ProbeError::Attach { name, detail: errstr(e) })?;
-        let mut file = link.into_file().map_err(|e| ProbeError::Attach { name, detail: errstr(e) })?;
+        prog.load("tcp", btf).map_err(|e| ProbeError::Load {
+            name,
+            detail: errstr(e),
+        })?;
+        let link_id = prog.attach().map_err(|e| ProbeError::Attach {
+            name,
+            detail: errstr(e),
+        })?;
+        let link = prog.take_link(link_id).map_err(|e| ProbeError::Attach {
+            name,
+            detail: errstr(e),
+        })?;
+        let mut file = link.into_file().map_err(|e| ProbeError::Attach {
+            name,
+            detail: errstr(e),
+        })?;
         let mut sink = Vec::new();
         file.read_to_end(&mut sink)
-            .map_err(|e| ProbeError::Attach { name, detail: e.to_string() })?;
+            .map_err(|e| ProbeError::Attach {
+                name,
+                detail: e.to_string(),
+            })?;
         Ok(())
     }
 
     /// Hand every record waiting in the ring buffer to `f`.
-    pub fn drain(&mut self, mut f: impl FnMut(BloatdSock)) {
+    /// Hand every sample waiting in the ring buffer (watched sockets only)
+    /// to `f`.
+    pub fn drain(&mut self, mut f: impl FnMut(&BloatdSample)) {
         while let Some(item) = self.ring.next() {
-            if let Some(rec) = BloatdSock::from_bytes(&item) {
-                f(rec);
+            if item.len() >= std::mem::size_of::<BloatdSample>() {
+                // SAFETY: size checked; plain data generated from BTF.
+                let x = unsafe { std::ptr::read_unaligned(item.as_ptr() as *const BloatdSample) };
+                f(&x);
             }
         }
     }
 
+    /// The sockets whose samples the probes stream (bounded by the map:
+    /// 256; beyond it a socket is simply not watched).
+    pub fn set_watched(&mut self, cookies: &HashSet<u64>) -> Result<(), ProbeError> {
+        let err = |e| ProbeError::Map {
+            map: "watch",
+            detail: errstr(e),
+        };
+        for gone in self.watched.difference(cookies) {
+            let _ = self.watch.remove(gone);
+        }
+        let mut now = HashSet::with_capacity(cookies.len());
+        for &c in cookies {
+            if self.watched.contains(&c) || self.watch.insert(c, 1, 0).is_ok() {
+                now.insert(c);
+            }
+        }
+        self.watched = now;
+        let ctl = BloatdControl {
+            watching: self.watched.len() as u32,
+            pad: 0,
+        };
+        self.control.set(0, ctl, 0).map_err(err)
+    }
+
+    /// The kernel's statistics by congestion control: (name, its entry
+    /// summed over CPUs). Indexes that carry the same name (two CPUs met a
+    /// new name at once) are summed into one.
+    pub fn cc_stats(&self) -> Result<Vec<(String, BloatdCcStats)>, ProbeError> {
+        let err = |map, e| ProbeError::Map {
+            map,
+            detail: errstr(e),
+        };
+        let mut out: Vec<(String, BloatdCcStats)> = Vec::new();
+        for idx in 0..abi::limits::CC_MAX {
+            let name = if idx == abi::limits::CC_MAX - 1 {
+                "other".to_string()
+            } else {
+                let raw = self.cc_names.get(&idx, 0).map_err(|e| err("cc_names", e))?;
+                crate::model::cstr(&raw)
+            };
+            if name.is_empty() {
+                continue;
+            }
+            let per_cpu = self.cc_stats.get(&idx, 0).map_err(|e| err("cc_stats", e))?;
+            let slot = match out.iter().position(|(n, _)| *n == name) {
+                Some(i) => i,
+                None => {
+                    out.push((name, BloatdCcStats::default()));
+                    out.len() - 1
+                }
+            };
+            for cpu in per_cpu.iter() {
+                add_cc_stats(&mut out[slot].1, cpu);
+            }
+        }
+        Ok(out)
+    }
+
+    /// Records alive now by congestion control index, role and state.
+    pub fn sock_counts(&self) -> Result<BloatdSockCounts, ProbeError> {
+        self.sock_counts.get(&0, 0).map_err(|e| ProbeError::Map {
+            map: "sock_counts",
+            detail: errstr(e),
+        })
+    }
+
+    /// The name behind a congestion control index of `sock_counts`.
+    pub fn cc_name(&self, idx: u32) -> String {
+        if idx == abi::limits::CC_MAX - 1 {
+            return "other".into();
+        }
+        self.cc_names
+            .get(&idx, 0)
+            .map(|raw| crate::model::cstr(&raw))
+            .unwrap_or_default()
+    }
+
     /// Every socket record, refreshed from its socket as it is read.
     pub fn read_all(&self) -> Result<Vec<BloatdSock>, ProbeError> {
-        let bytes = self
-            .dump
-            .read()
-            .map_err(|e| ProbeError::Map { map: "socks", detail: e.to_string() })?;
+        let bytes = self.dump.read().map_err(|e| ProbeError::Map {
+            map: "socks",
+            detail: e.to_string(),
+        })?;
         Ok(bytes
             .chunks_exact(std::mem::size_of::<BloatdSock>())
             .filter_map(BloatdSock::from_bytes)
@@ -317,11 +513,14 @@ impl Probes {
 
     /// Every path floor the kernel keeps (peers and prefixes), in one read.
     pub fn floors(&self) -> Result<Vec<(BloatdPathKey, BloatdFloor)>, ProbeError> {
-        let bytes = self
-            .floors
-            .read()
-            .map_err(|e| ProbeError::Map { map: "floors", detail: e.to_string() })?;
-        let (k, v) = (std::mem::size_of::<BloatdPathKey>(), std::mem::size_of::<BloatdFloor>());
+        let bytes = self.floors.read().map_err(|e| ProbeError::Map {
+            map: "floors",
+            detail: e.to_string(),
+        })?;
+        let (k, v) = (
+            std::mem::size_of::<BloatdPathKey>(),
+            std::mem::size_of::<BloatdFloor>(),
+        );
         Ok(bytes
             .chunks_exact(k + v)
             .map(|c| {
@@ -348,7 +547,10 @@ impl Probes {
             let per_cpu = self
                 .stats
                 .get(&(i as u32), 0)
-                .map_err(|e| ProbeError::Map { map: "stats", detail: errstr(e) })?;
+                .map_err(|e| ProbeError::Map {
+                    map: "stats",
+                    detail: errstr(e),
+                })?;
             *slot = per_cpu.iter().sum();
         }
         Ok(out)
