@@ -28,7 +28,7 @@ use aya::maps::{Array, HashMap as BpfHashMap, Map, MapData, PerCpuArray, RingBuf
 use aya::programs::{BtfTracePoint, CgroupAttachMode, Iter, SockOps};
 use aya::{Btf, Ebpf, EbpfLoader};
 use aya_obj::btf::BtfKind;
-use map_iter::MapIter;
+use map_iter::{MapIter, Slots};
 use std::collections::HashSet;
 use std::io::Read;
 use std::os::fd::{AsFd, OwnedFd};
@@ -94,8 +94,11 @@ pub struct ProbeConfig {
 pub struct Probes {
     ebpf: Ebpf,
     ring: RingBuf<MapData>,
-    /// Reads the socket storage map (kept alive with it by `_socks`).
+    /// Reads the socket storage map (kept alive with it by `_socks`) into
+    /// `slots`, the mmap()ed array `dump` (held by `_dump`).
     dump: MapIter,
+    slots: Slots,
+    _dump: MapData,
     _socks: MapData,
     /// Reads the floors map (kept alive with it by `_floors`).
     floors: MapIter,
@@ -145,6 +148,10 @@ fn add_cc_stats(sum: &mut BloatdCcStats, x: &BloatdCcStats) {
     }
 }
 const _: () = assert!(std::mem::size_of::<BloatdCcStats>() % 8 == 0);
+
+/// Read slots beyond the bound: records the startup walk made for sockets
+/// that existed before (they are not refused) fit too.
+const DUMP_SLACK: u32 = 256;
 
 /// Floors the LRU bound pushed out: the probes count what they create, the
 /// map holds what is left (the daemon deletes none).
@@ -227,6 +234,7 @@ impl Probes {
             .override_global("floor_infer_on", &(cfg.floor_infer as u32), true)
             .override_global("bloat_threshold_us", &cfg.bloat_threshold_us, true)
             .map_max_entries("floors", cfg.floor_entries)
+            .map_max_entries("dump", cfg.map_capacity + DUMP_SLACK)
             .load(OBJECT)
             .map_err(|e| ProbeError::Object(errstr(e)))?;
 
@@ -304,6 +312,20 @@ impl Probes {
             tracing::warn!("{e}: senders that closed their end are not sampled");
         }
 
+        let dump_map = map(&mut ebpf, "dump")?;
+        let dump_map = match dump_map {
+            Map::Array(m) => m,
+            _ => return Err(ProbeError::Object("map dump is not an array".into())),
+        };
+        let slots = Slots::map(
+            dump_map.fd().as_fd(),
+            std::mem::size_of::<BloatdSock>(),
+            (cfg.map_capacity + DUMP_SLACK) as usize,
+        )
+        .map_err(|e| ProbeError::Map {
+            map: "dump",
+            detail: format!("mmap: {e}"),
+        })?;
         let name = "dump_socks";
         let prog: &mut Iter = ebpf
             .program_mut(name)
@@ -351,6 +373,8 @@ impl Probes {
             ebpf,
             ring,
             dump,
+            slots,
+            _dump: dump_map,
             _socks: socks,
             floors,
             _floors: floors_map,
@@ -501,10 +525,19 @@ impl Probes {
             map: "socks",
             detail: e.to_string(),
         })?;
-        Ok(bytes
-            .chunks_exact(std::mem::size_of::<BloatdSock>())
-            .filter_map(BloatdSock::from_bytes)
-            .collect())
+        let n = match bytes.get(..4) {
+            Some(b) => u32::from_ne_bytes(b.try_into().unwrap()) as usize,
+            None => {
+                return Err(ProbeError::Map {
+                    map: "socks",
+                    detail: format!("the iterator returned {} bytes, not a count", bytes.len()),
+                })
+            }
+        };
+        if n >= self.slots.slots() {
+            tracing::warn!("more socket records than the {} read slots: some not listed", n);
+        }
+        Ok(self.slots.read(n))
     }
 
     pub fn map_capacity(&self) -> u32 {
