@@ -7,8 +7,8 @@
 #     the same tracepoint and so seeing the same events: an empty program
 #     (the cost of running any program there, measurement included) and a
 #     program that only updates a hash map keyed by socket cookie.
-#  2. Daemon CPU (user + sys) per second of wall time: with 10,000
-#     established idle sockets, and with one flow at veth line rate.
+#  2. Daemon CPU (user + sys) per second of wall time with one flow at
+#     veth line rate (many sockets: scripts/bench/scale.py).
 #  3. iperf3 -C cubic throughput with and without bloatd, alternating short
 #     runs with the sender and receiver pinned to one CPU each.
 #
@@ -86,29 +86,7 @@ echo "  (flow: $gbps Gbit/s)"
 exec {h}>&-; stop_bloatd
 
 echo
-echo "== 2a. daemon CPU with 10,000 established idle sockets"
-# The daemon first: sockets of other namespaces are seen when they connect
-# (the start-up iterator only walks the daemon's own namespace).
-start_bloatd
-exec {srv}> >(nsx snd "$PY" scripts/bench/idle_sockets.py serve 10.9.1.1 7000 10000 >"$RUN/srv.out"); HOLD+=("$srv")
-sleep 1
-exec {cli}> >(nsx rcv "$PY" scripts/bench/idle_sockets.py connect 10.9.1.1 7000 10000 >"$RUN/cli.out"); HOLD+=("$cli")
-for _ in $(seq 120); do grep -q ready "$RUN/cli.out" 2>/dev/null && grep -q ready "$RUN/srv.out" && break; sleep 0.5; done
-sleep 2
-t0=$(date +%s.%N); c0=$(cpu_s "$(bloatd_pid)")
-sleep 20
-t1=$(date +%s.%N); c1=$(cpu_s "$(bloatd_pid)")
-n=$("$BIN" --run-dir "$RUN" status --json | $PY -c 'import json,sys; print(json.load(sys.stdin)["sockets"])')
-s0=$(date +%s.%N); "$BIN" --run-dir "$RUN" sockets --json >/dev/null; s1=$(date +%s.%N)
-awk -v c0="$c0" -v c1="$c1" -v t0="$t0" -v t1="$t1" -v n="$n" \
-	'BEGIN{c=c1-c0; t=t1-t0; printf "  %d sockets tracked: daemon CPU %.2f%% of one core (%.0f ms over %.0f s)\n", n, 100*c/t, c*1000, t}'
-awk -v s0="$s0" -v s1="$s1" 'BEGIN{printf "  bloatd sockets --json with them: %.0f ms\n", (s1-s0)*1000}'
-stop_bloatd
-exec {cli}>&- {srv}>&-
-sleep 1
-
-echo
-echo "== 2b. daemon CPU with one flow at line rate"
+echo "== 2. daemon CPU with one flow at line rate (many sockets: scripts/bench/scale.py)"
 start_bloatd
 pid=$(bloatd_pid); c0=$(cpu_s "$pid"); t0=$(date +%s.%N)
 gbps=$(download 10)

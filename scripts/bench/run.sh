@@ -2,9 +2,13 @@
 # `make bench`: every benchmark, one after the other (root). Reports
 # numbers and ratios measured side by side; nothing here passes or fails.
 set -euo pipefail
+PY=/usr/bin/python3
 cd "$(dirname "$0")/../.."
 echo "### probes and daemon (scripts/bench/probes.sh)"
 scripts/bench/probes.sh "$@"
+echo
+echo "### server scale: 10,000 busy and 100,000 sockets (scripts/bench/scale.py)"
+$PY scripts/bench/scale.py ${BLOATD_BASELINE:+--baseline "$BLOATD_BASELINE"}
 echo
 echo "### congestion controls (scripts/bench/cc.sh)"
 scripts/bench/cc.sh

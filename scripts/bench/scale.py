@@ -1,0 +1,267 @@
+#!/usr/bin/env python3
+"""Server scale, measured side by side in one run (a benchmark: it reports,
+it does not judge).
+
+Two namespaces joined by a veth pair at line rate (scripts/lab/topo.sh
+--direct); scripts/bench/loadgen.c holds the connections from one epoll
+loop. For each case: N established sockets of which B busy (a busy
+connection sends 200 bytes ten times a second, both of its sockets are
+busy), measured for --seconds:
+
+  - the daemon: CPU (% of one core), RSS, and what clients wait for:
+    `bloatd sockets --json`, a /metrics scrape, a dashboard snapshot;
+  - what users do instead: `ss -tin` in both namespaces polled every
+    100 ms (bloatd's sampling interval) over the same sockets, its CPU;
+  - the kernel: the whole machine's CPU with the load, with and without
+    bloatd's probes attached, and tcp_probe's cost per event (BPF stats).
+
+Usage: scripts/bench/scale.py [--seconds S] [--case NAME]... [--baseline BIN]   (root)
+Cases: 10k-busy (10,000 sockets, all busy) and 100k (100,000 sockets,
+10,000 busy).
+"""
+import argparse
+import json
+import os
+import resource
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+TOPO = os.path.join(REPO, "scripts", "lab", "topo.sh")
+BLOATD = os.environ.get("BLOATD_BIN", os.path.join(REPO, "target", "release", "bloatd"))
+LAB = "bscale"
+PORT, PORTS = 7000, 4
+CASES = {"10k-busy": (10_000, 10_000), "100k": (100_000, 10_000)}
+HZ = os.sysconf("SC_CLK_TCK")
+
+
+def sh(*cmd, **kw):
+    return subprocess.run(cmd, check=True, capture_output=True, text=True, **kw)
+
+
+def nsx(side, *cmd):
+    return ["ip", "netns", "exec", f"{LAB}-{side}", *cmd]
+
+
+def proc_cpu_s(pid):
+    f = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+    return (int(f[11]) + int(f[12])) / HZ
+
+
+def proc_rss_mb(pid):
+    for line in open(f"/proc/{pid}/status"):
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def machine_busy_s():
+    f = open("/proc/stat").readline().split()
+    return (int(f[1]) + int(f[2]) + int(f[3]) + int(f[6]) + int(f[7])) / HZ
+
+
+def timed(fn, runs=3):
+    """Median wall time of `fn()` in ms, and its last result."""
+    times, out = [], None
+    for _ in range(runs):
+        t0 = time.monotonic()
+        out = fn()
+        times.append((time.monotonic() - t0) * 1000)
+    return statistics.median(times), out
+
+
+class Daemon:
+    def __init__(self, bpf_stats=False, binary=BLOATD):
+        self.bin = binary
+        self.run_dir = tempfile.mkdtemp(prefix="bloatd-scale-")
+        args = [binary, "--run-dir", self.run_dir, "start", "--no-cc", "--listen", "127.0.0.1:9498",
+                "--map-entries", "262144"]
+        if bpf_stats:
+            args.append("--bpf-stats")
+        sh(*args)
+        self.pid = int(open(os.path.join(self.run_dir, "bloatd.pid")).read())
+
+    def cli(self, *args):
+        return sh(self.bin, "--run-dir", self.run_dir, *args).stdout
+
+    def api(self, target):
+        return sh("curl", "-sf", "--unix-socket", os.path.join(self.run_dir, "bloatd.sock"),
+                  f"http://bloatd{target}").stdout
+
+    def stop(self):
+        subprocess.run([self.bin, "--run-dir", self.run_dir, "stop"], capture_output=True)
+        shutil.rmtree(self.run_dir, ignore_errors=True)
+
+
+class Load:
+    """N sockets (N/2 connections) of which B busy (B/2 connections), spread
+    over pairs of loadgen processes of at most PER_PROC connections each
+    (a process may hold only RLIMIT_NOFILE's hard limit of descriptors, and
+    without CAP_SYS_RESOURCE that cannot be raised: 20,000 here)."""
+
+    PER_PROC = 15_000
+
+    def __init__(self, loadgen, sockets, busy):
+        conns, busy_conns = sockets // 2, busy // 2
+        n = -(-conns // self.PER_PROC)
+        self.procs = []
+        for i in range(n):
+            c, b = conns // n + (i < conns % n), busy_conns // n + (i < busy_conns % n)
+            port = str(PORT + i * PORTS)
+            srv = subprocess.Popen(nsx("snd", loadgen, "serve", "10.9.1.1", port, str(PORTS), str(c)),
+                                   stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+            self.procs.append(srv)
+            line = srv.stdout.readline().strip()
+            if line != "listening":
+                raise SystemExit(f"loadgen serve did not listen: {line!r}")
+            cli = subprocess.Popen(nsx("rcv", loadgen, "connect", "10.9.1.1", port, str(PORTS), str(c), str(b)),
+                                   stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+            self.procs.append(cli)
+            for p in (cli, srv):
+                line = p.stdout.readline().strip()
+                if not line.startswith("ready"):
+                    raise SystemExit(f"loadgen did not get ready: {line!r}")
+
+    def touch(self):
+        """One segment on every idle connection, so a daemon started after
+        they were established sees them (it learns a socket of another
+        namespace at its next segment)."""
+        for cli in self.procs[1::2]:
+            cli.stdin.write("touch\n")
+            cli.stdin.flush()
+        for cli in self.procs[1::2]:
+            line = cli.stdout.readline().strip()
+            if not line.startswith("touched"):
+                raise SystemExit(f"loadgen did not touch: {line!r}")
+
+    def close(self):
+        for p in self.procs:
+            p.stdin.close()
+        for p in self.procs:
+            p.wait(timeout=60)
+
+
+def ss_cpu(seconds):
+    """CPU of `ss -tin` in both namespaces every 100 ms for `seconds`, as a
+    share of one core."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < seconds:
+        t = time.monotonic()
+        for side in ("snd", "rcv"):
+            subprocess.run(nsx(side, "ss", "-tinH"), stdout=subprocess.DEVNULL, check=True)
+        time.sleep(max(0, 0.1 - (time.monotonic() - t)))
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    wall = time.monotonic() - t0
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return 100 * cpu / wall
+
+
+def measure_daemon(d, seconds):
+    c0, m0, t0 = proc_cpu_s(d.pid), machine_busy_s(), time.monotonic()
+    time.sleep(seconds)
+    c1, m1, t1 = proc_cpu_s(d.pid), machine_busy_s(), time.monotonic()
+    return 100 * (c1 - c0) / (t1 - t0), 100 * (m1 - m0) / (t1 - t0), proc_rss_mb(d.pid)
+
+
+def tcp_probe_ns():
+    progs = json.loads(sh("bpftool", "-j", "prog", "show").stdout)
+    p = [x for x in progs if x.get("name") == "tcp_probe" and x.get("run_cnt", 0) > 0]
+    return p[0]["run_time_ns"] / p[0]["run_cnt"] if p else float("nan")
+
+
+def measure(binary, seconds, load):
+    """One daemon binary under the running load: its CPU, RSS and what its
+    clients wait for."""
+    d = Daemon(binary=binary)
+    try:
+        load.touch()
+        time.sleep(3)
+        cpu, machine, rss = measure_daemon(d, seconds)
+        status = json.loads(d.cli("status", "--json"))
+        sockets_ms, out = timed(lambda: d.cli("sockets", "--json"))
+        metrics_ms, text = timed(lambda: sh("curl", "-sf", "http://127.0.0.1:9498/metrics").stdout, runs=5)
+        snap_ms, snap = timed(lambda: d.api("/v1/snapshot"))
+        return {"cpu": cpu, "machine": machine, "rss": rss, "tracked": status["sockets"],
+                "listed": len(json.loads(out)), "sockets_ms": sockets_ms, "metrics_ms": metrics_ms,
+                "metrics_kb": len(text) / 1000, "snap_ms": snap_ms, "snap_kb": len(snap) / 1000}
+    finally:
+        d.stop()
+
+
+def run_case(name, loadgen, seconds, baseline):
+    sockets, busy = CASES[name]
+    print(f"\n== {name}: {sockets:,} established sockets, {busy:,} busy (200 B x 10/s each way)", flush=True)
+    load = Load(loadgen, sockets, busy)
+    try:
+        time.sleep(3)
+        # The kernel alone: the same load, no probes.
+        m0, t0 = machine_busy_s(), time.monotonic()
+        time.sleep(seconds)
+        base = 100 * (machine_busy_s() - m0) / (time.monotonic() - t0)
+        runs = {"bloatd": measure(BLOATD, seconds, load)}
+        if baseline:
+            runs["baseline"] = measure(baseline, seconds, load)
+        ss = ss_cpu(min(seconds, 10))
+        for name, binary in (("bloatd", BLOATD), ("baseline", baseline)):
+            if binary:
+                d = Daemon(bpf_stats=True, binary=binary)
+                try:
+                    time.sleep(seconds / 2)
+                    runs[name]["probe_ns"] = tcp_probe_ns()
+                finally:
+                    d.stop()
+    finally:
+        load.close()
+    cols = list(runs)
+    r = runs["bloatd"]
+    print(f"  sockets tracked {r['tracked']:,}, listed by `bloatd sockets --json` {r['listed']:,}")
+    print(f"  {'':42s}" + "".join(f"{c:>14s}" for c in cols))
+
+    def row(label, fmt, key):
+        print(f"  {label:42s}" + "".join(f"{fmt.format(runs[c][key]):>14s}" for c in cols))
+
+    row("daemon CPU (% of one core)", "{:.2f}", "cpu")
+    row("daemon RSS (MB)", "{:.1f}", "rss")
+    row("bloatd sockets --json (ms)", "{:.0f}", "sockets_ms")
+    row("/metrics scrape (ms)", "{:.1f}", "metrics_ms")
+    row("/metrics size (kB)", "{:.0f}", "metrics_kb")
+    row("/v1/snapshot, all sockets (ms)", "{:.0f}", "snap_ms")
+    row("/v1/snapshot size (kB)", "{:.0f}", "snap_kb")
+    row("machine CPU with the daemon (%)", "{:.2f}", "machine")
+    row("tcp_probe, ns/event (BPF stats)", "{:.0f}", "probe_ns")
+    print(f"  {'machine CPU, same load, no probes (%)':42s}{base:14.2f}")
+    print(f"  {'ss -tin every 100 ms, both sides (%)':42s}{ss:14.2f}   = {ss / max(r['cpu'], 0.01):.0f}x bloatd's CPU")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--seconds", type=float, default=20)
+    ap.add_argument("--case", action="append", choices=sorted(CASES))
+    ap.add_argument("--baseline", metavar="BIN",
+                    help="another bloatd binary (e.g. an older build) measured under the same load")
+    args = ap.parse_args()
+    if os.geteuid() != 0:
+        raise SystemExit("scale.py: run as root (BPF, network namespaces)")
+    out = tempfile.mkdtemp(prefix="bloatd-loadgen-")
+    loadgen = os.path.join(out, "loadgen")
+    sh("gcc", "-O2", "-Wall", "-o", loadgen, os.path.join(REPO, "scripts", "bench", "loadgen.c"))
+    subprocess.run([TOPO, "down", LAB], capture_output=True)
+    sh(TOPO, "up", LAB, "--direct", timeout=120)
+    try:
+        for side in ("snd", "rcv"):
+            sh(*nsx(side, "sysctl", "-qw", "net.ipv4.ip_local_port_range=1024 65535",
+                    "net.core.somaxconn=65535", "net.ipv4.tcp_max_syn_backlog=65535"))
+        for name in args.case or ["10k-busy", "100k"]:
+            run_case(name, loadgen, args.seconds, args.baseline)
+    finally:
+        subprocess.run([TOPO, "down", LAB], capture_output=True)
+        shutil.rmtree(out, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
