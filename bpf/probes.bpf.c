@@ -191,8 +191,8 @@ struct {
 } bottlenecks SEC(".maps");
 
 /*
- * Where one read of the socket iterator puts the records: written in place
- * and mmap()ed by the daemon; the read itself returns only their count. A
+ * Where one read of the socket iterator puts the records, for the daemon to
+ * fetch in one batch lookup; the read itself returns only their count. A
  * read that wrote every record into the iterator's output would stop every
  * 32 KiB (the seq buffer), and each restart walks its bucket again from the
  * head to where it left off; a socket storage map has as many buckets as
@@ -202,7 +202,6 @@ struct {
  */
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__uint(map_flags, BPF_F_MMAPABLE);
 	__uint(max_entries, 1);
 	__type(key, __u32);
 	__type(value, struct bloatd_sock);

@@ -14,6 +14,7 @@ mod probes;
 mod text;
 mod top;
 
+use std::io::IsTerminal;
 use clap::{Args, Parser, Subcommand};
 use client::Client;
 use config::Config;
@@ -261,7 +262,14 @@ fn generate_docs(dir: &std::path::Path) -> anyhow::Result<ExitCode> {
 
 fn sockets(cfg: &Config, json: bool, all: bool) -> anyhow::Result<ExitCode> {
     let target = if all { "/v1/sockets?all=1" } else { "/v1/sockets" };
-    let socks: Vec<bloatd_tui::model::Socket> = Client::new(&cfg.socket_path()).get(target)?;
+    let client = Client::new(&cfg.socket_path());
+    if json && !std::io::stdout().is_terminal() {
+        // Into a pipe or file, the daemon's JSON as it came: decoding and
+        // re-encoding 100,000 sockets would cost more than reading them.
+        println!("{}", client.request("GET", target, None)?);
+        return Ok(ExitCode::SUCCESS);
+    }
+    let socks: Vec<bloatd_tui::model::Socket> = client.get(target)?;
     if json {
         println!("{}", serde_json::to_string_pretty(&socks)?);
     } else {

@@ -1,8 +1,8 @@
 //! A BPF iterator over a map (here: the socket storage map), which aya 0.14
 //! cannot attach: its Iter link carries no map. Two syscalls do it:
 //! BPF_LINK_CREATE with the map in `iter_info`, then BPF_ITER_CREATE for
-//! each read. The socket iterator writes its records into an mmap()ed
-//! array (`Slots`) and returns only their count: one pass over the map,
+//! each read. The socket iterator writes its records into an array
+//! (`Slots`) and returns only their count: one pass over the map,
 //! no syscall per socket (bpf/probes.bpf.c, `dump`, says why).
 
 use aya_obj::generated::{bpf_attach_type, bpf_attr, bpf_cmd};
@@ -64,63 +64,65 @@ impl MapIter {
     }
 }
 
-/// A BPF array map created with BPF_F_MMAPABLE, mapped read-only: the
-/// kernel writes, we copy out.
+/// The array the socket iterator writes its records into (`dump`), read
+/// with one BPF_MAP_LOOKUP_BATCH: no mapping, so the daemon holds the
+/// records only while it reads them (an mmap() of the whole array would
+/// count every slot in its RSS).
 pub struct Slots {
-    ptr: *const u8,
-    len: usize,
-    stride: usize,
+    map: OwnedFd,
+    value_size: usize,
     slots: usize,
 }
 
-// SAFETY: the mapping is read-only shared memory owned by this value.
-unsafe impl Send for Slots {}
-
 impl Slots {
-    /// Map `slots` values of `value_size` bytes (the kernel lays array
-    /// values out 8-byte aligned).
-    pub fn map(map: BorrowedFd<'_>, value_size: usize, slots: usize) -> io::Result<Slots> {
-        let stride = value_size.next_multiple_of(8);
-        // SAFETY: sysconf has no preconditions.
-        let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) } as usize;
-        let len = (stride * slots).next_multiple_of(page);
-        // SAFETY: a fresh shared read-only mapping of the map's fd.
-        let ptr = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ,
-                libc::MAP_SHARED,
-                map.as_raw_fd(),
-                0,
-            )
-        };
-        if ptr == libc::MAP_FAILED {
-            return Err(io::Error::last_os_error());
-        }
-        Ok(Slots { ptr: ptr as *const u8, len, stride, slots })
+    pub fn new(map: BorrowedFd<'_>, value_size: usize, slots: usize) -> io::Result<Slots> {
+        Ok(Slots { map: map.try_clone_to_owned()?, value_size, slots })
     }
 
     pub fn slots(&self) -> usize {
         self.slots
     }
 
-    /// The first `n` values, copied out.
-    pub fn read<T: Copy>(&self, n: usize) -> Vec<T> {
-        assert!(std::mem::size_of::<T>() <= self.stride);
-        (0..n.min(self.slots))
-            .map(|i| {
-                // SAFETY: i < slots, inside the mapping; T is plain data
-                // no larger than a slot.
-                unsafe { std::ptr::read_unaligned(self.ptr.add(i * self.stride) as *const T) }
-            })
-            .collect()
-    }
-}
-
-impl Drop for Slots {
-    fn drop(&mut self) {
-        // SAFETY: ptr/len are the mapping made in `map`.
-        unsafe { libc::munmap(self.ptr as *mut libc::c_void, self.len) };
+    /// The first `n` values.
+    pub fn read<T: Copy>(&self, n: usize) -> io::Result<Vec<T>> {
+        assert!(std::mem::size_of::<T>() <= self.value_size);
+        let n = n.min(self.slots);
+        if n == 0 {
+            return Ok(Vec::new());
+        }
+        let mut keys = vec![0u32; n];
+        let mut values = vec![0u8; n * self.value_size];
+        let mut out_batch = 0u32;
+        // SAFETY: all-zero is a valid bpf_attr.
+        let mut attr: bpf_attr = unsafe { std::mem::zeroed() };
+        attr.batch.map_fd = self.map.as_raw_fd() as u32;
+        attr.batch.keys = keys.as_mut_ptr() as u64;
+        attr.batch.values = values.as_mut_ptr() as u64;
+        attr.batch.out_batch = &mut out_batch as *mut u32 as u64;
+        attr.batch.count = n as u32;
+        // SAFETY: the buffers hold `count` keys and values.
+        let ret = unsafe {
+            libc::syscall(
+                libc::SYS_bpf,
+                bpf_cmd::BPF_MAP_LOOKUP_BATCH as libc::c_int,
+                &mut attr as *mut bpf_attr,
+                std::mem::size_of::<bpf_attr>() as libc::c_uint,
+            )
+        };
+        // ENOENT: the batch reached the array's end, with `count` filled.
+        if ret < 0 {
+            let e = io::Error::last_os_error();
+            if e.raw_os_error() != Some(libc::ENOENT) {
+                return Err(e);
+            }
+        }
+        // SAFETY: the kernel filled attr.batch.count values of value_size
+        // bytes; T is plain data no larger than one.
+        let got = unsafe { attr.batch.count } as usize;
+        Ok(values
+            .chunks_exact(self.value_size)
+            .take(got)
+            .map(|c| unsafe { std::ptr::read_unaligned(c.as_ptr() as *const T) })
+            .collect())
     }
 }

@@ -95,7 +95,7 @@ pub struct Probes {
     ebpf: Ebpf,
     ring: RingBuf<MapData>,
     /// Reads the socket storage map (kept alive with it by `_socks`) into
-    /// `slots`, the mmap()ed array `dump` (held by `_dump`).
+    /// `slots`, the array `dump` (held by `_dump`).
     dump: MapIter,
     slots: Slots,
     _dump: MapData,
@@ -317,14 +317,14 @@ impl Probes {
             Map::Array(m) => m,
             _ => return Err(ProbeError::Object("map dump is not an array".into())),
         };
-        let slots = Slots::map(
+        let slots = Slots::new(
             dump_map.fd().as_fd(),
             std::mem::size_of::<BloatdSock>(),
             (cfg.map_capacity + DUMP_SLACK) as usize,
         )
         .map_err(|e| ProbeError::Map {
             map: "dump",
-            detail: format!("mmap: {e}"),
+            detail: e.to_string(),
         })?;
         let name = "dump_socks";
         let prog: &mut Iter = ebpf
@@ -537,7 +537,10 @@ impl Probes {
         if n >= self.slots.slots() {
             tracing::warn!("more socket records than the {} read slots: some not listed", n);
         }
-        Ok(self.slots.read(n))
+        self.slots.read(n).map_err(|e| ProbeError::Map {
+            map: "dump",
+            detail: e.to_string(),
+        })
     }
 
     pub fn map_capacity(&self) -> u32 {
