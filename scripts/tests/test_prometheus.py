@@ -13,7 +13,24 @@ import time
 import urllib.parse
 import urllib.request
 
-from bloatdtest import TestCase, free_port, main, run, wait_for
+from bloatdtest import SND4, TestCase, free_port, main, run, wait_for
+
+
+def histogram(text, name, labels):
+    """Count, sum and cumulative buckets of one histogram series in a
+    Prometheus exposition."""
+    sel = ",".join(f'{k}="{v}"' for k, v in labels.items())
+    count = sum_ = 0.0
+    buckets = {}
+    for line in text.splitlines():
+        if line.startswith(f"{name}_count{{") and sel in line:
+            count = float(line.rsplit(" ", 1)[1])
+        elif line.startswith(f"{name}_sum{{") and sel in line:
+            sum_ = float(line.rsplit(" ", 1)[1])
+        elif line.startswith(f"{name}_bucket{{") and sel in line:
+            le = re.search(r'le="([^"]+)"', line).group(1)
+            buckets[le] = float(line.rsplit(" ", 1)[1])
+    return count, sum_, buckets
 
 
 class PrometheusScrape(TestCase):
@@ -89,6 +106,54 @@ class PrometheusScrape(TestCase):
         # ever becomes a label; those stay in the API.
         keys = set(re.findall(r'[{,]([a-z_]+)="', text))
         self.assertLessEqual(keys, {"cc", "role", "state", "probe", "reason", "le", "version"}, keys)
+
+
+    def test_kernel_histogram_counts_socket_time_as_the_samples_do(self):
+        """The histograms are counted in the kernel at each sample. Over a
+        window, the reno sender's histogram must grow by one observation
+        per sampling interval of its one busy socket, with the queueing
+        delay its streamed samples carry and ping through the bottleneck
+        measures."""
+        d = self.daemon("--no-cc")
+        d.start()
+        lab = self.lab("bp2", rate="10mbit", buffer_bytes=1000000, delay_ms=20)
+        idle = sorted(lab.ping("snd", "10.9.2.2", count=5))[2]
+        lab.bulk_download("reno", 40)
+        wait_for(lambda: sorted(lab.ping("snd", "10.9.2.2", count=3))[1] > idle + 200,
+                 timeout=30, step=1, what="a standing queue of more than 200 ms")
+        sender = wait_for(lambda: next((x for x in d.sockets() if x["cc"] == "reno" and x["role"] == "sender"
+                                        and x["local_port"] == 5201), None), what="the reno sender in bloatd")
+        # Asking for its series watches it: its samples stream from now on.
+        d.api(f"/v1/series/{sender['cookie']}")
+        time.sleep(1)
+        name, labels = "bloatd_tcp_queueing_delay_seconds", {"cc": "reno", "role": "sender"}
+        c0, s0, _ = histogram(d.metrics(), name, labels)
+        t0 = d.api(f"/v1/series/{sender['cookie']}")["samples"][-1]["t_ms"]
+        pinger = lab.ping_background("snd", "10.9.2.2", 10)
+        time.sleep(10)
+        c1, s1, buckets = histogram(d.metrics(), name, labels)
+        t1 = d.api(f"/v1/series/{sender['cookie']}")["samples"][-1]["t_ms"]
+        samples = [x for x in d.api(f"/v1/series/{sender['cookie']}?since_ms={t0}")["samples"] if x["t_ms"] <= t1]
+        pings = sorted(pinger.result())
+        n, mean_ms = c1 - c0, (s1 - s0) / max(c1 - c0, 1) * 1000
+        smean_ms = sum(x["queue_delay_us"] for x in samples) / max(len(samples), 1) / 1000
+        ping_q = pings[len(pings) // 2] - idle
+        qs = sorted(x["queue_delay_us"] / 1000 for x in samples)
+        smedian_ms = qs[len(qs) // 2] if qs else 0
+        print(f"    10 s: histogram +{n:.0f} observations, mean {mean_ms:.0f} ms; streamed samples "
+              f"{len(samples)}, mean {smean_ms:.0f} ms, median {smedian_ms:.0f} ms; "
+              f"ping queue (median) {ping_q:.0f} ms")
+        # One observation per 100 ms interval of the one busy socket.
+        self.assertGreater(n, 80, "the busy sender is counted every interval")
+        self.assertLess(n, 125, "and only once per interval")
+        self.assertLess(abs(n - len(samples)), max(3, 0.05 * n),
+                        "the histogram and the streamed samples count the same intervals")
+        self.assertLess(abs(mean_ms - smean_ms), max(5, 0.05 * smean_ms), "with the same delays")
+        # Medians: during loss recovery the kernel's srtt stays where it
+        # was (no RTT samples) while ping already sees the queue drain.
+        self.assertLess(abs(smedian_ms - ping_q), max(15, 0.15 * ping_q), "which ping confirms")
+        les = sorted((float(k), v) for k, v in buckets.items())
+        self.assertEqual([v for _, v in les], sorted(v for _, v in les), "cumulative buckets")
 
 
 if __name__ == "__main__":
