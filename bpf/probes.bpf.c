@@ -76,6 +76,9 @@ const volatile __u32 floor_prefix_v4 = 24;
 const volatile __u32 floor_prefix_v6 = 64;
 /* Infer a new peer's floor from its bottleneck's queue (floor_infer). */
 const volatile __u32 floor_infer_on = 1;
+/* Path floors at all (config `floors`): off, each socket's queue is
+ * measured against its own minimum and no floor is kept. */
+const volatile __u32 floors_on = 1;
 /* Queueing delay from which a socket counts as bloated. */
 const volatile __u32 bloat_threshold_us = 100000;
 
@@ -451,6 +454,8 @@ static __always_inline void floor_refresh(struct bloatd_sock *s, __u64 now_ns)
 	};
 	__u32 source, floor_us;
 
+	if (!floors_on)
+		return;	/* sock_queues measures against the socket's own minimum */
 	s->floor_ns = now_ns;
 	__builtin_memcpy(subj.daddr, s->daddr, 16);
 	floor_us = floor_path_refresh(s, &cfg, &subj, now_ns / NSEC_PER_SEC, &source);
@@ -771,7 +776,7 @@ static __always_inline void sock_sample(struct bloatd_sock *s, const struct tcp_
 	sock_queues(s);
 	/* Sockets whose floor was observed report their bottleneck's queue,
 	 * once their side of the transfer has an RTT to measure it from. */
-	if ((s->flags & BLOATD_F_ACTIVE) &&
+	if (floors_on && (s->flags & BLOATD_F_ACTIVE) &&
 	    (s->floor_source == BLOATD_FLOOR_SOCKET || s->floor_source == BLOATD_FLOOR_PEER)) {
 		if (s->role == BLOATD_ROLE_RECEIVER) {
 			if (s->flags & BLOATD_F_RCV_TS || s->rcv_rtt_us)
@@ -1049,5 +1054,17 @@ int dump_floors(struct bpf_iter__bpf_map_elem *ctx)
 		return 0;
 	bpf_seq_write(ctx->meta->seq, key, sizeof(*key));
 	bpf_seq_write(ctx->meta->seq, floor, sizeof(*floor));
+	return 0;
+}
+
+/* How many floors the map holds, for the metrics: the walk writes nothing
+ * until its end, where the iterator's sequence number is the count. */
+SEC("iter/bpf_map_elem")
+int count_floors(struct bpf_iter__bpf_map_elem *ctx)
+{
+	__u64 n = ctx->meta->seq_num;
+
+	if (!ctx->key)
+		bpf_seq_write(ctx->meta->seq, &n, sizeof(n));
 	return 0;
 }

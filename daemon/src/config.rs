@@ -15,10 +15,12 @@ const KEYS: &[(&str, &str)] = &[
     ("listen", "an address and port, like \"127.0.0.1:9477\""),
     ("run_dir", "a directory path"),
     ("interval_ms", "an integer (milliseconds)"),
-    ("map_entries", "an integer"),
+    ("map_capacity", "an integer"),
+    ("map_entries", "an integer (deprecated name of map_capacity)"),
     ("bloat_threshold_ms", "an integer (milliseconds)"),
     ("series_seconds", "an integer (seconds)"),
     ("cc", "a list of names, like [\"bloatd_westwood\"]"),
+    ("floors", "true or false"),
     ("floor_window_s", "an integer (seconds)"),
     ("floor_entries", "an integer"),
     ("floor_prefix_v4", "an integer (prefix length)"),
@@ -74,14 +76,18 @@ pub struct Config {
     /// Sampling interval: at most one sample per socket per interval.
     pub interval_ms: u64,
     /// Capacity of the kernel's socket map.
-    pub map_entries: u32,
+    #[serde(alias = "map_entries")]
+    pub map_capacity: u32,
     /// Queueing delay from which a socket counts as bloated.
     pub bloat_threshold_ms: u64,
     /// How much history per socket the API keeps for `bloatd top`.
     pub series_seconds: u64,
     /// bloatd congestion controls to register at start.
     pub cc: Vec<String>,
-    /// Path floors (README, "Path floors"): how long the lowest RTT toward a
+    /// Measure queueing delay against path floors (README, "Path floors");
+    /// false: against each socket's own minimum, with no floor kept.
+    pub floors: bool,
+    /// Path floors: how long the lowest RTT toward a
     /// peer is remembered, in seconds. Longer than a standing queue lasts.
     pub floor_window_s: u32,
     /// How many peers and prefixes keep a floor (least recently used go).
@@ -108,10 +114,11 @@ impl Default for Config {
             listen: "127.0.0.1:9477".parse().unwrap(),
             run_dir: PathBuf::from(DEFAULT_RUN_DIR),
             interval_ms: 100,
-            map_entries: 65536,
+            map_capacity: 65536,
             bloat_threshold_ms: 100,
             series_seconds: 60,
             cc: vec!["bloatd_westwood".into(), "bloatd_cubic".into()],
+            floors: true,
             floor_window_s: 1800,
             floor_entries: 32768,
             floor_prefix_v4: 24,
@@ -175,6 +182,9 @@ impl Config {
                 });
             }
         }
+        if table.contains_key("map_entries") && table.contains_key("map_capacity") {
+            return Err("`map_entries` is the old name of `map_capacity`: give only one".into());
+        }
         let cfg = Config::deserialize(toml::Value::Table(table.clone())).map_err(|_| {
             // Deserialize key by key to find the one with the wrong type.
             for (key, value) in &table {
@@ -197,10 +207,10 @@ impl Config {
                 self.interval_ms
             )));
         }
-        if !(64..=4_194_304).contains(&self.map_entries) {
+        if !(64..=4_194_304).contains(&self.map_capacity) {
             return Err(ConfigError::Invalid(format!(
-                "map_entries = {} is out of range (64..=4194304)",
-                self.map_entries
+                "map_capacity = {} is out of range (64..=4194304)",
+                self.map_capacity
             )));
         }
         if !(10..=86_400).contains(&self.floor_window_s) {
@@ -325,10 +335,19 @@ mod tests {
     fn every_field_has_its_key_description() {
         let mut fields: Vec<String> = toml::Table::try_from(Config::default()).unwrap().keys().cloned().collect();
         fields.push("api_group".into()); // None: not serialized
+        fields.push("map_entries".into()); // the old name of map_capacity
         fields.sort();
         let mut keys: Vec<String> = KEYS.iter().map(|(k, _)| k.to_string()).collect();
         keys.sort();
         assert_eq!(fields, keys, "KEYS must list every Config field");
+    }
+
+    #[test]
+    fn the_old_name_of_map_capacity_still_works_for_one_release() {
+        assert_eq!(Config::parse("map_entries = 128\n").unwrap().map_capacity, 128);
+        assert_eq!(Config::parse("map_capacity = 256\n").unwrap().map_capacity, 256);
+        let e = Config::parse("map_entries = 128\nmap_capacity = 256\n").unwrap_err();
+        assert!(e.contains("old name"), "{e}");
     }
 
     #[test]

@@ -59,8 +59,6 @@ pub struct Core {
     viewer_until: Option<Instant>,
     last_watch: Instant,
     last_housekeeping: Instant,
-    /// Floors the kernel keeps, counted at housekeeping for /metrics.
-    floors_kept: u64,
 }
 
 impl Core {
@@ -68,7 +66,7 @@ impl Core {
     pub fn start(cfg: &Config, mode: &'static str, with_metrics: bool) -> anyhow::Result<Core> {
         let probes = Probes::load(&ProbeConfig {
             interval: Duration::from_millis(cfg.interval_ms),
-            map_capacity: cfg.map_entries,
+            map_capacity: cfg.map_capacity,
             bpf_stats: cfg.bpf_stats,
             bloat_threshold_us: (cfg.bloat_threshold_ms * 1000).min(u32::MAX as u64) as u32,
             floor_window_s: cfg.floor_window_s,
@@ -76,6 +74,7 @@ impl Core {
             floor_prefix_v4: cfg.floor_prefix_v4,
             floor_prefix_v6: cfg.floor_prefix_v6,
             floor_infer: cfg.floor_infer,
+            floors: cfg.floors,
         })?;
         let cc = CcSet::register(&cfg.cc)?;
         let mut core = Core {
@@ -91,7 +90,6 @@ impl Core {
             viewer_until: None,
             last_watch: Instant::now(),
             last_housekeeping: Instant::now(),
-            floors_kept: 0,
         };
         core.read();
         Ok(core)
@@ -134,11 +132,6 @@ impl Core {
             let watched = self.watched();
             self.model
                 .sweep(&clock, self.cfg.series_seconds, &|c| watched.contains(&c));
-            self.floors_kept = self
-                .probes
-                .floors()
-                .map(|f| f.len() as u64)
-                .unwrap_or(self.floors_kept);
             self.last_housekeeping = Instant::now();
         }
     }
@@ -313,7 +306,7 @@ impl Core {
             counters,
             runs: self.probes.run_stats(),
             map_capacity: self.probes.map_capacity(),
-            floors: self.floors_kept,
+            floors: self.probes.floors_count().unwrap_or(0),
         };
         m.encode(view)
     }

@@ -104,9 +104,11 @@ struct StartArgs {
     /// Sampling interval in milliseconds [default: 100]
     #[arg(long, value_name = "MS")]
     interval: Option<u64>,
-    /// Capacity of the kernel's socket map [default: 65536]
-    #[arg(long, value_name = "N")]
-    map_entries: Option<u32>,
+    /// Sockets the kernel tracks at most (the socket map's bound; beyond
+    /// it new sockets are counted as dropped) [default: 65536]. The old
+    /// spelling --map-entries works for one more release.
+    #[arg(long, value_name = "N", alias = "map-entries")]
+    map_capacity: Option<u32>,
     /// Queueing delay (ms) from which a socket counts as bloated [default: 100]
     #[arg(long, value_name = "MS")]
     bloat_threshold: Option<u64>,
@@ -117,6 +119,10 @@ struct StartArgs {
     /// Register no congestion control.
     #[arg(long)]
     no_cc: bool,
+    /// Keep no path floors: measure queueing delay against each socket's
+    /// own minimum RTT (config `floors = false`; README, "Path floors").
+    #[arg(long)]
+    no_floors: bool,
     /// Enable the kernel's BPF run-time statistics while running, to see
     /// each probe's cost in /metrics (costs a little per event).
     #[arg(long)]
@@ -163,8 +169,8 @@ fn load_config(cli: &Cli) -> Result<Config, config::ConfigError> {
         if let Some(i) = a.interval {
             cfg.interval_ms = i;
         }
-        if let Some(n) = a.map_entries {
-            cfg.map_entries = n;
+        if let Some(n) = a.map_capacity {
+            cfg.map_capacity = n;
         }
         if let Some(t) = a.bloat_threshold {
             cfg.bloat_threshold_ms = t;
@@ -174,6 +180,9 @@ fn load_config(cli: &Cli) -> Result<Config, config::ConfigError> {
         }
         if a.no_cc {
             cfg.cc.clear();
+        }
+        if a.no_floors {
+            cfg.floors = false;
         }
         if a.bpf_stats {
             cfg.bpf_stats = true;

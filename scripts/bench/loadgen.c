@@ -7,6 +7,10 @@
  *   loadgen connect ADDR PORT PORTS N B   open N connections spread over the
  *                                         ports; B of them send 200 bytes ten
  *                                         times a second, staggered
+ *   loadgen churn ADDR PORT PORTS N RATE [SRC COUNT]
+ *                                         N short connections at RATE/s, each
+ *                                         200 bytes then close, from source
+ *                                         addresses SRC.1..SRC.COUNT
  *
  * Prints "ready N" on stdout once N connections are established (connect)
  * or accepted (serve), then runs until stdin closes. A line "touch" on a
@@ -239,13 +243,63 @@ static int connect_all(const char *ip, int port, int ports, long n, long busy)
 	}
 }
 
+/*
+ * Short connections: N of them at RATE a second, each sending 200 bytes and
+ * closing at once (FIN after the data), from source addresses
+ * SRC.1..SRC.COUNT in turn when given (so the server sees COUNT peers).
+ * Prints "done N failed F" when the last one is closed.
+ */
+static int churn(const char *ip, int port, int ports, long n, long rate, const char *src, int count)
+{
+	struct itimerspec tick = { .it_interval = { 0, TICK_MS * 1000000 }, .it_value = { 0, TICK_MS * 1000000 } };
+	long per_tick = rate * TICK_MS / 1000, opened = 0, failed = 0;
+	int tfd = timerfd_create(CLOCK_MONOTONIC, 0);
+	char msg[MSG_BYTES];
+
+	memset(msg, 'x', sizeof(msg));
+	if (per_tick < 1)
+		per_tick = 1;
+	if (tfd < 0 || timerfd_settime(tfd, 0, &tick, NULL))
+		die("timerfd");
+	while (opened < n) {
+		uint64_t ticks;
+
+		if (read(tfd, &ticks, sizeof(ticks)) != sizeof(ticks))
+			die("read timerfd");
+		for (long k = 0; k < per_tick * (long)ticks && opened < n; k++, opened++) {
+			struct sockaddr_in a = addr_of(ip, port + (int)(opened % ports));
+			int fd = socket(AF_INET, SOCK_STREAM, 0), one = 1;
+
+			if (fd < 0)
+				die("socket");
+			if (src) {
+				char buf[32];
+				struct sockaddr_in b;
+
+				snprintf(buf, sizeof(buf), "%s.%ld", src, 1 + opened % count);
+				b = addr_of(buf, 0);
+				setsockopt(fd, SOL_IP, IP_BIND_ADDRESS_NO_PORT, &one, sizeof(one));
+				if (bind(fd, (struct sockaddr *)&b, sizeof(b)))
+					die("bind source address");
+			}
+			if (connect(fd, (struct sockaddr *)&a, sizeof(a)) ||
+			    write(fd, msg, sizeof(msg)) != sizeof(msg))
+				failed++;
+			close(fd);
+		}
+	}
+	printf("done %ld failed %ld\n", opened, failed);
+	fflush(stdout);
+	return failed ? 1 : 0;
+}
+
 int main(int argc, char **argv)
 {
 	if (argc >= 4 && !strcmp(argv[1], "serve")) {
 		int ports = argc > 4 ? atoi(argv[4]) : 1;
 		long want = argc > 5 ? atol(argv[5]) : -1;
 
-		raise_nofile(want > 0 ? want : 200000);
+		raise_nofile(want > 0 ? want : 16000);
 		return serve(argv[2], atoi(argv[3]), ports, want);
 	}
 	if (argc == 7 && !strcmp(argv[1], "connect")) {
@@ -258,8 +312,20 @@ int main(int argc, char **argv)
 		raise_nofile(n);
 		return connect_all(argv[2], atoi(argv[3]), atoi(argv[4]), n, busy);
 	}
+	if ((argc == 7 || argc == 9) && !strcmp(argv[1], "churn")) {
+		long n = atol(argv[5]), rate = atol(argv[6]);
+		int count = argc == 9 ? atoi(argv[8]) : 0;
+
+		if (n <= 0 || rate <= 0 || (argc == 9 && count <= 0)) {
+			fprintf(stderr, "loadgen: N, RATE and COUNT must be > 0\n");
+			return 2;
+		}
+		return churn(argv[2], atoi(argv[3]), atoi(argv[4]), n, rate,
+			     argc == 9 ? argv[7] : NULL, count);
+	}
 	fprintf(stderr,
 		"usage: loadgen serve ADDR PORT [PORTS [N]]\n"
-		"       loadgen connect ADDR PORT PORTS N B\n");
+		"       loadgen connect ADDR PORT PORTS N B\n"
+		"       loadgen churn ADDR PORT PORTS N RATE [SRC COUNT]\n");
 	return 2;
 }

@@ -15,9 +15,12 @@ busy), measured for --seconds:
   - the kernel: the whole machine's CPU with the load, with and without
     bloatd's probes attached, and tcp_probe's cost per event (BPF stats).
 
-Usage: scripts/bench/scale.py [--seconds S] [--case NAME]... [--baseline BIN]   (root)
-Cases: 10k-busy (10,000 sockets, all busy) and 100k (100,000 sockets,
-10,000 busy).
+Usage: scripts/bench/scale.py [--seconds S] [--case NAME]... [--baseline BIN]
+                              [--churn N] [--churn-rate R] [--churn-peers P]   (root)
+Cases: 10k-busy (10,000 sockets, all busy), 100k (100,000 sockets, 10,000
+busy) and churn (60,000 short connections at 1,000/s from 200 client
+addresses). Each is measured with bloatd as built, with `--no-floors` (the
+cost of keeping path floors) and, with --baseline, with another build.
 """
 import argparse
 import json
@@ -75,11 +78,13 @@ def timed(fn, runs=3):
 
 
 class Daemon:
-    def __init__(self, bpf_stats=False, binary=BLOATD):
+    def __init__(self, bpf_stats=False, binary=BLOATD, extra=()):
         self.bin = binary
         self.run_dir = tempfile.mkdtemp(prefix="bloatd-scale-")
+        # An older build may know only the old spelling of the bound.
+        bound = "--map-capacity" if binary == BLOATD else "--map-entries"
         args = [binary, "--run-dir", self.run_dir, "start", "--no-cc", "--listen", "127.0.0.1:9498",
-                "--map-entries", "262144"]
+                bound, "262144", *extra]
         if bpf_stats:
             args.append("--bpf-stats")
         sh(*args)
@@ -174,10 +179,10 @@ def tcp_probe_ns():
     return p[0]["run_time_ns"] / p[0]["run_cnt"] if p else float("nan")
 
 
-def measure(binary, seconds, load):
+def measure(binary, extra, seconds, load):
     """One daemon binary under the running load: its CPU, RSS and what its
     clients wait for."""
-    d = Daemon(binary=binary)
+    d = Daemon(binary=binary, extra=extra)
     try:
         load.touch()
         time.sleep(3)
@@ -193,7 +198,25 @@ def measure(binary, seconds, load):
         d.stop()
 
 
-def run_case(name, loadgen, seconds, baseline):
+def table(runs, rows):
+    cols = list(runs)
+    print(f"  {'':42s}" + "".join(f"{c:>14s}" for c in cols))
+    for label, fmt, key in rows:
+        print(f"  {label:42s}" + "".join(f"{fmt.format(runs[c][key]) if key in runs[c] else '-':>14s}"
+                                         for c in cols))
+
+
+def probe_ns(variants, seconds, runs):
+    for name, binary, extra in variants:
+        d = Daemon(bpf_stats=True, binary=binary, extra=extra)
+        try:
+            time.sleep(seconds)
+            runs[name]["probe_ns"] = tcp_probe_ns()
+        finally:
+            d.stop()
+
+
+def run_case(name, loadgen, seconds, variants):
     sockets, busy = CASES[name]
     print(f"\n== {name}: {sockets:,} established sockets, {busy:,} busy (200 B x 10/s each way)", flush=True)
     load = Load(loadgen, sockets, busy)
@@ -203,47 +226,110 @@ def run_case(name, loadgen, seconds, baseline):
         m0, t0 = machine_busy_s(), time.monotonic()
         time.sleep(seconds)
         base = 100 * (machine_busy_s() - m0) / (time.monotonic() - t0)
-        runs = {"bloatd": measure(BLOATD, seconds, load)}
-        if baseline:
-            runs["baseline"] = measure(baseline, seconds, load)
+        runs = {v[0]: measure(v[1], v[2], seconds, load) for v in variants}
         ss = ss_cpu(min(seconds, 10))
-        for name, binary in (("bloatd", BLOATD), ("baseline", baseline)):
-            if binary:
-                d = Daemon(bpf_stats=True, binary=binary)
-                try:
-                    time.sleep(seconds / 2)
-                    runs[name]["probe_ns"] = tcp_probe_ns()
-                finally:
-                    d.stop()
+        probe_ns(variants, seconds / 2, runs)
     finally:
         load.close()
-    cols = list(runs)
     r = runs["bloatd"]
     print(f"  sockets tracked {r['tracked']:,}, listed by `bloatd sockets --json` {r['listed']:,}")
-    print(f"  {'':42s}" + "".join(f"{c:>14s}" for c in cols))
-
-    def row(label, fmt, key):
-        print(f"  {label:42s}" + "".join(f"{fmt.format(runs[c][key]):>14s}" for c in cols))
-
-    row("daemon CPU (% of one core)", "{:.2f}", "cpu")
-    row("daemon RSS (MB)", "{:.1f}", "rss")
-    row("bloatd sockets --json (ms)", "{:.0f}", "sockets_ms")
-    row("/metrics scrape (ms)", "{:.1f}", "metrics_ms")
-    row("/metrics size (kB)", "{:.0f}", "metrics_kb")
-    row("/v1/snapshot, all sockets (ms)", "{:.0f}", "snap_ms")
-    row("/v1/snapshot size (kB)", "{:.0f}", "snap_kb")
-    row("machine CPU with the daemon (%)", "{:.2f}", "machine")
-    row("tcp_probe, ns/event (BPF stats)", "{:.0f}", "probe_ns")
+    table(runs, [
+        ("daemon CPU (% of one core)", "{:.2f}", "cpu"),
+        ("daemon RSS (MB)", "{:.1f}", "rss"),
+        ("bloatd sockets --json (ms)", "{:.0f}", "sockets_ms"),
+        ("/metrics scrape (ms)", "{:.1f}", "metrics_ms"),
+        ("/metrics size (kB)", "{:.0f}", "metrics_kb"),
+        ("/v1/snapshot, all sockets (ms)", "{:.0f}", "snap_ms"),
+        ("/v1/snapshot size (kB)", "{:.0f}", "snap_kb"),
+        ("machine CPU with the daemon (%)", "{:.2f}", "machine"),
+        ("tcp_probe, ns/event (BPF stats)", "{:.0f}", "probe_ns"),
+    ])
     print(f"  {'machine CPU, same load, no probes (%)':42s}{base:14.2f}")
     print(f"  {'ss -tin every 100 ms, both sides (%)':42s}{ss:14.2f}   = {ss / max(r['cpu'], 0.01):.0f}x bloatd's CPU")
+
+
+def churn(loadgen, n, rate, peers, d=None):
+    """n short connections at `rate`/s from `peers` source addresses; the
+    daemon's CPU and RSS over them (d), and the machine's."""
+    srv = subprocess.Popen(nsx("snd", loadgen, "serve", "10.9.1.1", str(PORT), str(PORTS)),
+                           stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        if srv.stdout.readline().strip() != "listening":
+            raise SystemExit("loadgen serve did not listen")
+        c0 = proc_cpu_s(d.pid) if d else 0
+        m0, t0 = machine_busy_s(), time.monotonic()
+        out = sh(*nsx("rcv", loadgen, "churn", "10.9.1.1", str(PORT), str(PORTS), str(n), str(rate),
+                      "10.9.3", str(peers)), timeout=n / rate * 3 + 60).stdout.strip()
+        t1 = time.monotonic()
+        r = {"machine": 100 * (machine_busy_s() - m0) / (t1 - t0), "out": out}
+        if d:
+            r["cpu"] = 100 * (proc_cpu_s(d.pid) - c0) / (t1 - t0)
+            r["rss"] = proc_rss_mb(d.pid)
+            st = json.loads(d.cli("status", "--json"))
+            r["tracked"] = st["sockets"]
+            r["floors"] = len(json.loads(d.api("/v1/floors")).get("floors", [])) if d.bin == BLOATD else 0
+        return r
+    finally:
+        srv.stdin.close()
+        srv.wait(timeout=60)
+
+
+def prog_stats():
+    return {p["name"]: (p.get("run_time_ns", 0), p.get("run_cnt", 0))
+            for p in json.loads(sh("bpftool", "-j", "prog", "show").stdout)}
+
+
+def run_churn(loadgen, n, rate, peers, variants):
+    """The churn with each variant under the kernel's BPF statistics: what
+    every program costs per connection, the daemon's CPU and memory."""
+    print(f"\n== churn: {n:,} short connections at {rate:,}/s from {peers} client addresses "
+          "(200 B each, then close)", flush=True)
+    for i in range(1, peers + 1):
+        sh("ip", "-n", f"{LAB}-rcv", "addr", "add", f"10.9.3.{i}/16", "dev", "eth0")
+    churn(loadgen, min(n, 3000), rate, peers)  # warm up: neighbours, routes, caches
+    base = churn(loadgen, n, rate, peers)
+    runs = {}
+    for name, binary, extra in variants:
+        d = Daemon(bpf_stats=True, binary=binary, extra=extra)
+        try:
+            time.sleep(2)
+            p0 = prog_stats()
+            runs[name] = churn(loadgen, n, rate, peers, d)
+            p1 = prog_stats()
+        finally:
+            d.stop()
+        for prog in ("tcp_probe", "inet_sock_set_state", "sock_ops"):
+            dt = p1.get(prog, (0, 0))[0] - p0.get(prog, (0, 0))[0]
+            dc = p1.get(prog, (0, 0))[1] - p0.get(prog, (0, 0))[1]
+            if dc:
+                runs[name][f"{prog}_ns"] = dt / dc
+        total = sum(p1[k][0] - p0.get(k, (0, 0))[0] for k in p1)
+        runs[name]["bpf_us_per_conn"] = total / 1000 / n
+        runs[name]["bpf_core"] = 100 * total / 1e9 / (n / rate)
+    table(runs, [
+        ("daemon CPU (% of one core)", "{:.2f}", "cpu"),
+        ("daemon RSS (MB)", "{:.1f}", "rss"),
+        ("floors kept at the end", "{:d}", "floors"),
+        ("tcp_probe, ns/event", "{:.0f}", "tcp_probe_ns"),
+        ("inet_sock_set_state, ns/event", "{:.0f}", "inet_sock_set_state_ns"),
+        ("sock_ops, ns/event", "{:.0f}", "sock_ops_ns"),
+        ("all probes, us per connection", "{:.1f}", "bpf_us_per_conn"),
+        ("all probes, % of one core", "{:.2f}", "bpf_core"),
+        ("machine CPU during the churn (%)", "{:.2f}", "machine"),
+    ])
+    print(f"  {'machine CPU, same churn, no probes (%)':42s}{base['machine']:14.2f}")
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--seconds", type=float, default=20)
-    ap.add_argument("--case", action="append", choices=sorted(CASES))
+    ap.add_argument("--case", action="append", choices=sorted(CASES) + ["churn"])
     ap.add_argument("--baseline", metavar="BIN",
                     help="another bloatd binary (e.g. an older build) measured under the same load")
+    ap.add_argument("--churn", type=int, default=60_000, metavar="N",
+                    help="short connections in the churn case")
+    ap.add_argument("--churn-rate", type=int, default=1000, metavar="R", help="churn connections per second")
+    ap.add_argument("--churn-peers", type=int, default=200, metavar="P", help="client addresses of the churn")
     args = ap.parse_args()
     if os.geteuid() != 0:
         raise SystemExit("scale.py: run as root (BPF, network namespaces)")
@@ -256,8 +342,14 @@ def main():
         for side in ("snd", "rcv"):
             sh(*nsx(side, "sysctl", "-qw", "net.ipv4.ip_local_port_range=1024 65535",
                     "net.core.somaxconn=65535", "net.ipv4.tcp_max_syn_backlog=65535"))
-        for name in args.case or ["10k-busy", "100k"]:
-            run_case(name, loadgen, args.seconds, args.baseline)
+        variants = [("bloatd", BLOATD, ()), ("no floors", BLOATD, ("--no-floors",))]
+        if args.baseline:
+            variants.append(("baseline", args.baseline, ()))
+        for name in args.case or ["10k-busy", "100k", "churn"]:
+            if name == "churn":
+                run_churn(loadgen, args.churn, args.churn_rate, args.churn_peers, variants)
+            else:
+                run_case(name, loadgen, args.seconds, variants)
     finally:
         subprocess.run([TOPO, "down", LAB], capture_output=True)
         shutil.rmtree(out, ignore_errors=True)

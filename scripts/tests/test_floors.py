@@ -206,5 +206,54 @@ while True:
         self.assertTrue(ss and " ts " not in ss[0], "ss agrees: no ts option")
 
 
+    def test_floors_are_bounded_by_an_lru_that_counts_what_it_drops(self):
+        """150 peers against a bound of 64 floors: the map never holds more,
+        the evictions are counted, and the peers used last keep theirs."""
+        d = self.daemon("--no-cc")
+        cfg = f"{d.run_dir}/bound.toml"
+        with open(cfg, "w") as f:
+            f.write("floor_entries = 64\n")
+        d.extra = ["--config", cfg]
+        d.start()
+        lab = self.lab("bf5", rate="100mbit", buffer_bytes=200000)
+        addrs = [f"10.9.2.{i}" for i in range(10, 160)]
+        for a in addrs:
+            run("ip", "-n", lab.ns("rcv"), "addr", "add", f"{a}/24", "dev", "eth0")
+        server = ("import socket\n"
+                  "s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\n"
+                  "s.bind(('0.0.0.0', 9100)); s.listen(512)\n"
+                  "while True:\n"
+                  "    c, _ = s.accept(); c.recv(64); c.sendall(b'ok'); c.close()\n")
+        lab.spawn("rcv", sys.executable, "-c", server)
+        client = ("import socket, sys, time\n"
+                  "for a in sys.argv[1:]:\n"
+                  "    for _ in range(50):\n"
+                  "        try:\n"
+                  "            c = socket.create_connection((a, 9100), timeout=5); break\n"
+                  "        except OSError: time.sleep(0.1)\n"
+                  "    c.sendall(b'x'); c.recv(64); c.close()\n")
+        lab.exec("snd", sys.executable, "-c", client, *addrs, timeout=120)
+        floors = wait_for(lambda: (f := d.api("/v1/floors"))["created"] >= 150 and f,
+                          timeout=10, what="floors for 150 peers")
+        text = d.metrics()
+
+        def metric(name):
+            return float(next(l.split()[1] for l in text.splitlines() if l.split()[0] == name))
+        m_created, m_kept, m_evicted = (metric("bloatd_path_floors_created_total"), metric("bloatd_path_floors"),
+                                        metric("bloatd_path_floors_evicted_total"))
+        print(f"    created {floors['created']}, kept {len(floors['floors'])} (capacity "
+              f"{floors['capacity']}), evicted {floors['evicted']}; metrics: created {m_created:.0f}, "
+              f"kept {m_kept:.0f}, evicted {m_evicted:.0f}")
+        self.assertEqual(floors["capacity"], 64)
+        self.assertLessEqual(len(floors["floors"]), 64, "the bound holds")
+        self.assertLessEqual(m_kept, 64, "the bound holds")
+        self.assertEqual(floors["evicted"], floors["created"] - len(floors["floors"]), "every drop is counted")
+        self.assertEqual(m_evicted, m_created - m_kept, "and the metrics say the same")
+        self.assertGreaterEqual(m_evicted, 150 - 64)
+        kept = {f["peer"] for f in floors["floors"] if f["prefix_len"] == 32}
+        self.assertIn(addrs[-1], kept, "the peer used last keeps its floor")
+        self.assertNotIn(addrs[0], kept, "the least recently used went first")
+
+
 if __name__ == "__main__":
     main()

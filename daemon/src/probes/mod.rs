@@ -89,6 +89,7 @@ pub struct ProbeConfig {
     pub floor_prefix_v4: u8,
     pub floor_prefix_v6: u8,
     pub floor_infer: bool,
+    pub floors: bool,
 }
 
 pub struct Probes {
@@ -100,8 +101,9 @@ pub struct Probes {
     slots: Slots,
     _dump: MapData,
     _socks: MapData,
-    /// Reads the floors map (kept alive with it by `_floors`).
+    /// Read the floors map, and count it (kept alive with them by `_floors`).
     floors: MapIter,
+    floors_count: MapIter,
     _floors: MapData,
     /// Why closing senders are not sampled, if they are not.
     sockops_error: Option<String>,
@@ -209,6 +211,33 @@ fn attach_sock_ops(ebpf: &mut Ebpf) -> Result<(), String> {
     Ok(())
 }
 
+/// Load the iterator program `name` and attach it to `map`.
+fn iter_attach(
+    ebpf: &mut Ebpf,
+    btf: &Btf,
+    name: &'static str,
+    target: &str,
+    map: &MapData,
+) -> Result<MapIter, ProbeError> {
+    let prog: &mut Iter = ebpf
+        .program_mut(name)
+        .ok_or_else(|| ProbeError::Object(format!("program {name} missing from object")))?
+        .try_into()
+        .map_err(|e| ProbeError::Object(errstr(e)))?;
+    prog.load(target, btf).map_err(|e| ProbeError::Load {
+        name,
+        detail: errstr(e),
+    })?;
+    let prog_fd = prog.fd().map_err(|e| ProbeError::Load {
+        name,
+        detail: errstr(e),
+    })?;
+    MapIter::attach(prog_fd.as_fd(), map.fd().as_fd()).map_err(|e| ProbeError::Attach {
+        name,
+        detail: e.to_string(),
+    })
+}
+
 impl Probes {
     pub fn load(cfg: &ProbeConfig) -> Result<Probes, ProbeError> {
         preflight()?;
@@ -232,6 +261,7 @@ impl Probes {
             .override_global("floor_prefix_v4", &(cfg.floor_prefix_v4 as u32), true)
             .override_global("floor_prefix_v6", &(cfg.floor_prefix_v6 as u32), true)
             .override_global("floor_infer_on", &(cfg.floor_infer as u32), true)
+            .override_global("floors_on", &(cfg.floors as u32), true)
             .override_global("bloat_threshold_us", &cfg.bloat_threshold_us, true)
             .map_max_entries("floors", cfg.floor_entries)
             .map_max_entries("dump", cfg.map_capacity + DUMP_SLACK)
@@ -326,48 +356,9 @@ impl Probes {
             map: "dump",
             detail: e.to_string(),
         })?;
-        let name = "dump_socks";
-        let prog: &mut Iter = ebpf
-            .program_mut(name)
-            .ok_or_else(|| ProbeError::Object(format!("program {name} missing from object")))?
-            .try_into()
-            .map_err(|e| ProbeError::Object(errstr(e)))?;
-        prog.load("bpf_sk_storage_map", &btf)
-            .map_err(|e| ProbeError::Load {
-                name,
-                detail: errstr(e),
-            })?;
-        let prog_fd = prog.fd().map_err(|e| ProbeError::Load {
-            name,
-            detail: errstr(e),
-        })?;
-        let dump = MapIter::attach(prog_fd.as_fd(), socks.fd().as_fd()).map_err(|e| {
-            ProbeError::Attach {
-                name,
-                detail: e.to_string(),
-            }
-        })?;
-        let name = "dump_floors";
-        let prog: &mut Iter = ebpf
-            .program_mut(name)
-            .ok_or_else(|| ProbeError::Object(format!("program {name} missing from object")))?
-            .try_into()
-            .map_err(|e| ProbeError::Object(errstr(e)))?;
-        prog.load("bpf_map_elem", &btf)
-            .map_err(|e| ProbeError::Load {
-                name,
-                detail: errstr(e),
-            })?;
-        let prog_fd = prog.fd().map_err(|e| ProbeError::Load {
-            name,
-            detail: errstr(e),
-        })?;
-        let floors = MapIter::attach(prog_fd.as_fd(), floors_map.fd().as_fd()).map_err(|e| {
-            ProbeError::Attach {
-                name,
-                detail: e.to_string(),
-            }
-        })?;
+        let dump = iter_attach(&mut ebpf, &btf, "dump_socks", "bpf_sk_storage_map", &socks)?;
+        let floors = iter_attach(&mut ebpf, &btf, "dump_floors", "bpf_map_elem", &floors_map)?;
+        let floors_count = iter_attach(&mut ebpf, &btf, "count_floors", "bpf_map_elem", &floors_map)?;
 
         let mut probes = Probes {
             ebpf,
@@ -377,6 +368,7 @@ impl Probes {
             _dump: dump_map,
             _socks: socks,
             floors,
+            floors_count,
             _floors: floors_map,
             sockops_error,
             stats,
@@ -569,6 +561,21 @@ impl Probes {
                 }
             })
             .collect())
+    }
+
+    /// How many floors the kernel keeps now (one pass, nothing copied).
+    pub fn floors_count(&self) -> Result<u64, ProbeError> {
+        let bytes = self.floors_count.read().map_err(|e| ProbeError::Map {
+            map: "floors",
+            detail: e.to_string(),
+        })?;
+        bytes
+            .get(..8)
+            .map(|b| u64::from_ne_bytes(b.try_into().unwrap()))
+            .ok_or_else(|| ProbeError::Map {
+                map: "floors",
+                detail: format!("the count iterator returned {} bytes", bytes.len()),
+            })
     }
 
     /// Why the sock_ops program is not attached, if it is not.
