@@ -151,9 +151,15 @@ struct bloatd_bottleneck {
 };
 
 struct bloatd_sock {
+	/* What every segment touches, together in the first cache line: a
+	 * busy server's records are cold when their next segment comes. */
 	__u64 cookie;		/* socket cookie: the socket's identity */
 	__u64 update_ns;	/* TCP clock of the last probe write */
 	__u64 sample_ns;	/* CLOCK_MONOTONIC of the last sample */
+	__u32 rcv_ts_min_us;	/* the lowest sample of the interval under way, 0 none yet */
+	__u32 rcv_last_tsecr;	/* the last echoed timestamp measured */
+	__u8 flags;		/* enum bloatd_flag bits */
+	__u8 pad_hot[7];
 	__u64 bytes_acked;
 	__u64 bytes_received;
 	__u64 ca_ops;		/* icsk_ca_ops address: a change means a new cc */
@@ -172,8 +178,6 @@ struct bloatd_sock {
 	__u32 rcv_rtt_us;	/* rcv_rtt_est.rtt_us >> 3: the kernel's receiver estimate (ss rcv_rtt) */
 	__u32 rcv_ts_rtt_us;	/* receiver RTT measured by bloatd from echoed timestamps: the
 				 * lowest sample of the last interval that had one */
-	__u32 rcv_ts_min_us;	/* the lowest sample of the interval under way, 0 none yet */
-	__u32 rcv_last_tsecr;	/* the last echoed timestamp measured */
 	__u32 floor_us;		/* the path's floor the queueing delays are measured against */
 	__u32 queue_delay_us;	/* sender view: srtt_us - floor_us */
 	__u32 rcv_queue_delay_us;	/* receiver view: the receiver RTT - floor_us */
@@ -197,7 +201,6 @@ struct bloatd_sock {
 	__u8 cc_idx;		/* index of its congestion control in the statistics */
 	__u8 role;		/* enum bloatd_role */
 	__u8 floor_source;	/* enum bloatd_floor_source */
-	__u8 flags;		/* enum bloatd_flag bits */
 	__u8 saddr[16];		/* IPv4 in the first 4 bytes */
 	__u8 daddr[16];
 	char comm[BLOATD_COMM_LEN];
