@@ -11,6 +11,7 @@
 //!   GET  /v1/cc                              registered and available algorithms
 //!   POST /v1/cc/default {"name": "..."}      set the host default (restored at stop)
 
+use bloatd_tui::model::SnapshotRequest;
 use crate::core::Core;
 use axum::extract::{Path, Query, State};
 use axum::http::{header, StatusCode};
@@ -31,10 +32,14 @@ struct SocketsQuery {
     all: Option<u8>,
 }
 
+/// `SnapshotRequest` in a query string, and `fresh`.
 #[derive(Deserialize)]
 struct SnapshotQuery {
     series: Option<u64>,
     since_ms: Option<u64>,
+    sort: Option<String>,
+    filter: Option<String>,
+    limit: Option<usize>,
     fresh: Option<u8>,
 }
 
@@ -107,7 +112,17 @@ pub fn api_router(core: Shared) -> Router {
         .route(
             "/v1/snapshot",
             get(|State(c): State<Shared>, Query(q): Query<SnapshotQuery>| async move {
-                Json(c.lock().unwrap().snapshot(q.series, q.since_ms.unwrap_or(0), q.fresh.unwrap_or(0) != 0))
+                let req = SnapshotRequest {
+                    series: q.series,
+                    since_ms: q.since_ms.unwrap_or(0),
+                    sort: q.sort,
+                    filter: q.filter,
+                    limit: q.limit,
+                };
+                match c.lock().unwrap().snapshot(&req, q.fresh.unwrap_or(0) != 0) {
+                    Ok(s) => Json(s).into_response(),
+                    Err(e) => error(StatusCode::BAD_REQUEST, e),
+                }
             }),
         )
         .route(

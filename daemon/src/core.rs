@@ -8,7 +8,7 @@ use crate::config::Config;
 use crate::metrics::{KernelView, Metrics};
 use crate::model::{Clock, Model};
 use crate::probes::{abi, abi::stat, ProbeConfig, Probes, HOOKS};
-use bloatd_tui::model::{FloorSource, Health, Path, Series, Snapshot, Socket};
+use bloatd_tui::model::{FloorSource, Health, Path, Series, Snapshot, SnapshotRequest, Socket};
 use serde::{Deserialize, Serialize};
 use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};
@@ -235,10 +235,13 @@ impl Core {
         }
     }
 
-    /// What the dashboard draws: all sockets as of the last read (at most
-    /// an interval old; `fresh`: read now), plus the samples of one socket
-    /// newer than `since_ms`. A dashboard asking counts as someone looking.
-    pub fn snapshot(&mut self, series_for: Option<u64>, since_ms: u64, fresh: bool) -> Snapshot {
+    /// What the dashboard draws (`req`): the sockets as of the last read (at
+    /// most an interval old; `fresh`: read now), all of them or, with a
+    /// limit, the first rows in its sort order passing its filter with the
+    /// host's summary (`bloatd_tui::app::select_rows`), plus the samples of
+    /// one socket newer than `since_ms`. A dashboard asking counts as
+    /// someone looking. Err: a bad sort key or filter.
+    pub fn snapshot(&mut self, req: &SnapshotRequest, fresh: bool) -> Result<Snapshot, String> {
         let first_look = self.viewer_until.is_none_or(|t| t <= Instant::now());
         self.viewer_until = Some(Instant::now() + VIEWER_TTL);
         if fresh {
@@ -246,23 +249,33 @@ impl Core {
         } else {
             self.read_if_stale();
         }
-        if let Some(c) = series_for {
+        if let Some(c) = req.series {
             self.watch(c, VIEWER_TTL);
         } else if first_look {
             self.update_watch();
         }
         let clock = Clock::now();
-        Snapshot {
+        let threshold_us = (self.cfg.bloat_threshold_ms * 1000).min(u32::MAX as u64) as u32;
+        let mut sockets = self.model.sockets(&clock, false);
+        let (mut summary, mut matched) = (None, None);
+        if req.limit.is_some() {
+            let (rows, n, s) = bloatd_tui::app::select_rows(sockets, req, threshold_us)?;
+            (sockets, matched, summary) = (rows, Some(n), Some(s));
+        }
+        Ok(Snapshot {
+            summary,
+            matched,
             taken_ms: clock.unix_ms,
             interval_ms: self.cfg.interval_ms as u32,
-            bloat_threshold_us: (self.cfg.bloat_threshold_ms * 1000).min(u32::MAX as u64) as u32,
-            sockets: self.model.sockets(&clock, false),
-            series: series_for
-                .and_then(|c| self.model.series(c, since_ms))
+            bloat_threshold_us: threshold_us,
+            sockets,
+            series: req
+                .series
+                .and_then(|c| self.model.series(c, req.since_ms))
                 .into_iter()
                 .collect::<Vec<Series>>(),
             health: self.health(),
-        }
+        })
     }
 
     /// One socket's samples newer than `since_ms` (API), and keep it watched

@@ -8,7 +8,7 @@
 use crate::client::{Client, ClientError};
 use crate::config::Config;
 use crate::core::Core;
-use bloatd_tui::model::{Snapshot, Socket};
+use bloatd_tui::model::{Snapshot, SnapshotRequest, Socket};
 use bloatd_tui::Source;
 use std::fmt::Write as _;
 use std::process::ExitCode;
@@ -31,13 +31,10 @@ enum Backend {
 impl Source for Backend {
     /// API errors become the message the dashboard shows while it keeps
     /// retrying, so a restarted daemon is picked up again.
-    fn snapshot(&mut self, series_for: Option<u64>, since_ms: u64) -> Result<Snapshot, String> {
+    fn snapshot(&mut self, req: &SnapshotRequest) -> Result<Snapshot, String> {
         match self {
             Backend::Api(client) => {
-                let target = match series_for {
-                    Some(c) => format!("/v1/snapshot?series={c}&since_ms={since_ms}"),
-                    None => "/v1/snapshot".to_string(),
-                };
+                let target = format!("/v1/snapshot?{}", req.query());
                 client.get(&target).map_err(|e| match e {
                     ClientError::NotRunning(p) => format!(
                         "bloatd daemon not reachable at {}: retrying… (sudo bloatd start)",
@@ -48,7 +45,7 @@ impl Source for Backend {
             }
             Backend::Embedded(core) => {
                 core.tick();
-                Ok(core.snapshot(series_for, since_ms, false))
+                core.snapshot(req, false)
             }
         }
     }
@@ -85,7 +82,9 @@ impl Backend {
     fn fresh(&mut self) -> anyhow::Result<Snapshot> {
         match self {
             Backend::Api(client) => Ok(client.get("/v1/snapshot?fresh=1")?),
-            Backend::Embedded(core) => Ok(core.snapshot(None, 0, true)),
+            Backend::Embedded(core) => {
+                core.snapshot(&SnapshotRequest::default(), true).map_err(anyhow::Error::msg)
+            }
         }
     }
 }

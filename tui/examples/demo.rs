@@ -14,7 +14,7 @@
 #[path = "../tests/common/mod.rs"]
 mod common;
 
-use bloatd_tui::model::{CcState, Sample, Series, Snapshot, Socket};
+use bloatd_tui::model::{CcState, Sample, Series, Snapshot, SnapshotRequest, Socket};
 use bloatd_tui::{Options, Source};
 use std::collections::HashMap;
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -94,7 +94,8 @@ impl Demo {
 }
 
 impl Source for Demo {
-    fn snapshot(&mut self, series_for: Option<u64>, since_ms: u64) -> Result<Snapshot, String> {
+    fn snapshot(&mut self, req: &SnapshotRequest) -> Result<Snapshot, String> {
+        let (series_for, since_ms) = (req.series, req.since_ms);
         self.calls += 1;
         if self.panic_after == Some(self.calls) {
             panic!("demo source panics at refresh {} as asked", self.calls);

@@ -9,6 +9,7 @@
 //! the screen shows (plus the selected one) are ever sorted.
 
 use crate::format;
+pub use crate::model::{CcDelay, HostSummary, SnapshotRequest};
 use crate::model::{Role, Sample, Snapshot, Socket};
 use std::cmp::Ordering;
 use std::collections::{HashMap, HashSet, VecDeque};
@@ -27,6 +28,8 @@ pub const MAX_NOTICES: usize = 4;
 /// Sockets whose history is kept (the selected one and recently selected ones,
 /// so that going back to a socket does not start its charts from scratch).
 const MAX_HISTORIES: usize = 16;
+/// Rows asked of the source at least (a page and more to scroll into).
+const MIN_ROWS: usize = 100;
 /// Daemon sampling intervals below this are treated as this when sizing
 /// ring buffers, which bounds a history at 6000 samples.
 const MIN_SAMPLE_INTERVAL_MS: u64 = 10;
@@ -90,6 +93,11 @@ impl SortKey {
             SortKey::Retrans => "retrans",
             SortKey::Process => "process",
         }
+    }
+
+    /// The key a label names (`qdelay`, `rtt`, ...: the API's `sort`).
+    pub fn from_label(label: &str) -> Option<SortKey> {
+        Self::ALL.into_iter().find(|k| k.label() == label)
     }
 
     /// Whether the key sorts largest first.
@@ -278,28 +286,6 @@ pub struct Notice {
     pub at_ms: u64,
 }
 
-/// Queueing delay distribution of the sockets using one congestion control.
-#[derive(Clone, Debug, PartialEq)]
-pub struct CcDelay {
-    pub cc: String,
-    /// Sockets of this cc with an RTT measurement (the others have no
-    /// queueing delay to report and would pull the percentiles to zero).
-    pub sockets: usize,
-    pub p50_us: u32,
-    pub p90_us: u32,
-    pub max_us: u32,
-}
-
-/// The host's overall bloat, over all sockets (the filter does not apply).
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct HostSummary {
-    pub sockets: usize,
-    pub bloated: usize,
-    pub worst_queue_delay_us: u32,
-    /// Congestion controls by name.
-    pub per_cc: Vec<CcDelay>,
-}
-
 /// Whether the dashboard has data from its source.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Link {
@@ -388,6 +374,8 @@ impl App {
     pub fn new() -> App {
         App {
             snapshot: Snapshot {
+                summary: None,
+                matched: None,
                 taken_ms: 0,
                 interval_ms: 0,
                 bloat_threshold_us: 0,
@@ -576,6 +564,22 @@ impl App {
         (cookie, since_ms)
     }
 
+    /// The whole request for the next snapshot: the series above, and
+    /// the rows to draw, sorted and filtered by the source: a page beyond
+    /// the selection and the screen, at least MIN_ROWS.
+    pub fn snapshot_request(&self) -> SnapshotRequest {
+        let (series, since_ms) = self.series_request();
+        let page = self.page_rows.max(1);
+        let limit = (self.offset.max(self.selected) + 2 * page).max(MIN_ROWS);
+        SnapshotRequest {
+            series,
+            since_ms,
+            sort: Some(self.sort.label().to_string()),
+            filter: (!self.filter.is_empty()).then(|| self.filter.text().to_string()),
+            limit: Some(limit),
+        }
+    }
+
     pub fn snapshot(&self) -> &Snapshot {
         &self.snapshot
     }
@@ -633,9 +637,15 @@ impl App {
         self.histories.get(&cookie)
     }
 
-    /// Rows passing the filter.
+    /// Rows passing the filter that the dashboard holds (with a source
+    /// that selects rows: the first of them, see `snapshot_request`).
     pub fn row_count(&self) -> usize {
         self.order.len()
+    }
+
+    /// Sockets passing the filter on the whole host.
+    pub fn matched(&self) -> usize {
+        self.snapshot.matched.unwrap_or(self.order.len())
     }
 
     pub fn is_bloated(&self, socket: &Socket) -> bool {
@@ -672,22 +682,11 @@ impl App {
     /// and which kept histories still have a socket.
     fn scan_sockets(&mut self, now_ms: u64) {
         let threshold_us = self.snapshot.bloat_threshold_us;
-        let mut per_cc: HashMap<&str, Vec<u32>> = HashMap::new();
         let mut bloated_now = HashSet::with_capacity(self.bloated.len());
         let mut started: Vec<&Socket> = Vec::new();
-        let mut summary = HostSummary {
-            sockets: self.snapshot.sockets.len(),
-            ..Default::default()
-        };
         let mut alive_histories = Vec::new();
         for s in &self.snapshot.sockets {
-            let delay_us = s.view_queue_delay_us();
-            if s.view_rtt_us() > 0 && s.view_min_rtt_us() > 0 {
-                per_cc.entry(s.cc.as_str()).or_default().push(delay_us);
-                summary.worst_queue_delay_us = summary.worst_queue_delay_us.max(delay_us);
-            }
             if s.is_bloated(threshold_us) {
-                summary.bloated += 1;
                 bloated_now.insert(s.cookie);
                 let cooling = self
                     .last_notice_ms
@@ -701,11 +700,11 @@ impl App {
                 alive_histories.push(s.cookie);
             }
         }
-        summary.per_cc = per_cc
-            .into_iter()
-            .map(|(cc, mut delays)| distribution(cc, &mut delays))
-            .collect();
-        summary.per_cc.sort_by(|a, b| a.cc.cmp(&b.cc));
+        // A daemon that selected the rows summarised the whole host.
+        let summary = match self.snapshot.summary.clone() {
+            Some(summary) => summary,
+            None => summarize(&self.snapshot.sockets, threshold_us),
+        };
 
         // Announce the worst first; the rest of a burst becomes one line.
         started.sort_unstable_by(|a, b| SortKey::QueueDelay.compare(a, b));
@@ -868,6 +867,74 @@ impl App {
     }
 }
 
+/// The host's bloat over `sockets` (all of them: the filter does not apply).
+pub fn summarize(sockets: &[Socket], threshold_us: u32) -> HostSummary {
+    let mut per_cc: HashMap<&str, Vec<u32>> = HashMap::new();
+    let mut summary = HostSummary {
+        sockets: sockets.len(),
+        ..Default::default()
+    };
+    for s in sockets {
+        let delay_us = s.view_queue_delay_us();
+        if s.view_rtt_us() > 0 && s.view_min_rtt_us() > 0 {
+            per_cc.entry(s.cc.as_str()).or_default().push(delay_us);
+            summary.worst_queue_delay_us = summary.worst_queue_delay_us.max(delay_us);
+        }
+        if s.is_bloated(threshold_us) {
+            summary.bloated += 1;
+        }
+    }
+    summary.per_cc = per_cc
+        .into_iter()
+        .map(|(cc, mut delays)| distribution(cc, &mut delays))
+        .collect();
+    summary.per_cc.sort_by(|a, b| a.cc.cmp(&b.cc));
+    summary
+}
+
+/// What a dashboard asking `req` draws, from every socket: the sockets
+/// passing its filter, the first `limit` of them in its sort order (plus
+/// the socket whose series it asks for, wherever it ranks), how many
+/// passed, and the host's summary over all. Done once by the daemon for
+/// the API and in process for embedded mode, so the client decodes and
+/// draws a page, not the host. An unknown sort key or a bad filter is an
+/// error the caller returns to the client.
+pub fn select_rows(
+    sockets: Vec<Socket>,
+    req: &SnapshotRequest,
+    threshold_us: u32,
+) -> Result<(Vec<Socket>, usize, HostSummary), String> {
+    let summary = summarize(&sockets, threshold_us);
+    let sort = match req.sort.as_deref() {
+        None => SortKey::QueueDelay,
+        Some(l) => SortKey::from_label(l).ok_or_else(|| {
+            let keys: Vec<&str> = SortKey::ALL.iter().map(|k| k.label()).collect();
+            format!("unknown sort key {l:?} (one of {})", keys.join(", "))
+        })?,
+    };
+    let filter = Filter::parse(req.filter.as_deref().unwrap_or(""))?;
+    let mut rows: Vec<Socket> = Vec::new();
+    let mut pinned = None;
+    for s in sockets {
+        if filter.matches(&s) {
+            rows.push(s);
+        } else if Some(s.cookie) == req.series {
+            pinned = Some(s);
+        }
+    }
+    let matched = rows.len();
+    let limit = req.limit.unwrap_or(usize::MAX).max(1);
+    let cmp = |a: &Socket, b: &Socket| sort.compare(a, b);
+    if limit < rows.len() {
+        rows.select_nth_unstable_by(limit - 1, cmp);
+        let beyond = rows.split_off(limit);
+        pinned = pinned.or_else(|| beyond.into_iter().find(|s| Some(s.cookie) == req.series));
+    }
+    rows.sort_unstable_by(cmp);
+    rows.extend(pinned);
+    Ok((rows, matched, summary))
+}
+
 /// p50, p90 (nearest rank) and max of `delays`, which must not be empty.
 /// Linear: `select_nth_unstable` instead of a sort.
 fn distribution(cc: &str, delays: &mut [u32]) -> CcDelay {
@@ -944,6 +1011,8 @@ mod tests {
 
     fn snap(taken_ms: u64, sockets: Vec<Socket>) -> Snapshot {
         Snapshot {
+            summary: None,
+            matched: None,
             taken_ms,
             interval_ms: 250,
             bloat_threshold_us: 100_000,
@@ -972,6 +1041,59 @@ mod tests {
     fn visible_cookies(app: &mut App, rows: usize) -> Vec<u64> {
         app.set_page_rows(rows);
         app.visible().map(|s| s.cookie).collect()
+    }
+
+    #[test]
+    fn the_source_selects_sorted_filtered_rows_and_summarises_all() {
+        let all: Vec<Socket> = (1..=50u64)
+            .map(|c| sock(c, if c % 2 == 0 { "curl" } else { "wget" }, if c % 5 == 0 { "bbr" } else { "cubic" }, c as u32 * 10))
+            .collect();
+        let req = SnapshotRequest {
+            sort: Some("qdelay".into()),
+            filter: Some("cc:cubic".into()),
+            limit: Some(5),
+            series: Some(5), // a bbr socket: filtered out, still sent for the detail pane
+            since_ms: 0,
+        };
+        let (rows, matched, summary) = select_rows(all.clone(), &req, 100_000).unwrap();
+        assert_eq!(matched, 40);
+        let cookies: Vec<u64> = rows.iter().map(|s| s.cookie).collect();
+        assert_eq!(cookies, vec![49, 48, 47, 46, 44, 5], "the worst cubic first, then the pinned socket");
+        // The summary covers every socket, filter or not.
+        assert_eq!(summary, summarize(&all, 100_000));
+        assert_eq!(summary.sockets, 50);
+        assert_eq!(summary.bloated, 41, "10 ms steps: 100 ms and up bloated");
+        // The same rows as the dashboard's own sort of the whole host.
+        let mut app = App::new();
+        app.set_filter(Filter::parse("cc:cubic").unwrap());
+        app.apply_snapshot(snap(1_000, all), 1_000);
+        assert_eq!(visible_cookies(&mut app, 5), vec![49, 48, 47, 46, 44]);
+        // A socket beyond the limit that the dashboard watches comes along.
+        let req = SnapshotRequest { series: Some(1), filter: None, ..req };
+        let (rows, _, _) = select_rows((1..=50).map(|c| sock(c, "x", "cubic", c as u32)).collect(), &req, 0).unwrap();
+        assert_eq!(rows.last().unwrap().cookie, 1);
+        assert_eq!(rows.len(), 6);
+        // Bad input is an error the API returns, not a panic.
+        let bad = SnapshotRequest { sort: Some("size".into()), ..Default::default() };
+        assert!(select_rows(Vec::new(), &bad, 0).unwrap_err().contains("qdelay"));
+        let bad = SnapshotRequest { filter: Some("port:x".into()), ..Default::default() };
+        assert!(select_rows(Vec::new(), &bad, 0).is_err());
+    }
+
+    #[test]
+    fn the_request_asks_for_a_page_beyond_the_selection() {
+        let mut app = App::new();
+        app.set_page_rows(20);
+        let req = app.snapshot_request();
+        assert_eq!(req.limit, Some(MIN_ROWS));
+        assert_eq!(req.sort.as_deref(), Some("qdelay"));
+        assert_eq!(req.filter, None);
+        app.set_filter(Filter::parse("port:443").unwrap());
+        assert_eq!(app.snapshot_request().filter.as_deref(), Some("port:443"));
+        assert_eq!(
+            SnapshotRequest { series: Some(7), since_ms: 9, filter: Some("cc:cubic x".into()), limit: Some(3), sort: None }.query(),
+            "series=7&since_ms=9&filter=cc%3Acubic%20x&limit=3"
+        );
     }
 
     #[test]

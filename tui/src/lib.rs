@@ -17,7 +17,7 @@ mod terminal;
 pub mod ui;
 
 use app::{App, Key};
-use model::Snapshot;
+use model::{Snapshot, SnapshotRequest};
 use ratatui::backend::Backend;
 use ratatui::crossterm::event::{self, Event, KeyCode, KeyEvent, KeyEventKind, KeyModifiers};
 use ratatui::Terminal;
@@ -26,12 +26,13 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 /// Where snapshots come from: the daemon's API, or probes in this process.
 pub trait Source {
-    /// The current snapshot, with the time series of socket `series_for`
+    /// The current snapshot as `req` asks: the time series of one socket
     /// (samples newer than `since_ms`, Unix milliseconds; 0 for all the
-    /// daemon keeps). An `Err` is shown to the user as is, so it should name
-    /// the cause and the fix, e.g. "bloatd daemon not reachable at
-    /// /run/bloatd/bloatd.sock: retrying…".
-    fn snapshot(&mut self, series_for: Option<u64>, since_ms: u64) -> Result<Snapshot, String>;
+    /// daemon keeps) and, with a limit, only the rows to draw, sorted and
+    /// filtered by the source (`app::select_rows`). An `Err` is shown to the
+    /// user as is, so it should name the cause and the fix, e.g. "bloatd
+    /// daemon not reachable at /run/bloatd/bloatd.sock: retrying…".
+    fn snapshot(&mut self, req: &SnapshotRequest) -> Result<Snapshot, String>;
 }
 
 #[derive(Clone, Debug)]
@@ -149,8 +150,7 @@ pub(crate) fn run_loop<B: Backend>(
             next_fetch_ms = now;
         }
         if !app.paused() && now >= next_fetch_ms {
-            let (series_for, since_ms) = app.series_request();
-            let result = source.snapshot(series_for, since_ms);
+            let result = source.snapshot(&app.snapshot_request());
             let now = clock();
             next_fetch_ms = match result {
                 Ok(snapshot) => {

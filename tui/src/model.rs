@@ -332,6 +332,12 @@ pub struct Health {
 pub struct Snapshot {
     /// Unix time the snapshot was taken, milliseconds.
     pub taken_ms: u64,
+    /// With a `limit` in the request: the host's bloat over every socket,
+    /// and how many passed the filter (`sockets` holds the first `limit`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub summary: Option<HostSummary>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub matched: Option<usize>,
     /// Sampling interval of the daemon, milliseconds.
     pub interval_ms: u32,
     /// Queueing delay above which a socket counts as bloated.
@@ -341,4 +347,71 @@ pub struct Snapshot {
     /// the `since_ms` it gave.
     pub series: Vec<Series>,
     pub health: Health,
+}
+
+/// Queueing delay distribution of the sockets using one congestion control.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct CcDelay {
+    pub cc: String,
+    /// Sockets of this cc with an RTT measurement (the others have no
+    /// queueing delay to report and would pull the percentiles to zero).
+    pub sockets: usize,
+    pub p50_us: u32,
+    pub p90_us: u32,
+    pub max_us: u32,
+}
+
+/// The host's overall bloat, over all sockets (the filter does not apply).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct HostSummary {
+    pub sockets: usize,
+    pub bloated: usize,
+    pub worst_queue_delay_us: u32,
+    /// Congestion controls by name.
+    pub per_cc: Vec<CcDelay>,
+}
+
+/// What a dashboard asks for (`GET /v1/snapshot?...`): one socket's series
+/// newer than `since_ms`, and, with `limit`, only the first `limit` sockets
+/// passing `filter` (the dashboard's filter syntax) in `sort` order (a sort
+/// key's label: qdelay, rtt, throughput, cwnd, retrans, process). Without
+/// `limit`, every socket, as before.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct SnapshotRequest {
+    pub series: Option<u64>,
+    #[serde(default)]
+    pub since_ms: u64,
+    pub sort: Option<String>,
+    pub filter: Option<String>,
+    pub limit: Option<usize>,
+}
+
+impl SnapshotRequest {
+    /// The request as the query string of `/v1/snapshot`.
+    pub fn query(&self) -> String {
+        let mut q = Vec::new();
+        if let Some(c) = self.series {
+            q.push(format!("series={c}&since_ms={}", self.since_ms));
+        }
+        if let Some(s) = &self.sort {
+            q.push(format!("sort={}", encode(s)));
+        }
+        if let Some(f) = &self.filter {
+            q.push(format!("filter={}", encode(f)));
+        }
+        if let Some(l) = self.limit {
+            q.push(format!("limit={l}"));
+        }
+        q.join("&")
+    }
+}
+
+/// Percent-encoding for a query value.
+fn encode(s: &str) -> String {
+    s.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => (b as char).to_string(),
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
 }

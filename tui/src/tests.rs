@@ -85,8 +85,8 @@ struct Scripted {
 }
 
 impl Source for Scripted {
-    fn snapshot(&mut self, series_for: Option<u64>, since_ms: u64) -> Result<Snapshot, String> {
-        self.asked.push((series_for, since_ms));
+    fn snapshot(&mut self, req: &SnapshotRequest) -> Result<Snapshot, String> {
+        self.asked.push((req.series, req.since_ms));
         self.asked_at_ms.push(self.clock.get() - fixtures::T0_MS);
         self.answers
             .pop_front()

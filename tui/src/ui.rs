@@ -157,7 +157,7 @@ fn render_header(app: &App, area: Rect, notice_lines: u16, buf: &mut Buffer) {
         Span::raw(format!("{} sockets", summary.sockets)),
     ];
     if !app.filter().is_empty() {
-        status.push(Span::raw(format!(" ({} shown)", app.row_count())));
+        status.push(Span::raw(format!(" ({} shown)", app.matched())));
     }
     status.push(sep());
     let bloated_style = if summary.bloated > 0 { BLOATED } else { GOOD };

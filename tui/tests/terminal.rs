@@ -9,6 +9,7 @@
 
 mod common;
 
+use bloatd_tui::model::SnapshotRequest;
 use bloatd_tui::model::Snapshot;
 use bloatd_tui::{Options, Source};
 use std::path::PathBuf;
@@ -21,7 +22,7 @@ struct Host {
 }
 
 impl Source for Host {
-    fn snapshot(&mut self, _: Option<u64>, _: u64) -> Result<Snapshot, String> {
+    fn snapshot(&mut self, _: &SnapshotRequest) -> Result<Snapshot, String> {
         self.calls += 1;
         if self.panic_at == Some(self.calls) {
             panic!("test source panics at refresh {}", self.calls);

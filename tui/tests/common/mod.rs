@@ -83,6 +83,8 @@ pub fn receiving(mut s: Socket, min_rtt_us: u32, queue_us: u32) -> Socket {
 
 pub fn host(sockets: Vec<Socket>) -> Snapshot {
     Snapshot {
+        summary: None,
+        matched: None,
         taken_ms: T0_MS,
         interval_ms: INTERVAL_MS,
         bloat_threshold_us: THRESHOLD_US,
