@@ -3,7 +3,7 @@
  * bloatd's probes: per-socket TCP state for every network namespace, and
  * the floor of every path the host talks over.
  *
- * Hooks (BTF tracepoints, plus one cgroup sock_ops program):
+ * Probes (BTF tracepoints, plus one cgroup sock_ops program):
  *   tcp_probe            every segment a socket in ESTABLISHED receives: ACKs
  *                        on the sender, data on the receiver. The hot path.
  *   inet_sock_set_state  lifecycle: create the record (with pid/comm on an

@@ -41,7 +41,7 @@ struct bloatd_westwood_state {
 	__u64 bwe_bytes_per_s;		/* BWE: ACKed bytes per second, after both 7/8 filter stages */
 	__u64 bwe_first_stage_bytes_per_s; /* output of the first filter stage */
 	__u64 last_congestion_us;	/* TCP clock of the last congestion event, 0 = none */
-	__u32 rtt_min_us;		/* RTTmin (reset to the next sample after a timeout) */
+	__u32 min_rtt_us;		/* RTTmin (reset to the next sample after a timeout) */
 	__u32 rtt_us;			/* latest RTT sample */
 	__u32 cwnd;
 	__u32 ssthresh;
@@ -59,7 +59,7 @@ struct bloatd_cubic_state {
 	__u32 k_ms;			/* K: time from epoch start until W(t) reaches W_max */
 	__u32 epoch_cwnd;		/* cwnd at the start of the epoch */
 	__u32 w_est;			/* Reno-friendly estimate W_est */
-	__u32 delay_min_us;		/* minimum RTT seen, HyStart's and the curve's RTT */
+	__u32 min_rtt_us;		/* delay_min: minimum RTT seen, HyStart's and the curve's RTT */
 	__u32 cwnd;
 	__u32 ssthresh;
 	__u32 mss;			/* tp->mss_cache, bytes */

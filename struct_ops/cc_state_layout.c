@@ -18,7 +18,7 @@ int main(void)
 	FIELD(bloatd_westwood_state, bwe_bytes_per_s);
 	FIELD(bloatd_westwood_state, bwe_first_stage_bytes_per_s);
 	FIELD(bloatd_westwood_state, last_congestion_us);
-	FIELD(bloatd_westwood_state, rtt_min_us);
+	FIELD(bloatd_westwood_state, min_rtt_us);
 	FIELD(bloatd_westwood_state, rtt_us);
 	FIELD(bloatd_westwood_state, cwnd);
 	FIELD(bloatd_westwood_state, ssthresh);
@@ -35,7 +35,7 @@ int main(void)
 	FIELD(bloatd_cubic_state, k_ms);
 	FIELD(bloatd_cubic_state, epoch_cwnd);
 	FIELD(bloatd_cubic_state, w_est);
-	FIELD(bloatd_cubic_state, delay_min_us);
+	FIELD(bloatd_cubic_state, min_rtt_us);
 	FIELD(bloatd_cubic_state, cwnd);
 	FIELD(bloatd_cubic_state, ssthresh);
 	FIELD(bloatd_cubic_state, mss);

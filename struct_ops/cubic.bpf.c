@@ -199,7 +199,7 @@ static __always_inline void cubic_export(const struct sock *sk, struct cubic *ca
 	s.k_ms = ca->k_ms;
 	s.epoch_cwnd = ca->epoch_cwnd;
 	s.w_est = ca->w_est;
-	s.delay_min_us = ca->delay_min_us;
+	s.min_rtt_us = ca->delay_min_us;
 	s.cwnd = tp->snd_cwnd;
 	s.ssthresh = tp->snd_ssthresh;
 	s.mss = tp->mss_cache;

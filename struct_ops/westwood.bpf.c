@@ -182,7 +182,7 @@ static __always_inline void westwood_export(const struct sock *sk, struct westwo
 	s.bwe_bytes_per_s = w->bw_est;
 	s.bwe_first_stage_bytes_per_s = w->bw_first_stage;
 	s.last_congestion_us = w->last_congestion_us;
-	s.rtt_min_us = w->rtt_min_us;
+	s.min_rtt_us = w->rtt_min_us;
 	s.rtt_us = w->rtt_us;
 	s.cwnd = tp->snd_cwnd;
 	s.ssthresh = tp->snd_ssthresh;

@@ -113,16 +113,18 @@ pub fn view(s: &bloatd_cc::CcState) -> CcState {
     match s {
         bloatd_cc::CcState::Westwood(w) => CcState::Westwood {
             bwe_bytes_per_s: w.bwe_bytes_per_s,
-            rtt_min_us: w.rtt_min_us,
+            min_rtt_us: w.min_rtt_us,
             pipe_segments: w.pipe_segments(),
+            rtt_min_us: w.min_rtt_us,
         },
         bloatd_cc::CcState::Cubic(c) => CcState::Cubic {
             w_max_segments: c.w_max_segments,
             k_ms: c.k_ms,
             epoch_age_ms: c.epoch_age_us.map(|us| (us / 1000) as u32),
-            delay_min_us: c.delay_min_us,
+            min_rtt_us: c.min_rtt_us,
             hystart_round: c.hystart_round,
             hystart_found: c.hystart_found_ack_train || c.hystart_found_delay,
+            delay_min_us: c.min_rtt_us,
         },
     }
 }

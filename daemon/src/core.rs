@@ -7,7 +7,7 @@ use crate::cc::CcSet;
 use crate::config::Config;
 use crate::metrics::{KernelView, Metrics};
 use crate::model::{Clock, Model};
-use crate::probes::{abi, abi::stat, ProbeConfig, Probes, HOOKS};
+use crate::probes::{abi, abi::stat, ProbeConfig, Probes, TRACEPOINTS};
 use bloatd_tui::model::{FloorSource, Health, Path, Series, Snapshot, SnapshotRequest, Socket};
 use serde::{Deserialize, Serialize};
 use std::collections::{HashMap, HashSet};
@@ -30,6 +30,10 @@ pub struct Status {
     pub mode: String,
     pub started_unix_ms: u64,
     pub interval_ms: u64,
+    /// The BPF programs attached (`tp_btf/tcp_probe`, `cgroup/sock_ops`).
+    #[serde(default)]
+    pub probes: Vec<String>,
+    /// The old name of `probes`, kept for one release.
     pub hooks: Vec<String>,
     pub cc_registered: Vec<String>,
     pub default_cc: Option<String>,
@@ -324,6 +328,20 @@ impl Core {
         m.encode(view)
     }
 
+    /// The programs attached, as `status` names them.
+    fn probe_names(&self) -> Vec<String> {
+        TRACEPOINTS
+            .iter()
+            .map(|h| format!("tp_btf/{h}"))
+            .chain(
+                self.probes
+                    .sockops_error()
+                    .is_none()
+                    .then(|| "cgroup/sock_ops".to_string()),
+            )
+            .collect()
+    }
+
     pub fn status(&self) -> Status {
         Status {
             pid: std::process::id(),
@@ -331,16 +349,8 @@ impl Core {
             mode: self.mode.into(),
             started_unix_ms: self.started_unix_ms,
             interval_ms: self.cfg.interval_ms,
-            hooks: HOOKS
-                .iter()
-                .map(|h| format!("tp_btf/{h}"))
-                .chain(
-                    self.probes
-                        .sockops_error()
-                        .is_none()
-                        .then(|| "cgroup/sock_ops".to_string()),
-                )
-                .collect(),
+            probes: self.probe_names(),
+            hooks: self.probe_names(),
             cc_registered: self.cc.names(),
             default_cc: bloatd_cc::kernel_default().ok(),
             listen: self.metrics.as_ref().map(|_| self.cfg.listen.to_string()),

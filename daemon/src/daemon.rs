@@ -351,7 +351,7 @@ pub fn start_background(cfg: &Config, args: &[String]) -> anyhow::Result<ExitCod
         println!(
             "bloatd started (pid {}): probes {}; congestion controls: {}; metrics http://{}/metrics; API {}",
             status.pid,
-            status.hooks.join(" "),
+            status.probes.join(" "),
             if status.cc_registered.is_empty() { "none".into() } else { status.cc_registered.join(" ") },
             cfg.listen,
             cfg.socket_path().display()
@@ -593,7 +593,7 @@ pub fn status(cfg: &Config, json: bool) -> anyhow::Result<ExitCode> {
 fn print_status(s: &Status) {
     let up_s = crate::model::Clock::now().unix_ms.saturating_sub(s.started_unix_ms) / 1000;
     println!("bloatd {} running (pid {}, up {}s, {} mode)", s.version, s.pid, up_s, s.mode);
-    println!("  probes:      {}", s.hooks.join(" "));
+    println!("  probes:      {}", s.probes.join(" "));
     println!(
         "  cc:          {} (host default: {})",
         if s.cc_registered.is_empty() { "none registered".into() } else { s.cc_registered.join(" ") },

@@ -137,9 +137,11 @@ struct TopArgs {
     /// With --once: print the snapshot as JSON.
     #[arg(long, requires = "once")]
     json: bool,
-    /// Refresh interval in milliseconds.
-    #[arg(long, value_name = "MS", default_value_t = 250)]
-    interval: u64,
+    /// Refresh period of the dashboard in milliseconds (the daemon samples
+    /// at its own --interval). The old spelling --interval works for one
+    /// more release.
+    #[arg(long, value_name = "MS", default_value_t = 250, alias = "interval")]
+    refresh: u64,
     /// Width of the --once frame (default: the terminal's, else 160).
     #[arg(long, value_name = "COLS")]
     width: Option<u16>,
@@ -246,7 +248,7 @@ fn run(cli: Cli, cfg: Config) -> anyhow::Result<ExitCode> {
         Cmd::Paths { json, prefix, floors } => paths(&cfg, json, prefix, floors),
         Cmd::Top(a) => {
             init_logging("warn");
-            top::run(&cfg, &top::TopOptions { once: a.once, json: a.json, interval_ms: a.interval, width: a.width })
+            top::run(&cfg, &top::TopOptions { once: a.once, json: a.json, refresh_ms: a.refresh, width: a.width })
         }
         Cmd::Cc { cmd: CcCmd::List } => cc_list(&cfg),
         Cmd::Cc { cmd: CcCmd::Default { name } } => cc_default(&cfg, &name),

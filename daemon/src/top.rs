@@ -17,7 +17,7 @@ use std::time::Duration;
 pub struct TopOptions {
     pub once: bool,
     pub json: bool,
-    pub interval_ms: u64,
+    pub refresh_ms: u64,
     pub width: Option<u16>,
 }
 
@@ -101,7 +101,7 @@ pub fn run(cfg: &Config, opts: &TopOptions) -> anyhow::Result<ExitCode> {
     if !opts.once {
         bloatd_tui::run(
             &mut backend,
-            &bloatd_tui::Options { interval: Duration::from_millis(opts.interval_ms.max(50)), ..Default::default() },
+            &bloatd_tui::Options { refresh: Duration::from_millis(opts.refresh_ms.max(50)), ..Default::default() },
         )?;
         return Ok(ExitCode::SUCCESS);
     }
@@ -128,17 +128,17 @@ fn ms(us: u32) -> String {
 fn cc_state_text(s: &Socket) -> String {
     use bloatd_tui::model::CcState;
     match &s.cc_state {
-        Some(CcState::Westwood { bwe_bytes_per_s, rtt_min_us, pipe_segments }) => format!(
+        Some(CcState::Westwood { bwe_bytes_per_s, min_rtt_us, pipe_segments, .. }) => format!(
             "bwe={:.2}Mbit/s rttmin={} pipe={}",
             *bwe_bytes_per_s as f64 * 8.0 / 1e6,
-            ms(*rtt_min_us),
+            ms(*min_rtt_us),
             pipe_segments
         ),
-        Some(CcState::Cubic { w_max_segments, k_ms, epoch_age_ms, delay_min_us, hystart_round, hystart_found }) => {
+        Some(CcState::Cubic { w_max_segments, k_ms, epoch_age_ms, min_rtt_us, hystart_round, hystart_found, .. }) => {
             format!(
                 "wmax={w_max_segments} K={k_ms}ms epoch={} delaymin={} hystart={}{}",
                 epoch_age_ms.map(|a| format!("{a}ms")).unwrap_or_else(|| "-".into()),
-                ms(*delay_min_us),
+                ms(*min_rtt_us),
                 hystart_round,
                 if *hystart_found { "/exit" } else { "" }
             )
@@ -180,10 +180,7 @@ pub fn sockets_table(socks: &[Socket]) -> String {
             (Some(c), None) => c.clone(),
             _ => "-".into(),
         };
-        let role = match s.role {
-            bloatd_tui::model::Role::Sender => "snd",
-            bloatd_tui::model::Role::Receiver => "rcv",
-        };
+        let role = s.role.short();
         row(
             &mut out,
             [

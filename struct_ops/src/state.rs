@@ -14,7 +14,7 @@ pub(crate) struct RawWestwoodState {
     pub bwe_bytes_per_s: u64,
     pub bwe_first_stage_bytes_per_s: u64,
     pub last_congestion_us: u64,
-    pub rtt_min_us: u32,
+    pub min_rtt_us: u32,
     pub rtt_us: u32,
     pub cwnd: u32,
     pub ssthresh: u32,
@@ -35,7 +35,7 @@ pub(crate) struct RawCubicState {
     pub k_ms: u32,
     pub epoch_cwnd: u32,
     pub w_est: u32,
-    pub delay_min_us: u32,
+    pub min_rtt_us: u32,
     pub cwnd: u32,
     pub ssthresh: u32,
     pub mss: u32,
@@ -59,7 +59,7 @@ pub struct WestwoodState {
     /// Output of the first filter stage (less smoothed).
     pub bwe_first_stage_bytes_per_s: u64,
     /// RTTmin, re-learned after each timeout.
-    pub rtt_min_us: u32,
+    pub min_rtt_us: u32,
     /// Latest RTT sample.
     pub rtt_us: u32,
     pub cwnd: u32,
@@ -87,7 +87,7 @@ impl WestwoodState {
         let mss = u64::from(self.mss.max(1));
         let pipe = self
             .bwe_bytes_per_s
-            .saturating_mul(u64::from(self.rtt_min_us))
+            .saturating_mul(u64::from(self.min_rtt_us))
             / 1_000_000
             / mss;
         pipe.clamp(2, u64::from(u32::MAX)) as u32
@@ -114,7 +114,7 @@ pub struct CubicState {
     /// The Reno-friendly estimate W_est.
     pub w_est_segments: u32,
     /// Minimum RTT seen (HyStart's baseline and the curve's RTT).
-    pub delay_min_us: u32,
+    pub min_rtt_us: u32,
     pub cwnd: u32,
     pub ssthresh: u32,
     pub mss: u32,
@@ -195,7 +195,7 @@ pub(crate) fn decode(algo: Algo, bytes: &[u8], now_us: u64) -> Option<CcState> {
             CcState::Westwood(WestwoodState {
                 bwe_bytes_per_s: r.bwe_bytes_per_s,
                 bwe_first_stage_bytes_per_s: r.bwe_first_stage_bytes_per_s,
-                rtt_min_us: r.rtt_min_us,
+                min_rtt_us: r.min_rtt_us,
                 rtt_us: r.rtt_us,
                 cwnd: r.cwnd,
                 ssthresh: r.ssthresh,
@@ -220,7 +220,7 @@ pub(crate) fn decode(algo: Algo, bytes: &[u8], now_us: u64) -> Option<CcState> {
                 epoch_age_us: epoch.map(|e| now_us.saturating_sub(e)),
                 epoch_cwnd_segments: r.epoch_cwnd,
                 w_est_segments: r.w_est,
-                delay_min_us: r.delay_min_us,
+                min_rtt_us: r.min_rtt_us,
                 cwnd: r.cwnd,
                 ssthresh: r.ssthresh,
                 mss: r.mss,
@@ -285,7 +285,7 @@ mod tests {
                 bwe_bytes_per_s,
                 bwe_first_stage_bytes_per_s,
                 last_congestion_us,
-                rtt_min_us,
+                min_rtt_us,
                 rtt_us,
                 cwnd,
                 ssthresh,
@@ -307,7 +307,7 @@ mod tests {
                 k_ms,
                 epoch_cwnd,
                 w_est,
-                delay_min_us,
+                min_rtt_us,
                 cwnd,
                 ssthresh,
                 mss,
@@ -373,7 +373,7 @@ mod tests {
         let s = WestwoodState {
             bwe_bytes_per_s: 1_250_000, // 10 Mbit/s
             bwe_first_stage_bytes_per_s: 0,
-            rtt_min_us: 40_000,
+            min_rtt_us: 40_000,
             rtt_us: 0,
             cwnd: 0,
             ssthresh: 0,

@@ -297,7 +297,7 @@ fn check_westwood(run: &Run) -> Vec<String> {
         let pipe = f64::from(w.congestion_cwnd);
         println!(
             "  westwood event at {:.2}s: cwnd {} (TCP_INFO, {:.2}s) vs BWE x RTTmin {} ({} B/s x {} us / {} B), ssthresh {}",
-            pair[1].t_s, after.info.snd_cwnd, after.t_s, w.congestion_cwnd, w.bwe_bytes_per_s, w.rtt_min_us, w.mss,
+            pair[1].t_s, after.info.snd_cwnd, after.t_s, w.congestion_cwnd, w.bwe_bytes_per_s, w.min_rtt_us, w.mss,
             after.info.snd_ssthresh
         );
         if (cwnd - pipe).abs() > 0.2 * pipe {
@@ -323,7 +323,7 @@ fn check_westwood(run: &Run) -> Vec<String> {
     let goodput = run.goodput_bytes_per_s();
     println!(
         "  westwood end: BWE {:.0} B/s vs goodput {goodput:.0} B/s; RTTmin {} us vs kernel min_rtt {} us",
-        w.bwe_bytes_per_s as f64, w.rtt_min_us, last.info.min_rtt_us
+        w.bwe_bytes_per_s as f64, w.min_rtt_us, last.info.min_rtt_us
     );
     if (w.bwe_bytes_per_s as f64 - goodput).abs() > 0.15 * goodput {
         failures.push(format!(
@@ -332,10 +332,10 @@ fn check_westwood(run: &Run) -> Vec<String> {
         ));
     }
     let min_rtt = f64::from(last.info.min_rtt_us);
-    if (f64::from(w.rtt_min_us) - min_rtt).abs() > 0.2 * min_rtt {
+    if (f64::from(w.min_rtt_us) - min_rtt).abs() > 0.2 * min_rtt {
         failures.push(format!(
             "westwood: RTTmin {} us not within 20% of the kernel's min_rtt {min_rtt} us",
-            w.rtt_min_us
+            w.min_rtt_us
         ));
     }
     failures

@@ -72,8 +72,8 @@ fn names_appear_select_and_disappear() {
         assert!((536..=65535).contains(&st.mss()), "{st:?}");
         assert!(st.cwnd() >= 2 && st.age_us() < 5_000_000, "{st:?}");
         match &st {
-            CcState::Westwood(w) => assert!(w.rtt_min_us > 0 && w.rtt_min_us < 1_000_000, "{w:?}"),
-            CcState::Cubic(c) => assert!(c.delay_min_us > 0 && c.hystart_round >= 1, "{c:?}"),
+            CcState::Westwood(w) => assert!(w.min_rtt_us > 0 && w.min_rtt_us < 1_000_000, "{w:?}"),
+            CcState::Cubic(c) => assert!(c.min_rtt_us > 0 && c.hystart_round >= 1, "{c:?}"),
         }
 
         // release deletes the entry once the socket leaves the algorithm

@@ -37,8 +37,8 @@ pub trait Source {
 
 #[derive(Clone, Debug)]
 pub struct Options {
-    /// Refresh period (`bloatd top --interval`).
-    pub interval: Duration,
+    /// Refresh period (`bloatd top --refresh`).
+    pub refresh: Duration,
     /// Period of new attempts while the source fails.
     pub retry_interval: Duration,
 }
@@ -46,14 +46,14 @@ pub struct Options {
 impl Default for Options {
     fn default() -> Self {
         Options {
-            interval: Duration::from_millis(250),
+            refresh: Duration::from_millis(250),
             retry_interval: Duration::from_secs(1),
         }
     }
 }
 
 /// Runs the full-screen dashboard until the user quits. Refreshes every
-/// `opts.interval`; while `source` fails its message fills the screen and
+/// `opts.refresh`; while `source` fails its message fills the screen and
 /// the dashboard retries every `opts.retry_interval`, picking up again when
 /// the source answers. The terminal is restored on return, on error and on
 /// panic.
@@ -138,7 +138,7 @@ pub(crate) fn run_loop<B: Backend>(
     opts: &Options,
     clock: &dyn Fn() -> u64,
 ) -> io::Result<()> {
-    let interval_ms = (opts.interval.as_millis() as u64).max(1);
+    let interval_ms = (opts.refresh.as_millis() as u64).max(1);
     let retry_ms = (opts.retry_interval.as_millis() as u64).max(1);
     let mut app = App::new();
     let mut next_fetch_ms = 0;

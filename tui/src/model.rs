@@ -16,6 +16,17 @@ pub enum Role {
     Receiver,
 }
 
+impl Role {
+    /// The role in a table column: `send` or `recv` (JSON says `sender` or
+    /// `receiver`).
+    pub fn short(self) -> &'static str {
+        match self {
+            Role::Sender => "send",
+            Role::Receiver => "recv",
+        }
+    }
+}
+
 /// The kernel's congestion-avoidance state (icsk_ca_state).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -123,8 +134,11 @@ pub enum CcState {
     /// BWE x RTTmin / MSS, the window Westwood+ falls back to after congestion.
     Westwood {
         bwe_bytes_per_s: u64,
-        rtt_min_us: u32,
+        min_rtt_us: u32,
         pipe_segments: u32,
+        /// The old name of `min_rtt_us`, kept for one release.
+        #[serde(default)]
+        rtt_min_us: u32,
     },
     /// CUBIC: W_max (segments), K (ms), time since the epoch began (None when
     /// no epoch is running), the delay floor HyStart compares with, and
@@ -133,9 +147,13 @@ pub enum CcState {
         w_max_segments: u32,
         k_ms: u32,
         epoch_age_ms: Option<u32>,
-        delay_min_us: u32,
+        /// CUBIC's delay_min: the minimum RTT HyStart and the curve use.
+        min_rtt_us: u32,
         hystart_round: u32,
         hystart_found: bool,
+        /// The old name of `min_rtt_us`, kept for one release.
+        #[serde(default)]
+        delay_min_us: u32,
     },
 }
 

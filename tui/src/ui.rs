@@ -441,7 +441,7 @@ impl Col {
             Col::Remote => s.remote_endpoint().to_string(),
             Col::LocalPort => s.local_port.to_string(),
             Col::Cc => s.cc.clone(),
-            Col::Role => role_short(s.role).into(),
+            Col::Role => s.role.short().into(),
             Col::State => s.state.clone(),
             Col::Cwnd => s.cwnd.to_string(),
             Col::Inflight => s.inflight.to_string(),
@@ -467,12 +467,6 @@ impl Col {
     }
 }
 
-fn role_short(role: Role) -> &'static str {
-    match role {
-        Role::Sender => "send",
-        Role::Receiver => "recv",
-    }
-}
 
 fn ca_short(ca: CaState) -> &'static str {
     match ca {
@@ -728,8 +722,9 @@ fn cc_state_fields(s: &Socket) -> Vec<Vec<Span<'static>>> {
     match &s.cc_state {
         Some(CcState::Westwood {
             bwe_bytes_per_s,
-            rtt_min_us,
+            min_rtt_us,
             pipe_segments,
+            ..
         }) => {
             let mut fields = vec![
                 vec![
@@ -739,7 +734,7 @@ fn cc_state_fields(s: &Socket) -> Vec<Vec<Span<'static>>> {
                         format::rate(bwe_bytes_per_s.saturating_mul(8))
                     )),
                 ],
-                vec![Span::raw(format!("RTTmin {}", ms(*rtt_min_us)))],
+                vec![Span::raw(format!("RTTmin {}", ms(*min_rtt_us)))],
                 vec![Span::raw(format!("pipe {pipe_segments} seg"))],
             ];
             if *pipe_segments > 0 {
@@ -762,9 +757,10 @@ fn cc_state_fields(s: &Socket) -> Vec<Vec<Span<'static>>> {
             w_max_segments,
             k_ms,
             epoch_age_ms,
-            delay_min_us,
+            min_rtt_us,
             hystart_round,
             hystart_found,
+            ..
         }) => vec![
             vec![
                 Span::styled("CUBIC", TITLE),
@@ -775,7 +771,7 @@ fn cc_state_fields(s: &Socket) -> Vec<Vec<Span<'static>>> {
                 Some(age) => format!("epoch {}", format::ms(*age as u64 * 1000)),
                 None => "no epoch".into(),
             })],
-            vec![Span::raw(format!("delay_min {}", ms(*delay_min_us)))],
+            vec![Span::raw(format!("delay_min {}", ms(*min_rtt_us)))],
             vec![Span::raw(format!(
                 "HyStart round {hystart_round} {}",
                 if *hystart_found {

@@ -37,7 +37,7 @@ use std::time::Duration;
 static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/probes.bpf.o"));
 
 /// The BTF tracepoints bloatd attaches, in attach order.
-pub const HOOKS: [&str; 4] = [
+pub const TRACEPOINTS: [&str; 4] = [
     "tcp_probe",
     "inet_sock_set_state",
     "tcp_retransmit_skb",
@@ -242,14 +242,14 @@ impl Probes {
     pub fn load(cfg: &ProbeConfig) -> Result<Probes, ProbeError> {
         preflight()?;
         let btf = Btf::from_sys_fs().map_err(|_| ProbeError::NoBtf)?;
-        for hook in HOOKS {
+        for tp in TRACEPOINTS {
             // aya reports a missing typedef as a generic BTF error; look
             // first so the message can name the tracepoint.
             if btf
-                .id_by_type_name_kind(&format!("btf_trace_{hook}"), BtfKind::Typedef)
+                .id_by_type_name_kind(&format!("btf_trace_{tp}"), BtfKind::Typedef)
                 .is_err()
             {
-                return Err(ProbeError::MissingTracepoint(hook));
+                return Err(ProbeError::MissingTracepoint(tp));
             }
         }
         let interval_ns = cfg.interval.as_nanos() as u64;
@@ -278,18 +278,18 @@ impl Probes {
             None
         };
 
-        for hook in HOOKS {
+        for tp in TRACEPOINTS {
             let prog: &mut BtfTracePoint = ebpf
-                .program_mut(hook)
-                .ok_or_else(|| ProbeError::Object(format!("program {hook} missing from object")))?
+                .program_mut(tp)
+                .ok_or_else(|| ProbeError::Object(format!("program {tp} missing from object")))?
                 .try_into()
                 .map_err(|e| ProbeError::Object(errstr(e)))?;
-            prog.load(hook, &btf).map_err(|e| ProbeError::Load {
-                name: hook,
+            prog.load(tp, &btf).map_err(|e| ProbeError::Load {
+                name: tp,
                 detail: errstr(e),
             })?;
             prog.attach().map_err(|e| ProbeError::Attach {
-                name: hook,
+                name: tp,
                 detail: errstr(e),
             })?;
         }
@@ -599,15 +599,15 @@ impl Probes {
         Ok(out)
     }
 
-    /// (hook, run_time_ns, run_count) from the kernel's BPF statistics;
+    /// (tp, run_time_ns, run_count) from the kernel's BPF statistics;
     /// zeros unless kernel.bpf_stats_enabled is on.
     pub fn run_stats(&self) -> Vec<(&'static str, u64, u64)> {
-        HOOKS
+        TRACEPOINTS
             .iter()
-            .filter_map(|&hook| {
-                let prog: &BtfTracePoint = self.ebpf.program(hook)?.try_into().ok()?;
+            .filter_map(|&tp| {
+                let prog: &BtfTracePoint = self.ebpf.program(tp)?.try_into().ok()?;
                 let info = prog.info().ok()?;
-                Some((hook, info.run_time().as_nanos() as u64, info.run_count()))
+                Some((tp, info.run_time().as_nanos() as u64, info.run_count()))
             })
             .collect()
     }

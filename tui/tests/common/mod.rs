@@ -138,6 +138,7 @@ pub fn cubic_download_host() -> Snapshot {
         w_max_segments: 702,
         k_ms: 4_119,
         epoch_age_ms: Some(2_870),
+        min_rtt_us: 51_800,
         delay_min_us: 51_800,
         hystart_round: 9,
         hystart_found: true,
@@ -224,6 +225,7 @@ pub fn westwood_socket() -> Socket {
     s.ca_state = CaState::Open;
     s.cc_state = Some(CcState::Westwood {
         bwe_bytes_per_s: 1_163_750,
+        min_rtt_us: 50_000,
         rtt_min_us: 50_000,
         pipe_segments: 40,
     });
@@ -270,6 +272,7 @@ pub fn westwood_host() -> Snapshot {
     quiet.remote_port = 5202;
     quiet.cc_state = Some(CcState::Westwood {
         bwe_bytes_per_s: 600_000,
+        min_rtt_us: 50_000,
         rtt_min_us: 50_000,
         pipe_segments: 21,
     });
