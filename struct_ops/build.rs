@@ -1,5 +1,8 @@
 // Builds the two struct_ops objects (bloatd_westwood, bloatd_cubic) and
-// records the C layout of cc_state.h for the layout test in src/state.rs.
+// generates the Rust side of cc_state.h from the objects' BTF (the same
+// generator as the probes' ABI: bpf/build_bpf.rs), so the exported state is
+// defined once, in C; runs CUBIC's idle arithmetic (cc_idle.h) on the host
+// for the unit test in src/algo.rs.
 include!(concat!(env!("CARGO_MANIFEST_DIR"), "/../bpf/build_bpf.rs"));
 
 use std::path::PathBuf;
@@ -7,7 +10,7 @@ use std::path::PathBuf;
 fn main() {
     let here = PathBuf::from(std::env::var("CARGO_MANIFEST_DIR").unwrap());
     let out = PathBuf::from(std::env::var("OUT_DIR").unwrap());
-    for h in ["cc_state.h", "cc_bpf.h"] {
+    for h in ["cc_state.h", "cc_bpf.h", "cc_idle.h"] {
         println!("cargo:rerun-if-changed={}", here.join(h).display());
     }
     for name in ["westwood", "cubic"] {
@@ -17,6 +20,13 @@ fn main() {
             &[&here],
         );
     }
-    let layout = bpf_build::run_host_c(&here.join("cc_state_layout.c"), &out, &[&here]);
-    std::fs::write(out.join("cc_state_layout.txt"), layout).unwrap();
+    let mut code = bpf_build::rust_types(&out.join("westwood.bpf.o"), &["bloatd_westwood_state"], &[]);
+    code += &bpf_build::rust_types(&out.join("cubic.bpf.o"), &["bloatd_cubic_state"], &[]);
+    // The algorithms copy whole structs from their stack into the maps:
+    // a byte of padding would be uninitialised stack to the verifier.
+    assert!(!code.contains("_pad"), "cc_state.h: a struct has implicit padding:\n{code}");
+    std::fs::write(out.join("cc_state.rs"), code).unwrap();
+    // CUBIC's idle arithmetic, run on the host for src/algo.rs's test
+    let idle = bpf_build::run_host_c(&here.join("idle_test.c"), &out, &[&here]);
+    std::fs::write(out.join("idle_test.txt"), idle).unwrap();
 }

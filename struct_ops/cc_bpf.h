@@ -31,7 +31,8 @@ extern __u32 tcp_reno_undo_cwnd(struct sock *sk) __ksym;
 
 /*
  * How often (at most) a socket's snapshot is copied to the export map, on
- * top of the copy right after every congestion event. The daemon samples
+ * top of the copies at every congestion event (when it happens, so that a
+ * flow that never gets another ACK still shows it) and on the ACK after. The daemon samples
  * every 100 ms: 10 ms keeps what it shows fresh while a bulk flow at line
  * rate pays one map update per 10 ms instead of one per ACK.
  */
@@ -99,6 +100,31 @@ static __always_inline bool export_due(__u32 now_us, __u32 *last_us, bool force)
 		return false;
 	*last_us = now_us;
 	return true;
+}
+
+/*
+ * Snapshots the state map refused (full at max_entries, or out of memory):
+ * the snapshot is lost until the socket's next export. Read by user space
+ * (bloatd_cc::Registry::export_failures, /metrics
+ * bloatd_cc_export_failures_total).
+ */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u64);
+} export_failures SEC(".maps");
+
+static __always_inline void export_write(void *states, __u64 *cookie, const void *snapshot)
+{
+	__u32 zero = 0;
+	__u64 *failed;
+
+	if (!bpf_map_update_elem(states, cookie, snapshot, BPF_ANY))
+		return;
+	failed = bpf_map_lookup_elem(&export_failures, &zero);
+	if (failed)
+		(*failed)++;
 }
 
 #endif /* BLOATD_CC_BPF_H */

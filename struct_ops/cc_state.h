@@ -21,9 +21,9 @@
  * Times are the TCP clock: CLOCK_MONOTONIC in microseconds (tcp_mstamp).
  * cwnd, ssthresh and every window are in segments of `mss` bytes.
  *
- * Mirrored in Rust by struct_ops/src/state.rs; a test compares every field
- * offset with this header (struct_ops/cc_state_layout.c). No implicit padding:
- * the BPF side copies whole structs from the stack into the map.
+ * The Rust side (struct_ops/src/state.rs) is generated from the objects' BTF
+ * at build time (build.rs). No implicit padding: the BPF side copies whole
+ * structs from the stack into the map (the build refuses a gap).
  */
 #ifndef BLOATD_CC_STATE_H
 #define BLOATD_CC_STATE_H

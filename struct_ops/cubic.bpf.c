@@ -19,6 +19,7 @@
  * exactly, an exact integer cube root. No floating point.
  */
 #include "cc_bpf.h"
+#include "cc_idle.h"
 
 char _license[] SEC("license") = "GPL";
 
@@ -54,7 +55,6 @@ struct cubic {
 	__u64 epoch_start_us;	/* 0 = no epoch: next congestion avoidance ACK starts one */
 	__u32 last_update_us;	/* last recomputation of cnt */
 	__u32 last_export_us;
-	__u32 last_ack_us;	/* last ACK, to measure idle periods */
 	__u32 cnt;		/* ACKed segments per one-segment cwnd increase */
 	__u32 w_max;
 	__u32 loss_cwnd;
@@ -208,7 +208,19 @@ static __always_inline void cubic_export(const struct sock *sk, struct cubic *ca
 	s.hystart_round = ca->hystart_round;
 	s.hystart_found = ca->found;
 	s.hystart_exit_cwnd = ca->hystart_exit_cwnd;
-	bpf_map_update_elem(&cubic_states, &cookie, &s, BPF_ANY);
+	export_write(&cubic_states, &cookie, &s);
+}
+
+/*
+ * A congestion event: exported now, so that a flow that gets no further ACK
+ * still shows it, and again on the next ACK with the cwnd and ssthresh the
+ * kernel set after this hook returned.
+ */
+static __always_inline void cubic_event_export(const struct sock *sk, struct cubic *ca)
+{
+	ca->export_pending = 1;
+	cubic_export(sk, ca, tcp_sk(sk)->tcp_mstamp);
+	ca->export_pending = 1;
 }
 
 SEC("struct_ops")
@@ -368,7 +380,7 @@ __u32 BPF_PROG(bloatd_cubic_ssthresh, struct sock *sk)
 	else
 		ca->w_max = cwnd;
 	ca->reductions++;
-	ca->export_pending = 1;
+	cubic_event_export(sk, ca);
 
 	ssthresh = cwnd * BETA / BETA_SCALE;
 	return ssthresh < 2 ? 2 : ssthresh;
@@ -385,13 +397,17 @@ void BPF_PROG(bloatd_cubic_set_state, struct sock *sk, __u8 new_state)
 	if (hystart_detect)
 		hystart_new_round(tcp_sk(sk), ca);
 	ca->timeouts++;
-	ca->export_pending = 1;
+	cubic_event_export(sk, ca);
 }
+
+/* The kernel's jiffies per second, from its config (libbpf reads it). */
+extern unsigned int CONFIG_HZ __kconfig __weak;
 
 /*
  * After an idle period (application limited, nothing in flight) the curve
- * must not have advanced: shift the epoch by the time without ACKs, or the
- * first ACKs after the pause would see a large t and burst cwnd upward.
+ * must not have advanced: shift the epoch by the time since the last send,
+ * as the kernel does (cc_idle.h), or the first ACKs after the pause would
+ * see a large t and burst cwnd upward.
  */
 SEC("struct_ops")
 void BPF_PROG(bloatd_cubic_cwnd_event, struct sock *sk, enum tcp_ca_event ev)
@@ -399,12 +415,12 @@ void BPF_PROG(bloatd_cubic_cwnd_event, struct sock *sk, enum tcp_ca_event ev)
 	const struct tcp_sock *tp = tcp_sk(sk);
 	struct cubic *ca = inet_csk_ca(sk);
 	__u64 now_us = tp->tcp_mstamp;
-	__s32 idle_us;
+	__u64 idle_us;
 
 	if (ev != CA_EVENT_TX_START || !ca->epoch_start_us)
 		return;
-	idle_us = (__s32)((__u32)now_us - ca->last_ack_us);
-	if (idle_us <= 0)
+	idle_us = cubic_idle_us((__u32)bpf_jiffies64(), tp->lsndtime, CONFIG_HZ);
+	if (!idle_us)
 		return;
 	ca->epoch_start_us += idle_us;
 	if (ca->epoch_start_us > now_us)
@@ -509,7 +525,6 @@ void BPF_PROG(bloatd_cubic_pkts_acked, struct sock *sk, const struct ack_sample 
 	struct cubic *ca = inet_csk_ca(sk);
 	__u64 now_us = tcp_sk(sk)->tcp_mstamp;
 
-	ca->last_ack_us = (__u32)now_us;
 	cubic_rtt_sample(sk, ca, sample->rtt_us, now_us);
 	cubic_export(sk, ca, now_us);
 }

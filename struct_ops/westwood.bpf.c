@@ -10,13 +10,23 @@
  * bloated link this empties the bottleneck queue after every loss, where Reno
  * and CUBIC keep it half full or more (see ../shared/papers/).
  *
- * Semantics follow the kernel's net/ipv4/tcp_westwood.c, with two changes of
- * unit: a microsecond clock (tcp_mstamp) instead of jiffies, and BWE in bytes
- * per second. One change of behaviour: ssthresh() (3 duplicate ACKs, ECN)
- * returns BWE x RTTmin as in the Westwood+ papers, where the kernel returns
- * Reno's cwnd/2 and only applies BWE x RTTmin when the reduction completes; so
- * proportional rate reduction already steers toward the measured pipe during
- * recovery. Both set ssthresh = cwnd = BWE x RTTmin when recovery completes.
+ * Semantics follow the kernel's net/ipv4/tcp_westwood.c: ssthresh() (3
+ * duplicate ACKs, ECN) returns Reno's cwnd/2, so proportional rate
+ * reduction steers toward half the window during recovery, and BWE x RTTmin
+ * is applied when the reduction completes (ssthresh = cwnd = the pipe) and
+ * at a timeout (ssthresh = the pipe). With paper_ssthresh (config
+ * westwood_ssthresh = "paper") ssthresh() returns BWE x RTTmin at once, as
+ * the Westwood+ papers define it.
+ *
+ * Two changes of unit, not of behaviour on the links bloatd is for: a
+ * microsecond clock (tcp_mstamp) where the kernel counts jiffies, and BWE in
+ * bytes per second where the kernel keeps bytes per jiffy. On a LAN the
+ * kernel's RTTmin is at least one jiffy (1 ms at HZ 1000) and its pipe
+ * correspondingly larger than this one, which uses the measured sub-ms RTT;
+ * on slow links the kernel's integer filter (bytes per jiffy, shifted by 3)
+ * has a dead band of a few bytes per jiffy that this filter does not have.
+ * Both are far below what the estimates vary by on the cellular links of
+ * ../shared/papers/ (RTTs of 40 ms and more, rates of Mbit/s).
  */
 #include "cc_bpf.h"
 
@@ -33,6 +43,13 @@ char _license[] SEC("license") = "GPL";
  * first real sample replaces it (passive opens have no RTT yet at init).
  */
 #define WESTWOOD_INIT_RTT_US	20000000U
+
+/*
+ * false: ssthresh() is Reno's, as the kernel's module; true: BWE x RTTmin,
+ * as the papers. Set by the daemon before load (bloatd_cc::Options), in its
+ * own section so that user space finds it at offset 0.
+ */
+const volatile bool paper_ssthresh SEC(".rodata.westwood") = false;
 
 /* Per-socket working state, in icsk_ca_priv. */
 struct westwood {
@@ -190,7 +207,7 @@ static __always_inline void westwood_export(const struct sock *sk, struct westwo
 	s.congestion_cwnd = w->congestion_cwnd;
 	s.recoveries = w->recoveries;
 	s.timeouts = w->timeouts;
-	bpf_map_update_elem(&westwood_states, &cookie, &s, BPF_ANY);
+	export_write(&westwood_states, &cookie, &s);
 }
 
 SEC("struct_ops")
@@ -240,10 +257,18 @@ void BPF_PROG(bloatd_westwood_in_ack_event, struct sock *sk, __u32 flags)
 	westwood_export(sk, w, now_us);
 }
 
-static __always_inline void westwood_congestion(struct westwood *w, __u32 pipe, __u64 now_us)
+/*
+ * A congestion event: exported now, and again on the next ACK with what the
+ * kernel made of it (after a timeout cwnd is set only after this hook).
+ */
+static __always_inline void westwood_congestion(struct sock *sk, struct westwood *w, __u32 pipe)
 {
+	__u64 now_us = tcp_sk(sk)->tcp_mstamp;
+
 	w->congestion_cwnd = pipe;
 	w->last_congestion_us = now_us;
+	w->export_pending = 1;
+	westwood_export(sk, w, now_us);
 	w->export_pending = 1;
 }
 
@@ -265,7 +290,7 @@ void BPF_PROG(bloatd_westwood_cwnd_event, struct sock *sk, enum tcp_ca_event ev)
 		tp->snd_ssthresh = pipe;
 		tp->snd_cwnd = pipe;
 		w->recoveries++;
-		westwood_congestion(w, pipe, tp->tcp_mstamp);
+		westwood_congestion(sk, w, pipe);
 		break;
 	case CA_EVENT_LOSS:
 		/*
@@ -277,7 +302,7 @@ void BPF_PROG(bloatd_westwood_cwnd_event, struct sock *sk, enum tcp_ca_event ev)
 		tp->snd_ssthresh = pipe;
 		w->reset_rtt_min = 1;
 		w->timeouts++;
-		westwood_congestion(w, pipe, tp->tcp_mstamp);
+		westwood_congestion(sk, w, pipe);
 		break;
 	default:
 		break;
@@ -287,7 +312,12 @@ void BPF_PROG(bloatd_westwood_cwnd_event, struct sock *sk, enum tcp_ca_event ev)
 SEC("struct_ops")
 __u32 BPF_PROG(bloatd_westwood_ssthresh, struct sock *sk)
 {
-	return westwood_pipe(tcp_sk(sk), inet_csk_ca(sk));
+	const struct tcp_sock *tp = tcp_sk(sk);
+
+	if (paper_ssthresh)
+		return westwood_pipe(tp, inet_csk_ca(sk));
+	/* tcp_reno_ssthresh */
+	return tp->snd_cwnd >> 1 > 2 ? tp->snd_cwnd >> 1 : 2;
 }
 
 /* Probing is Reno's: slow start, then one segment per RTT. */

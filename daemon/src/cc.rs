@@ -13,14 +13,14 @@ pub struct CcSet {
 }
 
 impl CcSet {
-    pub fn register(names: &[String]) -> anyhow::Result<CcSet> {
+    pub fn register(names: &[String], opts: &bloatd_cc::Options) -> anyhow::Result<CcSet> {
         let algos: Vec<Algo> = names
             .iter()
             .map(|n| {
                 Algo::from_name(n).ok_or_else(|| anyhow::anyhow!("unknown congestion control '{n}'"))
             })
             .collect::<anyhow::Result<_>>()?;
-        let reg = if algos.is_empty() { None } else { Some(Registry::register(&algos)?) };
+        let reg = if algos.is_empty() { None } else { Some(Registry::register(&algos, opts)?) };
         Ok(CcSet { reg, prev_default: None })
     }
 
@@ -43,6 +43,18 @@ impl CcSet {
             Err(e) => {
                 tracing::warn!("reading congestion control state: {e}");
                 HashMap::new()
+            }
+        }
+    }
+
+    /// Per registered algorithm, state snapshots its map refused.
+    pub fn export_failures(&self) -> Vec<(String, u64)> {
+        let Some(r) = &self.reg else { return Vec::new() };
+        match r.export_failures() {
+            Ok(v) => v.into_iter().map(|(a, n)| (a.name().to_string(), n)).collect(),
+            Err(e) => {
+                tracing::warn!("reading congestion control export failures: {e}");
+                Vec::new()
             }
         }
     }

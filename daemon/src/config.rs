@@ -20,6 +20,7 @@ const KEYS: &[(&str, &str)] = &[
     ("bloat_threshold_ms", "an integer (milliseconds)"),
     ("series_seconds", "an integer (seconds)"),
     ("cc", "a list of names, like [\"bloatd_westwood\"]"),
+    ("westwood_ssthresh", "\"kernel\" or \"paper\""),
     ("floors", "true or false"),
     ("floor_window_s", "an integer (seconds)"),
     ("floor_entries", "an integer"),
@@ -84,6 +85,10 @@ pub struct Config {
     pub series_seconds: u64,
     /// bloatd congestion controls to register at start.
     pub cc: Vec<String>,
+    /// bloatd_westwood's ssthresh() on three duplicate ACKs: "kernel"
+    /// (Reno's half, BWE x RTTmin when the recovery completes, as
+    /// net/ipv4/tcp_westwood.c) or "paper" (BWE x RTTmin at once).
+    pub westwood_ssthresh: String,
     /// Measure queueing delay against path floors (README, "Path floors");
     /// false: against each socket's own minimum, with no floor kept.
     pub floors: bool,
@@ -118,6 +123,7 @@ impl Default for Config {
             bloat_threshold_ms: 100,
             series_seconds: 60,
             cc: vec!["bloatd_westwood".into(), "bloatd_cubic".into()],
+            westwood_ssthresh: "kernel".into(),
             floors: true,
             floor_window_s: 1800,
             floor_entries: 32768,
@@ -253,7 +259,20 @@ impl Config {
                 )));
             }
         }
+        if bloatd_cc::WestwoodSsthresh::from_name(&self.westwood_ssthresh).is_none() {
+            return Err(ConfigError::Invalid(
+                "westwood_ssthresh must be \"kernel\" or \"paper\"".into(),
+            ));
+        }
         Ok(())
+    }
+
+    /// How bloatd's congestion controls are set up at load.
+    pub fn cc_options(&self) -> bloatd_cc::Options {
+        bloatd_cc::Options {
+            westwood_ssthresh: bloatd_cc::WestwoodSsthresh::from_name(&self.westwood_ssthresh)
+                .unwrap_or_default(),
+        }
     }
 
     /// The API socket's group: `api_group`, else `bloatd` if it exists.
@@ -311,6 +330,10 @@ mod tests {
             assert!(e.contains("bloat_threshold_ms") && e.contains("1..=60000"), "{e}");
         }
         assert!(Config::parse("bloat_threshold_ms = 60000\n").is_ok());
+        let e = Config::parse("westwood_ssthresh = \"reno\"\n").unwrap_err();
+        assert!(e.contains("westwood_ssthresh") && !e.contains("reno"), "{e}");
+        let c = Config::parse("westwood_ssthresh = \"paper\"\n").unwrap();
+        assert_eq!(c.cc_options().westwood_ssthresh, bloatd_cc::WestwoodSsthresh::Paper);
     }
 
     #[test]

@@ -80,7 +80,7 @@ impl Core {
             floor_infer: cfg.floor_infer,
             floors: cfg.floors,
         })?;
-        let cc = CcSet::register(&cfg.cc)?;
+        let cc = CcSet::register(&cfg.cc, &cfg.cc_options())?;
         let mut core = Core {
             probes,
             model: Model::new(cfg.interval_ms, cfg.series_seconds),
@@ -324,6 +324,7 @@ impl Core {
             runs: self.probes.run_stats(),
             map_capacity: self.probes.map_capacity(),
             floors: self.probes.floors_count().unwrap_or(0),
+            cc_export_failures: self.cc.export_failures(),
         };
         m.encode(view)
     }

@@ -119,6 +119,11 @@ struct StartArgs {
     /// Register no congestion control.
     #[arg(long)]
     no_cc: bool,
+    /// bloatd_westwood's ssthresh on three duplicate ACKs: kernel (Reno's
+    /// half, BWE x RTTmin when the recovery completes, as Linux's
+    /// tcp_westwood) or paper (BWE x RTTmin at once) [default: kernel]
+    #[arg(long, value_name = "WHICH", value_parser = ["kernel", "paper"])]
+    westwood_ssthresh: Option<String>,
     /// Keep no path floors: measure queueing delay against each socket's
     /// own minimum RTT (config `floors = false`; README, "Path floors").
     #[arg(long)]
@@ -182,6 +187,9 @@ fn load_config(cli: &Cli) -> Result<Config, config::ConfigError> {
         }
         if a.no_cc {
             cfg.cc.clear();
+        }
+        if let Some(w) = &a.westwood_ssthresh {
+            cfg.westwood_ssthresh = w.clone();
         }
         if a.no_floors {
             cfg.floors = false;

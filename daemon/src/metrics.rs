@@ -123,6 +123,9 @@ pub struct KernelView {
     pub map_capacity: u32,
     /// Path floors kept now (read at housekeeping, not per scrape).
     pub floors: u64,
+    /// Per registered bloatd congestion control: state snapshots its map
+    /// refused.
+    pub cc_export_failures: Vec<(String, u64)>,
 }
 
 pub struct Metrics {
@@ -473,6 +476,17 @@ impl Collector for KernelCollector {
             "Floors started over because the peer is now reached through another interface or gateway",
             c[stat::FLOOR_ROUTE as usize],
         )?;
+        let failures: Vec<(CcLabel, u64)> = v
+            .cc_export_failures
+            .iter()
+            .map(|(cc, n)| (CcLabel { cc: cc.clone() }, *n))
+            .collect();
+        counter(
+            &mut e,
+            "cc_export_failures",
+            "State snapshots of bloatd's congestion controls that their map refused (full or out of memory); the socket's state stays stale until its next export",
+            &failures,
+        )?;
         Ok(())
     }
 }
@@ -558,6 +572,7 @@ mod tests {
             bloated_second: 41,
             map_capacity: 64,
             floors: 3,
+            cc_export_failures: vec![("bloatd_cubic".into(), 2)],
             ..Default::default()
         }
     }
@@ -578,6 +593,7 @@ mod tests {
             "# TYPE bloatd_tcp_retransmits_total counter",
             "# TYPE bloatd_build_info gauge",
             "bloatd_path_floors 3",
+            r#"bloatd_cc_export_failures_total{cc="bloatd_cubic"} 2"#,
         ] {
             assert!(text.contains(line), "missing {line}\n{text}");
         }

@@ -30,7 +30,7 @@ fn main() {
         libc::sigaddset(&mut set, libc::SIGTERM);
         libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
     }
-    let reg = match Registry::register(&algos) {
+    let reg = match Registry::register(&algos, &bloatd_cc::Options::default()) {
         Ok(r) => r,
         Err(e) => {
             eprintln!("cc_hold: {e}");

@@ -93,9 +93,89 @@ impl FromStr for Algo {
     }
 }
 
+/// When Westwood+ applies its measured pipe. Both set ssthresh = cwnd =
+/// BWE x RTTmin when a recovery completes and ssthresh = BWE x RTTmin at a
+/// timeout; they differ in what `ssthresh()` returns on three duplicate
+/// ACKs or ECN, and so in what proportional rate reduction sends during the
+/// recovery.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum WestwoodSsthresh {
+    /// The kernel's net/ipv4/tcp_westwood.c: Reno's cwnd/2.
+    #[default]
+    Kernel,
+    /// The Westwood+ papers: BWE x RTTmin at once.
+    Paper,
+}
+
+impl WestwoodSsthresh {
+    pub const ALL: [WestwoodSsthresh; 2] = [WestwoodSsthresh::Kernel, WestwoodSsthresh::Paper];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            WestwoodSsthresh::Kernel => "kernel",
+            WestwoodSsthresh::Paper => "paper",
+        }
+    }
+
+    pub fn from_name(name: &str) -> Option<WestwoodSsthresh> {
+        Self::ALL.into_iter().find(|v| v.name() == name)
+    }
+}
+
+impl std::fmt::Display for WestwoodSsthresh {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// How the algorithms are set up at load (BPF read-only data).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Options {
+    pub westwood_ssthresh: WestwoodSsthresh,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// cc_idle.h's cubic_idle_us, the arithmetic bloatd_cubic runs on
+    /// CA_EVENT_TX_START, as the host computed it at build time
+    /// (idle_test.c): (now_jiffies, lsndtime, hz) -> microseconds.
+    fn idle_cases() -> Vec<(u32, u32, u32, u64)> {
+        include_str!(concat!(env!("OUT_DIR"), "/idle_test.txt"))
+            .lines()
+            .map(|l| {
+                let v: Vec<u64> = l.split(' ').map(|x| x.parse().unwrap()).collect();
+                (v[0] as u32, v[1] as u32, v[2] as u32, v[3])
+            })
+            .collect()
+    }
+
+    #[test]
+    fn cubic_idle_shift_counts_long_pauses_in_full() {
+        let cases = idle_cases();
+        let shift = |now: u32, lsnd: u32, hz: u32| {
+            cases
+                .iter()
+                .find(|c| (c.0, c.1, c.2) == (now, lsnd, hz))
+                .unwrap_or_else(|| panic!("case {now} {lsnd} {hz} not run"))
+                .3
+        };
+        assert_eq!(shift(1000, 900, 1000), 100_000);
+        // 40 minutes idle: beyond the 2^31 us (35.8 min) a microsecond
+        // difference would wrap at, the epoch still moves by all of it
+        let forty_min_us = 40 * 60 * 1_000_000u64;
+        assert!(forty_min_us > 1 << 31);
+        assert_eq!(shift(3_000_000, 600_000, 1000), forty_min_us);
+        assert_eq!(shift(600_000, 0, 250), forty_min_us);
+        // jiffies wrapped between the last send and now: 356 jiffies
+        assert_eq!(shift(100, 0xFFFF_FF00, 1000), 356_000);
+        // nothing to shift: last send not in the past, no idle, HZ unknown
+        assert_eq!(shift(900, 1000, 1000), 0);
+        assert_eq!(shift(1000, 1000, 1000), 0);
+        assert_eq!(shift(1000, 900, 0), 0);
+        assert_eq!(cases.len(), 7);
+    }
 
     #[test]
     fn names_round_trip() {

@@ -19,7 +19,7 @@ mod kernel;
 mod registry;
 mod state;
 
-pub use algo::Algo;
+pub use algo::{Algo, Options, WestwoodSsthresh};
 pub use error::CcError;
 pub use kernel::{
     kernel_available, kernel_default, retire_netns_defaults, set_kernel_default, NetnsDefaultChange,

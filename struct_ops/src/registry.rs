@@ -14,14 +14,14 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use libbpf_rs::{
-    libbpf_sys, ErrorKind, Link, MapCore, MapHandle, Object, ObjectBuilder, PrintLevel,
+    libbpf_sys, ErrorKind, Link, MapCore, MapFlags, MapHandle, Object, ObjectBuilder, PrintLevel,
 };
 
 use crate::kernel::{
     adopt_netns_defaults, kernel_available, retire_netns_defaults, NetnsDefaultChange,
 };
 use crate::state::{decode, monotonic_us, value_size};
-use crate::{Algo, CcError, CcState};
+use crate::{Algo, CcError, CcState, Options, WestwoodSsthresh};
 
 /// bloatd's congestion controls registered by this process. Dropping it
 /// unregisters them all.
@@ -36,6 +36,8 @@ struct Loaded {
     algo: Algo,
     _link: Link,
     states: MapHandle,
+    /// cc_bpf.h `export_failures`: snapshots the state map refused.
+    failures: MapHandle,
     _object: Object,
 }
 
@@ -43,8 +45,8 @@ impl Registry {
     /// Load and register `algos` (duplicates ignored). On error nothing stays
     /// registered. Network namespaces whose default still names a killed
     /// bloatd's instance of an algorithm are pointed at the new one (see
-    /// [`Registry::netns_default_changes`]).
-    pub fn register(algos: &[Algo]) -> Result<Registry, CcError> {
+    /// [`Registry::netns_default_changes`]). `opts` are set before load.
+    pub fn register(algos: &[Algo], opts: &Options) -> Result<Registry, CcError> {
         if !Path::new("/sys/kernel/btf/vmlinux").exists() {
             return Err(CcError::MissingBtf);
         }
@@ -55,7 +57,7 @@ impl Registry {
         for &algo in algos {
             if !reg.registered().contains(&algo) {
                 // on error `reg` drops and unregisters what came before
-                reg.loaded.push(load(algo)?);
+                reg.loaded.push(load(algo, opts)?);
                 let adopted = adopt_netns_defaults(algo)?;
                 reg.netns_changes.extend(adopted);
             }
@@ -107,6 +109,27 @@ impl Registry {
             .map_err(|e| CcError::io(format!("reading {}", l.algo.state_map()), e))?;
         }
         Ok(out)
+    }
+
+    /// Per algorithm, the state snapshots its map refused since it was
+    /// registered (full at max_entries, or out of memory): each one is a
+    /// socket whose state stays stale until its next export.
+    pub fn export_failures(&self) -> Result<Vec<(Algo, u64)>, CcError> {
+        self.loaded
+            .iter()
+            .map(|l| {
+                let per_cpu = l
+                    .failures
+                    .lookup_percpu(&0u32.to_ne_bytes(), MapFlags::ANY)
+                    .map_err(|e| CcError::io("reading export_failures", std::io::Error::other(e.to_string())))?
+                    .unwrap_or_default();
+                let n = per_cpu
+                    .iter()
+                    .filter_map(|v| v.get(..8).map(|b| u64::from_ne_bytes(b.try_into().unwrap())))
+                    .sum();
+                Ok((l.algo, n))
+            })
+            .collect()
     }
 
     /// Map id and struct_ops program ids of `algo` (for `bpftool`, BPF stats).
@@ -185,7 +208,7 @@ fn tail(log: &str, lines: usize) -> String {
     all[all.len().saturating_sub(lines)..].join("\n")
 }
 
-fn load(algo: Algo) -> Result<Loaded, CcError> {
+fn load(algo: Algo, opts: &Options) -> Result<Loaded, CcError> {
     let name = algo.name();
     if kernel_available()
         .map(|v| v.iter().any(|a| a == name))
@@ -197,17 +220,26 @@ fn load(algo: Algo) -> Result<Loaded, CcError> {
     let _serial = LOAD_LOCK.lock().unwrap_or_else(|e| e.into_inner());
     LOAD_LOG.lock().unwrap_or_else(|e| e.into_inner()).clear();
     let prev_print = libbpf_rs::set_print(Some((PrintLevel::Info, capture_log)));
-    let result = open_load_attach(algo);
+    let result = open_load_attach(algo, opts);
     libbpf_rs::set_print(prev_print);
     let log = std::mem::take(&mut *LOAD_LOG.lock().unwrap_or_else(|e| e.into_inner()));
 
     result.map_err(|(step, e)| classify(algo, step, e, &log))
 }
 
-fn open_load_attach(algo: Algo) -> Result<Loaded, (&'static str, libbpf_rs::Error)> {
-    let open = ObjectBuilder::default()
+fn open_load_attach(algo: Algo, opts: &Options) -> Result<Loaded, (&'static str, libbpf_rs::Error)> {
+    let mut open = ObjectBuilder::default()
         .open_memory(algo.object())
         .map_err(|e| ("open", e))?;
+    if algo == Algo::Westwood {
+        // westwood.bpf.c: `paper_ssthresh`, alone in its section
+        let mut data = open
+            .maps_mut()
+            .find(|m| m.name() == ".rodata.westwood")
+            .expect(".rodata.westwood is in the object");
+        let bytes = data.initial_value_mut().expect(".rodata.westwood has a value");
+        bytes[0] = u8::from(opts.westwood_ssthresh == WestwoodSsthresh::Paper);
+    }
     let mut object = open.load().map_err(|e| ("load", e))?;
     let states = object
         .maps()
@@ -215,6 +247,12 @@ fn open_load_attach(algo: Algo) -> Result<Loaded, (&'static str, libbpf_rs::Erro
         .map(|m| MapHandle::try_from(&m))
         .expect("state map is in the object")
         .map_err(|e| ("state map", e))?;
+    let failures = object
+        .maps()
+        .find(|m| m.name() == "export_failures")
+        .map(|m| MapHandle::try_from(&m))
+        .expect("export_failures is in the object")
+        .map_err(|e| ("export_failures map", e))?;
     let link = object
         .maps_mut()
         .find(|m| m.name() == algo.ops_map())
@@ -225,6 +263,7 @@ fn open_load_attach(algo: Algo) -> Result<Loaded, (&'static str, libbpf_rs::Erro
         algo,
         _link: link,
         states,
+        failures,
         _object: object,
     })
 }

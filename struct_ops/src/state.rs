@@ -1,50 +1,19 @@
 //! The per-socket state bloatd's congestion controls export, as Rust sees it.
 //!
-//! `Raw*` mirror the C structs of `struct_ops/cc_state.h` byte for byte (a
-//! test pins every offset against the C compiler); [`WestwoodState`] and
+//! `Raw*` are the C structs of `struct_ops/cc_state.h`, generated from the
+//! objects' BTF at build time; [`WestwoodState`] and
 //! [`CubicState`] are what callers use: plain fields whose names carry units.
 
 use crate::Algo;
 
-/// Mirror of `struct bloatd_westwood_state`.
-#[repr(C)]
-#[derive(Debug, Clone, Copy, Default)]
-pub(crate) struct RawWestwoodState {
-    pub updated_us: u64,
-    pub bwe_bytes_per_s: u64,
-    pub bwe_first_stage_bytes_per_s: u64,
-    pub last_congestion_us: u64,
-    pub min_rtt_us: u32,
-    pub rtt_us: u32,
-    pub cwnd: u32,
-    pub ssthresh: u32,
-    pub mss: u32,
-    pub congestion_cwnd: u32,
-    pub recoveries: u32,
-    pub timeouts: u32,
+/// `struct bloatd_westwood_state` and `struct bloatd_cubic_state` of
+/// cc_state.h, generated at build time from the objects' BTF (build.rs).
+mod abi {
+    #![allow(dead_code)]
+    include!(concat!(env!("OUT_DIR"), "/cc_state.rs"));
 }
-
-/// Mirror of `struct bloatd_cubic_state`.
-#[repr(C)]
-#[derive(Debug, Clone, Copy, Default)]
-pub(crate) struct RawCubicState {
-    pub updated_us: u64,
-    pub epoch_start_us: u64,
-    pub w_max: u32,
-    pub loss_cwnd: u32,
-    pub k_ms: u32,
-    pub epoch_cwnd: u32,
-    pub w_est: u32,
-    pub min_rtt_us: u32,
-    pub cwnd: u32,
-    pub ssthresh: u32,
-    pub mss: u32,
-    pub reductions: u32,
-    pub timeouts: u32,
-    pub hystart_round: u32,
-    pub hystart_found: u32,
-    pub hystart_exit_cwnd: u32,
-}
+pub(crate) use abi::BloatdCubicState as RawCubicState;
+pub(crate) use abi::BloatdWestwoodState as RawWestwoodState;
 
 /// `hystart_found` bits (cc_state.h BLOATD_HYSTART_*).
 const HYSTART_ACK_TRAIN: u32 = 0x1;
@@ -251,94 +220,7 @@ pub(crate) fn monotonic_us() -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::collections::BTreeMap;
-    use std::mem::{offset_of, size_of};
-
-    /// "struct field" -> offset, and "struct size" -> size, as the C compiler
-    /// laid out cc_state.h (printed by cc_state_layout.c at build time).
-    fn c_layout() -> BTreeMap<String, usize> {
-        include_str!(concat!(env!("OUT_DIR"), "/cc_state_layout.txt"))
-            .lines()
-            .map(|l| {
-                let (k, v) = l.rsplit_once(' ').expect("layout line");
-                (k.to_string(), v.parse().expect("layout number"))
-            })
-            .collect()
-    }
-
-    macro_rules! rust_layout {
-        ($map:ident, $t:ty, $c:literal, [$($f:ident),* $(,)?]) => {
-            $map.insert(concat!($c, " size").to_string(), size_of::<$t>());
-            $( $map.insert(concat!($c, " ", stringify!($f)).to_string(), offset_of!($t, $f)); )*
-        };
-    }
-
-    #[test]
-    fn layout_matches_c() {
-        let mut rust = BTreeMap::new();
-        rust_layout!(
-            rust,
-            RawWestwoodState,
-            "bloatd_westwood_state",
-            [
-                updated_us,
-                bwe_bytes_per_s,
-                bwe_first_stage_bytes_per_s,
-                last_congestion_us,
-                min_rtt_us,
-                rtt_us,
-                cwnd,
-                ssthresh,
-                mss,
-                congestion_cwnd,
-                recoveries,
-                timeouts,
-            ]
-        );
-        rust_layout!(
-            rust,
-            RawCubicState,
-            "bloatd_cubic_state",
-            [
-                updated_us,
-                epoch_start_us,
-                w_max,
-                loss_cwnd,
-                k_ms,
-                epoch_cwnd,
-                w_est,
-                min_rtt_us,
-                cwnd,
-                ssthresh,
-                mss,
-                reductions,
-                timeouts,
-                hystart_round,
-                hystart_found,
-                hystart_exit_cwnd,
-            ]
-        );
-        assert_eq!(rust, c_layout());
-    }
-
-    #[test]
-    fn layout_has_no_padding() {
-        // The BPF side copies whole structs from its stack: every byte must
-        // belong to a field, or the verifier sees uninitialized stack.
-        let c = c_layout();
-        for (name, fields) in [("bloatd_westwood_state", 12), ("bloatd_cubic_state", 16)] {
-            let n = c
-                .keys()
-                .filter(|k| k.starts_with(name) && !k.ends_with(" size"))
-                .count();
-            assert_eq!(
-                n, fields,
-                "{name}: every field must be in cc_state_layout.c"
-            );
-        }
-        assert_eq!(size_of::<RawWestwoodState>(), 4 * 8 + 8 * 4);
-        assert_eq!(size_of::<RawCubicState>(), 2 * 8 + 14 * 4);
-    }
+    use std::mem::size_of;
 
     #[test]
     fn decode_cubic() {

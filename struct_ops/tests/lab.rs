@@ -1,6 +1,6 @@
 //! Behaviour of bloatd_cubic and bloatd_westwood on the lab topology
 //! (scripts/lab/topo.sh: sender - router with a tbf bottleneck - receiver,
-//! base RTT from the delay line). Needs root; about 2.5 minutes.
+//! base RTT from the delay line). Needs root; about 3 minutes.
 //!
 //! One bulk flow per congestion control, one after the other on the same
 //! topology; the oracle is the kernel's TCP_INFO of the sending socket,
@@ -9,8 +9,12 @@
 //!   RTT within 15%;
 //! - bloatd_westwood keeps at least 90% of cubic's goodput with a clearly
 //!   smaller standing queue;
-//! - Westwood+: after every congestion event cwnd lands at BWE x RTTmin
-//!   (within 20%), and BWE, RTTmin match the measured rate and base RTT;
+//! - Westwood+, in both ssthresh variants (a second, 30 s run with the
+//!   papers'): during a fast recovery ssthresh is the kernel's Reno half of
+//!   cwnd, or BWE x RTTmin in the papers' variant; after every congestion
+//!   event ssthresh is BWE x RTTmin (within 20%), and so is cwnd after a
+//!   fast recovery (a timeout leaves cwnd slow-starting back up below it);
+//!   BWE and RTTmin match the measured rate and base RTT;
 //! - CUBIC: at each reduction W_max and ssthresh follow from the cwnd before
 //!   it (beta 0.7, fast convergence), the next epoch starts at ssthresh and
 //!   K = cbrt((W_max - cwnd_epoch) / C); HyStart ends slow start where the
@@ -27,7 +31,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use bloatd_cc::{Algo, CcState, CubicState, Registry, WestwoodState};
+use bloatd_cc::{Algo, CcState, CubicState, Options, Registry, WestwoodSsthresh, WestwoodState};
 use common::*;
 
 const LAB: &str = "bcl";
@@ -40,6 +44,8 @@ const BASE_RTT_MS: u32 = 40;
 /// segment per RTT into 160 ms of buffer, about 17 s: give it several.
 const CUBIC_SECS: f64 = 30.0;
 const WESTWOOD_SECS: f64 = 60.0;
+/// bloatd_westwood with the papers' ssthresh: two recoveries or more
+const PAPER_SECS: f64 = 30.0;
 /// Slow start, the first loss and recovery stay out of the averages.
 const WARMUP_SECS: f64 = 8.0;
 const SAMPLE_MS: u64 = 50;
@@ -261,6 +267,47 @@ fn cubic(s: &Sample) -> Option<&CubicState> {
 const TCP_CA_OPEN: u8 = 0;
 const TCP_CA_RECOVERY: u8 = 3;
 
+/// What `ssthresh()` returned when a fast recovery began (the first sample
+/// in Recovery after one in Open, past the warm-up): Reno's half of the cwnd
+/// just before with the kernel's semantics, BWE x RTTmin with the papers'.
+fn check_recovery_ssthresh(run: &Run, variant: WestwoodSsthresh) -> Vec<String> {
+    let s = &run.samples;
+    let mut failures = Vec::new();
+    let mut entries = 0;
+    for i in 1..s.len() {
+        let (before, during) = (&s[i - 1], &s[i]);
+        if during.t_s < WARMUP_SECS
+            || during.info.ca_state != TCP_CA_RECOVERY
+            || before.info.ca_state != TCP_CA_OPEN
+        {
+            continue;
+        }
+        let Some(w) = westwood(before) else { continue };
+        entries += 1;
+        let want = match variant {
+            WestwoodSsthresh::Kernel => (before.info.snd_cwnd / 2).max(2),
+            WestwoodSsthresh::Paper => w.pipe_segments(),
+        };
+        let got = during.info.snd_ssthresh;
+        println!(
+            "  westwood ({variant}) recovery at {:.2}s: ssthresh {got} (cwnd before {}, BWE x RTTmin {}), want {want}",
+            during.t_s,
+            before.info.snd_cwnd,
+            w.pipe_segments()
+        );
+        if got.abs_diff(want) > want * 15 / 100 + 2 {
+            failures.push(format!(
+                "westwood ({variant}): ssthresh {got} during the recovery at {:.2}s, want {want}",
+                during.t_s
+            ));
+        }
+    }
+    if entries == 0 {
+        failures.push(format!("westwood ({variant}): no fast recovery after the warm-up"));
+    }
+    failures
+}
+
 /// After every congestion event Westwood+ applied BWE x RTTmin, and the
 /// kernel's cwnd shows it; the estimates themselves match the path.
 fn check_westwood(run: &Run) -> Vec<String> {
@@ -294,15 +341,37 @@ fn check_westwood(run: &Run) -> Vec<String> {
             ));
         }
         let cwnd = f64::from(after.info.snd_cwnd);
+        let ssthresh = f64::from(after.info.snd_ssthresh);
         let pipe = f64::from(w.congestion_cwnd);
+        // A timeout sets ssthresh to BWE x RTTmin and cwnd to one segment;
+        // the connection then slow-starts back up, so only ssthresh shows
+        // the estimate. After a fast recovery cwnd itself is set to it.
+        let timeout = cur.timeouts > prev.timeouts;
+        let kind = if timeout { "timeout" } else { "recovery" };
         println!(
-            "  westwood event at {:.2}s: cwnd {} (TCP_INFO, {:.2}s) vs BWE x RTTmin {} ({} B/s x {} us / {} B), ssthresh {}",
-            pair[1].t_s, after.info.snd_cwnd, after.t_s, w.congestion_cwnd, w.bwe_bytes_per_s, w.min_rtt_us, w.mss,
-            after.info.snd_ssthresh
+            "  westwood {kind} at {:.2}s: cwnd {} ssthresh {} (TCP_INFO, {:.2}s) vs BWE x RTTmin {} ({} B/s x {} us / {} B)",
+            pair[1].t_s, after.info.snd_cwnd, after.info.snd_ssthresh, after.t_s, w.congestion_cwnd,
+            w.bwe_bytes_per_s, w.min_rtt_us, w.mss,
         );
-        if (cwnd - pipe).abs() > 0.2 * pipe {
+        if (ssthresh - pipe).abs() > 0.2 * pipe {
             failures.push(format!(
-                "westwood: cwnd {cwnd} not within 20% of BWE x RTTmin {pipe} at {:.2}s",
+                "westwood: ssthresh {ssthresh} not within 20% of BWE x RTTmin {pipe} after the {kind} at {:.2}s",
+                after.t_s
+            ));
+        }
+        if timeout {
+            if cwnd > ssthresh {
+                failures.push(format!(
+                    "westwood: cwnd {cwnd} above ssthresh {ssthresh} in slow start after the timeout at {:.2}s",
+                    after.t_s
+                ));
+            }
+        } else if (cwnd - pipe).abs() > 0.2 * pipe + 2.0 {
+            // + 2: the sample can come up to 50 ms after the recovery
+            // completed, more than one base RTT (40 ms) of Reno's growth
+            // (one segment per RTT) when the pipe leaves no queue
+            failures.push(format!(
+                "westwood: cwnd {cwnd} not within 20% (+2) of BWE x RTTmin {pipe} after the recovery at {:.2}s",
                 after.t_s
             ));
         }
@@ -504,7 +573,7 @@ fn check_hystart(kernel: &Run, ours: &Run) -> Vec<String> {
 fn lab_behaviour() {
     let _s = serial();
     let lab = Lab::up();
-    let reg = register(&Algo::ALL);
+    let reg = register(&Algo::ALL, &Options::default());
 
     let runs: Vec<Run> = [
         ("cubic", CUBIC_SECS),
@@ -595,8 +664,23 @@ fn lab_behaviour() {
     );
 
     failures.extend(check_westwood(bwestwood));
+    failures.extend(check_recovery_ssthresh(bwestwood, WestwoodSsthresh::Kernel));
     failures.extend(check_cubic(bcubic));
     failures.extend(check_hystart(kcubic, bcubic));
+
+    // The papers' variant, selected at load: same pipe after the recovery,
+    // BWE x RTTmin already during it
+    let mut reg = reg;
+    reg.unregister(Algo::Westwood).unwrap();
+    let paper = register(
+        &[Algo::Westwood],
+        &Options { westwood_ssthresh: WestwoodSsthresh::Paper },
+    );
+    let pw = run_flow(&lab, &paper, "bloatd_westwood", PAPER_SECS);
+    println!("{} (ssthresh: paper)", pw.summary());
+    failures.extend(check_westwood(&pw));
+    failures.extend(check_recovery_ssthresh(&pw, WestwoodSsthresh::Paper));
+    drop(paper);
     drop(reg);
     drop(lab);
     assert!(

@@ -9,7 +9,7 @@ use std::os::fd::AsRawFd;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use bloatd_cc::{kernel_default, set_kernel_default, Algo, CcError, CcState, Registry};
+use bloatd_cc::{kernel_default, set_kernel_default, Algo, CcError, CcState, Options, Registry};
 use common::*;
 
 fn listed(name: &str) -> bool {
@@ -49,7 +49,7 @@ fn exchange_and_state(
 #[test]
 fn names_appear_select_and_disappear() {
     let _s = serial();
-    let mut reg = register(&Algo::ALL);
+    let mut reg = register(&Algo::ALL, &Options::default());
     assert_eq!(reg.registered(), Algo::ALL.to_vec());
     for a in Algo::ALL {
         assert!(listed(a.name()), "{a} not in {:?}", available());
@@ -84,6 +84,9 @@ fn names_appear_select_and_disappear() {
             "entry of {a} kept after release"
         );
     }
+    // every snapshot found room in its map
+    let failures = reg.export_failures().unwrap();
+    assert_eq!(failures, vec![(Algo::Westwood, 0), (Algo::Cubic, 0)]);
 
     reg.unregister(Algo::Westwood).unwrap();
     assert!(!listed("bloatd_westwood") && listed("bloatd_cubic"));
@@ -103,11 +106,11 @@ fn names_appear_select_and_disappear() {
 #[test]
 fn second_registration_is_refused_clearly() {
     let _s = serial();
-    let reg = register(&[Algo::Cubic]);
+    let reg = register(&[Algo::Cubic], &Options::default());
     // bloatd_westwood registers first, then bloatd_cubic fails: the failed
     // attempt must not leave bloatd_westwood behind (unless someone else's)
     let westwood_elsewhere = listed("bloatd_westwood");
-    let err = Registry::register(&[Algo::Westwood, Algo::Cubic])
+    let err = Registry::register(&[Algo::Westwood, Algo::Cubic], &Options::default())
         .err()
         .expect("must fail");
     if !westwood_elsewhere {
@@ -131,7 +134,7 @@ fn second_registration_is_refused_clearly() {
 #[test]
 fn flow_survives_unregister() {
     let _s = serial();
-    let mut reg = register(&[Algo::Cubic]);
+    let mut reg = register(&[Algo::Cubic], &Options::default());
     let (client, mut server) = loopback_pair("bloatd_cubic");
     const TOTAL: usize = 48 << 20;
     // ~2 s of traffic: 64 KiB every 2.5 ms
@@ -193,7 +196,7 @@ fn netns_default_is_moved_before_unregister() {
     let _s = serial();
     let ns = Netns::new("bc-def");
     let before = struct_ops_ids("bloatd_cubic");
-    let mut reg = register(&[Algo::Cubic]);
+    let mut reg = register(&[Algo::Cubic], &Options::default());
     let ours = new_ids(&before, &struct_ops_ids("bloatd_cubic"));
     assert_eq!(ours.len(), 1);
     // a namespace other than the initial one may only default to an allowed one
@@ -257,7 +260,7 @@ fn hold_cubic_until_killed() {
     if std::env::var_os("BLOATD_CC_TEST_HOLD").is_none() {
         return;
     }
-    let _reg = register(&[Algo::Cubic]);
+    let _reg = register(&[Algo::Cubic], &Options::default());
     println!("HELD");
     std::io::stdout().flush().unwrap();
     loop {
@@ -319,7 +322,7 @@ fn killed_registration_is_adopted() {
         "the ghost stays alive"
     );
 
-    let reg = register(&[Algo::Cubic]);
+    let reg = register(&[Algo::Cubic], &Options::default());
     let changes: Vec<_> = reg
         .netns_default_changes()
         .iter()
