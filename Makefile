@@ -8,7 +8,7 @@ LAB_OUT ?= lab-results
 DOCS   := target/docs
 RULES  := daemon/dist/prometheus
 
-.PHONY: all deps build test unit-test rules-test integration-test bench docs install uninstall \
+.PHONY: all deps build test unit-test kernel-test rules-test integration-test bench docs install uninstall \
         deb vmlinux demo lab lab-quick delayline clean
 
 all: build
@@ -20,13 +20,18 @@ deps:
 ## build: release binary at target/release/bloatd (BPF objects via build.rs)
 build:
 	$(CARGO) build --release --workspace
-	scripts/delayline/build.sh >/dev/null
+	scripts/lab/delayline/build.sh >/dev/null
 
 ## test: everything CI runs: unit tests, then kernel integration tests
-test: deps build unit-test rules-test integration-test
+test: deps build unit-test rules-test kernel-test integration-test
 
+## unit-test: root-free, fast (what `cargo test` runs anywhere)
 unit-test:
 	$(CARGO) test --release --workspace
+
+## kernel-test: the struct_ops algorithms loaded into this kernel (root)
+kernel-test:
+	$(CARGO) test --release -p bloatd-cc --features kernel-tests
 
 ## rules-test: the Prometheus rules are valid and do what their tests say
 rules-test:
@@ -97,8 +102,8 @@ lab-quick: deps build
 	$(PY) scripts/lab/lab.py --quick --out $(LAB_OUT)/quick
 
 delayline:
-	scripts/delayline/build.sh >/dev/null
+	scripts/lab/delayline/build.sh >/dev/null
 
 clean:
 	$(CARGO) clean
-	rm -f scripts/delayline/delayline
+	rm -f scripts/lab/delayline/delayline

@@ -1,5 +1,6 @@
 # Sourced by the demo and the lab tests: use the running bloatd, or start
-# one and remember to stop it. Needs BLOATD (the binary).
+# one and remember to stop it. Needs BLOATD (the binary). lab.py applies the
+# same rule in Python (bloatd_ensure there).
 
 # Sets BLOATD_STARTED=1 when it started the daemon, 0 when one was running.
 bloatd_ensure() {

@@ -307,6 +307,39 @@ def check_ccs(ccs):
     return have, missing
 
 
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+BLOATD_BIN = os.environ.get("BLOATD_BIN", os.path.join(REPO, "target", "release", "bloatd"))
+
+
+def bloatd_ensure():
+    """Use the bloatd that is running, or start one (as the demo does) so
+    that bloatd_cubic and bloatd_westwood are registered and the lab
+    measures with it. Returns True when it started one: the caller stops
+    only that one. The same rule as bloatd.sh's bloatd_ensure (the demo's):
+    `bloatd status` 0 is running, 3 is not, anything else is an error."""
+    if instrument.BLOATD_SOCK != "/run/bloatd/bloatd.sock":
+        return False  # someone else's daemon, by choice: do not start another
+    if not os.access(BLOATD_BIN, os.X_OK):
+        sys.exit(f"lab: no bloatd at {BLOATD_BIN}: run `make build` (or set BLOATD_BIN)")
+    st = subprocess.run([BLOATD_BIN, "status"], capture_output=True).returncode
+    if st == 0:
+        log("lab: bloatd is running: using it")
+        return False
+    if st != 3:
+        sys.exit(f"lab: `{BLOATD_BIN} status` failed (exit {st}): see its output")
+    r = subprocess.run([BLOATD_BIN, "start"], capture_output=True, text=True)
+    if r.returncode != 0:
+        sys.exit(f"lab: could not start bloatd: {(r.stderr or r.stdout).strip()}")
+    log("lab: started bloatd (stopped again at the end)")
+    return True
+
+
+def bloatd_release(started):
+    if started:
+        subprocess.run([BLOATD_BIN, "stop"], capture_output=True)
+        log("lab: stopped the bloatd the lab started")
+
+
 def pick_instrument(choice):
     if choice in ("auto", "bloatd"):
         if instrument.bloatd_available():
@@ -462,7 +495,14 @@ def main():
         raise KeyboardInterrupt
     signal.signal(signal.SIGTERM, on_term)
     signal.signal(signal.SIGHUP, on_term)
-    return run_campaign(args)
+    started = False
+    if not args.dry_run and os.geteuid() == 0 and (args.instrument != "ss" or any(
+            c.startswith("bloatd_") for c in args.ccs.split(","))):
+        started = bloatd_ensure()
+    try:
+        return run_campaign(args)
+    finally:
+        bloatd_release(started)
 
 
 if __name__ == "__main__":

@@ -13,7 +13,7 @@
 # Offloads are off so the router queues MTU-sized packets, as a cellular
 # base station would, and tbf's buffer is counted in real packets.
 #
-# The base RTT comes from a delay line (scripts/delayline/, NFQUEUE: this
+# The base RTT comes from a delay line (scripts/lab/delayline/, NFQUEUE: this
 # kernel has no sch_netem) on the router's ingress from the receiver, so the
 # whole base RTT sits on the uplink, the path of the ACKs and of the
 # requests, and the downlink data meets the tbf queue undelayed:
@@ -37,13 +37,22 @@ usage: scripts/lab/topo.sh up NAME [options]    create (or re-create) the topolo
        scripts/lab/topo.sh down NAME            remove it: namespaces, qdiscs, rules, delay line
        scripts/lab/topo.sh status NAME          exit 0 if it exists, print its qdisc and delay line
        scripts/lab/topo.sh list                 namespaces that look like lab topologies
-       scripts/lab/topo.sh profile NAME         print a profile as rate=.. delay_ms=.. buffer_bytes=..
+       scripts/lab/topo.sh profile NAME         print a profile as rate=.. delay_ms=.. buffer_bytes=.. [trace=..]
        scripts/lab/topo.sh profiles             print all profiles
 
 options for up:
-  --profile P          3g, 3.5g, 4g (the papers' links) or custom; flags override it
+  --profile P          3g, 3.5g, 4g (the papers' links, constant rate), umts,
+                       evdo, lte (measured cellular traces) or custom; flags
+                       override it
   --rate RATE          bottleneck rate, tc syntax (default 10mbit)
-  --buffer-bytes N     bottleneck buffer in bytes (tbf limit, default 1500000)
+  --trace T            instead of a constant rate, a link that follows a
+                       Mahimahi trace: a name in the traces directory
+                       (TMobile-LTE-short...; $BLOATD_TRACES, else
+                       ../shared/traces next to the repository) or a file;
+                       NAME.down drives the downlink and NAME.up, if it
+                       exists, the uplink
+  --buffer-bytes N     bottleneck buffer in bytes (tbf limit or the trace
+                       link's drop-tail buffer, default 1500000)
   --delay-ms N         base RTT added by the router's delay line (default 0)
   --direct             no router, no bottleneck, offloads on: NAME-snd and
                        NAME-rcv joined by one veth pair (10.9.1.1/16 and
@@ -101,18 +110,79 @@ PROFILES='3g 150kbit 150 28000
 3.5g 16mbit 80 1000000
 4g 40mbit 100 500000'
 
-# "RATE DELAY_MS BUFFER_BYTES" of a profile.
+# Trace-driven links: name trace base_rtt_ms buffer_bytes. The traces are
+# measured capacity (Winstein et al., NSDI 2013, distributed with Mahimahi;
+# ../shared/traces/README.md); delay and buffer from the papers:
+# umts TMobile-UMTS-driving (2.02 Mbit/s), 80 ms, 1000000 B
+#      RTT: Alfredsson et al. 2013, Sec. IV-B (Fig. 6): about 80 ms on an
+#        idle 3.5G (HSPA) path. buffer: Jiang et al. 2012, Sec. 2 (Fig. 1):
+#        more than 1000 KB in flight on every carrier's 3G.
+# evdo Verizon-EVDO-driving (0.52 Mbit/s), 150 ms, 1000000 B
+#      RTT: Jiang et al. 2012, Sec. 4: observed minimum RTT about 150 ms on
+#        EVDO. buffer: Jiang et al., Sec. 2: Sprint's EVDO held more than
+#        1000 KB in flight.
+# lte  TMobile-LTE-short (16.70 Mbit/s), 80 ms, 1000000 B
+#      the rate of Alfredsson's 3.5G runs (16.1 Mbit/s), so F1 and F2 can
+#        run on it with 3.5g's base RTT and buffer (sources above).
+TRACE_PROFILES='umts TMobile-UMTS-driving 80 1000000
+evdo Verizon-EVDO-driving 150 1000000
+lte TMobile-LTE-short 80 1000000'
+
+# Where trace names are looked up.
+traces_dir() {
+	local d
+	for d in "${BLOATD_TRACES:-}" "$HERE/../../../shared/traces"; do
+		[[ -n $d && -d $d ]] && { (cd "$d" && pwd); return; }
+	done
+	die "no traces directory: set BLOATD_TRACES (../shared/traces next to the repository holds them)"
+}
+
+# A trace name or file -> the downlink file's path.
+trace_file() {
+	local t=$1 f
+	if [[ $t == */* || -f $t ]]; then
+		f=$t
+	else
+		f=$(traces_dir)/$t.down
+	fi
+	[[ -f $f && -r $f ]] || die "trace '$t': no file $f (see ../shared/traces/README.md)"
+	echo "$f"
+}
+
+# The uplink file next to a downlink trace (NAME.down -> NAME.up), if any.
+trace_up_file() {
+	local f=$1
+	[[ $f == *.down && -f ${f%.down}.up ]] && echo "${f%.down}.up"
+	return 0
+}
+
+# Mean rate of a trace file as tc writes it (1500 B per line over the
+# period, the last line's time).
+trace_rate() {
+	awk 'END { if ($1 > 0) printf "%dbit\n", NR * 1500 * 8 * 1000 / $1 }' "$1"
+}
+
+# "RATE DELAY_MS BUFFER_BYTES TRACE" of a profile (TRACE "-": constant rate;
+# RATE of a trace profile: the trace's mean).
 profile_fields() {
-	local line
-	line=$(awk -v p="$1" '$1 == p {print $2, $3, $4}' <<<"$PROFILES")
-	[[ -n $line ]] || die "unknown profile '$1' (3g, 3.5g, 4g, or custom with --rate/--delay-ms/--buffer-bytes)"
+	local line t
+	line=$(awk -v p="$1" '$1 == p {print $2, $3, $4, "-"}' <<<"$PROFILES")
+	if [[ -z $line ]]; then
+		line=$(awk -v p="$1" '$1 == p {print $2, $3, $4}' <<<"$TRACE_PROFILES")
+		[[ -n $line ]] || die "unknown profile '$1' (3g, 3.5g, 4g, umts, evdo, lte, or custom with --rate/--trace/--delay-ms/--buffer-bytes)"
+		read -r t _ <<<"$line"
+		t=$(trace_file "$t")
+		line="$(trace_rate "$t") ${line#* } $t"
+	fi
 	echo "$line"
 }
 
 profile() {
 	local f
 	f=$(profile_fields "$1")
-	awk '{printf "rate=%s delay_ms=%s buffer_bytes=%s\n", $1, $2, $3}' <<<"$f"
+	awk '{printf "rate=%s delay_ms=%s buffer_bytes=%s", $1, $2, $3
+	      if ($4 != "-") printf " trace=%s", $4
+	      printf "\n"}' <<<"$f"
 }
 
 # tc rates to bit/s, so the tbf burst can follow the rate.
@@ -146,14 +216,18 @@ stop_pid() {
 # The delay line this `up` launched, until it has written its pid file: an
 # interrupt can land before that, even before it entered the namespace.
 DELAY_CHILD=
+LINK_CHILD=
 
 down() {
 	local name=$1 ns pid
 	[[ -n $DELAY_CHILD ]] && stop_pid "$DELAY_CHILD"
-	if [[ -f $LAB_RUN/$name.delay.pid ]]; then
-		pid=$(cat "$LAB_RUN/$name.delay.pid" 2>/dev/null || true)
+	[[ -n $LINK_CHILD ]] && stop_pid "$LINK_CHILD"
+	local f
+	for f in "$LAB_RUN/$name.delay.pid" "$LAB_RUN/$name.link.pid"; do
+		[[ -f $f ]] || continue
+		pid=$(cat "$f" 2>/dev/null || true)
 		[[ $pid =~ ^[0-9]+$ ]] && stop_pid "$pid"
-	fi
+	done
 	# Deleting a namespace removes its veths, qdiscs and iptables rules with it.
 	for ns in "$name-snd" "$name-rtr" "$name-rcv"; do
 		if ns_exists "$ns"; then
@@ -165,7 +239,8 @@ down() {
 			ip netns del "$ns"
 		fi
 	done
-	rm -f "$LAB_RUN/$name.delay.pid" "$LAB_RUN/$name.delay.log"
+	rm -f "$LAB_RUN/$name.delay.pid" "$LAB_RUN/$name.delay.log" \
+		"$LAB_RUN/$name.link.pid" "$LAB_RUN/$name.link.log"
 }
 
 offloads_off() {
@@ -176,23 +251,44 @@ offloads_off() {
 # meant for the caller must not stop it before `down` runs), then the
 # NFQUEUE rules, only once it has bound the queue.
 delay_up() {
-	local name=$1 delay_ms=$2 bin i
-	bin=$("$HERE/../delayline/build.sh")
-	mkdir -p "$LAB_RUN"
-	rm -f "$LAB_RUN/$name.delay.pid"
-	setsid ip netns exec "$name-rtr" "$bin" --delay-ms "$delay_ms" --queue 0 \
-		--pidfile "$LAB_RUN/$name.delay.pid" --rt 50 \
-		</dev/null >>"$LAB_RUN/$name.delay.log" 2>&1 &
-	DELAY_CHILD=$!
-	for ((i = 0; i < 100; i++)); do
-		[[ -s $LAB_RUN/$name.delay.pid ]] && break
-		kill -0 "$DELAY_CHILD" 2>/dev/null || { cat "$LAB_RUN/$name.delay.log" >&2; die "delay line did not start"; }
-		sleep 0.02
-	done
-	[[ -s $LAB_RUN/$name.delay.pid ]] || die "delay line did not bind its queue within 2 s"
+	local name=$1 delay_ms=$2; shift 2
+	DELAY_CHILD=$(emulator_start "$name" delay "$@" --delay-ms "$delay_ms" --queue 0)
 	# raw PREROUTING: the first hook, before conntrack and routing.
 	nsx "$name-rtr" iptables -w -t raw -A PREROUTING -i rcv0 -j NFQUEUE --queue-num 0
 	nsx "$name-rtr" ip6tables -w -t raw -A PREROUTING -i rcv0 -j NFQUEUE --queue-num 0
+}
+
+# The trace-driven downlink: a second delay line process (queue 1) in trace
+# mode for the packets the router forwards toward the receiver. FORWARD
+# only: what the router itself sends or receives (neighbour discovery)
+# does not cross the emulated link.
+link_up() {
+	local name=$1 trace=$2 buffer=$3
+	LINK_CHILD=$(emulator_start "$name" link --trace "$trace" --buffer-bytes "$buffer" --queue 1)
+	nsx "$name-rtr" iptables -w -t mangle -A FORWARD -i snd0 -o rcv0 -j NFQUEUE --queue-num 1
+	nsx "$name-rtr" ip6tables -w -t mangle -A FORWARD -i snd0 -o rcv0 -j NFQUEUE --queue-num 1
+}
+
+# Start the delay line binary as its own process in the router namespace
+# (setsid: a Ctrl-C meant for the caller must not stop it before `down`
+# runs) with pid file and log $LAB_RUN/NAME.ROLE.*; returns once it has
+# bound its queue (the NFQUEUE rule may only come after), printing its pid.
+emulator_start() {
+	local name=$1 role=$2 bin i child; shift 2
+	bin=$("$HERE/delayline/build.sh")
+	mkdir -p "$LAB_RUN"
+	rm -f "$LAB_RUN/$name.$role.pid"
+	setsid ip netns exec "$name-rtr" "$bin" "$@" \
+		--pidfile "$LAB_RUN/$name.$role.pid" --rt 50 \
+		</dev/null >>"$LAB_RUN/$name.$role.log" 2>&1 &
+	child=$!
+	for ((i = 0; i < 100; i++)); do
+		[[ -s $LAB_RUN/$name.$role.pid ]] && break
+		kill -0 "$child" 2>/dev/null || { cat "$LAB_RUN/$name.$role.log" >&2; die "$role emulator did not start"; }
+		sleep 0.02
+	done
+	[[ -s $LAB_RUN/$name.$role.pid ]] || { stop_pid "$child"; die "$role emulator did not bind its queue within 2 s"; }
+	echo "$child"
 }
 
 # Sender and receiver on one veth pair with the kernel's offloads: what a
@@ -216,12 +312,13 @@ direct_up() {
 
 up() {
 	local name=$1; shift
-	local rate=10mbit buffer=1500000 delay_ms=0 prof=custom direct=0
+	local rate=10mbit buffer=1500000 delay_ms=0 prof=custom direct=0 trace=-
 	local -A set=()
 	while (($#)); do
 		case $1 in
 		--profile) prof=${2:?}; shift 2 ;;
 		--rate) set[rate]=${2:?}; shift 2 ;;
+		--trace) set[trace]=${2:?}; shift 2 ;;
 		--buffer-bytes) set[buffer]=${2:?}; shift 2 ;;
 		--delay-ms) set[delay_ms]=${2:?}; shift 2 ;;
 		--direct) direct=1; shift ;;
@@ -232,8 +329,12 @@ up() {
 	if [[ $prof != custom ]]; then
 		local f
 		f=$(profile_fields "$prof")
-		read -r rate delay_ms buffer <<<"$f"
+		read -r rate delay_ms buffer trace <<<"$f"
 	fi
+	[[ -n ${set[rate]:-} && -n ${set[trace]:-} ]] && die "--rate and --trace exclude each other"
+	[[ -n ${set[rate]:-} ]] && trace=-
+	[[ -n ${set[trace]:-} ]] && trace=$(trace_file "${set[trace]}")
+	[[ $trace != - ]] && rate=$(trace_rate "$trace")
 	rate=${set[rate]:-$rate} buffer=${set[buffer]:-$buffer} delay_ms=${set[delay_ms]:-$delay_ms}
 	[[ $buffer =~ ^[0-9]+$ && $buffer -ge 3000 ]] || die "--buffer-bytes must be an integer >= 3000"
 	[[ $delay_ms =~ ^[0-9]+(\.[0-9]+)?$ ]] || die "--delay-ms must be a number"
@@ -289,29 +390,45 @@ up() {
 	nsx "$snd" sysctl -qw net.ipv4.tcp_no_metrics_save=1
 	nsx "$rcv" sysctl -qw net.ipv4.tcp_no_metrics_save=1
 
-	# tbf needs a bucket of at least one MTU and enough for one timer tick
-	# at the configured rate, or it cannot reach the rate.
-	local burst=$(( bps / 8 / 250 ))
-	(( burst < 3028 )) && burst=3028
-	nsx "$rtr" tc qdisc replace dev rcv0 root tbf rate "$rate" burst "$burst" limit "$buffer"
+	local up_trace=
+	if [[ $trace == - ]]; then
+		# tbf needs a bucket of at least one MTU and enough for one timer
+		# tick at the configured rate, or it cannot reach the rate.
+		local burst=$(( bps / 8 / 250 ))
+		(( burst < 3028 )) && burst=3028
+		nsx "$rtr" tc qdisc replace dev rcv0 root tbf rate "$rate" burst "$burst" limit "$buffer"
+	else
+		link_up "$name" "$trace" "$buffer"
+		up_trace=$(trace_up_file "$trace")
+	fi
 
-	if [[ $delay_ms != 0 ]]; then
+	if [[ -n $up_trace ]]; then
+		# the uplink's capacity too, with the base delay after it
+		delay_up "$name" "$delay_ms" --trace "$up_trace" --buffer-bytes "$buffer"
+	elif [[ $delay_ms != 0 ]]; then
 		delay_up "$name" "$delay_ms"
 	fi
 	trap - EXIT INT TERM
-	echo "lab $name up: profile $prof, rate $rate, buffer $buffer B, base RTT ${delay_ms} ms"
+	if [[ $trace == - ]]; then
+		echo "lab $name up: profile $prof, rate $rate, buffer $buffer B, base RTT ${delay_ms} ms"
+	else
+		echo "lab $name up: profile $prof, trace $(basename "$trace") (mean $rate${up_trace:+, uplink $(basename "$up_trace")}), buffer $buffer B, base RTT ${delay_ms} ms"
+	fi
 }
 
 status() {
 	local name=$1 pid
 	ns_exists "$name-rtr" || { echo "lab $name: not up"; exit 1; }
 	nsx "$name-rtr" tc qdisc show dev rcv0
-	pid=$(cat "$LAB_RUN/$name.delay.pid" 2>/dev/null || true)
-	if [[ -n $pid ]] && kill -0 "$pid" 2>/dev/null; then
-		echo "delay line: pid $pid, $(head -1 "$LAB_RUN/$name.delay.log")"
-	else
-		echo "delay line: none"
-	fi
+	local role
+	for role in delay link; do
+		pid=$(cat "$LAB_RUN/$name.$role.pid" 2>/dev/null || true)
+		if [[ -n $pid ]] && kill -0 "$pid" 2>/dev/null; then
+			echo "$role emulator: pid $pid, $(grep -m1 trace "$LAB_RUN/$name.$role.log" || head -1 "$LAB_RUN/$name.$role.log")"
+		else
+			echo "$role emulator: none"
+		fi
+	done
 }
 
 cmd=${1:-}
@@ -321,7 +438,7 @@ down) shift; check_name "${1:-}"; down "$1" ;;
 status) shift; check_name "${1:-}"; status "$1" ;;
 list) ip netns list | awk '{print $1}' | sed -n 's/-snd$//p' ;;
 profile) shift; profile "${1:?profile name}" ;;
-profiles) while read -r p _; do echo "$p $(profile "$p")"; done <<<"$PROFILES" ;;
+profiles) while read -r p _; do echo "$p $(profile "$p")"; done <<<"$PROFILES"$'\n'"$TRACE_PROFILES" ;;
 -h|--help|help) usage ;;
 *) usage >&2; exit 2 ;;
 esac

@@ -49,7 +49,7 @@ done
 
 # The floor under the delay line's lateness: how late this host wakes a
 # SCHED_FIFO task from a timed sleep at all (printed, not checked).
-platform=$("$(scripts/delayline/build.sh)" --timer-test 4 --rt 50 2>&1)
+platform=$("$(scripts/lab/delayline/build.sh)" --timer-test 4 --rt 50 2>&1)
 echo "  host ${platform}"
 
 echo "test_lab_delay: 100 Mbit/s through the delay line (80 ms)"

@@ -25,7 +25,23 @@
  *   histogram; SIGUSR1 prints it, SIGUSR2 resets it, so the lab can
  *   measure the delay line under the load it actually carries.
  *
+ * Trace-driven link (--trace FILE): the packets of this queue also cross
+ * a link whose capacity follows a measured cellular trace (Mahimahi's
+ * format: one line per 1500-byte delivery opportunity, in milliseconds
+ * from the start, repeating at the last line's time), behind a drop-tail
+ * buffer (--buffer-bytes or --buffer-packets). Each packet's departure is
+ * computed when it arrives, Mahimahi's way: an opportunity carries up to
+ * 1500 bytes of the packets that had arrived by its time, a larger packet
+ * spans opportunities, an opportunity nobody is waiting for is lost. It is
+ * released at departure + the delay (-d, default 0 with a trace). The
+ * order is still the arrival order, so the FIFO above stays the whole
+ * schedule; a packet the full buffer refuses is dropped at once. Only
+ * forwarded, MTU-sized packets should be queued (topo.sh: offloads off,
+ * FORWARD chain), and GSO packets are segmented before they reach us.
+ *
  * Usage: delayline -d DELAY_MS [-q QUEUE] [-p PIDFILE] [-r PRIO]
+ *        delayline --trace FILE [--buffer-bytes N | --buffer-packets N]
+ *                  [-d DELAY_MS] [-q QUEUE] [-p PIDFILE] [-r PRIO]
  *        delayline -t SECONDS [-r PRIO]   (the host's own timer lateness)
  * The pid file is written once the queue is bound: callers insert their
  * NFQUEUE rule only after it appears, so no packet meets an unbound queue
@@ -59,11 +75,25 @@
 #define RING_SIZE	65536u
 #define HIST_US		20000u	/* lateness histogram: 1 us bins up to 20 ms */
 #define NETLINK_RCVBUF	(8 << 20)
+#define OPP_BYTES	1500u	/* what one trace opportunity carries */
+#define TRACE_MAX	(1u << 24)
 
 struct held {
 	uint32_t id;
-	uint64_t due_ns;
+	uint32_t bytes;		/* trace mode: IP length */
+	uint64_t due_ns;	/* release: departure + delay */
+	uint64_t depart_ns;	/* trace mode: leaves the link (else = arrival) */
 };
+
+/* Trace-driven link state (trace_n == 0: no trace, constant delay only). */
+static uint32_t *trace_ms;	/* opportunity times within one period */
+static uint32_t trace_n, trace_period_ms;
+static uint64_t trace_start_ns;	/* opportunity times count from here */
+static uint64_t opp;		/* current opportunity (free-running index) */
+static uint32_t opp_left;	/* bytes it can still carry */
+static uint64_t buf_bytes_max, buf_pkts_max;	/* 0: unlimited */
+static uint64_t queued_bytes;	/* arrived, not departed */
+static uint32_t dep_head;	/* first held packet not departed yet */
 
 static struct held ring[RING_SIZE];
 static uint32_t ring_head, ring_tail;	/* free-running; index with % RING_SIZE */
@@ -76,6 +106,8 @@ static struct {
 	uint64_t late_us_sum;
 	uint64_t late_us_max;
 	uint64_t late_hist[HIST_US + 1];
+	uint64_t dropped;	/* trace mode: refused by the full buffer */
+	uint64_t delivered_bytes;
 } st;
 
 static uint64_t now_ns(void)
@@ -91,12 +123,88 @@ static uint32_t held_count(void)
 	return ring_tail - ring_head;
 }
 
+/* Time of opportunity k (CLOCK_MONOTONIC ns). */
+static uint64_t opp_ns(uint64_t k)
+{
+	return trace_start_ns +
+	       ((k / trace_n) * trace_period_ms + trace_ms[k % trace_n]) * 1000000ull;
+}
+
+/* The first opportunity at or after time t (ns), t >= trace_start_ns. */
+static uint64_t opp_at_or_after(uint64_t t)
+{
+	uint64_t ms = (t - trace_start_ns + 999999) / 1000000; /* ceil */
+	uint64_t cycle = ms / trace_period_ms;
+	uint32_t off = (uint32_t)(ms % trace_period_ms), lo = 0, hi = trace_n;
+
+	while (lo < hi) {	/* first trace_ms[i] >= off */
+		uint32_t mid = lo + (hi - lo) / 2;
+
+		if (trace_ms[mid] < off)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return cycle * trace_n + lo;	/* lo == trace_n: next period's first */
+}
+
+/*
+ * When a packet of `bytes` arriving at `now` leaves the link: it uses the
+ * current opportunity's remaining bytes if that opportunity is not in the
+ * past, else waits for the next one, and spans as many as its size needs.
+ */
+static uint64_t trace_depart(uint64_t now, uint32_t bytes)
+{
+	if (!opp_left) {
+		opp++;
+		opp_left = OPP_BYTES;
+	}
+	if (opp_ns(opp) < now) {
+		opp = opp_at_or_after(now);
+		opp_left = OPP_BYTES;
+	}
+	while (bytes > opp_left) {
+		bytes -= opp_left;
+		opp++;
+		opp_left = OPP_BYTES;
+	}
+	opp_left -= bytes;
+	return opp_ns(opp);
+}
+
+/* Forget the packets that have left the link by `now` (buffer accounting). */
+static void trace_departed(uint64_t now)
+{
+	while (dep_head != ring_tail) {
+		struct held *h = &ring[dep_head % RING_SIZE];
+
+		if (h->depart_ns > now)
+			break;
+		queued_bytes -= h->bytes;
+		dep_head++;
+	}
+}
+
+/* IP length of a queued packet, from the copied header (0 if unknown). */
+static uint32_t ip_length(struct nfq_data *nfa)
+{
+	unsigned char *p;
+	int n = nfq_get_payload(nfa, &p);
+
+	if (n >= 20 && (p[0] >> 4) == 4)
+		return (uint32_t)p[2] << 8 | p[3];
+	if (n >= 40 && (p[0] >> 4) == 6)
+		return ((uint32_t)p[4] << 8 | p[5]) + 40;
+	return 0;
+}
+
 /* Called by libnetfilter_queue once per queued packet. */
 static int on_packet(struct nfq_q_handle *qh, struct nfgenmsg *msg,
 		     struct nfq_data *nfa, void *data)
 {
 	struct nfqnl_msg_packet_hdr *ph = nfq_get_msg_packet_hdr(nfa);
-	uint32_t id;
+	uint64_t now = now_ns(), depart = now;
+	uint32_t id, bytes = 0;
 
 	if (!ph)
 		return 0;
@@ -111,10 +219,82 @@ static int on_packet(struct nfq_q_handle *qh, struct nfgenmsg *msg,
 		nfq_set_verdict(qh, id, NF_ACCEPT, 0, NULL);
 		return 0;
 	}
-	ring[ring_tail % RING_SIZE] = (struct held){ id, now_ns() + delay_ns };
+	if (trace_n) {
+		bytes = ip_length(nfa);
+		if (!bytes)
+			bytes = OPP_BYTES;
+		trace_departed(now);
+		if ((buf_bytes_max && queued_bytes + bytes > buf_bytes_max) ||
+		    (buf_pkts_max && ring_tail - dep_head + 1 > buf_pkts_max)) {
+			st.dropped++;
+			nfq_set_verdict(qh, id, NF_DROP, 0, NULL);
+			return 0;
+		}
+		depart = trace_depart(now, bytes);
+		queued_bytes += bytes;
+		st.delivered_bytes += bytes;
+	}
+	ring[ring_tail % RING_SIZE] = (struct held){ id, bytes, depart + delay_ns, depart };
 	ring_tail++;
 	if (held_count() > st.held_max)
 		st.held_max = held_count();
+	return 0;
+}
+
+/*
+ * Read a Mahimahi trace: one opportunity time (ms) per line, non-decreasing,
+ * the last one > 0 (it is also the period). Returns 0, or -1 with a message.
+ */
+static int load_trace(const char *path)
+{
+	FILE *f = fopen(path, "r");
+	char line[64];
+	uint32_t cap = 4096, lineno = 0;
+
+	if (!f) {
+		fprintf(stderr, "delayline: cannot open trace %s: %s\n", path, strerror(errno));
+		return -1;
+	}
+	trace_ms = malloc(cap * sizeof(*trace_ms));
+	while (trace_ms && fgets(line, sizeof(line), f)) {
+		char *end;
+		unsigned long v;
+
+		lineno++;
+		if (line[0] == '\n' || line[0] == '#')
+			continue;
+		errno = 0;
+		v = strtoul(line, &end, 10);
+		if (errno || end == line || (*end && *end != '\n' && *end != '\r') ||
+		    v > 0xffffffffUL || (trace_n && v < trace_ms[trace_n - 1])) {
+			fprintf(stderr, "delayline: %s line %u: want a millisecond time, "
+				"not before the line above it\n", path, lineno);
+			fclose(f);
+			return -1;
+		}
+		if (trace_n == TRACE_MAX) {
+			fprintf(stderr, "delayline: %s: more than %u lines\n", path, TRACE_MAX);
+			fclose(f);
+			return -1;
+		}
+		if (trace_n == cap) {
+			cap *= 2;
+			trace_ms = realloc(trace_ms, cap * sizeof(*trace_ms));
+			if (!trace_ms)
+				break;
+		}
+		trace_ms[trace_n++] = (uint32_t)v;
+	}
+	fclose(f);
+	if (!trace_ms) {
+		fprintf(stderr, "delayline: out of memory reading %s\n", path);
+		return -1;
+	}
+	if (!trace_n || !trace_ms[trace_n - 1]) {
+		fprintf(stderr, "delayline: %s: no opportunities, or the last one at 0 ms\n", path);
+		return -1;
+	}
+	trace_period_ms = trace_ms[trace_n - 1];
 	return 0;
 }
 
@@ -124,6 +304,9 @@ static void release_due(struct nfq_q_handle *qh, uint64_t now)
 	uint32_t last_id = 0;
 	int any = 0;
 
+	/* released packets have left the link: keep the buffer count ahead */
+	if (trace_n)
+		trace_departed(now);
 	while (ring_head != ring_tail) {
 		struct held *h = &ring[ring_head % RING_SIZE];
 		uint64_t late_us;
@@ -197,7 +380,8 @@ static void print_stats(unsigned int queue)
 		"delayline stats: delay_us=%llu packets=%llu held_max=%u "
 		"late_us_mean=%.1f late_us_p50=%llu late_us_p99=%llu "
 		"late_us_p999=%llu late_us_max=%llu ring_full=%llu "
-		"queue_dropped=%lu user_dropped=%lu\n",
+		"queue_dropped=%lu user_dropped=%lu buffer_dropped=%llu "
+		"delivered_bytes=%llu\n",
 		(unsigned long long)(delay_ns / 1000),
 		(unsigned long long)st.packets, st.held_max,
 		st.packets ? (double)st.late_us_sum / st.packets : 0.0,
@@ -205,7 +389,9 @@ static void print_stats(unsigned int queue)
 		(unsigned long long)percentile_us(0.99),
 		(unsigned long long)percentile_us(0.999),
 		(unsigned long long)st.late_us_max,
-		(unsigned long long)st.ring_full, qdrop, udrop);
+		(unsigned long long)st.ring_full, qdrop, udrop,
+		(unsigned long long)st.dropped,
+		(unsigned long long)st.delivered_bytes);
 	fflush(stderr);
 }
 
@@ -251,8 +437,15 @@ static void usage(void)
 {
 	fprintf(stderr,
 		"usage: delayline -d DELAY_MS [-q QUEUE] [-p PIDFILE] [-r PRIO]\n"
+		"       delayline --trace FILE [--buffer-bytes N | --buffer-packets N] [-d MS] ...\n"
 		"       delayline -t SECONDS [-r PRIO]\n"
 		"  -d, --delay-ms MS   delay every queued packet by MS (fractions allowed)\n"
+		"  --trace FILE        send through a link following FILE (Mahimahi format:\n"
+		"                      one 1500-byte opportunity per line, ms); -d then adds\n"
+		"                      a constant delay after the link (default 0)\n"
+		"  --buffer-bytes N    trace mode: drop-tail buffer of N bytes\n"
+		"  --buffer-packets N  trace mode: drop-tail buffer of N packets\n"
+		"                      (neither: unlimited, as Mahimahi's default)\n"
 		"  -q, --queue N       NFQUEUE number to serve (default 0)\n"
 		"  -p, --pidfile F     write our pid to F once the queue is bound\n"
 		"  -r, --rt PRIO       run SCHED_FIFO at PRIO (1-99) for timer accuracy\n"
@@ -278,10 +471,13 @@ int main(int argc, char **argv)
 		{ "pidfile", required_argument, NULL, 'p' },
 		{ "rt", required_argument, NULL, 'r' },
 		{ "timer-test", required_argument, NULL, 't' },
+		{ "trace", required_argument, NULL, 'T' },
+		{ "buffer-bytes", required_argument, NULL, 'B' },
+		{ "buffer-packets", required_argument, NULL, 'P' },
 		{ "help", no_argument, NULL, 'h' },
 		{ 0 }
 	};
-	const char *pidfile = NULL;
+	const char *pidfile = NULL, *trace = NULL;
 	unsigned int queue = 0;
 	double delay_ms = -1, timer_secs = 0;
 	int rt_prio = 0, c, one = 1, sfd, fd;
@@ -297,9 +493,30 @@ int main(int argc, char **argv)
 		case 'p': pidfile = optarg; break;
 		case 'r': rt_prio = atoi(optarg); break;
 		case 't': timer_secs = strtod(optarg, NULL); break;
+		case 'T': trace = optarg; break;
+		case 'B': buf_bytes_max = strtoull(optarg, NULL, 10); if (!buf_bytes_max) { fprintf(stderr, "delayline: --buffer-bytes must be a positive integer\n"); return 2; } break;
+		case 'P': buf_pkts_max = strtoull(optarg, NULL, 10); if (!buf_pkts_max) { fprintf(stderr, "delayline: --buffer-packets must be a positive integer\n"); return 2; } break;
 		case 'h': usage(); return 0;
 		default: usage(); return 2;
 		}
+	}
+	if ((buf_bytes_max || buf_pkts_max) && !trace) {
+		fprintf(stderr, "delayline: --buffer-bytes/--buffer-packets need --trace\n");
+		return 2;
+	}
+	if (buf_bytes_max && buf_pkts_max) {
+		fprintf(stderr, "delayline: give --buffer-bytes or --buffer-packets, not both\n");
+		return 2;
+	}
+	if (buf_bytes_max && buf_bytes_max < OPP_BYTES) {
+		fprintf(stderr, "delayline: --buffer-bytes must hold one packet (>= %u)\n", OPP_BYTES);
+		return 2;
+	}
+	if (trace) {
+		if (load_trace(trace) < 0)
+			return 2;
+		if (delay_ms < 0)
+			delay_ms = 0;
 	}
 	if (delay_ms < 0 && timer_secs <= 0) {
 		fprintf(stderr, "delayline: -d DELAY_MS is required (0..60000)\n");
@@ -352,15 +569,23 @@ int main(int argc, char **argv)
 			queue, strerror(errno));
 		return 1;
 	}
-	/* Metadata only: the packet never leaves the kernel. */
-	if (nfq_set_mode(qh, NFQNL_COPY_META, 0) < 0 ||
+	/*
+	 * Metadata only: the packet never leaves the kernel. A trace link
+	 * needs each packet's length: its first 40 bytes (the IP header).
+	 */
+	if ((trace ? nfq_set_mode(qh, NFQNL_COPY_PACKET, 40)
+		   : nfq_set_mode(qh, NFQNL_COPY_META, 0)) < 0 ||
 	    nfq_set_queue_maxlen(qh, RING_SIZE) < 0) {
 		fprintf(stderr, "delayline: cannot configure queue %u (%s)\n",
 			queue, strerror(errno));
 		return 1;
 	}
-	/* Keep GSO packets whole: segmenting them only to delay them is waste. */
-	nfq_set_queue_flags(qh, NFQA_CFG_F_GSO, NFQA_CFG_F_GSO);
+	/*
+	 * Keep GSO packets whole: segmenting them only to delay them is waste.
+	 * A trace link carries packets: there the kernel segments them first.
+	 */
+	if (!trace)
+		nfq_set_queue_flags(qh, NFQA_CFG_F_GSO, NFQA_CFG_F_GSO);
 	nfnl_rcvbufsiz(nfq_nfnlh(h), NETLINK_RCVBUF);
 	fd = nfq_fd(h);
 	setsockopt(fd, SOL_NETLINK, NETLINK_NO_ENOBUFS, &one, sizeof(one));
@@ -370,8 +595,18 @@ int main(int argc, char **argv)
 			strerror(errno));
 		return 1;
 	}
+	trace_start_ns = now_ns();
+	opp_left = OPP_BYTES;
 	fprintf(stderr, "delayline: queue %u, delay %.3f ms, %s\n", queue,
 		delay_ms, rt_prio > 0 ? "SCHED_FIFO" : "normal priority");
+	if (trace)
+		fprintf(stderr, "delayline: trace %s: %u opportunities in %u ms "
+			"(%.3f Mbit/s), buffer %llu %s, start_ns=%llu\n", trace,
+			trace_n, trace_period_ms,
+			(double)trace_n * OPP_BYTES * 8 / trace_period_ms / 1000,
+			(unsigned long long)(buf_bytes_max ? buf_bytes_max : buf_pkts_max),
+			buf_bytes_max ? "bytes" : buf_pkts_max ? "packets" : "(unlimited)",
+			(unsigned long long)trace_start_ns);
 
 	for (;;) {
 		struct pollfd pfd[2] = { { fd, POLLIN, 0 }, { sfd, POLLIN, 0 } };
