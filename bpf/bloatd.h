@@ -16,6 +16,7 @@
 #endif
 
 #include "floor.h"
+#include "policy.h"
 
 #define BLOATD_COMM_LEN 16
 #define BLOATD_CC_LEN 16
@@ -97,6 +98,8 @@ struct bloatd_sample {
 	__u32 rcv_queue_delay_us;
 	__u32 cwnd;
 	__u32 inflight;
+	__u32 drwa_clamp;	/* the window clamp DRWA set, bytes, 0 none (policy.h) */
+	__u32 drwa_rcvd_rtt;	/* bytes received in DRWA's last round (one RTT) */
 	__u8 role;
 	__u8 flags;
 	__u8 pad[6];
@@ -206,6 +209,8 @@ struct bloatd_sock {
 	char comm[BLOATD_COMM_LEN];
 	char cc[BLOATD_CC_LEN];
 	char ifname[BLOATD_IFNAME_LEN];	/* egress interface name */
+	/* What bloatd's policy did to it (policy.h): touched by sock_ops only. */
+	struct bloatd_policy_sock pol;
 };
 
 /* Anchors every type user space reads into the object's BTF, from which
@@ -221,12 +226,20 @@ struct bloatd_abi {
 	struct bloatd_bottleneck bottleneck;
 	struct bloatd_floor_subject floor_subject;
 	struct bloatd_floor_cfg floor_cfg;
+	struct bloatd_policy_rule policy_rule;
+	struct bloatd_policy_ctl policy_ctl;
+	struct bloatd_policy_counts policy_counts;
 	enum bloatd_hist hist;
 	enum bloatd_limits limits;
 	enum bloatd_role role;
 	enum bloatd_flag flag;
 	enum bloatd_stat stat;
 	enum bloatd_floor_source floor_source;
+	enum bloatd_policy_limits policy_limits;
+	enum bloatd_policy_match policy_match;
+	enum bloatd_policy_action policy_action;
+	enum bloatd_policy_count policy_count;
+	enum bloatd_policy_flag policy_flag;
 };
 
 #endif /* BLOATD_H */

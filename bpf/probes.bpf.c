@@ -20,7 +20,9 @@
  *                        be sampled. sock_ops asks for state callbacks at the
  *                        handshake and, once a socket leaves ESTABLISHED,
  *                        for a callback per incoming segment, which samples
- *                        it as tcp_probe would.
+ *                        it as tcp_probe would. It also applies bloatd's
+ *                        policy (policy_ops.h): congestion control rules,
+ *                        bulk switches and the receiver's DRWA.
  * Iterators:
  *   iter/tcp             picks up sockets that existed before bloatd started
  *                        (in the reader's namespace only).
@@ -502,15 +504,13 @@ static __always_inline void sock_queues(struct bloatd_sock *s)
  * sender echoes an ACK it received long before it had more to send, which
  * can only make a sample longer, never shorter.
  */
-static __always_inline void measure_rcv_rtt(struct bloatd_sock *s, const struct tcp_sock *tp)
+/* One receiver RTT sample: the TCP clock of the last segment processed
+ * against the timestamp it echoed (0: no usable sample). */
+static __always_inline __u32 rcv_ts_rtt_us(const struct tcp_sock *tp, __u32 tsecr)
 {
-	__u32 tsecr = tp->rx_opt.rcv_tsecr, now_ts, rtt_us;
-	__u64 mstamp;
+	__u64 mstamp = tp->tcp_mstamp;
+	__u32 now_ts, rtt_us;
 
-	if (!tsecr || tsecr == s->rcv_last_tsecr)
-		return;
-	s->rcv_last_tsecr = tsecr;
-	mstamp = tp->tcp_mstamp;
 	if (BPF_CORE_READ_BITFIELD_PROBED(tp, tcp_usec_ts)) {
 		rtt_us = (__u32)mstamp - tsecr;
 	} else {
@@ -519,6 +519,19 @@ static __always_inline void measure_rcv_rtt(struct bloatd_sock *s, const struct 
 		rtt_us = now_ts == tsecr ? 500 : (now_ts - tsecr) * 1000;
 	}
 	if ((__s32)rtt_us <= 0 || rtt_us > 60 * 1000 * 1000)
+		return 0;
+	return rtt_us;
+}
+
+static __always_inline void measure_rcv_rtt(struct bloatd_sock *s, const struct tcp_sock *tp)
+{
+	__u32 tsecr = tp->rx_opt.rcv_tsecr, rtt_us;
+
+	if (!tsecr || tsecr == s->rcv_last_tsecr)
+		return;
+	s->rcv_last_tsecr = tsecr;
+	rtt_us = rcv_ts_rtt_us(tp, tsecr);
+	if (!rtt_us)
 		return;
 	if (!s->rcv_ts_min_us || rtt_us < s->rcv_ts_min_us)
 		s->rcv_ts_min_us = rtt_us;
@@ -551,6 +564,8 @@ static __always_inline void sock_stream(const struct bloatd_sock *s)
 	out->rcv_queue_delay_us = s->rcv_queue_delay_us;
 	out->cwnd = s->cwnd;
 	out->inflight = s->inflight;
+	out->drwa_clamp = s->pol.drwa_clamp;
+	out->drwa_rcvd_rtt = s->pol.drwa_rcvd_rtt;
 	out->role = s->role;
 	out->flags = s->flags;
 	__builtin_memset(out->pad, 0, sizeof(out->pad));
@@ -684,13 +699,15 @@ static __always_inline void sock_account(struct bloatd_sock *s, int gone)
 /*
  * A new record, born when a connection starts (SYN_SENT, ESTABLISHED) or at
  * its first segment in ESTABLISHED; never from the tail events of a closing
- * socket, which would leave a record nobody deletes.
+ * socket, which would leave a record nobody deletes. The caller gives the
+ * socket's cookie: tracing programs and sock_ops ask for it with different
+ * arguments.
  */
 static __always_inline struct bloatd_sock *sock_create(struct sock *sk,
-							const struct tcp_sock *tp)
+							const struct tcp_sock *tp,
+							__u64 cookie)
 {
 	struct bloatd_sock *s;
-	__u64 cookie;
 	__u8 one = 1;
 
 	/* Reserve a place first: checking and then creating would let every
@@ -698,7 +715,6 @@ static __always_inline struct bloatd_sock *sock_create(struct sock *sk,
 	if (__sync_fetch_and_add(&live_socks, 1) >= map_capacity) {
 		__sync_fetch_and_add(&live_socks, -1);
 		/* Counted once per socket, not once per segment it sends us. */
-		cookie = bpf_get_socket_cookie(sk);
 		if (!bpf_map_update_elem(&refused, &cookie, &one, BPF_NOEXIST))
 			stat_inc(BLOATD_STAT_DROP_MAP_FULL);
 		return NULL;
@@ -711,7 +727,7 @@ static __always_inline struct bloatd_sock *sock_create(struct sock *sk,
 		return s;
 	}
 	stat_inc(BLOATD_STAT_CREATED);
-	s->cookie = bpf_get_socket_cookie(sk);
+	s->cookie = cookie;
 	sock_identity(s, &sk->__sk_common);
 	sock_route(s, sk);
 	s->state = sk->__sk_common.skc_state;
@@ -790,6 +806,8 @@ static __always_inline void sock_sample(struct bloatd_sock *s, const struct tcp_
 	sock_stream(s);
 }
 
+#include "policy_ops.h"
+
 SEC("tp_btf/tcp_probe")
 int BPF_PROG(tcp_probe, struct sock *sk, const struct sk_buff *skb)
 {
@@ -802,7 +820,7 @@ int BPF_PROG(tcp_probe, struct sock *sk, const struct sk_buff *skb)
 		return 0;
 	s = bpf_sk_storage_get(&socks, sk, 0, 0);
 	/* tcp_probe fires only in ESTABLISHED (tcp_rcv_established). */
-	if (!s && !(s = sock_create(sk, tp)))
+	if (!s && !(s = sock_create(sk, tp, bpf_get_socket_cookie(sk))))
 		return 0;
 	now_ns = tcp_clock_ns(tp);
 	s->update_ns = now_ns;
@@ -870,7 +888,7 @@ int BPF_PROG(inet_sock_set_state, const struct sock *csk, const int oldstate,
 
 	if (newstate == TCP_SYN_SENT || newstate == TCP_ESTABLISHED) {
 		s = bpf_sk_storage_get(&socks, sk, 0, 0);
-		if (!s && !(s = sock_create(sk, tp)))
+		if (!s && !(s = sock_create(sk, tp, bpf_get_socket_cookie(sk))))
 			return 0;
 		s->state = newstate;
 		if (newstate == TCP_SYN_SENT) {
@@ -910,6 +928,7 @@ int BPF_PROG(inet_sock_set_state, const struct sock *csk, const int oldstate,
 	sock_queues(s);
 	sock_stats(s, now_ns);
 	sock_account(s, 1);
+	policy_forget(s);
 	if (!bpf_sk_storage_delete(&socks, sk)) {
 		__sync_fetch_and_add(&live_socks, -1);
 		stat_inc(BLOATD_STAT_DELETED);
@@ -925,6 +944,12 @@ int BPF_PROG(inet_sock_set_state, const struct sock *csk, const int oldstate,
  * which then does what tcp_probe does until the socket closes. (The RTT
  * callback would be cheaper but fired only 3 times for the ~270 ACKs of a
  * FIN_WAIT1 drain measured here.)
+ *
+ * The same program applies bloatd's policy (policy_ops.h): rules at the
+ * handshake, bulk switches on RTT callbacks, DRWA on the ACKs a receiver
+ * sends. One program per hook: each socket pays one program run per
+ * callback it asked for, and the policy's callbacks are asked for only
+ * where a rule or DRWA needs them.
  */
 SEC("sockops")
 int sock_ops(struct bpf_sock_ops *skops)
@@ -938,8 +963,15 @@ int sock_ops(struct bpf_sock_ops *skops)
 	switch (op) {
 	case SOCKOPS_ACTIVE_ESTABLISHED_CB:
 	case SOCKOPS_PASSIVE_ESTABLISHED_CB:
+		/* Policy first (policy_ops.h): it may ask for more callbacks. */
 		bpf_sock_ops_cb_flags_set(skops, skops->bpf_sock_ops_cb_flags |
-					  SOCKOPS_STATE_CB_FLAG);
+					  SOCKOPS_STATE_CB_FLAG | policy_established(skops));
+		return 1;
+	case SOCKOPS_RTT_CB:
+		policy_rtt(skops);
+		return 1;
+	case SOCKOPS_HDR_OPT_LEN_CB:
+		drwa_ack(skops);
 		return 1;
 	case SOCKOPS_STATE_CB:
 		newstate = skops->args[1];
@@ -992,7 +1024,7 @@ int seed_sockets(struct bpf_iter__tcp *ctx)
 	if (!tp)
 		return 0;
 	stat_inc(BLOATD_STAT_ITER);
-	s = sock_create((struct sock *)tp, tp);
+	s = sock_create((struct sock *)tp, tp, bpf_get_socket_cookie(tp));
 	if (!s)
 		return 0;
 	sock_fill(s, tp);

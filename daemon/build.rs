@@ -22,6 +22,9 @@ fn main() {
             "bloatd_bottleneck",
             "bloatd_floor_subject",
             "bloatd_floor_cfg",
+            "bloatd_policy_rule",
+            "bloatd_policy_ctl",
+            "bloatd_policy_counts",
         ],
         &[
             "bloatd_limits",
@@ -30,19 +33,25 @@ fn main() {
             "bloatd_flag",
             "bloatd_stat",
             "bloatd_floor_source",
+            "bloatd_policy_limits",
+            "bloatd_policy_match",
+            "bloatd_policy_action",
+            "bloatd_policy_count",
+            "bloatd_policy_flag",
         ],
     );
     std::fs::write(out.join("abi.rs"), abi).unwrap();
     // The floor logic for the host: floor_host.c for the daemon, and
     // floor_host_env.c (the path refresh over a test's table) linked into
     // the unit tests only, as no other code references it.
-    for c in ["floor_host.c", "floor_host_env.c"] {
+    for c in ["floor_host.c", "floor_host_env.c", "policy_host.c"] {
         println!("cargo:rerun-if-changed={}", bpf.join(c).display());
     }
     cc::Build::new()
         .compiler(bpf_build::clang())
         .file(bpf.join("floor_host.c"))
         .file(bpf.join("floor_host_env.c"))
+        .file(bpf.join("policy_host.c"))
         .include(&bpf)
         .warnings_into_errors(true)
         .compile("bloatd_floor_host");

@@ -210,6 +210,33 @@ static __always_inline void westwood_export(const struct sock *sk, struct westwo
 	export_write(&westwood_states, &cookie, &s);
 }
 
+/*
+ * A flow switched to Westwood+ while it runs (bloatd's bulk policy,
+ * setsockopt): it may already hold a standing queue, which its next RTT
+ * samples would take for RTTmin, and a loss before its first BWE window
+ * closes would set cwnd to 2 segments. So it starts from what the socket
+ * already knows: RTTmin from the socket's own windowed minimum (which holds
+ * the handshake, taken before the flow built its queue) and BWE from the
+ * kernel's delivery rate. A new connection has acknowledged nothing yet and
+ * starts from scratch, as the kernel's tcp_westwood does.
+ */
+static __always_inline void westwood_seed(const struct tcp_sock *tp, struct westwood *w)
+{
+	__u32 min_rtt = tp->rtt_min.s[0].v, interval = tp->rate_interval_us;
+	__u64 rate;
+
+	if (!tp->bytes_acked || !min_rtt || min_rtt == ~0U)
+		return;
+	w->rtt_min_us = min_rtt;
+	w->rtt_us = tp->srtt_us >> 3;
+	w->reset_rtt_min = 0;
+	if (interval && tp->rate_delivered) {
+		rate = (__u64)tp->rate_delivered * tp->mss_cache * USEC_PER_SEC / interval;
+		w->bw_first_stage = rate;
+		w->bw_est = rate;
+	}
+}
+
 SEC("struct_ops")
 void BPF_PROG(bloatd_westwood_init, struct sock *sk)
 {
@@ -223,6 +250,7 @@ void BPF_PROG(bloatd_westwood_init, struct sock *sk)
 	w->first_ack = 1;
 	w->win_start_us = tp->tcp_mstamp;
 	w->snd_una = tp->snd_una;
+	westwood_seed(tp, w);
 }
 
 /* Westwood+ needs only the latest RTT sample. */

@@ -10,6 +10,9 @@
 //!   GET  /v1/floors                          every floor the kernel keeps
 //!   GET  /v1/cc                              registered and available algorithms
 //!   POST /v1/cc/default {"name": "..."}      set the host default (restored at stop)
+//!   GET  /v1/policy                          rules, DRWA, what they did (policy.rs)
+//!   POST /v1/policy/drwa {"on": bool}        DRWA on/off, live
+//!   POST /v1/policy/rules/{name} {"enabled": bool}  a rule on/off, live
 
 use bloatd_tui::model::SnapshotRequest;
 use crate::core::Core;
@@ -156,6 +159,25 @@ pub fn api_router(core: Shared) -> Router {
                 match c.lock().unwrap().cc().set_default(&req.name) {
                     Ok(previous) => Json(DefaultResp { previous, default: req.name }).into_response(),
                     Err(e) => error(StatusCode::BAD_REQUEST, format!("{e:#}")),
+                }
+            }),
+        )
+        .route("/v1/policy", get(|State(c): State<Shared>| async move { Json(c.lock().unwrap().policy_info()) }))
+        .route(
+            "/v1/policy/drwa",
+            post(|State(c): State<Shared>, Json(req): Json<crate::policy::DrwaReq>| async move {
+                match c.lock().unwrap().set_drwa(req.on) {
+                    Ok(()) => Json(req).into_response(),
+                    Err(e) => error(StatusCode::CONFLICT, e),
+                }
+            }),
+        )
+        .route(
+            "/v1/policy/rules/{name}",
+            post(|State(c): State<Shared>, Path(name): Path<String>, Json(req): Json<crate::policy::RuleReq>| async move {
+                match c.lock().unwrap().set_rule_enabled(&name, req.enabled) {
+                    Ok(()) => Json(req).into_response(),
+                    Err(e) => error(StatusCode::NOT_FOUND, e),
                 }
             }),
         )

@@ -30,6 +30,10 @@ const KEYS: &[(&str, &str)] = &[
     ("bpf_stats", "true or false"),
     ("log", "a string, like \"info\""),
     ("api_group", "a group name, like \"bloatd\""),
+    ("policy", "a list of [[policy]] tables (README, \"Acting on bloat\")"),
+    ("drwa", "\"on\", \"off\" or \"disabled\""),
+    ("drwa_lambda", "a number from 1.0 to 16.0 (the paper's lambda is 3)"),
+    ("drwa_min_bytes", "an integer (bytes a connection receives before DRWA acts on it)"),
 ];
 
 /// 1-based line and column of a byte offset.
@@ -54,7 +58,7 @@ fn key_offset(text: &str, key: &str) -> usize {
 }
 
 /// Levenshtein distance, for "did you mean".
-fn edit_distance(a: &str, b: &str) -> usize {
+pub(crate) fn edit_distance(a: &str, b: &str) -> usize {
     let b: Vec<char> = b.chars().collect();
     let mut prev: Vec<usize> = (0..=b.len()).collect();
     for (i, ca) in a.chars().enumerate() {
@@ -111,6 +115,17 @@ pub struct Config {
     /// `bloatd` where that group exists (the package creates it), else
     /// root only.
     pub api_group: Option<String>,
+    /// Congestion control rules (`[[policy]]` tables), applied by the
+    /// sock_ops program in order: the first that selects a connection
+    /// decides (policy.rs).
+    pub policy: Vec<crate::policy::Rule>,
+    /// The receiver's Dynamic Receive Window Adjustment: "disabled" (the
+    /// kernel is asked for nothing), "off" (armed, switched on live) or "on".
+    pub drwa: crate::policy::DrwaMode,
+    /// DRWA's lambda: the window is lambda x floor / RTT x data per RTT.
+    pub drwa_lambda: f64,
+    /// Bytes a connection receives before DRWA clamps its window.
+    pub drwa_min_bytes: u64,
 }
 
 impl Default for Config {
@@ -133,6 +148,10 @@ impl Default for Config {
             bpf_stats: false,
             log: "info".into(),
             api_group: None,
+            policy: Vec::new(),
+            drwa: crate::policy::DrwaMode::Disabled,
+            drwa_lambda: 3.0,
+            drwa_min_bytes: 262_144,
         }
     }
 }
@@ -187,6 +206,9 @@ impl Config {
                     ),
                 });
             }
+        }
+        if let Some(rules) = table.get("policy") {
+            crate::policy::check_config_value(rules)?;
         }
         if table.contains_key("map_entries") && table.contains_key("map_capacity") {
             return Err("`map_entries` is the old name of `map_capacity`: give only one".into());
@@ -264,6 +286,8 @@ impl Config {
                 "westwood_ssthresh must be \"kernel\" or \"paper\"".into(),
             ));
         }
+        crate::policy::validate(&self.policy, self.drwa_lambda, self.drwa_min_bytes)
+            .map_err(ConfigError::Invalid)?;
         Ok(())
     }
 

@@ -48,6 +48,9 @@ pub struct Status {
 
 pub struct Core {
     probes: Probes,
+    /// The policy's rules (their names, by kernel index) and DRWA's state.
+    policy: crate::policy::Resolved,
+    drwa: crate::policy::DrwaMode,
     model: Model,
     metrics: Option<Metrics>,
     cc: CcSet,
@@ -68,7 +71,16 @@ pub struct Core {
 impl Core {
     /// Load the probes, read what exists, register the congestion controls.
     pub fn start(cfg: &Config, mode: &'static str, with_metrics: bool) -> anyhow::Result<Core> {
+        use crate::policy::DrwaMode;
+        let policy = crate::policy::resolve(&cfg.policy, &cfg.cc).map_err(|e| anyhow::anyhow!(e))?;
         let probes = Probes::load(&ProbeConfig {
+            policy: crate::probes::policy::PolicyConfig {
+                rules: policy.kernel.clone(),
+                drwa_armed: cfg.drwa != DrwaMode::Disabled,
+                drwa_on: cfg.drwa == DrwaMode::On,
+                drwa_lambda_x256: crate::policy::lambda_x256(cfg.drwa_lambda),
+                drwa_min_bytes: cfg.drwa_min_bytes,
+            },
             interval: Duration::from_millis(cfg.interval_ms),
             map_capacity: cfg.map_capacity,
             bpf_stats: cfg.bpf_stats,
@@ -81,9 +93,13 @@ impl Core {
             floors: cfg.floors,
         })?;
         let cc = CcSet::register(&cfg.cc, &cfg.cc_options())?;
+        let mut model = Model::new(cfg.interval_ms, cfg.series_seconds);
+        model.set_rule_names(policy.names.clone());
         let mut core = Core {
             probes,
-            model: Model::new(cfg.interval_ms, cfg.series_seconds),
+            policy,
+            drwa: cfg.drwa,
+            model,
             metrics: with_metrics.then(Metrics::new),
             cc,
             cfg: cfg.clone(),
@@ -279,6 +295,7 @@ impl Core {
                 .into_iter()
                 .collect::<Vec<Series>>(),
             health: self.health(),
+            policy: self.policy_state(),
         })
     }
 
@@ -325,6 +342,12 @@ impl Core {
             map_capacity: self.probes.map_capacity(),
             floors: self.probes.floors_count().unwrap_or(0),
             cc_export_failures: self.cc.export_failures(),
+            policy: self
+                .probes
+                .policy
+                .counts()
+                .ok()
+                .map(|c| (crate::policy::Counts::from_kernel(&c), self.drwa)),
         };
         m.encode(view)
     }
@@ -363,5 +386,91 @@ impl Core {
 
     pub fn cc(&mut self) -> &mut CcSet {
         &mut self.cc
+    }
+
+    /// `GET /v1/policy`: the rules with the sockets each acts on now, DRWA,
+    /// and the counters.
+    pub fn policy_info(&mut self) -> crate::policy::PolicyInfo {
+        use crate::policy::{describe_actions, describe_selectors, PolicyInfo, RuleInfo};
+        let socks = self.sockets_fresh(true);
+        let rules = self
+            .policy
+            .names
+            .iter()
+            .enumerate()
+            .map(|(i, name)| {
+                let rule = self.cfg.policy.get(i).cloned();
+                let acts = |p: &bloatd_tui::model::SocketPolicy| {
+                    p.chose_cc() == Some(name.as_str())
+                        || p.drwa.as_ref().is_some_and(|d| d.by == *name)
+                };
+                RuleInfo {
+                    name: name.clone(),
+                    selects: rule.as_ref().map(describe_selectors).unwrap_or_default(),
+                    does: rule.as_ref().map(describe_actions).unwrap_or_default(),
+                    enabled: self.probes.policy.enabled(i as u32),
+                    sockets: socks.iter().filter(|s| s.policy.as_ref().is_some_and(acts)).count(),
+                    waiting: socks
+                        .iter()
+                        .filter(|s| {
+                            s.policy.as_ref().is_some_and(|p| p.bulk_waiting && p.bulk_rule.as_deref() == Some(name))
+                        })
+                        .count(),
+                    rule,
+                }
+            })
+            .collect();
+        PolicyInfo {
+            drwa: crate::policy::DrwaInfo {
+                mode: self.drwa.as_str().into(),
+                lambda: self.cfg.drwa_lambda,
+                min_bytes: self.cfg.drwa_min_bytes,
+            },
+            rules,
+            counts: self
+                .probes
+                .policy
+                .counts()
+                .map(|c| crate::policy::Counts::from_kernel(&c))
+                .unwrap_or_default(),
+        }
+    }
+
+    /// The policy's state in a snapshot: None when there is no policy.
+    fn policy_state(&self) -> Option<bloatd_tui::model::PolicyState> {
+        if self.policy.names.is_empty() && self.drwa == crate::policy::DrwaMode::Disabled {
+            return None;
+        }
+        let c = self.probes.policy.counts().map(|c| crate::policy::Counts::from_kernel(&c)).unwrap_or_default();
+        Some(bloatd_tui::model::PolicyState {
+            drwa: self.drwa.as_str().into(),
+            rules: self.policy.names.len(),
+            cc_sockets: c.cc_sockets,
+            bulk_sockets: c.bulk_sockets,
+            drwa_sockets: c.drwa_sockets,
+        })
+    }
+
+    /// DRWA on or off, live. Err: DRWA was not armed at start.
+    pub fn set_drwa(&mut self, on: bool) -> Result<(), String> {
+        use crate::policy::DrwaMode;
+        if self.drwa == DrwaMode::Disabled {
+            return Err("DRWA is disabled in this bloatd: start it with --drwa=off (armed, switched on live) or --drwa, or drwa = \"off\" in the config".into());
+        }
+        self.probes.policy.set_drwa(on).map_err(|e| e.to_string())?;
+        self.drwa = if on { DrwaMode::On } else { DrwaMode::Off };
+        tracing::info!("DRWA switched {}", self.drwa.as_str());
+        Ok(())
+    }
+
+    /// A rule on or off, live. Err: no rule of that name.
+    pub fn set_rule_enabled(&mut self, name: &str, enabled: bool) -> Result<(), String> {
+        let i = self.policy.names.iter().position(|n| n == name).ok_or_else(|| {
+            format!("no policy rule named '{}' (rules: {})", crate::text::printable(name),
+                if self.policy.names.is_empty() { "none".into() } else { self.policy.names.join(", ") })
+        })?;
+        self.probes.policy.set_enabled(i as u32, enabled).map_err(|e| e.to_string())?;
+        tracing::info!("policy rule {name} {}", if enabled { "enabled" } else { "disabled" });
+        Ok(())
     }
 }

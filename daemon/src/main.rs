@@ -10,6 +10,8 @@ mod daemon;
 mod metrics;
 mod model;
 mod paths;
+mod policy;
+mod policy_cli;
 mod probes;
 mod text;
 mod top;
@@ -91,6 +93,12 @@ enum Cmd {
         #[command(subcommand)]
         cmd: CcCmd,
     },
+    /// Acting on bloat: the congestion control rules, and the receiver's
+    /// Dynamic Receive Window Adjustment (DRWA), through the running daemon.
+    Policy {
+        #[command(subcommand)]
+        cmd: policy_cli::PolicyCmd,
+    },
 }
 
 #[derive(Args)]
@@ -132,6 +140,19 @@ struct StartArgs {
     /// each probe's cost in /metrics (costs a little per event).
     #[arg(long)]
     bpf_stats: bool,
+    /// A congestion control rule, as KEY=VALUE,... with the keys of a
+    /// [[policy]] table (name, dport, sport, cgroup, bulk_bytes, cc, drwa,
+    /// enabled), e.g. `sport=5201,cc=bloatd_westwood` or
+    /// `name=bulk,bulk_bytes=1M,cc=bloatd_westwood`. Repeatable; after the
+    /// config's rules.
+    #[arg(long = "policy", value_name = "RULE")]
+    policy: Vec<String>,
+    /// The receiver's Dynamic Receive Window Adjustment: on (default when
+    /// the flag is given), off (armed, to switch on live with `bloatd
+    /// policy drwa on` or `bloatd top`'s D key) or disabled.
+    #[arg(long, value_name = "MODE", num_args = 0..=1, default_missing_value = "on",
+          value_parser = ["on", "off", "disabled"])]
+    drwa: Option<String>,
 }
 
 #[derive(Args)]
@@ -197,10 +218,19 @@ fn load_config(cli: &Cli) -> Result<Config, config::ConfigError> {
         if a.bpf_stats {
             cfg.bpf_stats = true;
         }
+        for spec in &a.policy {
+            cfg.policy.push(policy::parse_flag(spec).map_err(config::ConfigError::Invalid)?);
+        }
+        if let Some(m) = a.drwa.as_deref().and_then(policy::DrwaMode::from_name) {
+            cfg.drwa = m;
+        }
     }
     cfg.validate()?;
     if let Cmd::Start(_) = &cli.cmd {
         daemon::check_run_dir(&cfg.run_dir).map_err(config::ConfigError::Invalid)?;
+        // Algorithms and cgroups the rules name must exist: checked before
+        // anything is attached, as bad input.
+        policy::resolve(&cfg.policy, &cfg.cc).map_err(config::ConfigError::Invalid)?;
     }
     Ok(cfg)
 }
@@ -260,6 +290,7 @@ fn run(cli: Cli, cfg: Config) -> anyhow::Result<ExitCode> {
         }
         Cmd::Cc { cmd: CcCmd::List } => cc_list(&cfg),
         Cmd::Cc { cmd: CcCmd::Default { name } } => cc_default(&cfg, &name),
+        Cmd::Policy { cmd } => policy_cli::run(&cfg, cmd),
     }
 }
 

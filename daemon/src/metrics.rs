@@ -126,6 +126,8 @@ pub struct KernelView {
     /// Per registered bloatd congestion control: state snapshots its map
     /// refused.
     pub cc_export_failures: Vec<(String, u64)>,
+    /// The policy's counters and DRWA's state (policy.rs).
+    pub policy: Option<(crate::policy::Counts, crate::policy::DrwaMode)>,
 }
 
 pub struct Metrics {
@@ -487,6 +489,9 @@ impl Collector for KernelCollector {
             "State snapshots of bloatd's congestion controls that their map refused (full or out of memory); the socket's state stays stale until its next export",
             &failures,
         )?;
+        if let Some((counts, drwa)) = &v.policy {
+            crate::policy::encode_metrics(&mut e, counts, *drwa)?;
+        }
         Ok(())
     }
 }
@@ -574,6 +579,25 @@ mod tests {
             floors: 3,
             cc_export_failures: vec![("bloatd_cubic".into(), 2)],
             ..Default::default()
+        }
+    }
+
+    #[test]
+    fn policy_counts_encode_with_the_action_label_only() {
+        let counts = crate::policy::Counts { cc_sockets: 2, drwa_sockets: 1, bulk_switched_total: 5, ..Default::default() };
+        let text = Metrics::new().encode(KernelView {
+            policy: Some((counts, crate::policy::DrwaMode::On)),
+            ..view()
+        });
+        for line in [
+            r#"bloatd_policy_sockets{action="cc"} 2"#,
+            r#"bloatd_policy_sockets{action="drwa"} 1"#,
+            r#"bloatd_policy_actions_total{action="bulk"} 5"#,
+            r#"bloatd_policy_failures_total{action="drwa"} 0"#,
+            "# TYPE bloatd_policy_actions_total counter",
+            "bloatd_drwa_enabled 1",
+        ] {
+            assert!(text.contains(line), "missing {line}\n{text}");
         }
     }
 

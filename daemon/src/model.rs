@@ -60,6 +60,8 @@ pub struct Model {
     series: HashMap<u64, VecDeque<Sample>>,
     interval_ns: u64,
     series_len: usize,
+    /// Names of the policy rules, by their index in the kernel.
+    rule_names: Vec<String>,
 }
 
 /// The side of the transfer: as the probes decided it from what moved in
@@ -175,6 +177,8 @@ fn sample_of(x: &BloatdSample, clock: &Clock, pipe_segments: Option<u32>) -> Sam
         inflight: x.inflight,
         pipe_segments,
         throughput_bps: x.throughput_bps,
+        drwa_clamp_bytes: (x.drwa_clamp > 0).then_some(x.drwa_clamp),
+        drwa_rcvd_rtt_bytes: (x.drwa_clamp > 0).then_some(x.drwa_rcvd_rtt),
     }
 }
 
@@ -185,7 +189,13 @@ impl Model {
             series: HashMap::new(),
             interval_ns: interval_ms * 1_000_000,
             series_len: (series_seconds * 1000 / interval_ms.max(1)) as usize,
+            rule_names: Vec::new(),
         }
+    }
+
+    /// The names of the policy rules, so sockets can say which chose them.
+    pub fn set_rule_names(&mut self, names: Vec<String>) {
+        self.rule_names = names;
     }
 
     /// A sample of a watched socket joins its series.
@@ -278,6 +288,7 @@ impl Model {
             throughput_bps: if stale { 0 } else { r.throughput_bps },
             idle_ms: idle_ns / 1_000_000,
             cc_state: t.cc_state.clone(),
+            policy: crate::policy::socket_policy(r, &self.rule_names),
         }
     }
 

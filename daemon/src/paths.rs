@@ -190,6 +190,7 @@ mod tests {
             throughput_bps: 1_000_000,
             idle_ms,
             cc_state: None,
+            policy: None,
         }
     }
 

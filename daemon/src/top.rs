@@ -49,6 +49,20 @@ impl Source for Backend {
             }
         }
     }
+
+    /// The D key: DRWA on or off through the daemon.
+    fn set_drwa(&mut self, on: bool) -> Result<(), String> {
+        match self {
+            Backend::Api(client) => {
+                let body = serde_json::to_string(&crate::policy::DrwaReq { on }).map_err(|e| e.to_string())?;
+                client.request("POST", "/v1/policy/drwa", Some(&body)).map(|_| ()).map_err(|e| match e {
+                    ClientError::Status { body, .. } => body,
+                    e => e.to_string(),
+                })
+            }
+            Backend::Embedded(core) => core.set_drwa(on),
+        }
+    }
 }
 
 impl Backend {
@@ -63,9 +77,12 @@ impl Backend {
                          `sudo bloatd start` then `bloatd top`, or `sudo bloatd top`"
                     );
                 }
-                // Embedded mode watches; it does not register congestion controls.
+                // Embedded mode watches; it does not register congestion
+                // controls, nor act on connections (policy, DRWA).
                 let mut cfg = cfg.clone();
                 cfg.cc.clear();
+                cfg.policy.clear();
+                cfg.drwa = crate::policy::DrwaMode::Disabled;
                 let mut core = Core::start(&cfg, "embedded", false)?;
                 // Probes started just now: give them a few intervals to see
                 // the traffic of other namespaces.
@@ -125,6 +142,32 @@ fn ms(us: u32) -> String {
 }
 
 /// The inner state of a bloatd congestion control, compact.
+/// What bloatd's policy did to the socket, for the sockets table: the rule
+/// that chose its congestion control, DRWA's clamp ("-" for nothing).
+fn policy_text(s: &Socket) -> String {
+    let Some(p) = &s.policy else { return "-".into() };
+    let mut parts = Vec::new();
+    match (p.chose_cc(), p.bulk_waiting) {
+        (Some(r), _) if p.bulk_rule.as_deref() == Some(r) && !p.bulk_waiting => parts.push(format!("bulk:{r}")),
+        (Some(r), _) => parts.push(format!("rule:{r}")),
+        (None, _) => {}
+    }
+    if p.bulk_waiting {
+        parts.push(format!("wait:{}", p.bulk_rule.as_deref().unwrap_or("?")));
+    }
+    if p.cc_failed {
+        parts.push("cc-refused".into());
+    }
+    if let Some(d) = &p.drwa {
+        parts.push(if d.clamp_bytes > 0 {
+            format!("drwa:{}", bloatd_tui::format::bytes(d.clamp_bytes as u64))
+        } else {
+            "drwa".into()
+        });
+    }
+    if parts.is_empty() { "-".into() } else { parts.join(",") }
+}
+
 fn cc_state_text(s: &Socket) -> String {
     use bloatd_tui::model::CcState;
     match &s.cc_state {
@@ -151,8 +194,8 @@ fn cc_state_text(s: &Socket) -> String {
 /// kernel record (times in ms), and the inner state of bloatd's algorithms.
 pub fn sockets_table(socks: &[Socket]) -> String {
     /// Column widths; negative means left-aligned. The last column is free.
-    const WIDTHS: [i32; 15] = [-18, 10, -24, -24, -15, -4, 6, 6, 9, 9, 9, 9, 9, 7, -8];
-    fn row(out: &mut String, cells: [String; 16]) {
+    const WIDTHS: [i32; 16] = [-18, 10, -24, -24, -15, -4, 6, 6, 9, 9, 9, 9, 9, 7, -8, -20];
+    fn row(out: &mut String, cells: [String; 17]) {
         let mut line = String::new();
         for (cell, &w) in cells.iter().zip(WIDTHS.iter().chain(std::iter::once(&0))) {
             let width = w.unsigned_abs() as usize;
@@ -167,7 +210,7 @@ pub fn sockets_table(socks: &[Socket]) -> String {
     let mut out = String::new();
     let header = [
         "PROCESS", "NETNS", "LOCAL", "REMOTE", "CC", "ROLE", "CWND", "INFL", "SRTT", "MINRTT", "QDELAY",
-        "RCVRTT", "RCVQDLY", "RETRANS", "CA", "CCSTATE",
+        "RCVRTT", "RCVQDLY", "RETRANS", "CA", "POLICY", "CCSTATE",
     ];
     row(&mut out, header.map(String::from));
     let ep = |a: &std::net::IpAddr, p: u16| match a {
@@ -199,6 +242,7 @@ pub fn sockets_table(socks: &[Socket]) -> String {
                 ms(s.rcv_queue_delay_us),
                 s.retrans.to_string(),
                 format!("{:?}", s.ca_state).to_lowercase(),
+                policy_text(s),
                 cc_state_text(s),
             ],
         );

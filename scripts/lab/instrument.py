@@ -139,6 +139,10 @@ def parse_ss(text, port=None, now=None):
             "retrans": int(retr.group(2)) if retr else 0,
             "lost": lost, "bytes_acked": _ss_field(info, "bytes_acked"),
             "bytes_received": _ss_field(info, "bytes_received"),
+            # the receive window the socket offers may grow to (a window
+            # clamp lowers it) and the window the peer offers us
+            "rcv_ssthresh": _ss_field(info, "rcv_ssthresh"),
+            "snd_wnd": _ss_field(info, "snd_wnd"),
         })
     return out
 

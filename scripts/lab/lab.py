@@ -30,6 +30,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import analysis  # noqa: E402
+import f5  # noqa: E402  issue 10: acting on bloat, finding F5
 import instrument  # noqa: E402
 
 PY = "/usr/bin/python3"
@@ -311,7 +312,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 BLOATD_BIN = os.environ.get("BLOATD_BIN", os.path.join(REPO, "target", "release", "bloatd"))
 
 
-def bloatd_ensure():
+def bloatd_ensure(extra_args=()):
     """Use the bloatd that is running, or start one (as the demo does) so
     that bloatd_cubic and bloatd_westwood are registered and the lab
     measures with it. Returns True when it started one: the caller stops
@@ -327,7 +328,7 @@ def bloatd_ensure():
         return False
     if st != 3:
         sys.exit(f"lab: `{BLOATD_BIN} status` failed (exit {st}): see its output")
-    r = subprocess.run([BLOATD_BIN, "start"], capture_output=True, text=True)
+    r = subprocess.run([BLOATD_BIN, "start", *extra_args], capture_output=True, text=True)
     if r.returncode != 0:
         sys.exit(f"lab: could not start bloatd: {(r.stderr or r.stdout).strip()}")
     log("lab: started bloatd (stopped again at the end)")
@@ -487,9 +488,26 @@ def main():
                     help="drop configurations whose congestion control is not registered")
     ap.add_argument("--name", default="bllab", help="lab topology name (default bllab)")
     ap.add_argument("--dry-run", action="store_true", help="print the plan and its estimated time")
+    ap.add_argument("--f5", action="store_true",
+                    help="finding F5 instead: runs C and D with DRWA on the receiver, with the bulk "
+                         "flows to Westwood+ policy on the sender, and with neither (scripts/lab/f5.py)")
+    ap.add_argument("--f5-reps", type=int, default=1, help="repetitions of each F5 configuration")
     args = ap.parse_args()
     if args.analyze:
-        return analysis.report(args.analyze)
+        rc = 0
+        if os.path.exists(os.path.join(args.analyze, "raw.jsonl")):
+            rc = analysis.report(args.analyze)
+        if os.path.exists(os.path.join(args.analyze, "f5.jsonl")):
+            rc = rc or f5.report(args.analyze)
+        return rc
+    if args.f5:
+        if os.geteuid() != 0 and not args.dry_run:
+            sys.exit("lab: needs root (network namespaces, qdiscs, iptables): run with sudo")
+        started = False if args.dry_run else bloatd_ensure(f5.BLOATD_ARGS)
+        try:
+            return f5.run_campaign(args, sys.modules[__name__])
+        finally:
+            bloatd_release(started)
 
     def on_term(signum, frame):
         raise KeyboardInterrupt

@@ -248,6 +248,18 @@ def bpf_map_dump(name):
 PROBE_PROGS = {"tcp_probe", "inet_sock_set_state", "tcp_retransmit_skb", "tcp_cong_state_set"}
 
 
+def sock_ops_attached():
+    """IDs of the sock_ops programs attached anywhere in the cgroup v2
+    tree, as the kernel lists them (`bpftool cgroup tree`)."""
+    out = json.loads(run("bpftool", "-j", "cgroup", "tree", check=False).stdout or "[]")
+    ids = set()
+    for cg in out:
+        for p in cg.get("programs", []):
+            if p.get("attach_type") in ("cgroup_sock_ops", "sock_ops"):
+                ids.add(p["id"])
+    return ids
+
+
 class TestCase(unittest.TestCase):
     """Registers cleanups so daemons and labs go away on failure too."""
 

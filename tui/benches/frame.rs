@@ -131,6 +131,7 @@ fn run_api(
             matched: Some(matched),
             summary: Some(summary),
             series: Vec::new(),
+            policy: None,
         };
         let json = serde_json::to_string(&page).unwrap();
         let encoded = Instant::now();

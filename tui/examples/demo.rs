@@ -87,6 +87,8 @@ impl Demo {
                 inflight: s.inflight,
                 pipe_segments,
                 throughput_bps: s.throughput_bps,
+                drwa_clamp_bytes: None,
+                drwa_rcvd_rtt_bytes: None,
             });
             history.retain(|x| x.t_ms + 60_000 >= t_ms);
         }

@@ -18,6 +18,8 @@ use std::collections::{HashMap, HashSet, VecDeque};
 pub const HISTORY_WINDOW_MS: u64 = 60_000;
 /// How long a "bloat started" notice stays on screen.
 pub const NOTICE_TTL_MS: u64 = 5_000;
+/// How long the answer to a user's action (the D key) stays in the footer.
+pub const STATUS_TTL_MS: u64 = 5_000;
 /// A socket that leaves and re-enters bloat within this time is not announced
 /// again: a queue hovering around the threshold would otherwise flood the
 /// notice line.
@@ -362,6 +364,10 @@ pub struct App {
     /// Newest first.
     notices: VecDeque<Notice>,
     summary: HostSummary,
+    /// DRWA on (true) or off asked for with the D key, for the run loop.
+    drwa_request: Option<bool>,
+    /// A one-line answer to the user's last action, and when it was given.
+    status: Option<(String, u64)>,
 }
 
 impl Default for App {
@@ -382,6 +388,7 @@ impl App {
                 sockets: Vec::new(),
                 series: Vec::new(),
                 health: Default::default(),
+                policy: None,
             },
             now_ms: 0,
             link: Link::Connecting,
@@ -406,6 +413,8 @@ impl App {
             last_notice_ms: HashMap::new(),
             notices: VecDeque::new(),
             summary: HostSummary::default(),
+            drwa_request: None,
+            status: None,
         }
     }
 
@@ -489,8 +498,43 @@ impl App {
                 View::Detail => self.close_detail(),
             },
             Key::Esc => self.close_detail(),
+            Key::Char('D') => self.toggle_drwa(),
             _ => {}
         }
+    }
+
+    /// The D key: DRWA on if it is off, off if it is on; a bloatd that did
+    /// not arm it at start cannot switch it.
+    fn toggle_drwa(&mut self) {
+        match self.snapshot.policy.as_ref().map(|p| p.drwa.as_str()) {
+            Some("on") => self.drwa_request = Some(false),
+            Some("off") => self.drwa_request = Some(true),
+            _ => {
+                self.status = Some((
+                    "DRWA is disabled in this bloatd: start it with --drwa=off (or --drwa) to switch it here"
+                        .into(),
+                    self.now_ms,
+                ))
+            }
+        }
+    }
+
+    /// What the D key asked for, once.
+    pub fn take_drwa_request(&mut self) -> Option<bool> {
+        self.drwa_request.take()
+    }
+
+    /// A one-line answer to the user's action, shown for a few seconds.
+    pub fn set_status(&mut self, message: String, now_ms: u64) {
+        self.status = Some((message, now_ms));
+    }
+
+    /// The answer to the last action while it is recent.
+    pub fn status(&self) -> Option<&str> {
+        self.status
+            .as_ref()
+            .filter(|(_, at)| self.now_ms.saturating_sub(*at) < STATUS_TTL_MS)
+            .map(|(m, _)| m.as_str())
     }
 
     fn prompt_key(&mut self, key: Key) {
@@ -1019,6 +1063,7 @@ mod tests {
             sockets,
             series: vec![],
             health: Health::default(),
+            policy: None,
         }
     }
 
@@ -1035,6 +1080,8 @@ mod tests {
             inflight: 1,
             pipe_segments: None,
             throughput_bps: 0,
+            drwa_clamp_bytes: None,
+            drwa_rcvd_rtt_bytes: None,
         }
     }
 

@@ -33,6 +33,12 @@ pub trait Source {
     /// user as is, so it should name the cause and the fix, e.g. "bloatd
     /// daemon not reachable at /run/bloatd/bloatd.sock: retrying…".
     fn snapshot(&mut self, req: &SnapshotRequest) -> Result<Snapshot, String>;
+
+    /// Switches the receiver's DRWA on or off (the dashboard's D key). An
+    /// `Err` is shown to the user as is.
+    fn set_drwa(&mut self, _on: bool) -> Result<(), String> {
+        Err("this source cannot switch DRWA".into())
+    }
 }
 
 #[derive(Clone, Debug)]
@@ -176,6 +182,14 @@ pub(crate) fn run_loop<B: Backend>(
         };
         if let Some(key) = input.next_key(Duration::from_millis(timeout_ms))? {
             app.handle_key(key);
+        }
+        if let Some(on) = app.take_drwa_request() {
+            let message = match source.set_drwa(on) {
+                Ok(()) => format!("DRWA switched {}", if on { "on" } else { "off" }),
+                Err(e) => e,
+            };
+            app.set_status(message, clock());
+            next_fetch_ms = 0; // show what it did at once
         }
     }
     Ok(())

@@ -233,6 +233,77 @@ pub struct Socket {
     pub idle_ms: u64,
     /// Present for sockets using bloatd_westwood or bloatd_cubic.
     pub cc_state: Option<CcState>,
+    /// What bloatd's policy did to the socket (a rule chose its congestion
+    /// control, a bulk rule switched it, DRWA clamps its window); absent
+    /// when nothing.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub policy: Option<SocketPolicy>,
+}
+
+/// What bloatd's policy did to one socket.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct SocketPolicy {
+    /// The rule that set the congestion control at the handshake.
+    pub cc_rule: Option<String>,
+    /// The bulk rule that switched the running flow, or that waits for its
+    /// bytes (`bulk_waiting`).
+    pub bulk_rule: Option<String>,
+    pub bulk_waiting: bool,
+    /// The kernel refused a rule's congestion control.
+    pub cc_failed: bool,
+    /// DRWA on this (receiving) socket.
+    pub drwa: Option<Drwa>,
+}
+
+impl SocketPolicy {
+    /// The rule that chose the congestion control the socket has now.
+    pub fn chose_cc(&self) -> Option<&str> {
+        match (&self.bulk_rule, self.bulk_waiting) {
+            (Some(b), false) if !self.cc_failed => Some(b),
+            _ => self.cc_rule.as_deref(),
+        }
+    }
+
+    /// A short mark of what acts on the socket: `R` a rule chose its
+    /// congestion control, `B` a bulk rule switched it, `D` DRWA clamps its
+    /// window (`d` DRWA watches it, no clamp now).
+    pub fn mark(&self) -> String {
+        let mut m = String::new();
+        if self.bulk_rule.is_some() && !self.bulk_waiting && !self.cc_failed {
+            m.push('B');
+        } else if self.cc_rule.is_some() {
+            m.push('R');
+        }
+        match &self.drwa {
+            Some(d) if d.clamp_bytes > 0 => m.push('D'),
+            Some(_) => m.push('d'),
+            None => {}
+        }
+        m
+    }
+}
+
+/// Dynamic Receive Window Adjustment on a receiving socket (Jiang et al.,
+/// IMC 2012): once per RTT the advertised window is clamped to
+/// lambda x floor / RTT x the data received per RTT.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Drwa {
+    /// What turned it on: "switch" (--drwa, the API, the dashboard's key)
+    /// or the name of the rule.
+    pub by: String,
+    /// The clamp of the advertised window now, bytes (0: none, e.g. below
+    /// drwa_min_bytes or switched off), and in segments of the peer's MSS.
+    pub clamp_bytes: u32,
+    pub clamp_segments: u32,
+    /// Bytes received in the last round (one RTT), and the sender's window
+    /// as DRWA estimates it (that, smoothed).
+    pub rcvd_per_rtt_bytes: u32,
+    pub cwnd_est_bytes: u32,
+    /// The round's RTT (RTT_est) and the path's floor it was set against.
+    pub rtt_us: u32,
+    pub floor_us: u32,
+    /// Rounds that set a clamp.
+    pub rounds: u32,
 }
 
 impl Socket {
@@ -298,6 +369,12 @@ pub struct Sample {
     /// Estimated pipe (BWE x RTTmin / MSS) for Westwood+ sockets.
     pub pipe_segments: Option<u32>,
     pub throughput_bps: u64,
+    /// The window clamp DRWA set (bytes) and the bytes received in its last
+    /// round (one RTT), for sockets DRWA clamps.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub drwa_clamp_bytes: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub drwa_rcvd_rtt_bytes: Option<u32>,
 }
 
 impl Sample {
@@ -365,6 +442,23 @@ pub struct Snapshot {
     /// the `since_ms` it gave.
     pub series: Vec<Series>,
     pub health: Health,
+    /// What bloatd's policy is doing (absent from a bloatd without one).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub policy: Option<PolicyState>,
+}
+
+/// The policy's state for the dashboard's header.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct PolicyState {
+    /// DRWA: "disabled" (not armed: cannot be switched on live), "off" or "on".
+    pub drwa: String,
+    /// Congestion control rules loaded.
+    pub rules: usize,
+    /// Live sockets under each action: a rule chose the cc, a bulk rule
+    /// switched it, DRWA clamps the window.
+    pub cc_sockets: i64,
+    pub bulk_sockets: i64,
+    pub drwa_sockets: i64,
 }
 
 /// Queueing delay distribution of the sockets using one congestion control.

@@ -182,6 +182,24 @@ fn render_header(app: &App, area: Rect, notice_lines: u16, buf: &mut Buffer) {
         format::ms(summary.worst_queue_delay_us as u64),
         worst_style,
     ));
+    if let Some(p) = &snap.policy {
+        status.push(sep());
+        let on = p.drwa == "on";
+        status.push(Span::styled(format!("DRWA {}", p.drwa), if on { GOOD } else { DIM }));
+        if p.drwa_sockets > 0 {
+            status.push(Span::raw(format!(" ({} clamped)", p.drwa_sockets)));
+        }
+        if p.rules > 0 {
+            status.push(sep());
+            status.push(Span::raw(format!(
+                "{} rule{}: {} cc, {} bulk",
+                p.rules,
+                if p.rules == 1 { "" } else { "s" },
+                p.cc_sockets,
+                p.bulk_sockets
+            )));
+        }
+    }
     if app.paused() {
         status.push(Span::raw("  "));
         status.push(Span::styled(
@@ -313,6 +331,7 @@ enum Col {
     Remote,
     LocalPort,
     Cc,
+    Act,
     Role,
     State,
     Cwnd,
@@ -325,13 +344,14 @@ enum Col {
     Ca,
 }
 
-const DISPLAY_ORDER: [Col; 16] = [
+const DISPLAY_ORDER: [Col; 17] = [
     Col::Marker,
     Col::Process,
     Col::Pid,
     Col::Remote,
     Col::LocalPort,
     Col::Cc,
+    Col::Act,
     Col::Role,
     Col::State,
     Col::Cwnd,
@@ -345,12 +365,13 @@ const DISPLAY_ORDER: [Col; 16] = [
 ];
 
 /// Which columns a narrow terminal keeps: the queue and whose it is first.
-const PRIORITY: [Col; 16] = [
+const PRIORITY: [Col; 17] = [
     Col::Marker,
     Col::QueueDelay,
     Col::Remote,
     Col::Process,
     Col::Cc,
+    Col::Act,
     Col::Rtt,
     Col::MinRtt,
     Col::Throughput,
@@ -373,6 +394,7 @@ impl Col {
             Col::Remote => "REMOTE",
             Col::LocalPort => "LPORT",
             Col::Cc => "CC",
+            Col::Act => "ACT",
             Col::Role => "ROLE",
             Col::State => "STATE",
             Col::Cwnd => "CWND",
@@ -441,6 +463,7 @@ impl Col {
             Col::Remote => s.remote_endpoint().to_string(),
             Col::LocalPort => s.local_port.to_string(),
             Col::Cc => s.cc.clone(),
+            Col::Act => s.policy.as_ref().map(|p| p.mark()).unwrap_or_default(),
             Col::Role => s.role.short().into(),
             Col::State => s.state.clone(),
             Col::Cwnd => s.cwnd.to_string(),
@@ -504,6 +527,10 @@ fn layout_columns(titles: &[String], cells: &[Vec<String>], width: usize) -> Vec
     let mut used = 0;
     for col in PRIORITY {
         let c = DISPLAY_ORDER.iter().position(|d| *d == col).unwrap_or(0);
+        // The policy's marks show only where a policy acts on a row.
+        if col == Col::Act && cells.iter().all(|row| row[c].is_empty()) {
+            continue;
+        }
         let gap = usize::from(!chosen.is_empty());
         // The endpoint is the row's identity (and what scripts match on):
         // it keeps its full width while there is room for it.
@@ -712,7 +739,64 @@ fn detail_lines(app: &App, s: &Socket, closed: bool, width: usize) -> Vec<Line<'
     }
     let mut lines = flow(identity, fields, width);
     lines.extend(flow(Vec::new(), cc_state_fields(s), width));
+    let policy = policy_fields(s);
+    if !policy.is_empty() {
+        lines.extend(flow(Vec::new(), policy, width));
+    }
     lines
+}
+
+/// What bloatd's policy did to the socket: the rule that chose its
+/// congestion control, and DRWA's clamp with what it was computed from.
+fn policy_fields(s: &Socket) -> Vec<Vec<Span<'static>>> {
+    let Some(p) = &s.policy else {
+        return Vec::new();
+    };
+    let ms = |us: u32| format::ms(us as u64);
+    let mut fields = Vec::new();
+    let mut head = vec![Span::styled("policy", TITLE)];
+    match (&p.bulk_rule, p.bulk_waiting, p.cc_failed) {
+        (Some(r), false, false) => head.push(Span::raw(format!(" {} by bulk rule {r}", s.cc))),
+        _ => {
+            if let Some(r) = &p.cc_rule {
+                head.push(Span::raw(format!(" {} by rule {r}", s.cc)));
+            }
+            if let (Some(r), true) = (&p.bulk_rule, p.bulk_waiting) {
+                head.push(Span::raw(format!(" (bulk rule {r} waits for its bytes)")));
+            }
+        }
+    }
+    fields.push(head);
+    if p.cc_failed {
+        fields.push(vec![Span::styled("the kernel refused the rule's cc", WARN)]);
+    }
+    if let Some(d) = &p.drwa {
+        let mut f = vec![Span::styled("DRWA", TITLE)];
+        if d.clamp_bytes > 0 {
+            f.push(Span::styled(
+                format!(" clamp {} ({} seg)", format::bytes(d.clamp_bytes as u64), d.clamp_segments),
+                GOOD,
+            ));
+        } else {
+            f.push(Span::styled(" no clamp now", DIM));
+        }
+        f.push(Span::styled(format!(" by {}", d.by), DIM));
+        fields.push(f);
+        if d.rounds > 0 {
+            fields.push(vec![Span::raw(format!(
+                "rcvd/RTT {} (est {})",
+                format::bytes(d.rcvd_per_rtt_bytes as u64),
+                format::bytes(d.cwnd_est_bytes as u64)
+            ))]);
+            fields.push(vec![Span::raw(format!(
+                "RTT {} floor {} · {} rounds",
+                ms(d.rtt_us),
+                ms(d.floor_us),
+                d.rounds
+            ))]);
+        }
+    }
+    fields
 }
 
 /// The congestion control's own state: Westwood+ BWE and pipe (cwnd far
@@ -920,15 +1004,38 @@ fn render_charts(app: &App, s: &Socket, samples: &[&Sample], area: Rect, buf: &m
         color: Color::Blue,
         points: points(&|x| Some(x.throughput_bps as f64)),
     }];
+    // A receiver DRWA clamps: its window is the clamp, drawn beside the
+    // data that arrived per RTT (the clamp is lambda x floor/RTT x that).
+    let clamp = points(&|x| x.drwa_clamp_bytes.map(|b| b as f64 / 1000.0));
+    let drwa = !clamp.is_empty();
+    if drwa {
+        window = vec![
+            Series {
+                name: "clamp",
+                color: Color::Green,
+                points: clamp,
+            },
+            Series {
+                name: "rcvd/RTT",
+                color: Color::Cyan,
+                points: points(&|x| x.drwa_rcvd_rtt_bytes.map(|b| b as f64 / 1000.0)),
+            },
+        ];
+    }
 
     let ms_label = |v: f64| format::ms((v * 1000.0).round() as u64);
     let seg_label = |v: f64| format!("{v:.0}");
+    let kb_label = |v: f64| format!("{v:.0}k");
     let rate_label = |v: f64| format::rate(v.round() as u64);
     let no_samples = recent.is_empty();
     let charts: [(&str, Vec<Series>, AxisLabel); 4] = [
         ("RTT (gap = queue)", rtt, &ms_label),
         ("queueing delay", queue, &ms_label),
-        ("window, segments", window, &seg_label),
+        if drwa {
+            ("DRWA window, kB", window, &kb_label)
+        } else {
+            ("window, segments", window, &seg_label)
+        },
         ("throughput", throughput, &rate_label),
     ];
     let row_areas = Layout::vertical(vec![Constraint::Fill(1); rows as usize]).split(area);
@@ -1021,7 +1128,9 @@ fn chart(
 // ----- footer, help, messages -----
 
 fn render_footer(app: &App, area: Rect, buf: &mut Buffer) {
-    let line = if let Some(prompt) = app.prompt() {
+    let line = if let Some(status) = app.status() {
+        Line::from(vec![Span::styled(format!(" {status}"), WARN)])
+    } else if let Some(prompt) = app.prompt() {
         let mut spans = vec![
             Span::styled(" filter> ", TITLE),
             Span::raw(prompt.text.clone()),
@@ -1052,7 +1161,9 @@ fn render_footer(app: &App, area: Rect, buf: &mut Buffer) {
             ],
         };
         let mut spans = Vec::new();
-        for (key, what) in keys {
+        let drwa = app.snapshot().policy.as_ref().is_some_and(|p| p.drwa != "disabled");
+        let drwa_key: &[(&str, &str)] = if drwa { &[("D", "DRWA on/off")] } else { &[] };
+        for (key, what) in keys.iter().chain(drwa_key) {
             spans.push(Span::styled(format!(" {key}"), TITLE));
             spans.push(Span::styled(format!(" {what} "), DIM));
         }
@@ -1080,7 +1191,7 @@ fn help(app: &App, area: Rect, buf: &mut Buffer) {
         key("s", "next sort: qdelay rtt throughput cwnd retrans process"),
         key("f", "filter: cc:cubic comm:curl port:443 addr:10.0.0.2"),
         key("", "or plain text (process, cc or port); Esc cancels"),
-        key("p", "pause / resume"),
+        key("p D", "pause / resume · DRWA on / off, live (bloatd --drwa[=off])"),
         key("Esc ?", "back / this help"),
         key("q", "quit"),
         Line::raw(""),
@@ -1095,6 +1206,7 @@ fn help(app: &App, area: Rect, buf: &mut Buffer) {
         text("  RTT MINRTT  srtt for senders, rcv_rtt for receivers (ROLE)".into()),
         text("  CA          open, disord(er), cwr, recov(ery), loss".into()),
         text("  name*       bloatd_name: bloatd's own Westwood+ / CUBIC".into()),
+        text("  ACT         R rule chose the cc, B bulk rule switched it, D DRWA clamps".into()),
         text("  header      qdelay p50/p90/max per congestion control".into()),
         Line::raw(""),
         Line::styled(

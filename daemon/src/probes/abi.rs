@@ -15,6 +15,9 @@ unsafe impl aya::Pod for BloatdControl {}
 unsafe impl aya::Pod for BloatdFloor {}
 unsafe impl aya::Pod for BloatdPathKey {}
 unsafe impl aya::Pod for BloatdBottleneck {}
+unsafe impl aya::Pod for BloatdPolicyRule {}
+unsafe impl aya::Pod for BloatdPolicyCtl {}
+unsafe impl aya::Pod for BloatdPolicyCounts {}
 
 impl BloatdSock {
     /// Reinterpret a ring buffer record or an iterator's output. None if the

@@ -19,6 +19,7 @@ pub mod abi;
 #[cfg(test)]
 mod floor_tests;
 mod map_iter;
+pub mod policy;
 
 use abi::{
     stat, BloatdCcStats, BloatdControl, BloatdFloor, BloatdPathKey, BloatdSample, BloatdSock,
@@ -90,6 +91,8 @@ pub struct ProbeConfig {
     pub floor_prefix_v6: u8,
     pub floor_infer: bool,
     pub floors: bool,
+    /// Rules and DRWA for the sock_ops program (policy.rs).
+    pub policy: policy::PolicyConfig,
 }
 
 pub struct Probes {
@@ -117,6 +120,19 @@ pub struct Probes {
     map_capacity: u32,
     /// Holding this fd keeps kernel.bpf_stats_enabled on; dropped with us.
     _stats_fd: Option<OwnedFd>,
+    /// The policy's rules, switches and counters.
+    pub policy: policy::PolicyMaps,
+}
+
+impl Drop for Probes {
+    /// Before the programs go (the fields drop after this): receivers DRWA
+    /// clamps get their windows back.
+    fn drop(&mut self) {
+        let left = self.policy.release_windows(Duration::from_secs(2));
+        if left > 0 {
+            tracing::warn!("{left} idle receivers keep DRWA's window clamp until their buffer grows");
+        }
+    }
 }
 
 extern "C" {
@@ -164,7 +180,7 @@ pub fn floor_evictions(created: u64, present: u64) -> u64 {
 /// Every probe counter, summed over CPUs, indexed by `abi::stat`.
 pub type Counters = [u64; stat::MAX as usize];
 
-fn errstr(e: impl std::error::Error) -> String {
+pub(crate) fn errstr(e: impl std::error::Error) -> String {
     // aya nests the useful part (errno, verifier log) in the source chain.
     let mut s = e.to_string();
     let mut src = e.source();
@@ -263,6 +279,10 @@ impl Probes {
             .override_global("floor_infer_on", &(cfg.floor_infer as u32), true)
             .override_global("floors_on", &(cfg.floors as u32), true)
             .override_global("bloat_threshold_us", &cfg.bloat_threshold_us, true)
+            .override_global("policy_nrules", &(cfg.policy.rules.len() as u32), true)
+            .override_global("drwa_armed", &(cfg.policy.drwa_armed as u32), true)
+            .override_global("drwa_lambda_x256", &cfg.policy.drwa_lambda_x256, true)
+            .override_global("drwa_min_bytes", &cfg.policy.drwa_min_bytes, true)
             .map_max_entries("floors", cfg.floor_entries)
             .map_max_entries("dump", cfg.map_capacity + DUMP_SLACK)
             .load(OBJECT)
@@ -337,7 +357,13 @@ impl Probes {
         let Map::LruHashMap(floors_map) = map(&mut ebpf, "floors")? else {
             return Err(ProbeError::Object("map floors is not an LRU hash".into()));
         };
+        // The rules are in their map before the program that reads them runs.
+        let policy_maps = policy::PolicyMaps::load(&mut ebpf, &cfg.policy)?;
         let sockops_error = attach_sock_ops(&mut ebpf).err();
+        if let (Some(e), true) = (&sockops_error, !cfg.policy.rules.is_empty() || cfg.policy.drwa_armed) {
+            // Without the program no rule and no DRWA would act: refuse.
+            return Err(ProbeError::Attach { name: "sock_ops", detail: format!("{e} (the policy and DRWA need it)") });
+        }
         if let Some(e) = &sockops_error {
             tracing::warn!("{e}: senders that closed their end are not sampled");
         }
@@ -380,6 +406,7 @@ impl Probes {
             watched: HashSet::new(),
             map_capacity: cfg.map_capacity,
             _stats_fd: stats_fd,
+            policy: policy_maps,
         };
         probes.seed(&btf)?;
         Ok(probes)
@@ -602,13 +629,20 @@ impl Probes {
     /// (tp, run_time_ns, run_count) from the kernel's BPF statistics;
     /// zeros unless kernel.bpf_stats_enabled is on.
     pub fn run_stats(&self) -> Vec<(&'static str, u64, u64)> {
-        TRACEPOINTS
+        let mut runs: Vec<(&'static str, u64, u64)> = TRACEPOINTS
             .iter()
             .filter_map(|&tp| {
                 let prog: &BtfTracePoint = self.ebpf.program(tp)?.try_into().ok()?;
                 let info = prog.info().ok()?;
                 Some((tp, info.run_time().as_nanos() as u64, info.run_count()))
             })
-            .collect()
+            .collect();
+        if self.sockops_error.is_none() {
+            let prog: Option<&SockOps> = self.ebpf.program("sock_ops").and_then(|p| p.try_into().ok());
+            if let Some(info) = prog.and_then(|p| p.info().ok()) {
+                runs.push(("sock_ops", info.run_time().as_nanos() as u64, info.run_count()));
+            }
+        }
+        runs
     }
 }

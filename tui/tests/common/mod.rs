@@ -57,6 +57,7 @@ pub fn socket(cookie: u64) -> Socket {
         throughput_bps: 0,
         idle_ms: 0,
         cc_state: None,
+        policy: None,
     }
 }
 
@@ -97,6 +98,7 @@ pub fn host(sockets: Vec<Socket>) -> Snapshot {
             map_capacity: 65_536,
             mode: "daemon".into(),
         },
+        policy: None,
     }
 }
 
@@ -197,6 +199,8 @@ pub fn cubic_download_series() -> Series {
                     inflight: 0,
                     pipe_segments: None,
                     throughput_bps: 9_400_000 + (i % 8) * 100_000,
+                    drwa_clamp_bytes: None,
+                    drwa_rcvd_rtt_bytes: None,
                 }
             })
             .collect(),
@@ -258,6 +262,8 @@ pub fn westwood_series() -> Series {
                     inflight: cwnd - 3,
                     pipe_segments: Some(40),
                     throughput_bps: 9_310_000,
+                    drwa_clamp_bytes: None,
+                    drwa_rcvd_rtt_bytes: None,
                 }
             })
             .collect(),

@@ -1,0 +1,390 @@
+/* SPDX-License-Identifier: GPL-2.0-only */
+/*
+ * Acting on bloat, in the kernel: the part of the cgroup sock_ops program
+ * (probes.bpf.c, `sock_ops`) that applies bloatd's policy. Included by
+ * probes.bpf.c after the helpers it uses (the socket record, the TCP clock,
+ * the receiver's RTT from echoed timestamps).
+ *
+ * Hooks, all callbacks of the one sock_ops program, asked for per socket:
+ *   ACTIVE/PASSIVE_ESTABLISHED_CB  match the rules once: set the congestion
+ *                 control (bpf_setsockopt(TCP_CONGESTION)), and ask for the
+ *                 callbacks below only where a rule or DRWA needs them.
+ *   RTT_CB        (bulk rules) one per ACK that carries an RTT sample, while
+ *                 the connection has sent less than the rule's bytes; then the
+ *                 switch, and the callback is given back.
+ *   HDR_OPT_LEN_CB (DRWA) one per segment the socket sends: a receiver's ACKs.
+ *                 It is the one callback a pure receiver gets for each data
+ *                 segment on this kernel: RTT_CB needs newly acknowledged
+ *                 data, which a receiver does not send, and PARSE_HDR_OPT_CB
+ *                 comes only on the slow path (tcp_validate_incoming), which
+ *                 header prediction skips for in-order data. An ACK is built
+ *                 under the socket's lock and before tcp_select_window(), so
+ *                 a clamp set here is in the window of the ACK being sent.
+ *                 Nothing is reserved in the header: no option is written.
+ */
+#ifndef BLOATD_POLICY_OPS_H
+#define BLOATD_POLICY_OPS_H
+
+#include "policy.h"
+
+#define SOL_TCP 6
+#define TCP_WINDOW_CLAMP 10
+#define TCP_CONGESTION 13
+#define SOCKOPS_RTT_CB 12
+#define SOCKOPS_HDR_OPT_LEN_CB 14
+#define SOCKOPS_RTT_CB_FLAG 0x8
+#define SOCKOPS_WRITE_HDR_OPT_CB_FLAG 0x40
+
+/* Set by the daemon before load. */
+/* Rules in `policy_rules` (0: no rule, the policy code is dead code). */
+const volatile __u32 policy_nrules = 0;
+/* Ask every new connection for a callback per segment it sends, so DRWA
+ * can act on it when switched on (config drwa = "on" or "off"; "disabled"
+ * or absent: nothing is asked, nothing is paid). */
+const volatile __u32 drwa_armed = 0;
+/* DRWA's lambda, 8 fraction bits (paper: 3). */
+const volatile __u32 drwa_lambda_x256 = 3 * 256;
+/* Bytes a connection receives before DRWA clamps it: only bulk receivers. */
+const volatile __u64 drwa_min_bytes = 262144;
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, BLOATD_POLICY_RULES);
+	__type(key, __u32);
+	__type(value, struct bloatd_policy_rule);
+} policy_rules SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct bloatd_policy_ctl);
+} policy_ctl SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct bloatd_policy_counts);
+} policy_counts SEC(".maps");
+
+/* The callback's socket as a tcp_sock (read once: the verifier tracks the
+ * NULL check on the register it was made on). */
+static __always_inline struct tcp_sock *skops_tcp_sock(const struct bpf_sock_ops *skops)
+{
+	struct bpf_sock *sk = skops->sk;
+
+	if (!sk)
+		return NULL;
+	return bpf_skc_to_tcp_sock(sk);
+}
+
+static __always_inline void policy_count(__u32 idx, __s64 d)
+{
+	struct bloatd_policy_counts *c;
+	__u32 zero = 0;
+
+	c = bpf_map_lookup_elem(&policy_counts, &zero);
+	if (c && idx < BLOATD_PC_MAX)
+		__sync_fetch_and_add(&c->n[idx], d);
+}
+
+/* The socket's cgroup is the rule's cgroup or one below it: its ancestor at
+ * the rule's level is the rule's (cgroup v2 keeps every ancestor by level). */
+static __always_inline int policy_cgroup_match(const struct bloatd_policy_rule *r,
+					       const struct sock *sk)
+{
+	struct cgroup *cg = sk->sk_cgrp_data.cgroup, *anc = NULL;
+	__u64 at;
+
+	if (!cg || r->cgroup_level > 255 || BPF_CORE_READ(cg, level) < (int)r->cgroup_level)
+		return 0;
+	at = (__u64)cg + bpf_core_field_offset(struct cgroup, ancestors) +
+	     (__u64)r->cgroup_level * sizeof(anc);
+	if (bpf_probe_read_kernel(&anc, sizeof(anc), (void *)at) || !anc)
+		return 0;
+	return BPF_CORE_READ(anc, kn, id) == r->cgroup_id;
+}
+
+static __always_inline int policy_set_cc(struct bpf_sock_ops *skops,
+					 const struct bloatd_policy_rule *r)
+{
+	char name[BLOATD_POLICY_CC_LEN];
+
+	__builtin_memcpy(name, r->cc, sizeof(name));
+	name[sizeof(name) - 1] = 0;
+	if (bpf_setsockopt(skops, SOL_TCP, TCP_CONGESTION, name, sizeof(name))) {
+		policy_count(BLOATD_PC_CC_FAILED, 1);
+		return -1;
+	}
+	return 0;
+}
+
+/*
+ * At the handshake: the first rule without a byte count that selects the
+ * connection decides its congestion control and whether DRWA is forced on
+ * it; the first bulk rule that selects it waits for its bytes. Returns the
+ * callback flags the socket needs for that.
+ */
+static __always_inline __u32 policy_established(struct bpf_sock_ops *skops)
+{
+	struct bloatd_policy_rule *r;
+	struct bloatd_sock *s = NULL;
+	struct tcp_sock *tp;
+	struct sock *sk;
+	__u32 i, cb = 0, cc_rule = 0, bulk_rule = 0, drwa_rule = 0, failed = 0;
+	__u16 sport, dport;
+
+	if (!policy_nrules && !drwa_armed)
+		return 0;
+	if (!(tp = skops_tcp_sock(skops)))
+		return 0;
+	sk = (struct sock *)tp;
+	sport = sk->__sk_common.skc_num;
+	dport = bpf_ntohs(sk->__sk_common.skc_dport);
+	for (i = 0; i < BLOATD_POLICY_RULES && i < policy_nrules; i++) {
+		r = bpf_map_lookup_elem(&policy_rules, &i);
+		if (!r || !r->enabled || !policy_ports_match(r, sport, dport))
+			continue;
+		if ((r->selectors & BLOATD_PM_CGROUP) && !policy_cgroup_match(r, sk))
+			continue;
+		if (r->selectors & BLOATD_PM_BULK) {
+			if (!bulk_rule)
+				bulk_rule = i + 1;
+			continue;
+		}
+		if (cc_rule || drwa_rule)
+			continue;	/* the first selecting rule decided */
+		if (r->actions & BLOATD_PA_CC) {
+			if (policy_set_cc(skops, r))
+				failed = 1;
+			else
+				cc_rule = i + 1;
+		}
+		if (r->actions & BLOATD_PA_DRWA)
+			drwa_rule = i + 1;
+	}
+	if (cc_rule)
+		policy_count(BLOATD_PC_CC_SET, 1);
+	if (!cc_rule && !bulk_rule && !drwa_rule && !failed && !drwa_armed)
+		return 0;
+	/* A passive open meets this callback before its ESTABLISHED
+	 * tracepoint: the record may not exist yet. */
+	s = bpf_sk_storage_get(&socks, sk, 0, 0);
+	if (!s)
+		s = sock_create(sk, tp, bpf_get_socket_cookie(skops));
+	if (!s)
+		return 0;	/* beyond map_capacity: the cc is set, nothing to follow */
+	if (cc_rule && !s->pol.cc_rule)
+		policy_count(BLOATD_PC_CC_SOCKETS, 1);
+	s->pol.cc_rule = cc_rule;
+	if (failed)
+		s->pol.flags |= BLOATD_POL_CC_FAILED;
+	if (bulk_rule) {
+		s->pol.bulk_rule = bulk_rule;
+		s->pol.flags |= BLOATD_POL_BULK_WAIT;
+		cb |= SOCKOPS_RTT_CB_FLAG;
+	}
+	if (drwa_rule || drwa_armed) {
+		s->pol.drwa_rule = drwa_rule;
+		s->pol.flags |= BLOATD_POL_DRWA_ARMED;
+		cb |= SOCKOPS_WRITE_HDR_OPT_CB_FLAG;
+	}
+	return cb;
+}
+
+static __always_inline void policy_cb_clear(struct bpf_sock_ops *skops, __u32 flag)
+{
+	bpf_sock_ops_cb_flags_set(skops, skops->bpf_sock_ops_cb_flags & ~flag);
+}
+
+/* A bulk rule's bytes are reached: switch the running flow. */
+static __always_inline void policy_rtt(struct bpf_sock_ops *skops)
+{
+	struct bloatd_policy_rule *r;
+	struct bloatd_sock *s;
+	struct tcp_sock *tp;
+	__u32 idx;
+
+	if (!policy_nrules || !(tp = skops_tcp_sock(skops)))
+		return;
+	s = bpf_sk_storage_get(&socks, tp, 0, 0);
+	if (!s || !(s->pol.flags & BLOATD_POL_BULK_WAIT) || !s->pol.bulk_rule) {
+		policy_cb_clear(skops, SOCKOPS_RTT_CB_FLAG);
+		return;
+	}
+	idx = s->pol.bulk_rule - 1;
+	r = bpf_map_lookup_elem(&policy_rules, &idx);
+	if (!r)
+		return;
+	/* A rule switched off live keeps its sockets waiting, unswitched. */
+	if (!r->enabled || tp->bytes_acked < r->bulk_bytes)
+		return;
+	s->pol.flags &= ~BLOATD_POL_BULK_WAIT;
+	policy_cb_clear(skops, SOCKOPS_RTT_CB_FLAG);
+	if (policy_set_cc(skops, r)) {
+		s->pol.flags |= BLOATD_POL_CC_FAILED;
+		return;
+	}
+	s->pol.flags |= BLOATD_POL_BULK_DONE;
+	policy_count(BLOATD_PC_BULK_SET, 1);
+	policy_count(BLOATD_PC_BULK_SOCKETS, 1);
+}
+
+/* The receive window DRWA let go of, given back. */
+static __always_inline void drwa_release(struct bpf_sock_ops *skops, struct bloatd_sock *s,
+					 const struct tcp_sock *tp)
+{
+	struct bloatd_policy_sock *p = &s->pol;
+	__u32 ratio = 0;
+	int clamp;
+
+	if (bpf_core_field_exists(tp->scaling_ratio))
+		ratio = BPF_CORE_READ(tp, scaling_ratio);
+	clamp = drwa_restore_clamp(p->drwa_orig_clamp, tp->window_clamp,
+				   tp->inet_conn.icsk_inet.sk.sk_rcvbuf, ratio);
+	if (bpf_setsockopt(skops, SOL_TCP, TCP_WINDOW_CLAMP, &clamp, sizeof(clamp)))
+		policy_count(BLOATD_PC_DRWA_FAILED, 1);
+	p->flags &= ~BLOATD_POL_DRWA_CLAMPED;
+	p->drwa_clamp = 0;
+	p->drwa_cwnd_est = 0;
+	p->drwa_round_us = 0;
+	policy_count(BLOATD_PC_DRWA_SOCKETS, -1);
+	policy_count(BLOATD_PC_DRWA_RESTORED, 1);
+}
+
+/* Is DRWA on for this socket now? */
+static __always_inline int drwa_on(const struct bloatd_sock *s)
+{
+	struct bloatd_policy_ctl *ctl;
+	struct bloatd_policy_rule *r;
+	__u32 zero = 0, idx;
+
+	ctl = bpf_map_lookup_elem(&policy_ctl, &zero);
+	if (!ctl || ctl->stopping)
+		return 0;
+	if (!s->pol.drwa_rule)
+		return ctl->drwa_on;
+	idx = s->pol.drwa_rule - 1;
+	r = bpf_map_lookup_elem(&policy_rules, &idx);
+	return r && r->enabled;
+}
+
+/*
+ * Once per RTT, DRWA (Algorithm 1 of Jiang et al.): the receiver's RTT of
+ * the round (RTT_est: the average of its echoed-timestamp samples, the
+ * kernel's estimate without timestamps), the data it received in the round
+ * (cwnd_est, smoothed), and the window lambda x RTT_min / RTT_est x cwnd_est
+ * as the clamp of the advertised window. RTT_min is the path's floor, which
+ * other sockets may have learned before this flow built its queue: a minimum
+ * the receiver took itself would include a queue that stood before it
+ * opened.
+ */
+static __always_inline void drwa_ack(struct bpf_sock_ops *skops)
+{
+	struct bloatd_policy_sock *p;
+	struct bloatd_sock *s;
+	struct tcp_sock *tp;
+	__u32 rtt_us, sample, mss, limit, ratio = 0;
+	__u64 now_us, rcvd;
+	int clamp;
+
+	if (!(tp = skops_tcp_sock(skops)))
+		return;
+	s = bpf_sk_storage_get(&socks, tp, 0, 0);
+	if (!s) {
+		policy_cb_clear(skops, SOCKOPS_WRITE_HDR_OPT_CB_FLAG);
+		return;
+	}
+	p = &s->pol;
+	if (!drwa_on(s)) {
+		if (p->flags & BLOATD_POL_DRWA_CLAMPED)
+			drwa_release(skops, s, tp);
+		p->drwa_round_us = 0;
+		return;
+	}
+	if (tp->bytes_received < drwa_min_bytes) {
+		/* A bulk sender does not need a callback per segment. */
+		if (tp->bytes_acked > drwa_min_bytes && !p->drwa_rule) {
+			p->flags &= ~BLOATD_POL_DRWA_ARMED;
+			policy_cb_clear(skops, SOCKOPS_WRITE_HDR_OPT_CB_FLAG);
+		}
+		return;
+	}
+	now_us = tp->tcp_mstamp;
+	if (tp->tcp_header_len > 20 && tp->rx_opt.rcv_tsecr != p->drwa_last_tsecr) {
+		p->drwa_last_tsecr = tp->rx_opt.rcv_tsecr;
+		sample = rcv_ts_rtt_us(tp, tp->rx_opt.rcv_tsecr);
+		if (sample) {
+			p->drwa_rtt_sum_us += sample;
+			p->drwa_rtt_n++;
+		}
+	}
+	if (!p->drwa_round_us) {
+		p->drwa_round_us = now_us;
+		p->drwa_round_rcvd = tp->bytes_received;
+		p->drwa_rtt_sum_us = 0;
+		p->drwa_rtt_n = 0;
+		return;
+	}
+	if (p->drwa_rtt_n)
+		rtt_us = p->drwa_rtt_sum_us / p->drwa_rtt_n;
+	else if (p->drwa_rtt_us)
+		rtt_us = p->drwa_rtt_us;
+	else
+		rtt_us = tp->rcv_rtt_est.rtt_us >> 3;
+	if (!rtt_us || now_us - p->drwa_round_us < rtt_us)
+		return;
+
+	/* The round is over. */
+	rcvd = tp->bytes_received - p->drwa_round_rcvd;
+	p->drwa_rcvd_rtt = rcvd > 0xffffffff ? 0xffffffff : (__u32)rcvd;
+	p->drwa_rtt_us = rtt_us;
+	p->drwa_cwnd_est = drwa_cwnd_est(p->drwa_cwnd_est, rcvd);
+	p->drwa_round_us = now_us;
+	p->drwa_round_rcvd = tp->bytes_received;
+	p->drwa_rtt_sum_us = 0;
+	p->drwa_rtt_n = 0;
+	if (!s->floor_us)
+		return;		/* no floor yet: nothing to measure the queue against */
+	p->drwa_floor_us = s->floor_us;
+	mss = tp->inet_conn.icsk_ack.rcv_mss;
+	clamp = drwa_window(p->drwa_cwnd_est, s->floor_us, rtt_us, drwa_lambda_x256,
+			    4 * (mss ? mss : 1460));
+	if (!(p->flags & BLOATD_POL_DRWA_CLAMPED))
+		p->drwa_orig_clamp = tp->window_clamp;
+	/* DRWA only lowers the window: never above what autotuning gives. */
+	if (bpf_core_field_exists(tp->scaling_ratio))
+		ratio = BPF_CORE_READ(tp, scaling_ratio);
+	limit = drwa_restore_clamp(p->drwa_orig_clamp, 0, tp->inet_conn.icsk_inet.sk.sk_rcvbuf,
+				   ratio);
+	if ((__u32)clamp > limit)
+		clamp = limit;
+	/* Autotuning overwrites the clamp when it grows the buffer: set it
+	 * again each round, not only when it changes. */
+	if (tp->window_clamp != (__u32)clamp &&
+	    bpf_setsockopt(skops, SOL_TCP, TCP_WINDOW_CLAMP, &clamp, sizeof(clamp))) {
+		policy_count(BLOATD_PC_DRWA_FAILED, 1);
+		return;
+	}
+	if (!(p->flags & BLOATD_POL_DRWA_CLAMPED)) {
+		p->flags |= BLOATD_POL_DRWA_CLAMPED;
+		policy_count(BLOATD_PC_DRWA_SOCKETS, 1);
+	}
+	p->drwa_clamp = clamp;
+	p->drwa_rounds++;
+	policy_count(BLOATD_PC_DRWA_ROUNDS, 1);
+}
+
+/* The record of a closing socket goes: it leaves the gauges. */
+static __always_inline void policy_forget(const struct bloatd_sock *s)
+{
+	if (s->pol.cc_rule)
+		policy_count(BLOATD_PC_CC_SOCKETS, -1);
+	if (s->pol.flags & BLOATD_POL_BULK_DONE)
+		policy_count(BLOATD_PC_BULK_SOCKETS, -1);
+	if (s->pol.flags & BLOATD_POL_DRWA_CLAMPED)
+		policy_count(BLOATD_PC_DRWA_SOCKETS, -1);
+}
+
+#endif /* BLOATD_POLICY_OPS_H */

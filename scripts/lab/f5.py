@@ -1,0 +1,430 @@
+"""F5: acting on bloat in the lab (issue 10).
+
+Runs C and D of Alfredsson et al. (one or five CUBIC bulk downloads, 320 kB
+web transfers beside them) in three arms:
+
+    none      as the papers ran them
+    drwa      bloatd's DRWA on the receiver (Jiang et al., IMC 2012), switched
+              on live through bloatd's API
+    westwood  bloatd's "bulk flows to Westwood+" policy on the sender: a rule
+              on the server's port that switches a connection to
+              bloatd_westwood once it has sent BULK_BYTES (more than a web
+              page, so the 320 kB transfers stay CUBIC)
+
+on the 3g and 3.5g profiles. Per web transfer: its response time, and over
+its duration the receiver's RTT by ping (ICMP from the server through the
+same bottleneck queue, no TCP, no bloatd), the receiver's queueing delay as
+bloatd sees it on the bulk flows' sockets, and the bulk flows' goodput
+(bytes their receivers got). Means with 95% CIs over the web transfers
+(analysis.mean_ci). The finding line F5 compares DRWA with neither, as
+Jiang et al. did (RTT -25..49%, throughput up to +51%).
+
+    sudo /usr/bin/python3 scripts/lab/lab.py --f5           # 3g + 3.5g, ~35 min
+    sudo /usr/bin/python3 scripts/lab/lab.py --f5 --quick   # 3.5g run C, ~3 min
+    /usr/bin/python3 scripts/lab/lab.py --analyze DIR       # F5 again from DIR/f5.jsonl
+
+The arms are switched through the running bloatd's API, so it needs DRWA
+armed and the rule: lab.py starts bloatd with BLOATD_ARGS when none runs.
+"""
+import json
+import os
+import re
+import subprocess
+import threading
+import time
+
+import analysis
+import instrument
+
+ARMS = ["none", "drwa", "westwood"]
+ARM_LABEL = {"none": "neither", "drwa": "DRWA (receiver)", "westwood": "bulk→Westwood+ (sender)"}
+ARM_COLOR = {"none": "#d62728", "drwa": "#1f77b4", "westwood": "#2ca02c"}
+BULK_RULE = "lab-bulk"
+# A 320 kB web page is 320,003 bytes with the server's "OK\n": never switched.
+BULK_BYTES = 330_000
+SERVER_PORT = 8000
+BLOATD_ARGS = ["--drwa=off", "--policy",
+               f"name={BULK_RULE},sport={SERVER_PORT},bulk_bytes={BULK_BYTES},cc=bloatd_westwood,enabled=false"]
+RCV_ADDR = "10.9.2.2"
+# Paper numbers for the finding line (Jiang et al., IMC 2012, abstract).
+PAPER = "paper: RTT -25…49%, throughput up to +51%"
+
+
+def plan(quick):
+    """Web transfers per configuration. 3g is slow: a 320 kB transfer takes
+    about 19 s alone, two to six times that beside one or five bulk flows,
+    so it gets 3 (C) and 2 (D) per arm: a 95% CI from few samples is wide,
+    but the campaign stays near half an hour."""
+    if quick:
+        return {"3.5g": {"C": 4}}
+    return {"3.5g": {"C": 10, "D": 8}, "3g": {"C": 3, "D": 2}}
+
+
+def steps_of(p, profiles, reps=1):
+    """Every (profile, run, arm), arms next to each other so drift between
+    them is as small as it can be."""
+    out = []
+    for prof in profiles:
+        for run, shorts in p.get(prof, {}).items():
+            for rep in range(reps):
+                for arm in ARMS:
+                    out.append({"profile": prof, "run": run, "arm": arm, "rep": rep,
+                                "shorts": shorts, "bg_cc": "cubic", "short_cc": "cubic"})
+    return out
+
+
+def step_label(s):
+    n = 1 if s["run"] == "C" else 5
+    return f"F5 run {s['run']} {n} bulk cubic + {s['shorts']} short cubic, {ARM_LABEL[s['arm']]}"
+
+
+# ------------------------------------------------------------ the daemon
+
+def api_post(path, body):
+    conn = instrument._UnixHTTP(instrument.BLOATD_SOCK, timeout=5)
+    try:
+        conn.request("POST", path, body=json.dumps(body), headers={"Content-Type": "application/json"})
+        resp = conn.getresponse()
+        text = resp.read().decode(errors="replace")
+        if resp.status != 200:
+            raise RuntimeError(f"bloatd {path}: {text}")
+    finally:
+        conn.close()
+
+
+def check_daemon():
+    """The running bloatd can switch the arms: DRWA armed, the bulk rule."""
+    info = instrument.bloatd_get("/v1/policy")
+    if info["drwa"]["mode"] == "disabled" or BULK_RULE not in [r["name"] for r in info["rules"]]:
+        raise SystemExit(
+            "lab --f5: the running bloatd cannot switch the arms: it needs DRWA armed and the rule "
+            f"{BULK_RULE}. Stop it (the lab then starts one), or start it with: bloatd start "
+            + " ".join(a if " " not in a else repr(a) for a in BLOATD_ARGS))
+
+
+def set_arm(arm):
+    api_post("/v1/policy/drwa", {"on": arm == "drwa"})
+    api_post(f"/v1/policy/rules/{BULK_RULE}", {"enabled": arm == "westwood"})
+
+
+# ------------------------------------------------------------ measuring
+
+class Monitor:
+    """During a step: ping from the server to the receiver (timestamped, -D)
+    and bloatd's receiver sockets of the bulk flows, every half second."""
+
+    def __init__(self, lab_name, bg_ports):
+        self.bg_ports = set(bg_ports)
+        self.rcv_ino = instrument.netns_inode(f"{lab_name}-rcv")
+        self.snd_ino = instrument.netns_inode(f"{lab_name}-snd")
+        self.samples = []   # (t, {port: (bytes_received, rcv_queue_delay_us, clamp)}, {port: cc})
+        self.pings = []     # (t, rtt_ms)
+        self._stop = threading.Event()
+        self.ping = subprocess.Popen(["ip", "netns", "exec", f"{lab_name}-snd", "ping", "-D", "-n",
+                                      "-i", "0.2", RCV_ADDR], stdout=subprocess.PIPE, text=True,
+                                     start_new_session=True)
+        self._threads = [threading.Thread(target=self._poll, daemon=True),
+                         threading.Thread(target=self._read_ping, daemon=True)]
+        for t in self._threads:
+            t.start()
+
+    def _read_ping(self):
+        pat = re.compile(r"^\[([0-9.]+)\].*time=([0-9.]+) ms")
+        for line in self.ping.stdout:
+            m = pat.match(line)
+            if m:
+                self.pings.append((float(m.group(1)), float(m.group(2))))
+
+    def read(self):
+        rcv, ccs = {}, {}
+        for s in instrument.bloatd_get("/v1/sockets?all=1"):
+            if s.get("netns") == self.rcv_ino and s["local_port"] in self.bg_ports:
+                clamp = (((s.get("policy") or {}).get("drwa")) or {}).get("clamp_bytes", 0)
+                rcv[s["local_port"]] = (s["bytes_received"], s["rcv_queue_delay_us"], clamp)
+            if s.get("netns") == self.snd_ino and s["remote_port"] in self.bg_ports:
+                ccs[s["remote_port"]] = s["cc"]
+        return rcv, ccs
+
+    def _poll(self):
+        while not self._stop.is_set():
+            try:
+                rcv, ccs = self.read()
+                self.samples.append((time.time(), rcv, ccs))
+            except (OSError, ValueError):
+                pass
+            self._stop.wait(0.5)
+
+    def stop(self):
+        self._stop.set()
+        self.ping.terminate()
+        try:
+            self.ping.wait(timeout=3)
+        except subprocess.TimeoutExpired:
+            self.ping.kill()
+            self.ping.wait()
+        for t in self._threads:
+            t.join(timeout=3)
+
+    def window(self, t0, t1):
+        """What happened between t0 and t1: mean ping RTT, median bloatd
+        receiver queue of the bulk flows, their goodput together, DRWA's
+        median clamp, the bulk flows' congestion controls."""
+        pings = [r for t, r in self.pings if t0 <= t <= t1]
+        inside = [(t, rcv, ccs) for t, rcv, ccs in self.samples if t0 <= t <= t1]
+        out = {"ping_rtt_ms": sum(pings) / len(pings) if pings else None, "pings": len(pings)}
+        if len(inside) >= 2:
+            (ta, ra, _), (tb, rb, ccs) = inside[0], inside[-1]
+            got = sum(rb[p][0] - ra[p][0] for p in rb if p in ra)
+            out["bulk_goodput_bps"] = got * 8 / (tb - ta) if tb > ta else None
+            queues = sorted(q for _, r, _ in inside for (_, q, _) in r.values())
+            clamps = sorted(c for _, r, _ in inside for (_, _, c) in r.values())
+            out["rcv_queue_ms"] = queues[len(queues) // 2] / 1000 if queues else None
+            out["clamp_bytes"] = clamps[len(clamps) // 2] if clamps else None
+            out["bulk_cc"] = sorted(set(ccs.values()))
+        return out
+
+
+def wait_acted(mon, arm, n_bg, timeout_s):
+    """Until the arm's mechanism acts on every bulk flow: DRWA clamps its
+    receiver, the bulk rule switched its sender. Returns the seconds it
+    took, None if it did not within timeout_s."""
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < timeout_s:
+        try:
+            rcv, ccs = mon.read()
+        except (OSError, ValueError):
+            rcv, ccs = {}, {}
+        if arm == "drwa" and len(rcv) == n_bg and all(c > 0 for _, _, c in rcv.values()):
+            return time.monotonic() - t0
+        if arm == "westwood" and len(ccs) == n_bg and all(c == "bloatd_westwood" for c in ccs.values()):
+            return time.monotonic() - t0
+        time.sleep(0.5)
+    return None
+
+
+def run_step(lab, prof, step, read_event, bg_flows):
+    set_arm(step["arm"])
+    n_bg = bg_flows[step["run"]]
+    bg, ports = [], []
+    for i in range(n_bg):
+        p = lab.fetch(step["bg_cc"], nbytes=0, seconds=3600, label=f"bg{i}")
+        ports.append(read_event(p, "open")["local_port"])
+        bg.append(p)
+    mon = Monitor(lab.name, ports)
+    try:
+        time.sleep(prof.warmup_s)
+        acted_s = None
+        if step["arm"] != "none":
+            # A bulk flow on 3g with four others beside it sends 330 kB in
+            # about 90 s; DRWA starts after drwa_min_bytes received.
+            acted_s = wait_acted(mon, step["arm"], n_bg, 240)
+            if acted_s is None:
+                raise RuntimeError(f"{step['arm']}: the policy did not act on the bulk flows in 240 s")
+            # A few rounds for the queue to drain to where the arm keeps it.
+            time.sleep(max(5.0, 3 * (prof.delay_ms / 1000 + prof.drain_s)))
+        p = lab.fetch(step["short_cc"], count=step["shorts"], gap=1.0, label="short")
+        recs = []
+        for i in range(step["shorts"]):
+            opened = read_event(p, "open")
+            done = read_event(p, "done")
+            w = mon.window(done["wall"], done["wall"] + done["response_s"])
+            rec = {"kind": "short", "response_s": done["response_s"], "bytes": done["bytes"],
+                   "acted_s": acted_s, "local_port": opened["local_port"], **w}
+            recs.append(rec)
+            for b in bg:
+                if b.poll() is not None:
+                    raise RuntimeError("a background flow ended early: see the server's errors")
+            analysis_line = (f"    short {i + 1}/{step['shorts']}: {done['response_s']:.2f} s, "
+                             f"ping RTT {w['ping_rtt_ms'] or 0:.0f} ms, bloatd rcv queue "
+                             f"{w.get('rcv_queue_ms') or 0:.0f} ms, bulk "
+                             f"{(w.get('bulk_goodput_bps') or 0) / 1e6:.2f} Mbit/s, "
+                             f"clamp {(w.get('clamp_bytes') or 0) / 1000:.0f} kB, bulk cc {w.get('bulk_cc')}")
+            print(analysis_line, flush=True)
+        lab.stop(p)
+        return recs
+    finally:
+        mon.stop()
+        for b in bg:
+            lab.stop(b)
+        set_arm("none")
+
+
+def run_campaign(args, labmod):
+    """The F5 campaign: results in args.out/f5.jsonl, then the report."""
+    p = plan(args.quick)
+    profiles = args.profiles.split(",") if args.profiles else list(p)
+    steps = steps_of(p, profiles, args.f5_reps)
+    if args.runs:
+        steps = [s for s in steps if s["run"] in args.runs.upper().split(",")]
+    profs = {name: labmod.Profile(name) for name in profiles}
+    if args.dry_run:
+        for s in steps:
+            print(f"{s['profile']:5} {step_label(s)}")
+        print(f"lab: {len(steps)} F5 steps")
+        return 0
+    check_daemon()
+    os.makedirs(args.out, exist_ok=True)
+    path = os.path.join(args.out, "f5.jsonl")
+    if os.path.exists(path):
+        os.rename(path, path + ".old")
+    meta = {"started": time.strftime("%Y-%m-%d %H:%M:%S"), "quick": args.quick, "reps": args.f5_reps,
+            "profiles": {n: profs[n].as_dict() for n in profiles}, "bulk_bytes": BULK_BYTES,
+            "policy": instrument.bloatd_get("/v1/policy")["drwa"], "kernel": os.uname().release}
+    lab = labmod.Lab(args.name)
+    cur = None
+    t_start = time.monotonic()
+    failed = []
+    try:
+        with open(path, "w") as out:
+            for i, step in enumerate(steps):
+                prof = profs[step["profile"]]
+                if prof.name != cur:
+                    lab.down()
+                    lab.up(prof)
+                    cur = prof.name
+                print(f"[{i + 1:3d}/{len(steps)}] {(time.monotonic() - t_start) / 60:5.1f} min | "
+                      f"{prof.name} {step_label(step)}", flush=True)
+                try:
+                    recs = run_step(lab, prof, step, labmod.read_event, labmod.BG_FLOWS)
+                except RuntimeError as e:
+                    print(f"    step failed: {e}", flush=True)
+                    failed.append({**step, "error": str(e)})
+                    lab.stop_flows()
+                    recs = []
+                for r in recs:
+                    r.update({k: v for k, v in step.items() if k != "shorts"})
+                    out.write(json.dumps(r) + "\n")
+                out.flush()
+                lab.wait_drained(prof.drain_s + 5)
+    except KeyboardInterrupt:
+        print("\nlab: interrupted: stopping traffic and removing the lab", flush=True)
+        lab.down()
+        return 130
+    except Exception:
+        lab.down()
+        raise
+    lab.down()
+    meta["minutes"] = round((time.monotonic() - t_start) / 60, 1)
+    meta["failed_steps"] = failed
+    with open(os.path.join(args.out, "f5_meta.json"), "w") as f:
+        json.dump(meta, f, indent=1)
+    print(f"lab: F5 measured in {meta['minutes']} min", flush=True)
+    return report(args.out)
+
+
+# ------------------------------------------------------------ analysis
+
+def load(d):
+    recs = []
+    with open(os.path.join(d, "f5.jsonl")) as f:
+        for line in f:
+            if line.strip():
+                recs.append(json.loads(line))
+    return recs
+
+
+METRICS = [("response_s", "web response (s)", 1, 2),
+           ("ping_rtt_ms", "receiver RTT by ping (ms)", 1, 0),
+           ("rcv_queue_ms", "receiver queue, bloatd (ms)", 1, 0),
+           ("bulk_goodput_bps", "bulk goodput (Mbit/s)", 1e-6, 2)]
+
+
+def stats(recs):
+    """{(profile, run, arm): {metric: (n, mean, ci)}}."""
+    groups = {}
+    for r in recs:
+        groups.setdefault((r["profile"], r["run"], r["arm"]), []).append(r)
+    return {k: {m: analysis.mean_ci([r.get(m) for r in rows]) for m, *_ in METRICS}
+            for k, rows in groups.items()}
+
+
+def table(st):
+    lines = [f"{'profile':7} {'run':3} {'arm':24} " + " ".join(f"{lab:>28}" for _, lab, _, _ in METRICS)]
+    for (prof, run, arm) in sorted(st, key=lambda k: (k[0], k[1], ARMS.index(k[2]))):
+        row = st[(prof, run, arm)]
+        cells = [analysis.fmt_stat(row[m], scale, digits) for m, _, scale, digits in METRICS]
+        lines.append(f"{prof:7} {run:3} {ARM_LABEL[arm]:24} " + " ".join(f"{c:>28}" for c in cells))
+    return "\n".join(lines)
+
+
+def change(st, prof, run, arm, metric):
+    """Percent change of `metric` in `arm` against neither."""
+    a, b = st.get((prof, run, arm), {}).get(metric), st.get((prof, run, "none"), {}).get(metric)
+    r = analysis.ratio(a[1] if a else None, b[1] if b else None)
+    return None if r is None else 100 * (r - 1)
+
+
+def fmt_pct(x):
+    return "n/a" if x is None else f"{x:+.0f}%"
+
+
+def finding_f5(st):
+    confs = sorted({(p, r) for p, r, a in st if a == "drwa" and (p, r, "none") in st})
+    if not confs:
+        return analysis.finding("F5", "DRWA: not measured (lab.py --f5)")
+    rtt = {c: change(st, *c, "drwa", "ping_rtt_ms") for c in confs}
+    gp = {c: change(st, *c, "drwa", "bulk_goodput_bps") for c in confs}
+    web = {c: change(st, *c, "drwa", "response_s") for c in confs}
+    ww_rtt = {c: change(st, *c, "westwood", "ping_rtt_ms") for c in confs}
+    ww_web = {c: change(st, *c, "westwood", "response_s") for c in confs}
+    each = lambda d: ", ".join(f"{p} {r} {fmt_pct(d[(p, r)])}" for p, r in confs)  # noqa: E731
+    rtts = [v for v in rtt.values() if v is not None]
+    gps = [v for v in gp.values() if v is not None]
+    holds = bool(rtts) and all(v <= -25 for v in rtts) and bool(gps) and all(v >= -10 for v in gps)
+    text = (f"DRWA: RTT {min(rtts):+.0f}…{max(rtts):+.0f}% ({each(rtt)}), "
+            f"goodput {min(gps):+.0f}…{max(gps):+.0f}% ({each(gp)}), web response {each(web)}; "
+            f"bulk→Westwood+ policy: RTT {each(ww_rtt)}, web response {each(ww_web)}; {PAPER}")
+    return analysis.finding("F5", text, value={"rtt_pct": rtt, "goodput_pct": gp}, holds=holds)
+
+
+def plot(st, prof, path):
+    plt = analysis._plt()
+    runs = sorted({r for p, r, a in st if p == prof})
+    if not runs:
+        return False
+    fig, axes = plt.subplots(1, len(METRICS), figsize=(15, 3.8))
+    for ax, (m, label, scale, _) in zip(axes, METRICS):
+        x = 0
+        ticks = []
+        for run in runs:
+            start = x
+            for arm in ARMS:
+                n, mean, ci = st.get((prof, run, arm), {}).get(m, (0, None, None))
+                if mean is not None:
+                    ax.bar(x, mean * scale, color=ARM_COLOR[arm], yerr=(ci or 0) * scale, capsize=3,
+                           label=ARM_LABEL[arm] if run == runs[0] else None)
+                x += 1
+            ticks.append(((start + x - 1) / 2, f"run {run}"))
+            x += 0.6
+        ax.set_xticks([t for t, _ in ticks])
+        ax.set_xticklabels([lab for _, lab in ticks])
+        ax.set_ylim(bottom=0)
+        ax.set_title(label, fontsize=9)
+    axes[0].legend(fontsize=7)
+    fig.suptitle(f"{prof}: acting on bloat (F5), mean and 95% CI over the web transfers")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return True
+
+
+def report(d):
+    st = stats(load(d))
+    tab = table(st)
+    f5 = finding_f5(st)
+    with open(os.path.join(d, "f5_table.txt"), "w") as f:
+        f.write(tab + "\n")
+    with open(os.path.join(d, "f5_finding.txt"), "w") as f:
+        f.write(f5["line"] + "\n")
+    made = []
+    try:
+        for prof in sorted({p for p, _, _ in st}):
+            name = f"f5_{prof.replace('.', '_')}.png"
+            if plot(st, prof, os.path.join(d, name)):
+                made.append(name)
+    except ImportError as e:
+        print(f"lab: no F5 plots ({e})")
+    print(tab)
+    print(f5["line"])
+    print(f"lab: F5 table, finding and {len(made)} plots in {d}/")
+    return 0
