@@ -132,7 +132,7 @@ static __always_inline __u32 policy_established(struct bpf_sock_ops *skops)
 	struct bloatd_sock *s = NULL;
 	struct tcp_sock *tp;
 	struct sock *sk;
-	__u32 i, cb = 0, cc_rule = 0, bulk_rule = 0, drwa_rule = 0, failed = 0;
+	__u32 i, key, cb = 0, cc_rule = 0, bulk_rule = 0, drwa_rule = 0, failed = 0;
 	__u16 sport, dport;
 
 	if (!policy_nrules && !drwa_armed)
@@ -143,7 +143,10 @@ static __always_inline __u32 policy_established(struct bpf_sock_ops *skops)
 	sport = sk->__sk_common.skc_num;
 	dport = bpf_ntohs(sk->__sk_common.skc_dport);
 	for (i = 0; i < BLOATD_POLICY_RULES && i < policy_nrules; i++) {
-		r = bpf_map_lookup_elem(&policy_rules, &i);
+		/* The key on the stack, the counter in a register: a counter
+		 * whose address a helper took would lose its bounds. */
+		key = i;
+		r = bpf_map_lookup_elem(&policy_rules, &key);
 		if (!r || !r->enabled || !policy_ports_match(r, sport, dport))
 			continue;
 		if ((r->selectors & BLOATD_PM_CGROUP) && !policy_cgroup_match(r, sk))
@@ -231,19 +234,24 @@ static __always_inline void policy_rtt(struct bpf_sock_ops *skops)
 	policy_count(BLOATD_PC_BULK_SOCKETS, 1);
 }
 
-/* The receive window DRWA let go of, given back. */
-static __always_inline void drwa_release(struct bpf_sock_ops *skops, struct bloatd_sock *s,
-					 const struct tcp_sock *tp)
+/* The window clamp to give back (policy.h, drwa_restore_clamp). */
+static __always_inline int drwa_restore_value(const struct bloatd_sock *s,
+					      const struct tcp_sock *tp)
 {
-	struct bloatd_policy_sock *p = &s->pol;
 	__u32 ratio = 0;
-	int clamp;
 
 	if (bpf_core_field_exists(tp->scaling_ratio))
 		ratio = BPF_CORE_READ(tp, scaling_ratio);
-	clamp = drwa_restore_clamp(p->drwa_orig_clamp, tp->window_clamp,
-				   tp->inet_conn.icsk_inet.sk.sk_rcvbuf, ratio);
-	if (bpf_setsockopt(skops, SOL_TCP, TCP_WINDOW_CLAMP, &clamp, sizeof(clamp)))
+	return drwa_restore_clamp(s->pol.drwa_orig_clamp, tp->window_clamp,
+				  tp->inet_conn.icsk_inet.sk.sk_rcvbuf, ratio);
+}
+
+/* DRWA let go of the socket (err: whether setting the clamp back failed). */
+static __always_inline void drwa_released(struct bloatd_sock *s, long err)
+{
+	struct bloatd_policy_sock *p = &s->pol;
+
+	if (err)
 		policy_count(BLOATD_PC_DRWA_FAILED, 1);
 	p->flags &= ~BLOATD_POL_DRWA_CLAMPED;
 	p->drwa_clamp = 0;
@@ -251,6 +259,15 @@ static __always_inline void drwa_release(struct bpf_sock_ops *skops, struct bloa
 	p->drwa_round_us = 0;
 	policy_count(BLOATD_PC_DRWA_SOCKETS, -1);
 	policy_count(BLOATD_PC_DRWA_RESTORED, 1);
+}
+
+/* The receive window DRWA let go of, given back at the socket's next ACK. */
+static __always_inline void drwa_release(struct bpf_sock_ops *skops, struct bloatd_sock *s,
+					 const struct tcp_sock *tp)
+{
+	int clamp = drwa_restore_value(s, tp);
+
+	drwa_released(s, bpf_setsockopt(skops, SOL_TCP, TCP_WINDOW_CLAMP, &clamp, sizeof(clamp)));
 }
 
 /* Is DRWA on for this socket now? */
@@ -374,6 +391,30 @@ static __always_inline void drwa_ack(struct bpf_sock_ops *skops)
 	p->drwa_clamp = clamp;
 	p->drwa_rounds++;
 	policy_count(BLOATD_PC_DRWA_ROUNDS, 1);
+}
+
+/*
+ * At stop, for receivers that send no ACK while bloatd waits for them (an
+ * idle download): every socket of the reader's network namespace that DRWA
+ * clamps gets its window back. The TCP iterator holds the socket's lock, so
+ * it may set the option; the daemon runs it in each namespace.
+ */
+SEC("iter/tcp")
+int restore_windows(struct bpf_iter__tcp *ctx)
+{
+	struct sock_common *skc = ctx->sk_common;
+	struct bloatd_sock *s;
+	struct tcp_sock *tp;
+	int clamp;
+
+	if (!skc || !(tp = bpf_skc_to_tcp_sock(skc)))
+		return 0;
+	s = bpf_sk_storage_get(&socks, tp, 0, 0);
+	if (!s || !(s->pol.flags & BLOATD_POL_DRWA_CLAMPED))
+		return 0;
+	clamp = drwa_restore_value(s, tp);
+	drwa_released(s, bpf_setsockopt(tp, SOL_TCP, TCP_WINDOW_CLAMP, &clamp, sizeof(clamp)));
+	return 0;
 }
 
 /* The record of a closing socket goes: it leaves the gauges. */

@@ -10,18 +10,26 @@
 # waits behind the queue. Quit top (q) or press Ctrl-C: the lab, the traffic,
 # and the daemon if the demo started it, are removed.
 #
+# The receiver's fix, live: bloatd starts with DRWA armed (--drwa=off);
+# press D in `bloatd top` and the receiver clamps its advertised window to
+# 3 x the data it gets per RTT, scaled by floor/RTT (Jiang et al.'s DRWA):
+# the queue drains to about twice the floor while the download keeps its
+# rate; D again gives the window back and the queue refills.
+#
 # Without a terminal on stdout, prints a `bloatd top --once` frame every
-# second for DEMO_SECONDS (default 30) instead.
+# second for DEMO_SECONDS (default 30) instead, switching DRWA on after
+# DEMO_DRWA_AT seconds if set.
 #
 # Environment: DEMO_CC=bloatd_westwood runs the download with Westwood+ (it
-# empties the queue after each loss), DEMO_SECONDS, BLOATD (the binary,
-# default target/release/bloatd).
+# empties the queue after each loss), DEMO_SECONDS, DEMO_DRWA_AT, BLOATD (the
+# binary, default target/release/bloatd).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
 BLOATD=${BLOATD:-$ROOT/target/release/bloatd}
 DEMO_CC=${DEMO_CC:-cubic}
 DEMO_SECONDS=${DEMO_SECONDS:-30}
+DEMO_DRWA_AT=${DEMO_DRWA_AT:-}
 LAB=bldemo
 PY=/usr/bin/python3
 FLOWS=$ROOT/scripts/lab/flows.py
@@ -32,6 +40,7 @@ die() { echo "demo: $*" >&2; exit 1; }
 [[ $(id -u) -eq 0 ]] || die "run as root (sudo make demo): the lab creates network namespaces"
 [[ -x $BLOATD ]] || die "$BLOATD not found: build it first (make build)"
 [[ $DEMO_SECONDS =~ ^[0-9]+$ ]] || die "DEMO_SECONDS must be a number of seconds"
+[[ -z $DEMO_DRWA_AT || $DEMO_DRWA_AT =~ ^[0-9]+$ ]] || die "DEMO_DRWA_AT must be a number of seconds"
 
 source "$ROOT/scripts/lab/bloatd.sh"
 PIDS=()
@@ -57,11 +66,13 @@ echo "demo: creating the lab '$LAB' with the 3.5g profile"
 "$TOPO" up "$LAB" --profile 3.5g
 
 set +e
-bloatd_ensure || die "could not start bloatd (see above)"
+bloatd_ensure --drwa=off || die "could not start bloatd (see above)"
 if ((BLOATD_STARTED)); then
-	echo "demo: started bloatd"
+	echo "demo: started bloatd (DRWA armed, off: D in bloatd top switches it)"
 else
 	echo "demo: bloatd is already running: using it"
+	"$BLOATD" policy list 2>/dev/null | grep -q "^DRWA: disabled" &&
+		echo "demo: its DRWA is disabled: D in bloatd top will say so (start it with --drwa=off)"
 fi
 grep -qw "$DEMO_CC" /proc/sys/net/ipv4/tcp_available_congestion_control ||
 	die "congestion control $DEMO_CC is not available (bloatd_* are registered by bloatd start)"
@@ -93,13 +104,16 @@ if line:
 echo "demo: $DEMO_CC bulk download from $LAB-snd to $LAB-rcv through a 16 Mbit/s link with 1 MB of buffer,"
 echo "      and a 320 kB web fetch every 3 s beside it"
 if [[ -t 1 ]]; then
-	echo "demo: opening bloatd top (q quits, Ctrl-C tears everything down)"
+	echo "demo: opening bloatd top (D switches DRWA on/off, q quits, Ctrl-C tears everything down)"
 	sleep 1
 	"$BLOATD" top || true
 else
 	echo "demo: no terminal: a bloatd top --once frame every second for ${DEMO_SECONDS} s"
 	for ((i = 1; i <= DEMO_SECONDS; i++)); do
 		sleep 1
+		if [[ $i == "$DEMO_DRWA_AT" ]]; then
+			"$BLOATD" policy drwa on || echo "(could not switch DRWA on)"
+		fi
 		echo "---- t=${i}s  $(last_fetch)"
 		"$BLOATD" top --once --width 160 || echo "(bloatd top --once failed)"
 	done

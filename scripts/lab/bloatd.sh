@@ -3,12 +3,13 @@
 # same rule in Python (bloatd_ensure there).
 
 # Sets BLOATD_STARTED=1 when it started the daemon, 0 when one was running.
+# Arguments go to `bloatd start` when it starts one.
 bloatd_ensure() {
 	local st=0
 	"$BLOATD" status >/dev/null 2>&1 || st=$?
 	case $st in
 	0) BLOATD_STARTED=0 ;;
-	3) "$BLOATD" start || return 1; BLOATD_STARTED=1 ;;
+	3) "$BLOATD" start "$@" || return 1; BLOATD_STARTED=1 ;;
 	*) echo "bloatd status failed (exit $st): see '$BLOATD status'" >&2; return 1 ;;
 	esac
 }

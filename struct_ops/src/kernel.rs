@@ -135,7 +135,7 @@ pub struct NetnsDefaultChange {
 
 /// Every network namespace reachable through /run/netns (ip netns) or a
 /// process, once each (by inode), with how it was found.
-fn network_namespaces() -> Vec<(String, u64, File)> {
+pub fn network_namespaces() -> Vec<(String, u64, File)> {
     let mut seen = HashSet::new();
     let mut out = Vec::new();
     let named = fs::read_dir("/run/netns")

@@ -52,6 +52,17 @@ impl MapIter {
         Ok(MapIter { link })
     }
 
+    /// An iterator over no map (iter/tcp): each read walks the sockets of
+    /// the reading thread's network namespace.
+    pub fn attach_unbound(prog: BorrowedFd<'_>) -> io::Result<MapIter> {
+        // SAFETY: all-zero is a valid bpf_attr.
+        let mut attr: bpf_attr = unsafe { std::mem::zeroed() };
+        attr.link_create.__bindgen_anon_1.prog_fd = prog.as_raw_fd() as u32;
+        attr.link_create.attach_type = bpf_attach_type::BPF_TRACE_ITER as u32;
+        let link = sys_bpf(bpf_cmd::BPF_LINK_CREATE, &mut attr)?;
+        Ok(MapIter { link })
+    }
+
     /// Run the iterator once; everything the program wrote.
     pub fn read(&self) -> io::Result<Vec<u8>> {
         // SAFETY: all-zero is a valid bpf_attr.

@@ -227,6 +227,19 @@ fn attach_sock_ops(ebpf: &mut Ebpf) -> Result<(), String> {
     Ok(())
 }
 
+/// Load the iterator program `name` (target `target`, over no map) and
+/// attach it, for reads from any network namespace.
+fn iter_unbound(ebpf: &mut Ebpf, btf: &Btf, name: &'static str, target: &str) -> Result<MapIter, ProbeError> {
+    let prog: &mut Iter = ebpf
+        .program_mut(name)
+        .ok_or_else(|| ProbeError::Object(format!("program {name} missing from object")))?
+        .try_into()
+        .map_err(|e| ProbeError::Object(errstr(e)))?;
+    prog.load(target, btf).map_err(|e| ProbeError::Load { name, detail: errstr(e) })?;
+    let prog_fd = prog.fd().map_err(|e| ProbeError::Load { name, detail: errstr(e) })?;
+    MapIter::attach_unbound(prog_fd.as_fd()).map_err(|e| ProbeError::Attach { name, detail: e.to_string() })
+}
+
 /// Load the iterator program `name` and attach it to `map`.
 fn iter_attach(
     ebpf: &mut Ebpf,
@@ -358,7 +371,7 @@ impl Probes {
             return Err(ProbeError::Object("map floors is not an LRU hash".into()));
         };
         // The rules are in their map before the program that reads them runs.
-        let policy_maps = policy::PolicyMaps::load(&mut ebpf, &cfg.policy)?;
+        let mut policy_maps = policy::PolicyMaps::load(&mut ebpf, &cfg.policy)?;
         let sockops_error = attach_sock_ops(&mut ebpf).err();
         if let (Some(e), true) = (&sockops_error, !cfg.policy.rules.is_empty() || cfg.policy.drwa_armed) {
             // Without the program no rule and no DRWA would act: refuse.
@@ -386,6 +399,10 @@ impl Probes {
         let floors = iter_attach(&mut ebpf, &btf, "dump_floors", "bpf_map_elem", &floors_map)?;
         let floors_count = iter_attach(&mut ebpf, &btf, "count_floors", "bpf_map_elem", &floors_map)?;
 
+        if cfg.policy.drwa_armed {
+            let it = iter_unbound(&mut ebpf, &btf, "restore_windows", "tcp")?;
+            policy_maps.set_restore(it);
+        }
         let mut probes = Probes {
             ebpf,
             ring,

@@ -2,7 +2,9 @@
 //! applies, the live switches (DRWA on/off, stopping), and its counters.
 
 use super::abi::{policy_count, BloatdPolicyCounts, BloatdPolicyCtl, BloatdPolicyRule};
+use super::map_iter::MapIter;
 use super::{errstr, ProbeError};
+use std::os::fd::AsRawFd;
 use aya::maps::{Array, MapData};
 use aya::Ebpf;
 use std::time::{Duration, Instant};
@@ -26,6 +28,8 @@ pub struct PolicyMaps {
     ctl: Array<MapData, BloatdPolicyCtl>,
     counts: Array<MapData, BloatdPolicyCounts>,
     armed: bool,
+    /// iter/tcp `restore_windows`: gives idle receivers their windows back.
+    restore: Option<MapIter>,
 }
 
 fn map_err(map: &'static str) -> impl Fn(aya::maps::MapError) -> ProbeError {
@@ -45,12 +49,18 @@ impl PolicyMaps {
             ctl: Array::try_from(take("policy_ctl")?).map_err(map_err("policy_ctl"))?,
             counts: Array::try_from(take("policy_counts")?).map_err(map_err("policy_counts"))?,
             armed: cfg.drwa_armed,
+            restore: None,
         };
         for (i, r) in cfg.rules.iter().enumerate() {
             maps.rules.set(i as u32, *r, 0).map_err(map_err("policy_rules"))?;
         }
         maps.set_drwa(cfg.drwa_on)?;
         Ok(maps)
+    }
+
+    /// The iterator that restores windows in one network namespace.
+    pub fn set_restore(&mut self, it: MapIter) {
+        self.restore = Some(it);
     }
 
     fn ctl(&self) -> Result<BloatdPolicyCtl, ProbeError> {
@@ -80,8 +90,10 @@ impl PolicyMaps {
 
     /// Before the sock_ops program goes: every receiver DRWA clamps gets
     /// its window back at its next ACK (`stopping`), so wait until none is
-    /// clamped, at most `timeout`. Receivers idle now keep the clamp until
-    /// their buffer grows (README, Known limits). Returns how many did.
+    /// clamped, at most `timeout`; then the TCP iterator restores the rest
+    /// (receivers that sent no ACK meanwhile) in every network namespace
+    /// it can enter. Returns how many are still clamped (sockets of a
+    /// namespace no process or /run/netns holds).
     pub fn release_windows(&mut self, timeout: Duration) -> i64 {
         if !self.armed {
             return 0;
@@ -94,6 +106,32 @@ impl PolicyMaps {
         while clamped(self) > 0 && Instant::now() < deadline {
             std::thread::sleep(Duration::from_millis(20));
         }
+        if clamped(self) > 0 {
+            if let Some(it) = &self.restore {
+                restore_in_every_netns(it);
+            }
+        }
         clamped(self)
     }
+}
+
+/// Run the restore iterator in every network namespace: a TCP iterator
+/// walks the namespace of the thread that creates it, and setns changes
+/// only the calling thread, so a short-lived thread enters each in turn.
+fn restore_in_every_netns(it: &MapIter) {
+    let namespaces = bloatd_cc::network_namespaces();
+    std::thread::scope(|scope| {
+        scope.spawn(|| {
+            for (label, _, f) in namespaces {
+                // SAFETY: f is an open nsfs file; setns changes this thread only.
+                if unsafe { libc::setns(f.as_raw_fd(), libc::CLONE_NEWNET) } != 0 {
+                    tracing::debug!("restoring DRWA windows: cannot enter {label}: {}", std::io::Error::last_os_error());
+                    continue;
+                }
+                if let Err(e) = it.read() {
+                    tracing::warn!("restoring DRWA windows in {label}: {e}");
+                }
+            }
+        });
+    });
 }
