@@ -314,18 +314,19 @@ static __always_inline void drwa_ack(struct bpf_sock_ops *skops)
 		return;
 	}
 	p = &s->pol;
-	if (!drwa_on(s)) {
-		if (p->flags & BLOATD_POL_DRWA_CLAMPED)
-			drwa_release(skops, s, tp);
-		p->drwa_round_us = 0;
-		return;
-	}
 	if (tp->bytes_received < drwa_min_bytes) {
-		/* A bulk sender does not need a callback per segment. */
+		/* A bulk sender does not need a callback per segment it sends,
+		 * whether DRWA is on or not. */
 		if (tp->bytes_acked > drwa_min_bytes && !p->drwa_rule) {
 			p->flags &= ~BLOATD_POL_DRWA_ARMED;
 			policy_cb_clear(skops, SOCKOPS_WRITE_HDR_OPT_CB_FLAG);
 		}
+		return;
+	}
+	if (!drwa_on(s)) {
+		if (p->flags & BLOATD_POL_DRWA_CLAMPED)
+			drwa_release(skops, s, tp);
+		p->drwa_round_us = 0;
 		return;
 	}
 	now_us = tp->tcp_mstamp;

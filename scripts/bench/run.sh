@@ -10,6 +10,9 @@ echo
 echo "### server scale: 10,000 busy and 100,000 sockets (scripts/bench/scale.py)"
 $PY scripts/bench/scale.py ${BLOATD_BASELINE:+--baseline "$BLOATD_BASELINE"}
 echo
+echo "### acting on bloat: the sock_ops program per callback (scripts/bench/policy.sh)"
+scripts/bench/policy.sh
+echo
 echo "### congestion controls (scripts/bench/cc.sh)"
 scripts/bench/cc.sh
 echo

@@ -170,7 +170,9 @@ class Monitor:
         receiver queue of the bulk flows, their goodput together, DRWA's
         median clamp, the bulk flows' congestion controls."""
         pings = [r for t, r in self.pings if t0 <= t <= t1]
-        inside = [(t, rcv, ccs) for t, rcv, ccs in self.samples if t0 <= t <= t1]
+        # bloatd is read every 0.5 s: a web transfer on 3.5g can be shorter,
+        # so the readings just around it count too.
+        inside = [(t, rcv, ccs) for t, rcv, ccs in self.samples if t0 - 0.6 <= t <= t1 + 0.6]
         out = {"ping_rtt_ms": sum(pings) / len(pings) if pings else None, "pings": len(pings)}
         if len(inside) >= 2:
             (ta, ra, _), (tb, rb, ccs) = inside[0], inside[-1]

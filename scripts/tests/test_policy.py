@@ -20,10 +20,22 @@ import signal
 import subprocess
 import tempfile
 import time
+import unittest
 
 from bloatdtest import (RCV4, SND4, TestCase, main, run, sock_ops_attached, wait_for)
 
 BULK_BYTES = 2_000_000
+
+
+def cgroup2_root():
+    """Where the cgroup v2 hierarchy is mounted (/sys/fs/cgroup, or
+    /sys/fs/cgroup/unified on a hybrid host like this one)."""
+    with open("/proc/self/mounts") as f:
+        for line in f:
+            dev, path, fstype = line.split()[:3]
+            if fstype == "cgroup2":
+                return path
+    raise unittest.SkipTest("no cgroup v2 hierarchy mounted")
 
 
 def data_sockets(lab, side, port, remote=False):
@@ -65,7 +77,7 @@ class Policy(TestCase):
         self.assertIn('bloatd_policy_sockets{action="cc"}', d.metrics())
 
     def test_a_cgroup_rule_picks_westwood_for_a_server_in_the_cgroup(self):
-        root = "/sys/fs/cgroup"
+        root = cgroup2_root()
         cg = tempfile.mkdtemp(prefix="bloatd-test-", dir=root)
         self.addCleanup(os.rmdir, cg)
         name = os.path.basename(cg)
@@ -78,7 +90,7 @@ class Policy(TestCase):
                               "read go; exec iperf3 -s -p 5303"],
                              stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
         lab.procs.append(p)
-        self.addCleanup(self.leave_cgroup, cg)
+        self.addCleanup(self.leave_cgroup, root, cg)
         with open(os.path.join(cg, "cgroup.procs"), "w") as f:
             f.write(str(p.pid))
         p.stdin.write("go\n")
@@ -94,7 +106,7 @@ class Policy(TestCase):
         self.assertEqual(outside[0]["cc"], "bbr", "ss: a server outside the cgroup keeps the default")
 
     @staticmethod
-    def leave_cgroup(cg):
+    def leave_cgroup(root, cg):
         """Move whatever is left in the test's cgroup to the root, so it can
         be removed."""
         try:
@@ -104,7 +116,7 @@ class Policy(TestCase):
             return
         for pid in pids:
             try:
-                with open("/sys/fs/cgroup/cgroup.procs", "w") as f:
+                with open(os.path.join(root, "cgroup.procs"), "w") as f:
                     f.write(pid)
             except OSError:
                 pass
@@ -127,9 +139,12 @@ class Policy(TestCase):
         wait_for(observe, timeout=20, step=0.2, what="the flow switched to bloatd_westwood")
         before = [b for cc, b in seen if cc == "cubic"]
         after = [b for cc, b in seen if cc == "bloatd_westwood"]
-        self.assertTrue(before, f"ss saw the flow with CUBIC before its bytes: {seen}")
-        self.assertLess(max(before), BULK_BYTES, f"CUBIC only below the rule's bytes: {seen}")
+        self.assertTrue(before and min(before) < BULK_BYTES,
+                        f"ss saw the flow with CUBIC before its bytes: {seen}")
         self.assertGreaterEqual(after[0], BULK_BYTES, f"switched only after them: {seen}")
+        # At the first ACK with an RTT sample past the bytes: in loss
+        # recovery that can be a window later (buffer 300 kB + BDP 20 kB).
+        self.assertLess(max(before), BULK_BYTES + 400_000, f"and soon after them: {seen}")
         s = [x for x in d.sockets() if x["local_port"] == 5305 and x["cc"] == "bloatd_westwood"]
         self.assertTrue(s and s[0]["policy"]["bulk_rule"] == "bulk" and not s[0]["policy"]["bulk_waiting"],
                         f"bloatd names the bulk rule: {s}")
