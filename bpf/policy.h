@@ -149,15 +149,20 @@ static __always_inline __u32 drwa_cwnd_est(__u32 prev, __u64 rcvd)
  * the floor while the link stays full. RTT_min is the path's floor (never
  * above RTT_est), lambda a fixed point number with 8 fraction bits. Never
  * below min_bytes, so a round with little data (an application pause) does
- * not shut the window.
+ * not shut the window. resolution_us is the granularity of RTT_est: with
+ * millisecond TCP timestamps a LAN's 50 us RTT reads 500-1000 us, and a
+ * floor below that would look like a queue of 10-20 floors; the floor is
+ * counted at the resolution at least.
  */
 static __always_inline __u32 drwa_window(__u32 cwnd_est, __u32 floor_us, __u32 rtt_us,
-					 __u32 lambda_x256, __u32 min_bytes)
+					 __u32 lambda_x256, __u32 min_bytes, __u32 resolution_us)
 {
 	__u64 w;
 
 	if (!rtt_us)
 		return 0;
+	if (floor_us < resolution_us)
+		floor_us = resolution_us;
 	if (floor_us > rtt_us)
 		floor_us = rtt_us;
 	w = (__u64)cwnd_est * floor_us / rtt_us;

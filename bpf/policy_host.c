@@ -11,9 +11,9 @@ __u32 bloatd_drwa_cwnd_est(__u32 prev, __u64 rcvd)
 }
 
 __u32 bloatd_drwa_window(__u32 cwnd_est, __u32 floor_us, __u32 rtt_us, __u32 lambda_x256,
-			 __u32 min_bytes)
+			 __u32 min_bytes, __u32 resolution_us)
 {
-	return drwa_window(cwnd_est, floor_us, rtt_us, lambda_x256, min_bytes);
+	return drwa_window(cwnd_est, floor_us, rtt_us, lambda_x256, min_bytes, resolution_us);
 }
 
 __u32 bloatd_drwa_restore_clamp(__u32 orig, __u32 now, __u32 rcvbuf, __u32 scaling_ratio)

@@ -302,7 +302,7 @@ static __always_inline void drwa_ack(struct bpf_sock_ops *skops)
 	struct bloatd_policy_sock *p;
 	struct bloatd_sock *s;
 	struct tcp_sock *tp;
-	__u32 rtt_us, sample, mss, limit, ratio = 0;
+	__u32 rtt_us, sample, mss, limit, resolution, ratio = 0;
 	__u64 now_us, rcvd;
 	int clamp;
 
@@ -367,8 +367,12 @@ static __always_inline void drwa_ack(struct bpf_sock_ops *skops)
 		return;		/* no floor yet: nothing to measure the queue against */
 	p->drwa_floor_us = s->floor_us;
 	mss = tp->inet_conn.icsk_ack.rcv_mss;
+	/* RTT_est from millisecond timestamps (unless the connection agreed
+	 * on microsecond ones) has a millisecond's resolution. */
+	resolution = tp->tcp_header_len > 20 &&
+		     !BPF_CORE_READ_BITFIELD_PROBED(tp, tcp_usec_ts) ? 1000 : 0;
 	clamp = drwa_window(p->drwa_cwnd_est, s->floor_us, rtt_us, drwa_lambda_x256,
-			    4 * (mss ? mss : 1460));
+			    4 * (mss ? mss : 1460), resolution);
 	if (!(p->flags & BLOATD_POL_DRWA_CLAMPED))
 		p->drwa_orig_clamp = tp->window_clamp;
 	/* DRWA only lowers the window: never above what autotuning gives. */

@@ -709,7 +709,14 @@ pub fn encode_metrics(
 mod c {
     extern "C" {
         pub fn bloatd_drwa_cwnd_est(prev: u32, rcvd: u64) -> u32;
-        pub fn bloatd_drwa_window(cwnd_est: u32, floor_us: u32, rtt_us: u32, lambda_x256: u32, min_bytes: u32) -> u32;
+        pub fn bloatd_drwa_window(
+            cwnd_est: u32,
+            floor_us: u32,
+            rtt_us: u32,
+            lambda_x256: u32,
+            min_bytes: u32,
+            resolution_us: u32,
+        ) -> u32;
         pub fn bloatd_drwa_restore_clamp(orig: u32, now: u32, rcvbuf: u32, scaling_ratio: u32) -> u32;
         pub fn bloatd_policy_ports_match(r: *const super::BloatdPolicyRule, sport: u16, dport: u16) -> i32;
     }
@@ -814,15 +821,19 @@ mod tests {
         // SAFETY: pure C functions of plain integers.
         unsafe {
             // No queue (RTT at the floor): lambda x what arrived.
-            assert_eq!(c::bloatd_drwa_window(100_000, 80_000, 80_000, 768, 5_000), 300_000);
+            assert_eq!(c::bloatd_drwa_window(100_000, 80_000, 80_000, 768, 5_000, 0), 300_000);
             // A queue of 2 floors (RTT = 3 x floor): the window holds.
-            assert_eq!(c::bloatd_drwa_window(300_000, 80_000, 240_000, 768, 5_000), 300_000);
+            assert_eq!(c::bloatd_drwa_window(300_000, 80_000, 240_000, 768, 5_000, 0), 300_000);
             // A deep queue shrinks it, never below the minimum.
-            assert_eq!(c::bloatd_drwa_window(300_000, 80_000, 960_000, 768, 5_000), 75_000);
-            assert_eq!(c::bloatd_drwa_window(1_000, 80_000, 960_000, 768, 5_000), 5_000);
+            assert_eq!(c::bloatd_drwa_window(300_000, 80_000, 960_000, 768, 5_000, 0), 75_000);
+            assert_eq!(c::bloatd_drwa_window(1_000, 80_000, 960_000, 768, 5_000, 0), 5_000);
             // A floor above the RTT (a stale floor) counts as the RTT.
-            assert_eq!(c::bloatd_drwa_window(100_000, 90_000, 80_000, 768, 0), 300_000);
-            assert_eq!(c::bloatd_drwa_window(100_000, 80_000, 0, 768, 0), 0);
+            assert_eq!(c::bloatd_drwa_window(100_000, 90_000, 80_000, 768, 0, 0), 300_000);
+            assert_eq!(c::bloatd_drwa_window(100_000, 80_000, 0, 768, 0, 0), 0);
+            // Millisecond timestamps on a LAN: a 40 us floor against an RTT
+            // that reads 500 us is no queue of 12 floors.
+            assert_eq!(c::bloatd_drwa_window(100_000, 40, 500, 768, 0, 1000), 300_000);
+            assert_eq!(c::bloatd_drwa_window(100_000, 40, 500, 768, 0, 0), 24_000);
             // Smoothing: the first round starts it, later ones weigh 1/8.
             assert_eq!(c::bloatd_drwa_cwnd_est(0, 80_000), 80_000);
             assert_eq!(c::bloatd_drwa_cwnd_est(80_000, 160_000), 90_000);

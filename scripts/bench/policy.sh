@@ -13,14 +13,17 @@
 #                 drwa_min_bytes)
 #   drwa on       DRWA on: the same callbacks, a round once per RTT
 #
-# Not a test: it reports. Usage: scripts/bench/policy.sh [--seconds S] (root)
+# Configurations alternate, --reps times; medians are reported (this VM's
+# veth swings between 14 and 50 Gbit/s from one run to the next).
+# Not a test: it reports. Usage: scripts/bench/policy.sh [--seconds S] [--reps N] (root)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-SECS=10
+SECS=10 REPS=3
 while (($#)); do
 	case $1 in
 	--seconds) SECS=$2; shift 2 ;;
-	-h|--help) sed -n '2,17p' "$0"; exit 0 ;;
+	--reps) REPS=$2; shift 2 ;;
+	-h|--help) sed -n '2,19p' "$0"; exit 0 ;;
 	*) echo "policy.sh: unknown option $1" >&2; exit 2 ;;
 	esac
 done
@@ -54,9 +57,9 @@ d = d if isinstance(d, list) else [d]
 print(sum(p.get("run_cnt", 0) for p in d), sum(p.get("run_time_ns", 0) for p in d))'
 }
 
-echo "== veth at line rate (topo.sh --direct), one ${SECS} s download per configuration"
+echo "== veth at line rate (topo.sh --direct), ${SECS} s downloads, ${REPS} per configuration, alternating"
 scripts/lab/topo.sh up "$LAB" --direct >/dev/null
-printf '  %-14s %10s %10s %10s %10s %12s\n' config Gbit/s callbacks "per s" ns/call "% of a core"
+RESULTS=$RUN/results
 run() {
 	local name=$1; shift
 	"$BIN" --run-dir "$RUN" start --no-cc --bpf-stats --listen "127.0.0.1:$PORT" "$@" >/dev/null
@@ -67,13 +70,26 @@ run() {
 	local t_end=$(date +%s.%N)
 	read -r n1 t1 < <(sockops_stats)
 	"$BIN" --run-dir "$RUN" stop >/dev/null
-	$PY -c "
-n, t, dt = $n1 - $n0, $t1 - $t0, $t_end - $t_start
-ns = t / n if n else float('nan')
-print('  %-14s %10s %10d %10.0f %10.0f %12.2f' % ('$name', '$g', n, n / dt, ns, 100 * t / 1e9 / dt))"
+	echo "$name|$g|$((n1 - n0))|$((t1 - t0))|$t_start|$t_end" >>"$RESULTS"
 }
-run "none"
-run "port rule" --policy "sport=5400,cc=cubic"
-run "bulk waiting" --policy "bulk_bytes=1000G,cc=reno"
-run "drwa armed" --drwa=off
-run "drwa on" --drwa
+for ((r = 1; r <= REPS; r++)); do
+	run "none"
+	run "port rule" --policy "sport=5400,cc=cubic"
+	run "bulk waiting" --policy "bulk_bytes=1000G,cc=reno"
+	run "drwa armed" --drwa=off
+	run "drwa on" --drwa
+done
+$PY - "$RESULTS" <<'PYEOF'
+import statistics, sys
+rows = {}
+for line in open(sys.argv[1]):
+    name, g, n, t, t0, t1 = line.strip().split("|")
+    rows.setdefault(name, []).append((float(g), int(n), int(t), float(t1) - float(t0)))
+print("  %-14s %14s %10s %10s %10s %12s" % ("config", "Gbit/s", "callbacks", "per s", "ns/call", "% of a core"))
+for name, rs in rows.items():
+    g = statistics.median(r[0] for r in rs)
+    n = sum(r[1] for r in rs); t = sum(r[2] for r in rs); dt = sum(r[3] for r in rs)
+    spread = "%.1f-%.1f" % (min(r[0] for r in rs), max(r[0] for r in rs))
+    ns = t / n if n else float("nan")
+    print("  %-14s %5.1f (%s) %10d %10.0f %10.0f %12.2f" % (name, g, spread, n, n / dt, ns, 100 * t / 1e9 / dt))
+PYEOF
