@@ -117,10 +117,13 @@ class Daemon:
 class Lab:
     """The sender-router-receiver topology of scripts/lab/topo.sh."""
 
-    def __init__(self, name, rate="10mbit", buffer_bytes=1500000, delay_ms=0):
+    def __init__(self, name, rate="10mbit", buffer_bytes=1500000, delay_ms=0, profile=None):
+        """A constant-rate link, or with `profile` one of topo.sh's profiles
+        as it is (3.5g, lte, ...)."""
         self.name = name
-        run(TOPO, "up", name, "--rate", rate, "--buffer-bytes", str(buffer_bytes),
-            "--delay-ms", str(delay_ms), timeout=120)
+        args = ["--profile", profile] if profile else [
+            "--rate", rate, "--buffer-bytes", str(buffer_bytes), "--delay-ms", str(delay_ms)]
+        run(TOPO, "up", name, *args, timeout=120)
         self.procs = []
 
     def ns(self, side):
@@ -201,8 +204,10 @@ class Lab:
             if p.poll() is None:
                 p.kill()
                 p.wait()
-            if p.stderr:
-                p.stderr.close()
+            for f in (p.stdout, p.stderr):
+                if f:
+                    f.close()
+        self.procs = []
         run(TOPO, "down", self.name, check=False, timeout=120)
 
 
