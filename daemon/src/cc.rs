@@ -59,21 +59,15 @@ impl CcSet {
         }
     }
 
-    /// (cwnd, BWE x RTTmin / MSS) of the Westwood+ sockets that acted in
-    /// the last second, for the cwnd/pipe histogram.
-    pub fn westwood_cwnd_pipe(&self) -> Vec<(u32, u32)> {
-        let Some(r) = &self.reg else { return Vec::new() };
-        match r.states() {
-            Ok(states) => states
-                .values()
-                .filter_map(|s| match s {
-                    bloatd_cc::CcState::Westwood(w) if w.age_us < 1_000_000 => Some((w.cwnd, w.pipe_segments())),
-                    _ => None,
-                })
-                .collect(),
+    /// Westwood+'s cwnd/pipe histogram, counted in the kernel (None
+    /// without bloatd_westwood).
+    pub fn westwood_cwnd_pipe_ratio(&self) -> Option<bloatd_cc::RatioHistogram> {
+        let r = self.reg.as_ref()?;
+        match r.westwood_cwnd_pipe_ratio() {
+            Ok(h) => h,
             Err(e) => {
-                tracing::warn!("reading congestion control state: {e}");
-                Vec::new()
+                tracing::warn!("reading the cwnd/pipe histogram: {e}");
+                None
             }
         }
     }

@@ -272,6 +272,7 @@ impl Config {
         bloatd_cc::Options {
             westwood_ssthresh: bloatd_cc::WestwoodSsthresh::from_name(&self.westwood_ssthresh)
                 .unwrap_or_default(),
+            ratio_interval_us: (self.interval_ms as u32).saturating_mul(1000),
         }
     }
 

@@ -313,9 +313,6 @@ impl Core {
                 }
             }
         }
-        for (cwnd, pipe) in self.cc.westwood_cwnd_pipe() {
-            m.observe_westwood(cwnd, pipe);
-        }
         let view = KernelView {
             per_cc,
             sockets,
@@ -325,6 +322,7 @@ impl Core {
             map_capacity: self.probes.map_capacity(),
             floors: self.probes.floors_count().unwrap_or(0),
             cc_export_failures: self.cc.export_failures(),
+            westwood_cwnd_pipe: self.cc.westwood_cwnd_pipe_ratio(),
         };
         m.encode(view)
     }

@@ -18,8 +18,6 @@ use crate::probes::abi::{hist, limits, stat, BloatdCcStats, BloatdRoleStats};
 use crate::probes::Counters;
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric, NoLabelSet};
-use prometheus_client::metrics::family::Family;
-use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::metrics::info::Info;
 use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::Registry;
@@ -126,16 +124,14 @@ pub struct KernelView {
     /// Per registered bloatd congestion control: state snapshots its map
     /// refused.
     pub cc_export_failures: Vec<(String, u64)>,
+    /// bloatd_westwood's cwnd/pipe histogram as its struct_ops program
+    /// counted it (None without bloatd_westwood).
+    pub westwood_cwnd_pipe: Option<bloatd_cc::RatioHistogram>,
 }
 
 pub struct Metrics {
     registry: Registry,
     kernel: Arc<Mutex<KernelView>>,
-    westwood_cwnd_pipe: Family<CcLabel, Histogram, fn() -> Histogram>,
-}
-
-fn ratio_histogram() -> Histogram {
-    Histogram::new([0.5, 0.75, 1.0, 1.25, 1.5, 2.0, 3.0, 5.0, 10.0, 20.0])
 }
 
 impl Default for Metrics {
@@ -148,37 +144,15 @@ impl Metrics {
     pub fn new() -> Metrics {
         let mut registry = Registry::with_prefix("bloatd");
         let kernel = Arc::new(Mutex::new(KernelView::default()));
-        let westwood_cwnd_pipe: Family<CcLabel, Histogram, fn() -> Histogram> =
-            Family::new_with_constructor(ratio_histogram);
         registry.register_collector(Box::new(KernelCollector {
             view: kernel.clone(),
         }));
-        registry.register(
-            "westwood_cwnd_pipe_ratio",
-            "Westwood+ sockets: cwnd / (BWE x RTTmin / MSS), how far cwnd sits above the estimated pipe (one observation per socket updated since the last scrape)",
-            westwood_cwnd_pipe.clone(),
-        );
         registry.register(
             "build",
             "bloatd build",
             Info::new(vec![("version", env!("CARGO_PKG_VERSION"))]),
         );
-        Metrics {
-            registry,
-            kernel,
-            westwood_cwnd_pipe,
-        }
-    }
-
-    /// Westwood+ sockets: cwnd relative to the pipe it estimated.
-    pub fn observe_westwood(&self, cwnd: u32, pipe_segments: u32) {
-        if pipe_segments > 0 {
-            self.westwood_cwnd_pipe
-                .get_or_create(&CcLabel {
-                    cc: "bloatd_westwood".into(),
-                })
-                .observe(cwnd as f64 / pipe_segments as f64);
-        }
+        Metrics { registry, kernel }
     }
 
     /// The exposition of `view` in Prometheus text format 0.0.4, which every
@@ -481,6 +455,19 @@ impl Collector for KernelCollector {
             .iter()
             .map(|(cc, n)| (CcLabel { cc: cc.clone() }, *n))
             .collect();
+        if let Some(h) = &v.westwood_cwnd_pipe {
+            if h.count() > 0 {
+                let (sum, count, buckets) = histogram(&h.counts, &bloatd_cc::RatioHistogram::bounds(), h.sum);
+                e.encode_descriptor(
+                    "westwood_cwnd_pipe_ratio",
+                    "Westwood+ sockets: cwnd / (BWE x RTTmin / MSS), how far cwnd sits above the estimated pipe (one observation per socket per sampling interval in which it got ACKs, counted in the kernel)",
+                    None,
+                    MetricType::Histogram,
+                )?
+                .encode_family(&CcLabel { cc: "bloatd_westwood".into() })?
+                .encode_histogram::<NoLabelSet>(sum, count, &buckets, None)?;
+            }
+        }
         counter(
             &mut e,
             "cc_export_failures",
@@ -573,6 +560,10 @@ mod tests {
             map_capacity: 64,
             floors: 3,
             cc_export_failures: vec![("bloatd_cubic".into(), 2)],
+            westwood_cwnd_pipe: Some(bloatd_cc::RatioHistogram {
+                counts: vec![0, 0, 3, 1, 0, 0, 0, 0, 0, 0, 1],
+                sum: 33.5,
+            }),
             ..Default::default()
         }
     }
@@ -594,6 +585,14 @@ mod tests {
             "# TYPE bloatd_build_info gauge",
             "bloatd_path_floors 3",
             r#"bloatd_cc_export_failures_total{cc="bloatd_cubic"} 2"#,
+            "# TYPE bloatd_westwood_cwnd_pipe_ratio histogram",
+            r#"bloatd_westwood_cwnd_pipe_ratio_bucket{le="0.75",cc="bloatd_westwood"} 0"#,
+            r#"bloatd_westwood_cwnd_pipe_ratio_bucket{le="1.0",cc="bloatd_westwood"} 3"#,
+            r#"bloatd_westwood_cwnd_pipe_ratio_bucket{le="1.25",cc="bloatd_westwood"} 4"#,
+            r#"bloatd_westwood_cwnd_pipe_ratio_bucket{le="20.0",cc="bloatd_westwood"} 4"#,
+            r#"bloatd_westwood_cwnd_pipe_ratio_bucket{le="+Inf",cc="bloatd_westwood"} 5"#,
+            r#"bloatd_westwood_cwnd_pipe_ratio_count{cc="bloatd_westwood"} 5"#,
+            r#"bloatd_westwood_cwnd_pipe_ratio_sum{cc="bloatd_westwood"} 33.5"#,
         ] {
             assert!(text.contains(line), "missing {line}\n{text}");
         }

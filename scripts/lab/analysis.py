@@ -469,6 +469,45 @@ def plot_long_series(res, prof, key, scale, ylabel, path):
     return True
 
 
+def plot_long_dynamics(res, prof, path):
+    """Why the queue stays or drains: cwnd against Westwood+'s BWE x RTTmin
+    (its pipe) and the queueing delay over one long flow each of CUBIC and
+    Westwood+ (needs runs measured with bloatd, which exports the pipe)."""
+    plt = _plt()
+    ccs = [c for c in ("cubic", WW) if res.long(prof, c)]
+    rows = {cc: res.long(prof, cc)[0]["series"] for cc in ccs}
+    if WW not in rows or not any(p.get("pipe") for p in rows[WW]):
+        return False
+    fig, axes = plt.subplots(2, len(ccs), figsize=(5 * len(ccs), 5.5), sharex=True, squeeze=False)
+    for j, cc in enumerate(ccs):
+        s = rows[cc]
+        t = [p["t"] for p in s]
+        top, bottom = axes[0, j], axes[1, j]
+        top.plot(t, [p["cwnd"] for p in s], color=CC_COLOR.get(cc, "grey"), lw=0.8, label="cwnd")
+        pipe = [(p["t"], p["pipe"]) for p in s if p.get("pipe")]
+        if pipe:
+            top.plot([x for x, _ in pipe], [y for _, y in pipe], color="black", lw=0.8, ls="--",
+                     label="BWE x RTTmin")
+        top.set_ylabel("segments", fontsize=8)
+        top.set_title(CC_LABEL.get(cc, cc), fontsize=9, loc="left")
+        top.legend(fontsize=7)
+        bottom.plot(t, [(p.get("queue_delay_us") or 0) / 1000 for p in s],
+                    color=CC_COLOR.get(cc, "grey"), lw=0.8)
+        r = [p["t"] for a, p in zip(s, s[1:]) if p["retrans"] > a["retrans"]]
+        if r:
+            bottom.plot(r, [0] * len(r), "x", color="red", ms=4, label="retransmission")
+            bottom.legend(fontsize=7)
+        bottom.set_ylabel("queueing delay (ms)", fontsize=8)
+        bottom.set_xlabel("time (s)")
+    link = res.meta["profiles"].get(prof, {})
+    what = f"trace {link['trace']}" if link.get("trace") else f"constant {link.get('rate')}"
+    fig.suptitle(f"{prof} ({what}): cwnd, Westwood+'s pipe and the queue over one long flow")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return True
+
+
 def plots(res, d):
     made = []
     for prof in res.profiles():
@@ -481,6 +520,7 @@ def plots(res, d):
             (f"short_loss_{tag}.png", lambda p: plot_short(res, prof, "loss_pct", 1,
                                                            "short flow retransmitted %", p)),
             (f"long_{tag}.png", lambda p: plot_long_bars(res, prof, p)),
+            (f"long_dynamics_{tag}.png", lambda p: plot_long_dynamics(res, prof, p)),
             (f"long_rtt_{tag}.png", lambda p: plot_long_series(res, prof, "srtt_us", 1e-3,
                                                                "RTT (ms)", p)),
             (f"long_window_{tag}.png", lambda p: plot_long_series(

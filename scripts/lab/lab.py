@@ -181,9 +181,17 @@ class Lab:
         self.procs = []
         self.server = None
 
-    def up(self, profile):
+    def up(self, profile, ssthresh_cache=False):
         subprocess.run([TOPO, "up", self.name, "--profile", profile.name], check=True,
                        stdout=subprocess.DEVNULL)
+        if ssthresh_cache:
+            # As the kernels of the papers' time did: a closing connection
+            # leaves its ssthresh in the TCP metrics cache and the next one
+            # to the same host starts slow start with it (6.x saves none by
+            # default, and topo.sh turns the cache off as Alfredsson did).
+            subprocess.run(["ip", "netns", "exec", f"{self.name}-snd", "sysctl", "-qw",
+                            "net.ipv4.tcp_no_metrics_save=0",
+                            "net.ipv4.tcp_no_ssthresh_metrics_save=0"], check=True)
         self.server = self.spawn("snd", [PY, FLOWS, "serve", "--port", str(PORT)])
         line = self.server.stdout.readline()
         if '"listening"' not in line:
@@ -274,7 +282,8 @@ def run_a(lab, inst, prof, step):
     samples = inst.flow(opened["local_port"], opened["wall"], done["wall"] + done["response_s"])
     series = [{"t": round(x["t"] - opened["wall"], 3), "srtt_us": x["srtt_us"],
                "inflight_bytes": x["inflight"] * x["mss"], "cwnd": x["cwnd"],
-               "retrans": x["retrans"]} for x in samples]
+               "retrans": x["retrans"], "queue_delay_us": x.get("queue_delay_us"),
+               "pipe": x.get("pipe")} for x in samples]
     rec = {"goodput_bps": done["goodput_bps"], "bytes": done["bytes"],
            "seconds": done["response_s"], "series": series}
     rec.update(analysis.long_flow_summary(series))
@@ -416,7 +425,7 @@ def run_campaign(args):
     backend = pick_instrument(args.instrument)
     os.makedirs(args.out, exist_ok=True)
     meta = {"started": time.strftime("%Y-%m-%d %H:%M:%S"), "quick": args.quick,
-            "link": args.link, "roles": LINKS[args.link],
+            "link": args.link, "roles": LINKS[args.link], "ssthresh_cache": args.ssthresh_cache,
             "instrument": backend, "ccs": ccs, "missing_ccs": missing,
             "profiles": {p: profs[p].as_dict() for p in profiles},
             "kernel": os.uname().release}
@@ -456,7 +465,7 @@ def run_campaign(args):
                     if inst:
                         inst.stop()
                     lab.down()
-                    lab.up(prof)
+                    lab.up(prof, args.ssthresh_cache)
                     inst = instrument.Instrument(backend, f"{args.name}-snd", PORT,
                                                  0.05 if backend == "bloatd" else 0.1)
                     inst.start()
@@ -521,6 +530,10 @@ def main():
     ap.add_argument("--append", action="store_true",
                     help="add to the results already in --out (a campaign run in parts, "
                          "e.g. one --profiles at a time) instead of starting them over")
+    ap.add_argument("--ssthresh-cache", action="store_true",
+                    help="let each connection start with the ssthresh the last one to the same "
+                         "host left in the TCP metrics cache, as the papers' kernels did "
+                         "(default: no cache, as Alfredsson et al. flushed it)")
     ap.add_argument("--analyze", metavar="DIR", help="only recompute table, plots and findings of DIR")
     ap.add_argument("--link", default="const", choices=sorted(LINKS),
                     help="link model: const (tbf at the papers' rates) or trace (measured "

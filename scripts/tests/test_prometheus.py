@@ -155,6 +155,60 @@ class PrometheusScrape(TestCase):
         les = sorted((float(k), v) for k, v in buckets.items())
         self.assertEqual([v for _, v in les], sorted(v for _, v in les), "cumulative buckets")
 
+    def test_downloads_are_never_counted_as_senders(self):
+        """A connection's first interval starts after its handshake: the
+        SYN's acknowledged byte and the handshake's RTT must not make the
+        receiving end of a download count as a sender. 20 downloads of
+        200 kB, the client on reno and the server on cubic: the reno
+        sender histogram stays empty while the cubic one counts."""
+        d = self.daemon("--no-cc")
+        d.start()
+        lab = self.lab("bp3", rate="100mbit", buffer_bytes=1000000, delay_ms=20)
+        n, port = 20, 8100
+        server = lab.spawn("snd", "/usr/bin/python3", "-c", f"""
+import socket
+s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind(("0.0.0.0", {port})); s.listen(64)
+for _ in range({n}):
+    c, _ = s.accept()
+    c.setsockopt(socket.IPPROTO_TCP, socket.TCP_CONGESTION, b"cubic")
+    c.sendall(b"x" * 200000)
+    c.close()
+""")
+        client = lab.exec("rcv", "/usr/bin/python3", "-c", f"""
+import socket, time
+got = 0
+for _ in range({n}):
+    for attempt in range(50):
+        c = socket.socket()
+        c.setsockopt(socket.IPPROTO_TCP, socket.TCP_CONGESTION, b"reno")
+        try:
+            c.connect(("{SND4}", {port}))
+            break
+        except ConnectionRefusedError:
+            c.close(); time.sleep(0.1)
+    while True:
+        b = c.recv(65536)
+        if not b:
+            break
+        got += len(b)
+    c.close()
+    time.sleep(0.05)
+print(got)
+""", timeout=120)
+        self.assertEqual(int(client.stdout), n * 200000, "every download completed")
+        server.wait(timeout=10)
+        time.sleep(0.5)
+        text = d.metrics()
+        name = "bloatd_tcp_queueing_delay_seconds"
+        reno_sender = histogram(text, name, {"cc": "reno", "role": "sender"})[0]
+        cubic_sender = histogram(text, name, {"cc": "cubic", "role": "sender"})[0]
+        reno_receiver = histogram(text, name, {"cc": "reno", "role": "receiver"})[0]
+        print(f"    {n} downloads: observations reno sender {reno_sender:.0f}, reno receiver "
+              f"{reno_receiver:.0f}, cubic sender {cubic_sender:.0f}")
+        self.assertGreaterEqual(cubic_sender, n, "each server socket counted as the sender it is")
+        self.assertEqual(reno_sender, 0, "no downloading socket counted as a sender")
+
 
 if __name__ == "__main__":
     main()

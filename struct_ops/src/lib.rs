@@ -25,7 +25,7 @@ pub use kernel::{
     kernel_available, kernel_default, retire_netns_defaults, set_kernel_default, NetnsDefaultChange,
 };
 pub use registry::Registry;
-pub use state::{CcState, CubicState, WestwoodState};
+pub use state::{CcState, CubicState, RatioHistogram, WestwoodState};
 
 // The daemon keeps the Registry in shared state and reads states() from
 // its sampler thread: keep it Send + Sync (libbpf-rs objects and links are).

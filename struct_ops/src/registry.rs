@@ -20,7 +20,7 @@ use libbpf_rs::{
 use crate::kernel::{
     adopt_netns_defaults, kernel_available, retire_netns_defaults, NetnsDefaultChange,
 };
-use crate::state::{decode, monotonic_us, value_size};
+use crate::state::{decode, monotonic_us, value_size, RatioHistogram, RawRatioHist, RawWestwoodConfig};
 use crate::{Algo, CcError, CcState, Options, WestwoodSsthresh};
 
 /// bloatd's congestion controls registered by this process. Dropping it
@@ -38,6 +38,8 @@ struct Loaded {
     states: MapHandle,
     /// cc_bpf.h `export_failures`: snapshots the state map refused.
     failures: MapHandle,
+    /// westwood.bpf.c `cwnd_pipe_ratio` (Westwood+ only).
+    ratio: Option<MapHandle>,
     _object: Object,
 }
 
@@ -130,6 +132,27 @@ impl Registry {
                 Ok((l.algo, n))
             })
             .collect()
+    }
+
+    /// Westwood+'s cwnd/pipe histogram as the kernel counted it so far
+    /// (None without bloatd_westwood).
+    pub fn westwood_cwnd_pipe_ratio(&self) -> Result<Option<RatioHistogram>, CcError> {
+        let Some(l) = self.loaded.iter().find(|l| l.algo == Algo::Westwood) else {
+            return Ok(None);
+        };
+        let ratio = l.ratio.as_ref().expect("bloatd_westwood has cwnd_pipe_ratio");
+        let per_cpu = ratio
+            .lookup_percpu(&0u32.to_ne_bytes(), MapFlags::ANY)
+            .map_err(|e| CcError::io("reading cwnd_pipe_ratio", std::io::Error::other(e.to_string())))?
+            .unwrap_or_default();
+        let size = std::mem::size_of::<RawRatioHist>();
+        let cpus: Vec<RawRatioHist> = per_cpu
+            .iter()
+            .filter(|v| v.len() >= size)
+            // SAFETY: length checked; RawRatioHist is plain old data
+            .map(|v| unsafe { std::ptr::read_unaligned(v.as_ptr().cast()) })
+            .collect();
+        Ok(Some(RatioHistogram::from_cpus(&cpus)))
     }
 
     /// Map id and struct_ops program ids of `algo` (for `bpftool`, BPF stats).
@@ -232,13 +255,21 @@ fn open_load_attach(algo: Algo, opts: &Options) -> Result<Loaded, (&'static str,
         .open_memory(algo.object())
         .map_err(|e| ("open", e))?;
     if algo == Algo::Westwood {
-        // westwood.bpf.c: `paper_ssthresh`, alone in its section
+        // westwood.bpf.c: `westwood_config`, alone in its section
+        let cfg = RawWestwoodConfig {
+            paper_ssthresh: u32::from(opts.westwood_ssthresh == WestwoodSsthresh::Paper),
+            ratio_interval_us: opts.ratio_interval_us.max(1),
+        };
         let mut data = open
             .maps_mut()
             .find(|m| m.name() == ".rodata.westwood")
             .expect(".rodata.westwood is in the object");
         let bytes = data.initial_value_mut().expect(".rodata.westwood has a value");
-        bytes[0] = u8::from(opts.westwood_ssthresh == WestwoodSsthresh::Paper);
+        let size = std::mem::size_of::<RawWestwoodConfig>();
+        assert!(bytes.len() >= size, ".rodata.westwood holds the config");
+        // SAFETY: RawWestwoodConfig is plain old data of `size` bytes
+        let raw = unsafe { std::slice::from_raw_parts((&cfg as *const RawWestwoodConfig).cast::<u8>(), size) };
+        bytes[..size].copy_from_slice(raw);
     }
     let mut object = open.load().map_err(|e| ("load", e))?;
     let states = object
@@ -253,6 +284,12 @@ fn open_load_attach(algo: Algo, opts: &Options) -> Result<Loaded, (&'static str,
         .map(|m| MapHandle::try_from(&m))
         .expect("export_failures is in the object")
         .map_err(|e| ("export_failures map", e))?;
+    let ratio = object
+        .maps()
+        .find(|m| m.name() == "cwnd_pipe_ratio")
+        .map(|m| MapHandle::try_from(&m))
+        .transpose()
+        .map_err(|e| ("cwnd_pipe_ratio map", e))?;
     let link = object
         .maps_mut()
         .find(|m| m.name() == algo.ops_map())
@@ -264,6 +301,7 @@ fn open_load_attach(algo: Algo, opts: &Options) -> Result<Loaded, (&'static str,
         _link: link,
         states,
         failures,
+        ratio,
         _object: object,
     })
 }

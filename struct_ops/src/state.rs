@@ -13,7 +13,50 @@ mod abi {
     include!(concat!(env!("OUT_DIR"), "/cc_state.rs"));
 }
 pub(crate) use abi::BloatdCubicState as RawCubicState;
+pub(crate) use abi::BloatdRatioHist as RawRatioHist;
+pub(crate) use abi::BloatdWestwoodConfig as RawWestwoodConfig;
 pub(crate) use abi::BloatdWestwoodState as RawWestwoodState;
+
+/// Westwood+'s cwnd / (BWE x RTTmin / MSS), counted in the kernel once per
+/// socket per sampling interval in which it got ACKs (cc_state.h `struct
+/// bloatd_ratio_hist`), summed over the CPUs.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct RatioHistogram {
+    /// Observations per bucket (not cumulative); the last is +Inf.
+    pub counts: Vec<u64>,
+    /// Sum of the ratios.
+    pub sum: f64,
+}
+
+impl RatioHistogram {
+    /// Inclusive upper bounds of the buckets (cc_state.h `enum
+    /// bloatd_ratio_le`, in thousandths there), +Inf last.
+    pub fn bounds() -> Vec<f64> {
+        use abi::ratio_le::*;
+        [LE_0, LE_1, LE_2, LE_3, LE_4, LE_5, LE_6, LE_7, LE_8, LE_9]
+            .iter()
+            .map(|&m| m as f64 / 1000.0)
+            .chain([f64::INFINITY])
+            .collect()
+    }
+
+    pub fn count(&self) -> u64 {
+        self.counts.iter().sum()
+    }
+
+    pub(crate) fn from_cpus(cpus: &[RawRatioHist]) -> RatioHistogram {
+        let mut h = RatioHistogram { counts: vec![0; abi::ratio_le::BUCKETS as usize], sum: 0.0 };
+        let mut sum_milli = 0u64;
+        for c in cpus {
+            for (i, n) in c.count.iter().enumerate() {
+                h.counts[i] += n;
+            }
+            sum_milli += c.sum_milli;
+        }
+        h.sum = sum_milli as f64 / 1000.0;
+        h
+    }
+}
 
 /// `hystart_found` bits (cc_state.h BLOATD_HYSTART_*).
 const HYSTART_ACK_TRAIN: u32 = 0x1;
@@ -221,6 +264,26 @@ pub(crate) fn monotonic_us() -> u64 {
 mod tests {
     use super::*;
     use std::mem::size_of;
+
+    #[test]
+    fn ratio_histogram_sums_cpus_with_the_c_bounds() {
+        assert_eq!(
+            RatioHistogram::bounds(),
+            vec![0.5, 0.75, 1.0, 1.25, 1.5, 2.0, 3.0, 5.0, 10.0, 20.0, f64::INFINITY]
+        );
+        let mut a = RawRatioHist::default();
+        let mut b = RawRatioHist::default();
+        a.count[2] = 3;
+        a.sum_milli = 2_900;
+        b.count[2] = 1;
+        b.count[10] = 2;
+        b.sum_milli = 60_100;
+        let h = RatioHistogram::from_cpus(&[a, b]);
+        assert_eq!(h.counts.len(), RatioHistogram::bounds().len());
+        assert_eq!(h.counts[2], 4);
+        assert_eq!(h.count(), 6);
+        assert!((h.sum - 63.0).abs() < 1e-9);
+    }
 
     #[test]
     fn decode_cubic() {

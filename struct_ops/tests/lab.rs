@@ -308,6 +308,40 @@ fn check_recovery_ssthresh(run: &Run, variant: WestwoodSsthresh) -> Vec<String> 
     failures
 }
 
+/// The kernel's cwnd/pipe histogram of a fresh registration after one
+/// flow: one observation per 100 ms the flow got ACKs, with the ratios the
+/// exported state shows (sampled every 50 ms beside it).
+fn check_ratio_histogram(run: &Run, reg: &Registry) -> Vec<String> {
+    let mut failures = Vec::new();
+    let h = reg.westwood_cwnd_pipe_ratio().unwrap().expect("bloatd_westwood is registered");
+    let ratios: Vec<f64> = run
+        .samples
+        .iter()
+        .filter_map(|s| westwood(s).map(|w| f64::from(s.info.snd_cwnd) / f64::from(w.pipe_segments().max(1))))
+        .collect();
+    let secs = run.samples.last().map_or(0.0, |s| s.t_s);
+    let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len().max(1) as f64;
+    let want = secs * 10.0;
+    let mean_h = h.sum / h.count().max(1) as f64;
+    println!(
+        "  cwnd/pipe histogram: {} observations in {:.0} s (want ~{want:.0}), mean {mean_h:.2}; state samples mean {:.2}",
+        h.count(),
+        secs,
+        mean(&ratios)
+    );
+    let n = h.count() as f64;
+    if n < 0.85 * want || n > 1.05 * want {
+        failures.push(format!("cwnd/pipe histogram: {n} observations for a {secs:.0} s flow"));
+    }
+    if (mean_h - mean(&ratios)).abs() > 0.15 * mean(&ratios) {
+        failures.push(format!(
+            "cwnd/pipe histogram mean {mean_h:.2}, the exported state's {:.2}",
+            mean(&ratios)
+        ));
+    }
+    failures
+}
+
 /// After every congestion event Westwood+ applied BWE x RTTmin, and the
 /// kernel's cwnd shows it; the estimates themselves match the path.
 fn check_westwood(run: &Run) -> Vec<String> {
@@ -674,12 +708,13 @@ fn lab_behaviour() {
     reg.unregister(Algo::Westwood).unwrap();
     let paper = register(
         &[Algo::Westwood],
-        &Options { westwood_ssthresh: WestwoodSsthresh::Paper },
+        &Options { westwood_ssthresh: WestwoodSsthresh::Paper, ..Options::default() },
     );
     let pw = run_flow(&lab, &paper, "bloatd_westwood", PAPER_SECS);
     println!("{} (ssthresh: paper)", pw.summary());
     failures.extend(check_westwood(&pw));
     failures.extend(check_recovery_ssthresh(&pw, WestwoodSsthresh::Paper));
+    failures.extend(check_ratio_histogram(&pw, &paper));
     drop(paper);
     drop(reg);
     drop(lab);
