@@ -84,7 +84,7 @@ impl Client {
 fn permission_hint(socket: &Path) -> String {
     use std::os::unix::fs::MetadataExt;
     let gid = socket.parent().and_then(|d| std::fs::metadata(d).ok()).map(|m| m.gid());
-    match gid.filter(|&g| g != 0).and_then(crate::daemon::group_name) {
+    match gid.filter(|&g| g != 0).and_then(crate::rundir::group_name) {
         Some(group) => format!(
             "run it with sudo, or join group {group} (`sudo usermod -aG {group} $USER`, then log in again)"
         ),

@@ -3,10 +3,8 @@
 //! queue its sockets wait in now. `bloatd paths`, `/v1/paths`, and the
 //! paths table of `bloatd top` show it.
 
-use bloatd_tui::format;
 use bloatd_tui::model::{FloorSource, Path, Socket};
 use std::collections::BTreeMap;
-use std::fmt::Write as _;
 use std::net::IpAddr;
 
 /// A socket's traffic counts as "now" if it moved within this long.
@@ -89,67 +87,11 @@ fn path_of(netns: u32, peer: IpAddr, prefix_len: u8, interface: &str, members: &
     }
 }
 
-/// The peer, or `prefix/len`, as shown.
-pub fn peer_text(p: &Path) -> String {
-    let full = if p.peer.is_ipv4() { 32 } else { 128 };
-    if p.prefix_len >= full {
-        p.peer.to_string()
-    } else {
-        format!("{}/{}", p.peer, p.prefix_len)
-    }
-}
-
-/// One sentence on the worst path, for a laptop user: where the queue is,
-/// how much, and how many flows wait behind it. None when nothing queues.
-pub fn worst_sentence(paths: &[Path]) -> Option<String> {
-    let p = paths.first().filter(|p| p.queue_delay_p50_us >= 60_000)?;
-    let flows = if p.sockets == 1 { "1 flow waits".to_string() } else { format!("{} flows wait", p.sockets) };
-    Some(format!(
-        "the link to {} ({}) holds {} of queue, {flows} behind it: grade {}, {} RPM (passive loaded estimate)",
-        peer_text(p),
-        if p.interface.is_empty() { "?" } else { &p.interface },
-        format::ms(p.queue_delay_p50_us as u64),
-        p.grade(),
-        p.rpm()
-    ))
-}
-
-/// `bloatd paths`: one line per path.
-pub fn paths_table(paths: &[Path]) -> String {
-    let mut out = String::new();
-    let _ = writeln!(
-        out,
-        "{:<10} {:<28} {:<10} {:>9} {:<8} {:>9} {:>9} {:<5} {:>6} {:>5} {:>12}  CC",
-        "NETNS", "PEER", "IFACE", "FLOOR", "SOURCE", "QUEUE", "QMAX", "GRADE", "RPM", "SOCKS", "THROUGHPUT"
-    );
-    for p in paths {
-        let _ = writeln!(
-            out,
-            "{:<10} {:<28} {:<10} {:>9} {:<8} {:>9} {:>9} {:<5} {:>6} {:>5} {:>12}  {}",
-            p.netns,
-            peer_text(p),
-            if p.interface.is_empty() { "-" } else { &p.interface },
-            format::ms(p.floor_us as u64),
-            p.floor_source.as_str(),
-            format::ms(p.queue_delay_p50_us as u64),
-            format::ms(p.queue_delay_max_us as u64),
-            p.grade(),
-            p.rpm(),
-            p.sockets,
-            format::rate(p.throughput_bps),
-            p.ccs.join(",")
-        );
-    }
-    if let Some(s) = worst_sentence(paths) {
-        let _ = writeln!(out, "\n{s}");
-    }
-    out
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use bloatd_tui::model::{CaState, Role};
+    use crate::cmd::paths::{peer_text, worst_sentence};
 
     fn sock(cookie: u64, peer: &str, floor_ms: u32, queue_ms: u32, idle_ms: u64) -> Socket {
         Socket {

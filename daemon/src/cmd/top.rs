@@ -1,4 +1,4 @@
-//! `bloatd top` and the text table of `bloatd sockets`.
+//! `bloatd top`: the dashboard.
 //!
 //! The dashboard (crate bloatd-tui) draws whatever a `Source` gives it:
 //! here either the running daemon's API, or, with no daemon and enough
@@ -8,16 +8,27 @@
 use crate::client::{Client, ClientError};
 use crate::config::Config;
 use crate::core::Core;
-use bloatd_tui::model::{Snapshot, SnapshotRequest, Socket};
+use bloatd_tui::model::{Snapshot, SnapshotRequest};
 use bloatd_tui::Source;
-use std::fmt::Write as _;
+use clap::Args;
 use std::process::ExitCode;
 use std::time::Duration;
 
-pub struct TopOptions {
+#[derive(Args)]
+pub struct TopArgs {
+    /// Print one text frame of the socket table and exit.
+    #[arg(long)]
     pub once: bool,
+    /// With --once: print the snapshot as JSON.
+    #[arg(long, requires = "once")]
     pub json: bool,
-    pub refresh_ms: u64,
+    /// Refresh period of the dashboard in milliseconds (the daemon samples
+    /// at its own --interval). The old spelling --interval works for one
+    /// more release.
+    #[arg(long, value_name = "MS", default_value_t = 250, alias = "interval")]
+    pub refresh: u64,
+    /// Width of the --once frame (default: the terminal's, else 160).
+    #[arg(long, value_name = "COLS")]
     pub width: Option<u16>,
 }
 
@@ -96,12 +107,13 @@ fn terminal_size() -> Option<(u16, u16)> {
     (ok && ws.ws_col > 0).then_some((ws.ws_col, ws.ws_row))
 }
 
-pub fn run(cfg: &Config, opts: &TopOptions) -> anyhow::Result<ExitCode> {
+pub fn run(cfg: &Config, opts: &TopArgs) -> anyhow::Result<ExitCode> {
+    super::init_logging("warn");
     let mut backend = Backend::open(cfg)?;
     if !opts.once {
         bloatd_tui::run(
             &mut backend,
-            &bloatd_tui::Options { refresh: Duration::from_millis(opts.refresh_ms.max(50)), ..Default::default() },
+            &bloatd_tui::Options { refresh: Duration::from_millis(opts.refresh.max(50)), ..Default::default() },
         )?;
         return Ok(ExitCode::SUCCESS);
     }
@@ -117,91 +129,4 @@ pub fn run(cfg: &Config, opts: &TopOptions) -> anyhow::Result<ExitCode> {
         print!("{}", bloatd_tui::render_once(&snap, width, height));
     }
     Ok(ExitCode::SUCCESS)
-}
-
-/// Milliseconds with three decimals, as `ss` prints them.
-fn ms(us: u32) -> String {
-    format!("{:.3}", us as f64 / 1000.0)
-}
-
-/// The inner state of a bloatd congestion control, compact.
-fn cc_state_text(s: &Socket) -> String {
-    use bloatd_tui::model::CcState;
-    match &s.cc_state {
-        Some(CcState::Westwood { bwe_bytes_per_s, min_rtt_us, pipe_segments, .. }) => format!(
-            "bwe={:.2}Mbit/s rttmin={} pipe={}",
-            *bwe_bytes_per_s as f64 * 8.0 / 1e6,
-            ms(*min_rtt_us),
-            pipe_segments
-        ),
-        Some(CcState::Cubic { w_max_segments, k_ms, epoch_age_ms, min_rtt_us, hystart_round, hystart_found, .. }) => {
-            format!(
-                "wmax={w_max_segments} K={k_ms}ms epoch={} delaymin={} hystart={}{}",
-                epoch_age_ms.map(|a| format!("{a}ms")).unwrap_or_else(|| "-".into()),
-                ms(*min_rtt_us),
-                hystart_round,
-                if *hystart_found { "/exit" } else { "" }
-            )
-        }
-        None => String::new(),
-    }
-}
-
-/// `bloatd sockets`: one line per socket, every number straight from the
-/// kernel record (times in ms), and the inner state of bloatd's algorithms.
-pub fn sockets_table(socks: &[Socket]) -> String {
-    /// Column widths; negative means left-aligned. The last column is free.
-    const WIDTHS: [i32; 15] = [-18, 10, -24, -24, -15, -4, 6, 6, 9, 9, 9, 9, 9, 7, -8];
-    fn row(out: &mut String, cells: [String; 16]) {
-        let mut line = String::new();
-        for (cell, &w) in cells.iter().zip(WIDTHS.iter().chain(std::iter::once(&0))) {
-            let width = w.unsigned_abs() as usize;
-            let _ = if w < 0 {
-                write!(line, "{cell:<width$} ")
-            } else {
-                write!(line, "{cell:>width$} ")
-            };
-        }
-        let _ = writeln!(out, "{}", line.trim_end());
-    }
-    let mut out = String::new();
-    let header = [
-        "PROCESS", "NETNS", "LOCAL", "REMOTE", "CC", "ROLE", "CWND", "INFL", "SRTT", "MINRTT", "QDELAY",
-        "RCVRTT", "RCVQDLY", "RETRANS", "CA", "CCSTATE",
-    ];
-    row(&mut out, header.map(String::from));
-    let ep = |a: &std::net::IpAddr, p: u16| match a {
-        std::net::IpAddr::V6(v6) => format!("[{v6}]:{p}"),
-        v4 => format!("{v4}:{p}"),
-    };
-    for s in socks {
-        let process = match (&s.comm, s.pid) {
-            (Some(c), Some(p)) => format!("{c}/{p}"),
-            (Some(c), None) => c.clone(),
-            _ => "-".into(),
-        };
-        let role = s.role.short();
-        row(
-            &mut out,
-            [
-                process,
-                s.netns.to_string(),
-                ep(&s.local_addr, s.local_port),
-                ep(&s.remote_addr, s.remote_port),
-                s.cc.clone(),
-                role.into(),
-                s.cwnd.to_string(),
-                s.inflight.to_string(),
-                ms(s.srtt_us),
-                ms(s.min_rtt_us),
-                ms(s.queue_delay_us),
-                ms(s.rcv_rtt_us),
-                ms(s.rcv_queue_delay_us),
-                s.retrans.to_string(),
-                format!("{:?}", s.ca_state).to_lowercase(),
-                cc_state_text(s),
-            ],
-        );
-    }
-    out
 }
