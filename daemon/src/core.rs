@@ -2,14 +2,13 @@
 //! probes in the kernel, the socket model fed from them, the metrics, and
 //! the registered congestion controls.
 
-use crate::api::{FloorEntry, Floors};
+use crate::api::{FloorEntry, Floors, Status};
 use crate::cc::CcSet;
 use crate::config::Config;
 use crate::metrics::{KernelView, Metrics};
 use crate::model::{Clock, Model};
 use crate::probes::{abi, abi::stat, ProbeConfig, Probes, TRACEPOINTS};
 use bloatd_tui::model::{FloorSource, Health, Path, Series, Snapshot, SnapshotRequest, Socket};
-use serde::{Deserialize, Serialize};
 use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};
 
@@ -22,29 +21,6 @@ const SERIES_TTL: Duration = Duration::from_secs(60);
 const WATCH_MOST_QUEUED: usize = 32;
 const WATCH_EVERY: Duration = Duration::from_secs(1);
 const HOUSEKEEPING_EVERY: Duration = Duration::from_secs(10);
-
-#[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct Status {
-    pub pid: u32,
-    pub version: String,
-    pub mode: String,
-    pub started_unix_ms: u64,
-    pub interval_ms: u64,
-    /// The BPF programs attached (`tp_btf/tcp_probe`, `cgroup/sock_ops`).
-    #[serde(default)]
-    pub probes: Vec<String>,
-    /// The old name of `probes`, kept for one release.
-    pub hooks: Vec<String>,
-    pub cc_registered: Vec<String>,
-    pub default_cc: Option<String>,
-    pub listen: Option<String>,
-    pub sockets: usize,
-    pub health: Health,
-    /// Why senders that closed their end are not sampled (no sock_ops
-    /// program on the cgroup v2 root), if they are not.
-    #[serde(default)]
-    pub sockops_error: Option<String>,
-}
 
 pub struct Core {
     probes: Probes,

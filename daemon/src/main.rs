@@ -6,7 +6,6 @@ mod api;
 mod caps;
 mod cc;
 mod cli;
-mod client;
 mod cmd;
 mod config;
 mod core;

@@ -3,7 +3,7 @@
 
 use crate::api;
 use crate::cc;
-use crate::client::{self, Client};
+use crate::api::client::{self, Client};
 use crate::config::Config;
 use clap::{Args, Subcommand};
 use std::process::ExitCode;

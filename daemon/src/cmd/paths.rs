@@ -2,7 +2,7 @@
 //! floors the kernel keeps.
 
 use crate::api;
-use crate::client::Client;
+use crate::api::client::Client;
 use crate::config::Config;
 use bloatd_tui::format;
 use bloatd_tui::model::Path;

@@ -1,7 +1,7 @@
 //! `bloatd sockets`: every tracked socket with its numbers read from the
 //! kernel now, as a table or JSON.
 
-use crate::client::Client;
+use crate::api::client::Client;
 use crate::config::Config;
 use bloatd_tui::model::Socket;
 use clap::Args;

@@ -2,11 +2,12 @@
 //! serve /metrics and the API; in the background (the default: returns once
 //! everything is up) or in the foreground (systemd).
 
-use crate::api;
+use crate::api::server;
 use crate::caps;
-use crate::client::Client;
+use crate::api::client::Client;
 use crate::config::Config;
-use crate::core::{Core, Status};
+use crate::api::Status;
+use crate::core::Core;
 use crate::rundir::{lock_state, take_lock, LockState, PidLock, RunDir, LOG, PID_FILE, SOCKET};
 use clap::Args;
 use std::fs::File;
@@ -278,8 +279,8 @@ fn run_foreground(cfg: &Config) -> anyhow::Result<ExitCode> {
                 }
             }
         };
-        let metrics = api::serve(tcp, api::metrics_router(core.clone()), api::Limits::DEFAULT);
-        let api_srv = api::serve(unix, api::api_router(core.clone()), api::Limits::DEFAULT);
+        let metrics = server::serve(tcp, server::metrics_router(core.clone()), server::Limits::DEFAULT);
+        let api_srv = server::serve(unix, server::api_router(core.clone()), server::Limits::DEFAULT);
         notify_ready(&Ok(()));
         use tokio::signal::unix::{signal, SignalKind};
         let mut term = signal(SignalKind::terminate())?;

@@ -1,9 +1,9 @@
 //! `bloatd status`: is the daemon running, and how healthy is it.
 
 use super::EXIT_NOT_RUNNING;
-use crate::client::{Client, ClientError};
+use crate::api::client::{Client, ClientError};
 use crate::config::Config;
-use crate::core::Status;
+use crate::api::Status;
 use crate::rundir::{lock_state, LockState};
 use clap::Args;
 use std::process::ExitCode;

@@ -5,7 +5,7 @@
 //! privilege, an engine running the probes inside this process (embedded
 //! mode), so one command is enough on a laptop.
 
-use crate::client::{Client, ClientError};
+use crate::api::client::{Client, ClientError};
 use crate::config::Config;
 use crate::core::Core;
 use bloatd_tui::model::{Snapshot, SnapshotRequest};

@@ -1,15 +1,6 @@
 //! The daemon's servers: the JSON API on the Unix socket (peer addresses
-//! live here only) and Prometheus /metrics over TCP.
-//!
-//! API (HTTP/1.1 on /run/bloatd/bloatd.sock, JSON, view model types):
-//!   GET  /v1/status                          daemon state and health
-//!   GET  /v1/sockets[?all=1]                 sockets, read fresh from the kernel
-//!   GET  /v1/snapshot[?series=C&since_ms=T][&fresh=1]  what `bloatd top` draws
-//!   GET  /v1/series/{cookie}[?since_ms=T]    one socket's samples
-//!   GET  /v1/paths[?prefix=1]                sockets grouped by path, with floor and queue
-//!   GET  /v1/floors                          every floor the kernel keeps
-//!   GET  /v1/cc                              registered and available algorithms
-//!   POST /v1/cc/default {"name": "..."}      set the host default (restored at stop)
+//! live here only) and Prometheus /metrics over TCP. What they answer is
+//! the contract in api/mod.rs.
 
 use bloatd_tui::model::SnapshotRequest;
 use crate::core::Core;
@@ -18,7 +9,8 @@ use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
-use serde::{Deserialize, Serialize};
+use super::{CcInfo, DefaultReq, DefaultResp};
+use serde::Deserialize;
 use std::collections::BTreeMap;
 use std::future::Future;
 use std::sync::{Arc, Mutex};
@@ -48,52 +40,9 @@ struct SinceQuery {
     since_ms: Option<u64>,
 }
 
-#[derive(Serialize, Deserialize)]
-pub struct CcInfo {
-    pub bloatd: Vec<String>,
-    pub registered: Vec<String>,
-    pub available: Vec<String>,
-    pub default: String,
-}
-
-/// One floor the kernel keeps: of a peer (prefix_len 32/128) or a prefix.
-#[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct FloorEntry {
-    pub netns: u32,
-    pub peer: std::net::IpAddr,
-    pub prefix_len: u8,
-    pub floor_us: u32,
-    /// `socket` (observed by a socket toward it), `prefix`, or `inferred`.
-    pub floor_source: bloatd_tui::model::FloorSource,
-    /// Seconds since a socket last fed it.
-    pub updated_s_ago: u32,
-}
-
-/// What the floors table holds and what its bound pushed out.
-#[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct Floors {
-    pub window_s: u32,
-    pub capacity: u32,
-    /// Floors created since start, and those the LRU bound evicted.
-    pub created: u64,
-    pub evicted: u64,
-    pub floors: Vec<FloorEntry>,
-}
-
 #[derive(Deserialize)]
 struct PathsQuery {
     prefix: Option<u8>,
-}
-
-#[derive(Serialize, Deserialize)]
-pub struct DefaultReq {
-    pub name: String,
-}
-
-#[derive(Serialize, Deserialize)]
-pub struct DefaultResp {
-    pub previous: String,
-    pub default: String,
 }
 
 fn error(status: StatusCode, msg: impl Into<String>) -> Response {
