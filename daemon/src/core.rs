@@ -2,7 +2,7 @@
 //! probes in the kernel, the socket model fed from them, the metrics, and
 //! the registered congestion controls.
 
-use crate::api::{FloorEntry, Floors, Status};
+use crate::api::{CcInfo, FloorEntry, Floors, Status};
 use crate::cc::CcSet;
 use crate::config::Config;
 use crate::metrics::{KernelView, Metrics};
@@ -335,6 +335,16 @@ impl Core {
             health: self.health(),
             sockops_error: self.probes.sockops_error().map(str::to_string),
         }
+    }
+
+    /// bloatd's algorithms, those it registered, and the kernel's.
+    pub fn cc_info(&self) -> anyhow::Result<CcInfo> {
+        Ok(CcInfo {
+            bloatd: bloatd_cc::Algo::ALL.iter().map(|a| a.name().to_string()).collect(),
+            registered: self.cc.names(),
+            available: bloatd_cc::kernel_available()?,
+            default: bloatd_cc::kernel_default()?,
+        })
     }
 
     pub fn cc(&mut self) -> &mut CcSet {

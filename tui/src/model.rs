@@ -389,7 +389,7 @@ pub struct HostSummary {
     pub per_cc: Vec<CcDelay>,
 }
 
-/// What a dashboard asks for (`GET /v1/snapshot?...`): one socket's series
+/// What a dashboard asks for (the daemon's `/v1/snapshot`): one socket's series
 /// newer than `since_ms`, and, with `limit`, only the first `limit` sockets
 /// passing `filter` (the dashboard's filter syntax) in `sort` order (a sort
 /// key's label: qdelay, rtt, throughput, cwnd, retrans, process). Without
@@ -402,34 +402,4 @@ pub struct SnapshotRequest {
     pub sort: Option<String>,
     pub filter: Option<String>,
     pub limit: Option<usize>,
-}
-
-impl SnapshotRequest {
-    /// The request as the query string of `/v1/snapshot`.
-    pub fn query(&self) -> String {
-        let mut q = Vec::new();
-        if let Some(c) = self.series {
-            q.push(format!("series={c}&since_ms={}", self.since_ms));
-        }
-        if let Some(s) = &self.sort {
-            q.push(format!("sort={}", encode(s)));
-        }
-        if let Some(f) = &self.filter {
-            q.push(format!("filter={}", encode(f)));
-        }
-        if let Some(l) = self.limit {
-            q.push(format!("limit={l}"));
-        }
-        q.join("&")
-    }
-}
-
-/// Percent-encoding for a query value.
-fn encode(s: &str) -> String {
-    s.bytes()
-        .map(|b| match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => (b as char).to_string(),
-            _ => format!("%{b:02X}"),
-        })
-        .collect()
 }

@@ -17,9 +17,103 @@
 pub mod client;
 pub mod server;
 
-use bloatd_tui::model::Health;
+pub use bloatd_tui::model::{Health, Path, Snapshot, SnapshotRequest, Socket};
 use serde::{Deserialize, Serialize};
 
+/// The routes, written once: the server routes them, the client asks them.
+pub mod route {
+    pub const STATUS: &str = "/v1/status";
+    pub const SOCKETS: &str = "/v1/sockets";
+    pub const SNAPSHOT: &str = "/v1/snapshot";
+    /// `{cookie}`: the socket's cookie.
+    pub const SERIES: &str = "/v1/series/{cookie}";
+    pub const PATHS: &str = "/v1/paths";
+    pub const FLOORS: &str = "/v1/floors";
+    pub const CC: &str = "/v1/cc";
+    pub const CC_DEFAULT: &str = "/v1/cc/default";
+    /// On the metrics listener (TCP), not the API socket.
+    pub const METRICS: &str = "/metrics";
+}
+
+/// `GET /v1/sockets[?all=1]`: all states, not only ESTABLISHED.
+#[derive(Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct SocketsQuery {
+    pub all: Option<u8>,
+}
+
+impl SocketsQuery {
+    pub fn new(all: bool) -> SocketsQuery {
+        SocketsQuery { all: all.then_some(1) }
+    }
+
+    pub fn all(&self) -> bool {
+        self.all.unwrap_or(0) != 0
+    }
+}
+
+/// `GET /v1/snapshot?...`: a [`SnapshotRequest`] in a query string, and
+/// `fresh` (read the kernel now instead of using the last read, at most an
+/// interval old).
+#[derive(Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct SnapshotQuery {
+    pub series: Option<u64>,
+    pub since_ms: Option<u64>,
+    pub sort: Option<String>,
+    pub filter: Option<String>,
+    pub limit: Option<usize>,
+    pub fresh: Option<u8>,
+}
+
+impl SnapshotQuery {
+    pub fn new(req: &SnapshotRequest, fresh: bool) -> SnapshotQuery {
+        SnapshotQuery {
+            series: req.series,
+            since_ms: req.series.map(|_| req.since_ms),
+            sort: req.sort.clone(),
+            filter: req.filter.clone(),
+            limit: req.limit,
+            fresh: fresh.then_some(1),
+        }
+    }
+
+    pub fn request(&self) -> SnapshotRequest {
+        SnapshotRequest {
+            series: self.series,
+            since_ms: self.since_ms.unwrap_or(0),
+            sort: self.sort.clone(),
+            filter: self.filter.clone(),
+            limit: self.limit,
+        }
+    }
+
+    pub fn fresh(&self) -> bool {
+        self.fresh.unwrap_or(0) != 0
+    }
+}
+
+/// `GET /v1/series/{cookie}[?since_ms=T]`: samples newer than T.
+#[derive(Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct SeriesQuery {
+    pub since_ms: Option<u64>,
+}
+
+/// `GET /v1/paths[?prefix=1]`: by prefix instead of by peer.
+#[derive(Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct PathsQuery {
+    pub prefix: Option<u8>,
+}
+
+impl PathsQuery {
+    pub fn new(prefix: bool) -> PathsQuery {
+        PathsQuery { prefix: prefix.then_some(1) }
+    }
+
+    pub fn prefix(&self) -> bool {
+        self.prefix.unwrap_or(0) != 0
+    }
+}
+
+/// `GET /v1/status`.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Status {
     pub pid: u32,
@@ -43,6 +137,7 @@ pub struct Status {
     pub sockops_error: Option<String>,
 }
 
+/// `GET /v1/cc`.
 #[derive(Serialize, Deserialize)]
 pub struct CcInfo {
     pub bloatd: Vec<String>,
@@ -64,7 +159,8 @@ pub struct FloorEntry {
     pub updated_s_ago: u32,
 }
 
-/// What the floors table holds and what its bound pushed out.
+/// `GET /v1/floors`: what the floors table holds and what its bound
+/// pushed out.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Floors {
     pub window_s: u32,
@@ -75,6 +171,7 @@ pub struct Floors {
     pub floors: Vec<FloorEntry>,
 }
 
+/// `POST /v1/cc/default`, and its answer.
 #[derive(Serialize, Deserialize)]
 pub struct DefaultReq {
     pub name: String,
@@ -84,4 +181,29 @@ pub struct DefaultReq {
 pub struct DefaultResp {
     pub previous: String,
     pub default: String,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_dashboard_request_round_trips_through_the_query_string() {
+        let req = SnapshotRequest {
+            series: Some(7),
+            since_ms: 9,
+            filter: Some("cc:cubic x".into()),
+            limit: Some(3),
+            sort: None,
+        };
+        let q = serde_urlencoded::to_string(SnapshotQuery::new(&req, false)).unwrap();
+        assert_eq!(q, "series=7&since_ms=9&filter=cc%3Acubic+x&limit=3");
+        let back: SnapshotQuery = serde_urlencoded::from_str(&q).unwrap();
+        assert_eq!((back.request(), back.fresh()), (req, false));
+        let fresh = SnapshotQuery::new(&SnapshotRequest::default(), true);
+        assert_eq!(serde_urlencoded::to_string(&fresh).unwrap(), "fresh=1");
+        assert_eq!(serde_urlencoded::to_string(SocketsQuery::new(false)).unwrap(), "");
+        assert_eq!(serde_urlencoded::to_string(SocketsQuery::new(true)).unwrap(), "all=1");
+        assert_eq!(serde_urlencoded::to_string(PathsQuery::new(true)).unwrap(), "prefix=1");
+    }
 }

@@ -2,15 +2,13 @@
 //! live here only) and Prometheus /metrics over TCP. What they answer is
 //! the contract in api/mod.rs.
 
-use bloatd_tui::model::SnapshotRequest;
 use crate::core::Core;
 use axum::extract::{Path, Query, State};
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
-use super::{CcInfo, DefaultReq, DefaultResp};
-use serde::Deserialize;
+use super::{route, DefaultReq, DefaultResp, PathsQuery, SeriesQuery, SnapshotQuery, SocketsQuery};
 use std::collections::BTreeMap;
 use std::future::Future;
 use std::sync::{Arc, Mutex};
@@ -19,64 +17,31 @@ use tokio::io::{AsyncRead, AsyncWrite};
 
 pub type Shared = Arc<Mutex<Core>>;
 
-#[derive(Deserialize)]
-struct SocketsQuery {
-    all: Option<u8>,
-}
-
-/// `SnapshotRequest` in a query string, and `fresh`.
-#[derive(Deserialize)]
-struct SnapshotQuery {
-    series: Option<u64>,
-    since_ms: Option<u64>,
-    sort: Option<String>,
-    filter: Option<String>,
-    limit: Option<usize>,
-    fresh: Option<u8>,
-}
-
-#[derive(Deserialize)]
-struct SinceQuery {
-    since_ms: Option<u64>,
-}
-
-#[derive(Deserialize)]
-struct PathsQuery {
-    prefix: Option<u8>,
-}
-
 fn error(status: StatusCode, msg: impl Into<String>) -> Response {
     (status, msg.into()).into_response()
 }
 
 pub fn api_router(core: Shared) -> Router {
     Router::new()
-        .route("/v1/status", get(|State(c): State<Shared>| async move { Json(c.lock().unwrap().status()) }))
+        .route(route::STATUS, get(|State(c): State<Shared>| async move { Json(c.lock().unwrap().status()) }))
         .route(
-            "/v1/sockets",
+            route::SOCKETS,
             get(|State(c): State<Shared>, Query(q): Query<SocketsQuery>| async move {
-                Json(c.lock().unwrap().sockets_fresh(q.all.unwrap_or(0) != 0))
+                Json(c.lock().unwrap().sockets_fresh(q.all()))
             }),
         )
         .route(
-            "/v1/snapshot",
+            route::SNAPSHOT,
             get(|State(c): State<Shared>, Query(q): Query<SnapshotQuery>| async move {
-                let req = SnapshotRequest {
-                    series: q.series,
-                    since_ms: q.since_ms.unwrap_or(0),
-                    sort: q.sort,
-                    filter: q.filter,
-                    limit: q.limit,
-                };
-                match c.lock().unwrap().snapshot(&req, q.fresh.unwrap_or(0) != 0) {
+                match c.lock().unwrap().snapshot(&q.request(), q.fresh()) {
                     Ok(s) => Json(s).into_response(),
                     Err(e) => error(StatusCode::BAD_REQUEST, e),
                 }
             }),
         )
         .route(
-            "/v1/series/{cookie}",
-            get(|State(c): State<Shared>, Path(cookie): Path<u64>, Query(q): Query<SinceQuery>| async move {
+            route::SERIES,
+            get(|State(c): State<Shared>, Path(cookie): Path<u64>, Query(q): Query<SeriesQuery>| async move {
                 match c.lock().unwrap().series(cookie, q.since_ms.unwrap_or(0)) {
                     Some(s) => Json(s).into_response(),
                     None => error(StatusCode::NOT_FOUND, format!("no socket with cookie {cookie}")),
@@ -84,13 +49,13 @@ pub fn api_router(core: Shared) -> Router {
             }),
         )
         .route(
-            "/v1/paths",
+            route::PATHS,
             get(|State(c): State<Shared>, Query(q): Query<PathsQuery>| async move {
-                Json(c.lock().unwrap().paths(q.prefix.unwrap_or(0) != 0))
+                Json(c.lock().unwrap().paths(q.prefix()))
             }),
         )
         .route(
-            "/v1/floors",
+            route::FLOORS,
             get(|State(c): State<Shared>| async move {
                 match c.lock().unwrap().floors() {
                     Ok(f) => Json(f).into_response(),
@@ -98,9 +63,17 @@ pub fn api_router(core: Shared) -> Router {
                 }
             }),
         )
-        .route("/v1/cc", get(|State(c): State<Shared>| async move { cc_info(&mut c.lock().unwrap()) }))
         .route(
-            "/v1/cc/default",
+            route::CC,
+            get(|State(c): State<Shared>| async move {
+                match c.lock().unwrap().cc_info() {
+                    Ok(i) => Json(i).into_response(),
+                    Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, format!("{e:#}")),
+                }
+            }),
+        )
+        .route(
+            route::CC_DEFAULT,
             post(|State(c): State<Shared>, Json(req): Json<DefaultReq>| async move {
                 match c.lock().unwrap().cc().set_default(&req.name) {
                     Ok(previous) => Json(DefaultResp { previous, default: req.name }).into_response(),
@@ -111,25 +84,10 @@ pub fn api_router(core: Shared) -> Router {
         .with_state(core)
 }
 
-fn cc_info(core: &mut Core) -> Response {
-    let info = (|| -> anyhow::Result<CcInfo> {
-        Ok(CcInfo {
-            bloatd: bloatd_cc::Algo::ALL.iter().map(|a| a.name().to_string()).collect(),
-            registered: core.cc().names(),
-            available: bloatd_cc::kernel_available()?,
-            default: bloatd_cc::kernel_default()?,
-        })
-    })();
-    match info {
-        Ok(i) => Json(i).into_response(),
-        Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, format!("{e:#}")),
-    }
-}
-
 pub fn metrics_router(core: Shared) -> Router {
     Router::new()
         .route(
-            "/metrics",
+            route::METRICS,
             get(|State(c): State<Shared>| async move {
                 let body = c.lock().unwrap().metrics_text();
                 (

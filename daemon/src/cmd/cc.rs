@@ -1,7 +1,6 @@
 //! `bloatd cc list|default NAME`: bloatd's congestion controls and the
 //! host's default.
 
-use crate::api;
 use crate::cc;
 use crate::api::client::{self, Client};
 use crate::config::Config;
@@ -36,7 +35,7 @@ pub fn run(cfg: &Config, args: &CcArgs) -> anyhow::Result<ExitCode> {
 fn list(cfg: &Config) -> anyhow::Result<ExitCode> {
     let available = bloatd_cc::kernel_available()?;
     let default = bloatd_cc::kernel_default()?;
-    let registered: Vec<String> = match Client::new(&cfg.socket_path()).get::<api::CcInfo>("/v1/cc") {
+    let registered: Vec<String> = match Client::new(&cfg.socket_path()).cc() {
         Ok(info) => info.registered,
         Err(client::ClientError::NotRunning(_)) => Vec::new(),
         Err(e) => return Err(e.into()),
@@ -59,10 +58,8 @@ fn list(cfg: &Config) -> anyhow::Result<ExitCode> {
 
 fn default(cfg: &Config, name: &str) -> anyhow::Result<ExitCode> {
     let client = Client::new(&cfg.socket_path());
-    let body = serde_json::to_string(&api::DefaultReq { name: name.to_string() })?;
-    match client.request("POST", "/v1/cc/default", Some(&body)) {
-        Ok(resp) => {
-            let r: api::DefaultResp = serde_json::from_str(&resp)?;
+    match client.set_default_cc(name) {
+        Ok(r) => {
             println!("default congestion control: {} (was {}; `bloatd stop` restores the original)", r.default, r.previous);
             Ok(ExitCode::SUCCESS)
         }

@@ -1,7 +1,6 @@
 //! `bloatd paths`: the sockets grouped by path, worst queue first, or the
 //! floors the kernel keeps.
 
-use crate::api;
 use crate::api::client::Client;
 use crate::config::Config;
 use bloatd_tui::format;
@@ -28,7 +27,7 @@ pub fn run(cfg: &Config, args: &PathsArgs) -> anyhow::Result<ExitCode> {
     let (json, prefix, floors) = (args.json, args.prefix, args.floors);
     let client = Client::new(&cfg.socket_path());
     if floors {
-        let f: api::Floors = client.get("/v1/floors")?;
+        let f = client.floors()?;
         if json {
             println!("{}", serde_json::to_string_pretty(&f)?);
             return Ok(ExitCode::SUCCESS);
@@ -47,15 +46,14 @@ pub fn run(cfg: &Config, args: &PathsArgs) -> anyhow::Result<ExitCode> {
                 "{:<10} {:<44} {:>10} {:<8} {:>7}s",
                 e.netns,
                 format!("{}/{}", e.peer, e.prefix_len),
-                bloatd_tui::format::ms(e.floor_us as u64),
+                format::ms(e.floor_us as u64),
                 e.floor_source.as_str(),
                 e.updated_s_ago
             );
         }
         return Ok(ExitCode::SUCCESS);
     }
-    let target = if prefix { "/v1/paths?prefix=1" } else { "/v1/paths" };
-    let paths: Vec<bloatd_tui::model::Path> = client.get(target)?;
+    let paths = client.paths(prefix)?;
     if json {
         println!("{}", serde_json::to_string_pretty(&paths)?);
     } else {

@@ -20,17 +20,15 @@ pub struct SocketsArgs {
 }
 
 pub fn run(cfg: &Config, args: &SocketsArgs) -> anyhow::Result<ExitCode> {
-    let (json, all) = (args.json, args.all);
-    let target = if all { "/v1/sockets?all=1" } else { "/v1/sockets" };
     let client = Client::new(&cfg.socket_path());
-    if json && !std::io::stdout().is_terminal() {
+    if args.json && !std::io::stdout().is_terminal() {
         // Into a pipe or file, the daemon's JSON as it came: decoding and
         // re-encoding 100,000 sockets would cost more than reading them.
-        println!("{}", client.request("GET", target, None)?);
+        println!("{}", client.sockets_json(args.all)?);
         return Ok(ExitCode::SUCCESS);
     }
-    let socks: Vec<bloatd_tui::model::Socket> = client.get(target)?;
-    if json {
+    let socks = client.sockets(args.all)?;
+    if args.json {
         println!("{}", serde_json::to_string_pretty(&socks)?);
     } else {
         print!("{}", sockets_table(&socks));

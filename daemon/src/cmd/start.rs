@@ -6,7 +6,6 @@ use crate::api::server;
 use crate::caps;
 use crate::api::client::Client;
 use crate::config::Config;
-use crate::api::Status;
 use crate::core::Core;
 use crate::rundir::{lock_state, take_lock, LockState, PidLock, RunDir, LOG, PID_FILE, SOCKET};
 use clap::Args;
@@ -160,7 +159,7 @@ fn start_background(cfg: &Config, args: &[String]) -> anyhow::Result<ExitCode> {
     let msg = msg.trim();
     if let Some(rest) = msg.strip_prefix("ok") {
         let _ = rest;
-        let status: Status = Client::new(&cfg.socket_path()).get("/v1/status")?;
+        let status = Client::new(&cfg.socket_path()).status()?;
         println!(
             "bloatd started (pid {}): probes {}; congestion controls: {}; metrics http://{}/metrics; API {}",
             status.pid,

@@ -35,7 +35,7 @@ pub fn run(cfg: &Config, args: &StatusArgs) -> anyhow::Result<ExitCode> {
         // Not root: the API socket answers for the daemon, if we may use it.
         LockState::NoAccess => None,
     };
-    let s: Status = match Client::new(&cfg.socket_path()).get("/v1/status") {
+    let s = match Client::new(&cfg.socket_path()).status() {
         Ok(s) => s,
         Err(ClientError::NotRunning(_)) if pid.is_none() => {
             println!("bloatd is not running");

@@ -45,8 +45,7 @@ impl Source for Backend {
     fn snapshot(&mut self, req: &SnapshotRequest) -> Result<Snapshot, String> {
         match self {
             Backend::Api(client) => {
-                let target = format!("/v1/snapshot?{}", req.query());
-                client.get(&target).map_err(|e| match e {
+                client.snapshot(req, false).map_err(|e| match e {
                     ClientError::NotRunning(p) => format!(
                         "bloatd daemon not reachable at {}: retrying… (sudo bloatd start)",
                         p.display()
@@ -65,7 +64,7 @@ impl Source for Backend {
 impl Backend {
     fn open(cfg: &Config) -> anyhow::Result<Backend> {
         let client = Client::new(&cfg.socket_path());
-        match client.get::<serde_json::Value>("/v1/status") {
+        match client.status() {
             Ok(_) => Ok(Backend::Api(client)),
             Err(ClientError::NotRunning(_)) => {
                 if crate::probes::preflight().is_err() {
@@ -92,7 +91,7 @@ impl Backend {
     /// prints, so it agrees with `bloatd sockets` taken beside it.
     fn fresh(&mut self) -> anyhow::Result<Snapshot> {
         match self {
-            Backend::Api(client) => Ok(client.get("/v1/snapshot?fresh=1")?),
+            Backend::Api(client) => Ok(client.snapshot(&SnapshotRequest::default(), true)?),
             Backend::Embedded(core) => {
                 core.snapshot(&SnapshotRequest::default(), true).map_err(anyhow::Error::msg)
             }
