@@ -5,7 +5,7 @@
 use crate::api::{CcInfo, FloorEntry, Floors, Status};
 use crate::cc::CcSet;
 use crate::config::Config;
-use crate::metrics::{KernelView, Metrics};
+use crate::metrics::{Metrics, Scrape};
 use crate::model::{Clock, Model};
 use crate::probes::{abi, abi::stat, ProbeConfig, Probes, TRACEPOINTS};
 use bloatd_tui::model::{FloorSource, Health, Path, Series, Snapshot, SnapshotRequest, Socket};
@@ -171,7 +171,6 @@ impl Core {
         let window_s = self.cfg.floor_window_s;
         let raw = self.probes.floors()?;
         let c = self.probes.counters()?;
-        let created = c[stat::FLOOR_NEW as usize];
         let mut floors: Vec<FloorEntry> = raw
             .iter()
             .filter_map(|(k, f)| {
@@ -195,21 +194,18 @@ impl Core {
         Ok(Floors {
             window_s,
             capacity: self.cfg.floor_entries,
-            created,
-            evicted: crate::probes::floor_evictions(created, raw.len() as u64),
+            created: c.get(stat::FLOOR_NEW),
+            evicted: c.floors_evicted(raw.len() as u64),
             floors,
         })
     }
 
     pub fn health(&self) -> Health {
-        let c = self.probes.counters().unwrap_or([0; stat::MAX as usize]);
+        let c = self.probes.counters().unwrap_or_default();
         Health {
-            events_total: c[stat::PROBE as usize]
-                + c[stat::STATE as usize]
-                + c[stat::RETRANS as usize]
-                + c[stat::CONG as usize],
-            dropped_total: c[stat::DROP_MAP_FULL as usize] + c[stat::DROP_RINGBUF as usize],
-            map_entries: c[stat::CREATED as usize].saturating_sub(c[stat::DELETED as usize]),
+            events_total: c.events(),
+            dropped_total: c.dropped(),
+            map_entries: c.map_entries(),
             map_capacity: self.probes.map_capacity() as u64,
             mode: self.mode.to_string(),
         }
@@ -269,10 +265,15 @@ impl Core {
     /// /metrics: the kernel's statistics of this moment. A few map reads,
     /// whatever the number of sockets.
     pub fn metrics_text(&mut self) -> String {
-        let Some(m) = self.metrics.as_ref() else {
-            return String::new();
-        };
-        let counters = self.probes.counters().unwrap_or([0; stat::MAX as usize]);
+        match self.metrics.as_ref() {
+            Some(m) => m.encode(self.scrape()),
+            None => String::new(),
+        }
+    }
+
+    /// Everything /metrics shows, read now.
+    fn scrape(&self) -> Scrape {
+        let counters = self.probes.counters().unwrap_or_default();
         let per_cc = self.probes.cc_stats().unwrap_or_else(|e| {
             tracing::warn!("{e}");
             Vec::new()
@@ -289,10 +290,7 @@ impl Core {
                 }
             }
         }
-        for (cwnd, pipe) in self.cc.westwood_cwnd_pipe() {
-            m.observe_westwood(cwnd, pipe);
-        }
-        let view = KernelView {
+        Scrape {
             per_cc,
             sockets,
             bloated_second: (Clock::now().mono_ns / 1_000_000_000).saturating_sub(1),
@@ -301,8 +299,8 @@ impl Core {
             map_capacity: self.probes.map_capacity(),
             floors: self.probes.floors_count().unwrap_or(0),
             cc_export_failures: self.cc.export_failures(),
-        };
-        m.encode(view)
+            westwood_cwnd_pipe: self.cc.westwood_cwnd_pipe(),
+        }
     }
 
     /// The programs attached, as `status` names them.
@@ -320,6 +318,7 @@ impl Core {
     }
 
     pub fn status(&self) -> Status {
+        let health = self.health();
         Status {
             pid: std::process::id(),
             version: env!("CARGO_PKG_VERSION").into(),
@@ -331,8 +330,8 @@ impl Core {
             cc_registered: self.cc.names(),
             default_cc: bloatd_cc::kernel_default().ok(),
             listen: self.metrics.as_ref().map(|_| self.cfg.listen.to_string()),
-            sockets: self.health().map_entries as usize,
-            health: self.health(),
+            sockets: health.map_entries as usize,
+            health,
             sockops_error: self.probes.sockops_error().map(str::to_string),
         }
     }

@@ -13,14 +13,14 @@
 //! Histograms still count one observation per socket per sampling interval
 //! while it carries traffic: a bucket's share is the share of socket-time
 //! spent at that delay.
+//!
+//! One way in: `Core::metrics_text` reads a [`Scrape`] (the kernel's
+//! statistics and counters, the congestion controls' state) and
+//! [`Metrics::encode`] writes it out; nothing else feeds a series.
 
 use crate::probes::abi::{hist, limits, stat, BloatdCcStats, BloatdRoleStats};
 use crate::probes::Counters;
-use prometheus_client::collector::Collector;
-use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric, NoLabelSet};
-use prometheus_client::metrics::family::Family;
-use prometheus_client::metrics::histogram::Histogram;
-use prometheus_client::metrics::info::Info;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, NoLabelSet};
 use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::Registry;
 use std::sync::{Arc, Mutex};
@@ -106,10 +106,10 @@ pub struct CcLabel {
     pub cc: String,
 }
 
-/// The kernel's numbers of one scrape, read by `Core` and encoded by the
-/// collector.
+/// Everything /metrics shows, read by `Core::metrics_text` at scrape time:
+/// the one input of the metrics.
 #[derive(Clone, Debug, Default)]
-pub struct KernelView {
+pub struct Scrape {
     /// Statistics by congestion control name, summed over CPUs.
     pub per_cc: Vec<(String, BloatdCcStats)>,
     /// Records alive: (cc, role index, state index, count).
@@ -121,21 +121,52 @@ pub struct KernelView {
     /// (probe, run time ns, runs) from the kernel's BPF statistics.
     pub runs: Vec<(&'static str, u64, u64)>,
     pub map_capacity: u32,
-    /// Path floors kept now (read at housekeeping, not per scrape).
+    /// Path floors kept now.
     pub floors: u64,
     /// Per registered bloatd congestion control: state snapshots its map
     /// refused.
     pub cc_export_failures: Vec<(String, u64)>,
+    /// (cwnd, BWE x RTTmin / MSS) of the Westwood+ sockets that acted in
+    /// the last second: one observation each in the cwnd/pipe histogram.
+    pub westwood_cwnd_pipe: Vec<(u32, u32)>,
+}
+
+/// Upper bounds of the cwnd/pipe ratio histogram, +Inf last.
+const RATIO_BOUNDS: [f64; 11] = [0.5, 0.75, 1.0, 1.25, 1.5, 2.0, 3.0, 5.0, 10.0, 20.0, f64::INFINITY];
+
+/// A histogram kept across scrapes: the kernel's statistics are read
+/// whole at each scrape, this one adds each scrape's observations.
+#[derive(Clone, Debug, Default)]
+struct Accumulated {
+    counts: [u64; RATIO_BOUNDS.len()],
+    sum: f64,
+}
+
+impl Accumulated {
+    fn observe(&mut self, v: f64) {
+        let i = RATIO_BOUNDS.iter().position(|&b| v <= b).unwrap_or(RATIO_BOUNDS.len() - 1);
+        self.counts[i] += 1;
+        self.sum += v;
+    }
+}
+
+/// What the collector encodes: the last scrape, and the histogram its
+/// Westwood+ observations accumulate into.
+#[derive(Debug, Default)]
+struct State {
+    scrape: Scrape,
+    westwood_cwnd_pipe: Accumulated,
+}
+
+/// The collector of every series: the registry holds it alone.
+#[derive(Debug)]
+struct Collector {
+    state: Arc<Mutex<State>>,
 }
 
 pub struct Metrics {
     registry: Registry,
-    kernel: Arc<Mutex<KernelView>>,
-    westwood_cwnd_pipe: Family<CcLabel, Histogram, fn() -> Histogram>,
-}
-
-fn ratio_histogram() -> Histogram {
-    Histogram::new([0.5, 0.75, 1.0, 1.25, 1.5, 2.0, 3.0, 5.0, 10.0, 20.0])
+    state: Arc<Mutex<State>>,
 }
 
 impl Default for Metrics {
@@ -147,54 +178,28 @@ impl Default for Metrics {
 impl Metrics {
     pub fn new() -> Metrics {
         let mut registry = Registry::with_prefix("bloatd");
-        let kernel = Arc::new(Mutex::new(KernelView::default()));
-        let westwood_cwnd_pipe: Family<CcLabel, Histogram, fn() -> Histogram> =
-            Family::new_with_constructor(ratio_histogram);
-        registry.register_collector(Box::new(KernelCollector {
-            view: kernel.clone(),
-        }));
-        registry.register(
-            "westwood_cwnd_pipe_ratio",
-            "Westwood+ sockets: cwnd / (BWE x RTTmin / MSS), how far cwnd sits above the estimated pipe (one observation per socket updated since the last scrape)",
-            westwood_cwnd_pipe.clone(),
-        );
-        registry.register(
-            "build",
-            "bloatd build",
-            Info::new(vec![("version", env!("CARGO_PKG_VERSION"))]),
-        );
-        Metrics {
-            registry,
-            kernel,
-            westwood_cwnd_pipe,
-        }
+        let state = Arc::new(Mutex::new(State::default()));
+        registry.register_collector(Box::new(Collector { state: state.clone() }));
+        Metrics { registry, state }
     }
 
-    /// Westwood+ sockets: cwnd relative to the pipe it estimated.
-    pub fn observe_westwood(&self, cwnd: u32, pipe_segments: u32) {
-        if pipe_segments > 0 {
-            self.westwood_cwnd_pipe
-                .get_or_create(&CcLabel {
-                    cc: "bloatd_westwood".into(),
-                })
-                .observe(cwnd as f64 / pipe_segments as f64);
+    /// The exposition of `scrape` in Prometheus text format 0.0.4, which
+    /// every scraper and `promtool check metrics` read.
+    pub fn encode(&self, scrape: Scrape) -> String {
+        {
+            let mut state = self.state.lock().unwrap();
+            for &(cwnd, pipe) in &scrape.westwood_cwnd_pipe {
+                if pipe > 0 {
+                    state.westwood_cwnd_pipe.observe(cwnd as f64 / pipe as f64);
+                }
+            }
+            state.scrape = scrape;
         }
-    }
-
-    /// The exposition of `view` in Prometheus text format 0.0.4, which every
-    /// scraper and `promtool check metrics` read.
-    pub fn encode(&self, view: KernelView) -> String {
-        *self.kernel.lock().unwrap() = view;
         let mut out = String::new();
         prometheus_client::encoding::text::encode(&mut out, &self.registry)
             .expect("encoding to a String cannot fail");
         openmetrics_to_text(&out)
     }
-}
-
-#[derive(Debug)]
-struct KernelCollector {
-    view: Arc<Mutex<KernelView>>,
 }
 
 /// A histogram's (sum, count, per-bucket counts) in the encoder's form.
@@ -210,7 +215,7 @@ fn encode_histograms(
     encoder: &mut DescriptorEncoder,
     name: &str,
     help: &str,
-    view: &KernelView,
+    view: &Scrape,
     pick: &dyn Fn(&BloatdRoleStats) -> Option<(f64, u64, Vec<(f64, u64)>)>,
     roles: &[usize],
 ) -> Result<(), std::fmt::Error> {
@@ -299,15 +304,31 @@ fn plain_counter(
         .encode_counter::<NoLabelSet, _, u64>(&v, None)
 }
 
-impl Collector for KernelCollector {
+impl prometheus_client::collector::Collector for Collector {
     fn encode(&self, mut e: DescriptorEncoder) -> Result<(), std::fmt::Error> {
-        let v = self.view.lock().unwrap();
+        let state = self.state.lock().unwrap();
+        let w = &state.westwood_cwnd_pipe;
+        let count: u64 = w.counts.iter().sum();
+        // As a metric family would: nothing until the first observation.
+        if count > 0 {
+            e.encode_descriptor(
+                "westwood_cwnd_pipe_ratio",
+                "Westwood+ sockets: cwnd / (BWE x RTTmin / MSS), how far cwnd sits above the estimated pipe (one observation per socket updated since the last scrape).",
+                None,
+                MetricType::Histogram,
+            )?
+            .encode_family(&CcLabel { cc: "bloatd_westwood".into() })?
+            .encode_histogram::<NoLabelSet>(w.sum, count, &histogram(&w.counts, &RATIO_BOUNDS, w.sum).2, None)?;
+        }
+        e.encode_descriptor("build", "bloatd build.", None, MetricType::Info)?
+            .encode_info(&vec![("version", env!("CARGO_PKG_VERSION"))])?;
+        let v = &state.scrape;
         let both = [0usize, 1];
         encode_histograms(
             &mut e,
             "tcp_queueing_delay_seconds",
             "Queueing delay per socket sample: srtt minus the path's floor for senders, the measured receiver RTT minus it for receivers",
-            &v,
+            v,
             &delay_hist(hist::QUEUE),
             &both,
         )?;
@@ -315,7 +336,7 @@ impl Collector for KernelCollector {
             &mut e,
             "tcp_srtt_seconds",
             "Smoothed RTT per socket sample (receivers: their RTT measured from echoed timestamps, else the kernel's estimate)",
-            &v,
+            v,
             &delay_hist(hist::RTT),
             &both,
         )?;
@@ -323,7 +344,7 @@ impl Collector for KernelCollector {
             &mut e,
             "tcp_min_rtt_seconds",
             "The floor each sample's queueing delay is measured against: the lowest RTT of the path (README, Path floors)",
-            &v,
+            v,
             &delay_hist(hist::FLOOR),
             &both,
         )?;
@@ -332,7 +353,7 @@ impl Collector for KernelCollector {
             &mut e,
             "tcp_cwnd_segments",
             "Congestion window of sending sockets per sample, segments",
-            &v,
+            v,
             &|r: &BloatdRoleStats| Some(histogram(&r.cwnd, &cwnd, r.cwnd_sum as f64)),
             &[0],
         )?;
@@ -396,7 +417,7 @@ impl Collector for KernelCollector {
             (stat::SOCKOPS, "sock_ops"),
         ]
         .into_iter()
-        .map(|(i, probe)| (ProbeLabel { probe }, c[i as usize]))
+        .map(|(i, probe)| (ProbeLabel { probe }, c.get(i)))
         .collect();
         counter(&mut e, "probe_events", "Events seen by each probe", &events)?;
         let dropped: Vec<(ReasonLabel, u64)> = [
@@ -404,7 +425,7 @@ impl Collector for KernelCollector {
             (stat::DROP_RINGBUF, "ringbuf_full"),
         ]
         .into_iter()
-        .map(|(i, reason)| (ReasonLabel { reason }, c[i as usize]))
+        .map(|(i, reason)| (ReasonLabel { reason }, c.get(i)))
         .collect();
         counter(
             &mut e,
@@ -416,7 +437,7 @@ impl Collector for KernelCollector {
             &mut e,
             "probe_map_entries",
             "Entries in the kernel's socket map",
-            c[stat::CREATED as usize].saturating_sub(c[stat::DELETED as usize]) as i64,
+            c.map_entries() as i64,
         )?;
         plain_gauge(
             &mut e,
@@ -451,30 +472,29 @@ impl Collector for KernelCollector {
             "Path floors the kernel keeps (peers and prefixes)",
             v.floors as i64,
         )?;
-        let created = c[stat::FLOOR_NEW as usize];
         plain_counter(
             &mut e,
             "path_floors_created",
             "Path floors created (peers and prefixes)",
-            created,
+            c.get(stat::FLOOR_NEW),
         )?;
         plain_counter(
             &mut e,
             "path_floors_evicted",
             "Path floors the bound (floor_entries) pushed out, least recently used first",
-            crate::probes::floor_evictions(created, v.floors),
+            c.floors_evicted(v.floors),
         )?;
         plain_counter(
             &mut e,
             "path_floors_inferred",
             "Floors inferred for a new peer from the queue its route's bottleneck held",
-            c[stat::FLOOR_INFERRED as usize],
+            c.get(stat::FLOOR_INFERRED),
         )?;
         plain_counter(
             &mut e,
             "path_floor_route_changes",
             "Floors started over because the peer is now reached through another interface or gateway",
-            c[stat::FLOOR_ROUTE as usize],
+            c.get(stat::FLOOR_ROUTE),
         )?;
         let failures: Vec<(CcLabel, u64)> = v
             .cc_export_failures
@@ -542,15 +562,11 @@ pub fn openmetrics_to_text(om: &str) -> String {
     out
 }
 
-// The encoder needs EncodeMetric in scope for the Info/Family impls.
-#[allow(unused_imports)]
-use EncodeMetric as _;
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn view() -> KernelView {
+    fn view() -> Scrape {
         let mut cubic = BloatdCcStats::default();
         // One sender sample at 250 ms of queue, 270 ms srtt, 20 ms floor,
         // cwnd 300; three retransmissions; bloated in second 41.
@@ -566,7 +582,7 @@ mod tests {
         s.retrans = 3;
         s.bloated[41 & 3] = 1;
         s.bloated_sec[41 & 3] = 41;
-        KernelView {
+        Scrape {
             per_cc: vec![("cubic".into(), cubic)],
             sockets: vec![("cubic".into(), 0, 1, 2)],
             bloated_second: 41,
@@ -602,6 +618,24 @@ mod tests {
             "no observation, no series"
         );
         assert!(!text.contains("# EOF"));
+    }
+
+    #[test]
+    fn westwood_ratio_accumulates_across_scrapes() {
+        let m = Metrics::new();
+        let text = m.encode(view());
+        assert!(!text.contains("westwood_cwnd_pipe_ratio"), "no observation, no series\n{text}");
+        m.encode(Scrape { westwood_cwnd_pipe: vec![(100, 40), (10, 0)], ..view() });
+        let text = m.encode(Scrape { westwood_cwnd_pipe: vec![(41, 40)], ..view() });
+        for line in [
+            "# TYPE bloatd_westwood_cwnd_pipe_ratio histogram",
+            r#"bloatd_westwood_cwnd_pipe_ratio_count{cc="bloatd_westwood"} 2"#,
+            r#"bloatd_westwood_cwnd_pipe_ratio_bucket{le="1.25",cc="bloatd_westwood"} 1"#,
+            r#"bloatd_westwood_cwnd_pipe_ratio_bucket{le="3.0",cc="bloatd_westwood"} 2"#,
+            r#"bloatd_build_info{version=""#,
+        ] {
+            assert!(text.contains(line), "missing {line}\n{text}");
+        }
     }
 
     #[test]
