@@ -1,12 +1,13 @@
 //! The engine shared by the daemon and by `bloatd top`'s embedded mode:
-//! probes in the kernel, the socket model fed from them, the metrics, and
+//! probes in the kernel, the socket tracker fed from them, the metrics, and
 //! the registered congestion controls.
 
 use crate::api::{CcInfo, FloorEntry, Floors, Status};
 use crate::cc::CcSet;
 use crate::config::Config;
 use crate::metrics::{Metrics, Scrape};
-use crate::model::{Clock, Model};
+use crate::clock::Clock;
+use crate::tracker::Tracker;
 use crate::probes::{abi, abi::stat, ProbeConfig, Probes, TRACEPOINTS};
 use bloatd_tui::model::{FloorSource, Health, Path, Series, Snapshot, SnapshotRequest, Socket};
 use std::collections::{HashMap, HashSet};
@@ -24,13 +25,13 @@ const HOUSEKEEPING_EVERY: Duration = Duration::from_secs(10);
 
 pub struct Core {
     probes: Probes,
-    model: Model,
+    tracker: Tracker,
     metrics: Option<Metrics>,
     cc: CcSet,
     cfg: Config,
     mode: &'static str,
     started_unix_ms: u64,
-    /// When the model last read every record, if ever.
+    /// When the tracker last read every record, if ever.
     last_read: Option<Instant>,
     /// Sockets watched on request (the dashboard's detail socket, API
     /// series requests), until when.
@@ -59,7 +60,7 @@ impl Core {
         let cc = CcSet::register(&cfg.cc, &cfg.cc_options())?;
         let mut core = Core {
             probes,
-            model: Model::new(cfg.interval_ms, cfg.series_seconds),
+            tracker: Tracker::new(cfg.interval_ms, cfg.series_seconds),
             metrics: with_metrics.then(Metrics::new),
             cc,
             cfg: cfg.clone(),
@@ -76,14 +77,14 @@ impl Core {
     }
 
     /// Read every record of the kernel, refreshed from its socket now, into
-    /// the model, with the state of bloatd's congestion controls.
+    /// the tracker, with the state of bloatd's congestion controls.
     fn read(&mut self) {
         match self.probes.read_all() {
-            Ok(recs) => self.model.refresh(recs),
+            Ok(recs) => self.tracker.refresh(recs),
             Err(e) => tracing::warn!("{e}"),
         }
         if !self.cc.is_empty() {
-            self.model.set_cc_states(self.cc.states());
+            self.tracker.set_cc_states(self.cc.states());
         }
         self.last_read = Some(Instant::now());
     }
@@ -102,15 +103,15 @@ impl Core {
     /// with the number of sockets unless someone looks.
     pub fn tick(&mut self) {
         let clock = Clock::now();
-        let model = &mut self.model;
-        self.probes.drain(|x| model.apply(x, &clock));
+        let tracker = &mut self.tracker;
+        self.probes.drain(|x| tracker.apply(x, &clock));
         if self.last_watch.elapsed() >= WATCH_EVERY {
             self.update_watch();
             self.last_watch = Instant::now();
         }
         if self.last_housekeeping.elapsed() >= HOUSEKEEPING_EVERY {
             let watched = self.watched();
-            self.model
+            self.tracker
                 .sweep(&clock, self.cfg.series_seconds, &|c| watched.contains(&c));
             self.last_housekeeping = Instant::now();
         }
@@ -127,7 +128,7 @@ impl Core {
             .map(|(c, _)| *c)
             .collect();
         if self.viewer_until.is_some_and(|t| t > now) {
-            set.extend(self.model.most_queued(WATCH_MOST_QUEUED));
+            set.extend(self.tracker.most_queued(WATCH_MOST_QUEUED));
         }
         set
     }
@@ -154,7 +155,7 @@ impl Core {
     /// sample), for `bloatd sockets` and scripts comparing with `ss`.
     pub fn sockets_fresh(&mut self, all: bool) -> Vec<Socket> {
         self.read();
-        self.model.sockets(&Clock::now(), all)
+        self.tracker.sockets(&Clock::now(), all)
     }
 
     /// Sockets grouped by path, worst queue first (`prefix`: by the
@@ -177,7 +178,7 @@ impl Core {
                 let (floor_us, source) = crate::probes::floor_now(f, window_s, now_s)?;
                 Some(FloorEntry {
                     netns: k.netns,
-                    peer: crate::model::addr(k.family, &k.addr),
+                    peer: crate::tracker::addr(k.family, &k.addr),
                     prefix_len: k.prefix_len,
                     floor_us,
                     floor_source: match source {
@@ -232,7 +233,7 @@ impl Core {
         }
         let clock = Clock::now();
         let threshold_us = (self.cfg.bloat_threshold_ms * 1000).min(u32::MAX as u64) as u32;
-        let mut sockets = self.model.sockets(&clock, false);
+        let mut sockets = self.tracker.sockets(&clock, false);
         let (mut summary, mut matched) = (None, None);
         if req.limit.is_some() {
             let (rows, n, s) = bloatd_tui::app::select_rows(sockets, req, threshold_us)?;
@@ -247,7 +248,7 @@ impl Core {
             sockets,
             series: req
                 .series
-                .and_then(|c| self.model.series(c, req.since_ms))
+                .and_then(|c| self.tracker.series(c, req.since_ms))
                 .into_iter()
                 .collect::<Vec<Series>>(),
             health: self.health(),
@@ -259,7 +260,7 @@ impl Core {
     pub fn series(&mut self, cookie: u64, since_ms: u64) -> Option<Series> {
         self.read_if_stale();
         self.watch(cookie, SERIES_TTL);
-        self.model.series(cookie, since_ms)
+        self.tracker.series(cookie, since_ms)
     }
 
     /// /metrics: the kernel's statistics of this moment. A few map reads,

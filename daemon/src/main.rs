@@ -6,15 +6,16 @@ mod api;
 mod caps;
 mod cc;
 mod cli;
+mod clock;
 mod cmd;
 mod config;
 mod core;
 mod metrics;
-mod model;
 mod paths;
 mod probes;
 mod rundir;
 mod text;
+mod tracker;
 
 use clap::Parser;
 use cli::{Cli, Cmd};

@@ -56,7 +56,7 @@ pub fn run(cfg: &Config, args: &StatusArgs) -> anyhow::Result<ExitCode> {
 }
 
 fn print_status(s: &Status) {
-    let up_s = crate::model::Clock::now().unix_ms.saturating_sub(s.started_unix_ms) / 1000;
+    let up_s = crate::clock::Clock::now().unix_ms.saturating_sub(s.started_unix_ms) / 1000;
     println!("bloatd {} running (pid {}, up {}s, {} mode)", s.version, s.pid, up_s, s.mode);
     println!("  probes:      {}", s.probes.join(" "));
     println!(

@@ -514,7 +514,7 @@ impl Probes {
                 "other".to_string()
             } else {
                 let raw = self.cc_names.get(&idx, 0).map_err(|e| err("cc_names", e))?;
-                crate::model::cstr(&raw)
+                crate::text::cstr(&raw)
             };
             if name.is_empty() {
                 continue;
@@ -549,7 +549,7 @@ impl Probes {
         }
         self.cc_names
             .get(&idx, 0)
-            .map(|raw| crate::model::cstr(&raw))
+            .map(|raw| crate::text::cstr(&raw))
             .unwrap_or_default()
     }
 
