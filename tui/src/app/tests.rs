@@ -1,7 +1,8 @@
 //! The dashboard state, driven through its inputs.
 
 use super::*;
-use crate::model::{Health, Sample, Series};
+use super::history::MAX_HISTORIES;
+use crate::model::{Health, Role, Sample, Series};
 
 use crate::tests::fixtures;
 
@@ -485,18 +486,6 @@ fn history_is_fed_incrementally_and_keeps_one_minute() {
 }
 
 #[test]
-fn ring_capacity_follows_the_daemon_interval() {
-    assert_eq!(History::capacity(250), 241);
-    assert_eq!(History::capacity(1000), 61);
-    assert_eq!(History::capacity(0), 6001);
-    let mut h = History::default();
-    // Samples every 100 ms but the daemon says 1 s: the ring holds 61.
-    h.extend((0..200).map(|i| sample(i * 100)).collect(), 1000);
-    assert_eq!(h.samples().len(), 61);
-    assert_eq!(h.last_t_ms(), Some(19_900));
-}
-
-#[test]
 fn histories_are_bounded() {
     let sockets: Vec<Socket> = (0..40).map(|i| sock(i, "x", "cubic", i as u32)).collect();
     let mut app = App::new();
@@ -531,10 +520,11 @@ fn bloat_start_raises_one_notice_that_expires() {
     app.apply_snapshot(snap(1_000, vec![rx.clone()]), 1_000);
     assert_eq!(app.summary().bloated, 1);
     assert_eq!(app.notices().len(), 1);
-    assert_eq!(
-        app.notices()[0].text,
-        "receiver queue 420ms on 10.0.0.2:443 (curl): 9.9x its minimum RTT"
-    );
+    match &app.notices()[0].event {
+        Event::BloatStarted(s) => assert_eq!((s.cookie, s.rcv_queue_delay_us), (5, 420_000)),
+        e => panic!("{e:?}"),
+    }
+    assert_eq!(app.notices()[0].at_ms, 1_000);
     // Still bloated: no new notice.
     app.apply_snapshot(snap(2_000, vec![rx.clone()]), 2_000);
     assert_eq!(app.notices().len(), 1);
@@ -573,14 +563,9 @@ fn a_burst_of_bloat_gives_the_worst_and_a_summary() {
         .map(|i| sock(i, "x", "cubic", 100 + i as u32))
         .collect();
     app.apply_snapshot(snap(0, sockets), 0);
-    let texts: Vec<&str> = app.notices().iter().map(|n| n.text.as_str()).collect();
-    assert_eq!(texts.len(), MAX_NOTICES + 1);
-    assert!(
-        texts[0].starts_with("sender queue 109ms on 10.0.0.2:443 (x)"),
-        "{texts:?}"
-    );
-    assert_eq!(texts[MAX_NOTICES], "…and 6 more sockets started bloating");
-    assert_eq!(app.notices()[0].cookie, Some(9));
+    let cookies: Vec<Option<u64>> = app.notices().iter().map(Notice::cookie).collect();
+    assert_eq!(cookies, vec![Some(9), Some(8), Some(7), Some(6), None], "the worst first");
+    assert_eq!(app.notices()[MAX_NOTICES].event, Event::MoreBloatStarted(6));
 }
 
 #[test]

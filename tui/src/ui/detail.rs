@@ -63,7 +63,7 @@ fn detail_lines(app: &App, s: &Socket, closed: bool, width: usize) -> Vec<Line<'
         Span::raw("queue "),
         Span::styled(ms(s.view_queue_delay_us()), queue_style),
     ];
-    if let Some(ratio) = crate::app::rtt_ratio(s) {
+    if let Some(ratio) = super::rtt_ratio(s) {
         queue.push(Span::styled(format!(" (RTT {ratio} min)"), queue_style));
     }
     let text = |t: String| vec![Span::raw(t)];
@@ -147,7 +147,7 @@ fn cc_state_fields(s: &Socket) -> Vec<Vec<Span<'static>>> {
                 // only sit in a queue.
                 let fat = ratio >= 2.0;
                 let mut field = vec![Span::styled(
-                    format!("cwnd {} pipe", crate::app::ratio_text(ratio)),
+                    format!("cwnd {} pipe", format::ratio(ratio)),
                     if fat { BLOATED } else { Style::new() },
                 )];
                 if fat {

@@ -3,7 +3,8 @@
 //! health, and the newest notices.
 
 use super::{BLOATED, DIM, GOOD, TITLE, WARN};
-use crate::app::{App, CcDelay, Link, SortKey};
+use crate::app::{App, CcDelay, Event, Link, Notice, SortKey};
+use crate::model::Role;
 use crate::format;
 use ratatui::buffer::Buffer;
 use ratatui::layout::Rect;
@@ -132,7 +133,7 @@ pub(super) fn render_header(app: &App, area: Rect, notice_lines: u16, buf: &mut 
     for (i, notice) in notices.iter().take(notice_lines as usize).enumerate() {
         let mut spans = vec![
             Span::styled(" ▲ ", BLOATED),
-            Span::styled(notice.text.clone(), BLOATED),
+            Span::styled(notice_text(notice), BLOATED),
         ];
         let rest = notices.len() - i - 1;
         if i + 1 == notice_lines as usize && rest > 0 {
@@ -171,5 +172,59 @@ pub(super) fn sort_arrow(key: SortKey) -> &'static str {
         "▼"
     } else {
         "▲"
+    }
+}
+
+/// A notice in words: "receiver queue 420ms on 10.0.0.2:443 (curl): 9.9x
+/// its minimum RTT", "…and 6 more sockets started bloating".
+pub(super) fn notice_text(notice: &Notice) -> String {
+    let s = match &notice.event {
+        Event::BloatStarted(s) => s,
+        Event::MoreBloatStarted(n) => return format!("…and {n} more sockets started bloating"),
+    };
+    let side = match s.role {
+        Role::Sender => "sender",
+        Role::Receiver => "receiver",
+    };
+    // The local port names an accepted connection whose process is not
+    // known (only connect() runs in its owner's context).
+    let who = match &s.comm {
+        Some(c) => c.clone(),
+        None => format!("port {}", s.local_port),
+    };
+    let mut text = format!(
+        "{side} queue {} on {} ({who})",
+        format::ms(s.view_queue_delay_us() as u64),
+        s.remote_endpoint()
+    );
+    if let Some(ratio) = super::rtt_ratio(s) {
+        text.push_str(&format!(": {ratio} its minimum RTT"));
+    }
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::tests::fixtures;
+
+    #[test]
+    fn notices_in_words() {
+        let mut rx = fixtures::receiving(fixtures::socket(5), 47_000, 420_000);
+        rx.comm = Some("curl".into());
+        let bloat = |s: &crate::model::Socket| Notice { event: Event::BloatStarted(Box::new(s.clone())), at_ms: 0 };
+        assert_eq!(
+            notice_text(&bloat(&rx)),
+            "receiver queue 420ms on 10.0.0.2:443 (curl): 9.9x its minimum RTT"
+        );
+        // An accepted connection: no process known, its local port instead.
+        let mut tx = fixtures::sending(fixtures::socket(6), 40_000, 109_000);
+        tx.comm = None;
+        assert_eq!(
+            notice_text(&bloat(&tx)),
+            format!("sender queue 109ms on 10.0.0.2:443 (port {}): 3.7x its minimum RTT", tx.local_port)
+        );
+        let more = Notice { event: Event::MoreBloatStarted(6), at_ms: 0 };
+        assert_eq!(notice_text(&more), "…and 6 more sockets started bloating");
     }
 }

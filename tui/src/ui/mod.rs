@@ -16,6 +16,7 @@ mod table;
 
 use crate::app::{App, Link, View};
 use crate::format;
+use crate::model::Socket;
 use ratatui::buffer::Buffer;
 use ratatui::layout::{Alignment, Constraint, Layout, Rect};
 use ratatui::style::{Color, Modifier, Style};
@@ -40,20 +41,33 @@ const TITLE: Style = Style::new().add_modifier(Modifier::BOLD);
 const WARN: Style = Style::new().fg(Color::Yellow).add_modifier(Modifier::BOLD);
 const GOOD: Style = Style::new().fg(Color::Green);
 
-/// Draws the whole interactive screen.
-pub fn draw(frame: &mut Frame, app: &mut App) {
+/// Draws the whole interactive screen. The state's page must be the one
+/// of this screen: `app.set_page_rows(page_rows(frame.area()))` first.
+pub fn draw(frame: &mut Frame, app: &App) {
     let area = frame.area();
     render(app, area, frame.buffer_mut());
 }
 
 /// Renders the interactive screen into `buf`.
-pub fn render(app: &mut App, area: Rect, buf: &mut Buffer) {
+pub fn render(app: &App, area: Rect, buf: &mut Buffer) {
     render_screen(app, area, buf, true);
 }
 
+/// Table rows the interactive screen of `area` shows: the state's page
+/// (`App::set_page_rows`) before it is drawn there. 0 when the terminal is
+/// too small for the dashboard.
+pub fn page_rows(area: Rect) -> usize {
+    table_rows(area, true)
+}
+
+/// Table rows of the text frame of `render_text`.
+pub fn text_page_rows(width: u16, height: u16) -> usize {
+    table_rows(Rect::new(0, 0, width, height), false)
+}
+
 /// Header and table only, as plain text lines (no colours, no key hints):
-/// the frame of `bloatd top --once`.
-pub fn render_text(app: &mut App, width: u16, height: u16) -> String {
+/// the frame of `bloatd top --once` (its page: `text_page_rows`).
+pub fn render_text(app: &App, width: u16, height: u16) -> String {
     let area = Rect::new(0, 0, width, height);
     let mut buf = Buffer::empty(area);
     render_screen(app, area, &mut buf, false);
@@ -95,15 +109,20 @@ pub fn text_height_for(sockets: usize) -> u16 {
     (HEADER_LINES as usize + 3 + 1 + sockets).clamp(MIN_HEIGHT as usize, u16::MAX as usize) as u16
 }
 
-fn render_screen(app: &mut App, area: Rect, buf: &mut Buffer, interactive: bool) {
-    if area.width < MIN_WIDTH || area.height < MIN_HEIGHT {
-        too_small(area, buf);
-        return;
-    }
-    if interactive && app.help() {
-        help::help(app, area, buf);
-        return;
-    }
+/// The screen's parts, top to bottom.
+struct Screen {
+    header: Rect,
+    /// Of the header's lines, those for notices.
+    notice_lines: u16,
+    body: Rect,
+    footer: Rect,
+}
+
+fn too_small_for(area: Rect) -> bool {
+    area.width < MIN_WIDTH || area.height < MIN_HEIGHT
+}
+
+fn screen(area: Rect, interactive: bool) -> Screen {
     let notice_lines = if area.height >= TALL_HEIGHT { 3 } else { 1 };
     let footer_lines = if interactive { 1 } else { 0 };
     let [header, body, footer] = Layout::vertical([
@@ -112,6 +131,27 @@ fn render_screen(app: &mut App, area: Rect, buf: &mut Buffer, interactive: bool)
         Constraint::Length(footer_lines),
     ])
     .areas(area);
+    Screen { header, notice_lines, body, footer }
+}
+
+/// The table fills the body: a line of column titles, then the rows.
+fn table_rows(area: Rect, interactive: bool) -> usize {
+    if too_small_for(area) {
+        return 0;
+    }
+    screen(area, interactive).body.height.saturating_sub(1) as usize
+}
+
+fn render_screen(app: &App, area: Rect, buf: &mut Buffer, interactive: bool) {
+    if too_small_for(area) {
+        too_small(area, buf);
+        return;
+    }
+    if interactive && app.help() {
+        help::help(app, area, buf);
+        return;
+    }
+    let Screen { header, notice_lines, body, footer } = screen(area, interactive);
     header::render_header(app, header, notice_lines, buf);
     match (app.link().clone(), interactive) {
         (Link::Down { message, since_ms }, true) => {
@@ -126,6 +166,13 @@ fn render_screen(app: &mut App, area: Rect, buf: &mut Buffer, interactive: bool)
     if interactive {
         help::render_footer(app, footer, buf);
     }
+}
+
+/// RTT over the floor from the socket's side, as "9.9x" (or "12x"); None
+/// without a floor.
+fn rtt_ratio(s: &Socket) -> Option<String> {
+    let min_us = s.view_min_rtt_us();
+    (min_us > 0).then(|| format::ratio(s.view_rtt_us() as f64 / min_us as f64))
 }
 
 fn too_small(area: Rect, buf: &mut Buffer) {
@@ -179,5 +226,21 @@ fn centered(area: Rect, width: u16, height: u16) -> Rect {
         y: area.y + (area.height - height) / 2,
         width,
         height,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_page_is_the_body_less_its_title_line() {
+        // 24 lines: header 3 + 1 notice, footer 1, column titles 1.
+        assert_eq!(page_rows(Rect::new(0, 0, 80, 24)), 18);
+        // From 40 lines three notices show.
+        assert_eq!(page_rows(Rect::new(0, 0, 80, 40)), 32);
+        // The text frame has no footer.
+        assert_eq!(text_page_rows(80, 24), 19);
+        assert_eq!(page_rows(Rect::new(0, 0, 40, 10)), 0, "too small: no table");
     }
 }

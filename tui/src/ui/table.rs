@@ -237,11 +237,12 @@ fn layout_columns(titles: &[String], cells: &[Vec<String>], width: usize) -> Vec
     chosen
 }
 
-pub(super) fn render_table(app: &mut App, area: Rect, buf: &mut Buffer) {
+/// Draws the rows of the state's page (`app.visible()`), which the screen's
+/// layout sized (`super::page_rows`).
+pub(super) fn render_table(app: &App, area: Rect, buf: &mut Buffer) {
     if area.height == 0 {
         return;
     }
-    app.set_page_rows(area.height.saturating_sub(1) as usize);
     let threshold_us = app.snapshot().bloat_threshold_us;
     let sort = app.sort();
     let titles: Vec<String> = DISPLAY_ORDER
