@@ -214,7 +214,7 @@ static __always_inline void cubic_export(const struct sock *sk, struct cubic *ca
 /*
  * A congestion event: exported now, so that a flow that gets no further ACK
  * still shows it, and again on the next ACK with the cwnd and ssthresh the
- * kernel set after this hook returned.
+ * kernel set after this callback returned.
  */
 static __always_inline void cubic_event_export(const struct sock *sk, struct cubic *ca)
 {

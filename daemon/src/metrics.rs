@@ -20,6 +20,7 @@
 
 use crate::probes::abi::{hist, limits, stat, BloatdCcStats, BloatdRoleStats};
 use crate::probes::Counters;
+use bloatd_tui::model::Role;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, NoLabelSet};
 use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::Registry;
@@ -76,7 +77,9 @@ const STATES: [&str; limits::STATES as usize] = [
     "NEW-SYN-RECV",
 ];
 
-const ROLES: [&str; 2] = ["sender", "receiver"];
+/// Role labels in the kernel's order (`struct bloatd_cc_stats`: [0]
+/// sender, [1] receiver).
+const ROLES: [&str; 2] = [Role::ALL[0].name(), Role::ALL[1].name()];
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct CcRole {

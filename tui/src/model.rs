@@ -17,8 +17,18 @@ pub enum Role {
 }
 
 impl Role {
-    /// The role in a table column: `send` or `recv` (JSON says `sender` or
-    /// `receiver`).
+    pub const ALL: [Role; 2] = [Role::Sender, Role::Receiver];
+
+    /// The role as JSON, metric labels and sentences name it: `sender` or
+    /// `receiver`.
+    pub const fn name(self) -> &'static str {
+        match self {
+            Role::Sender => "sender",
+            Role::Receiver => "receiver",
+        }
+    }
+
+    /// The role in a table column: `send` or `recv`.
     pub fn short(self) -> &'static str {
         match self {
             Role::Sender => "send",
@@ -334,7 +344,7 @@ pub struct Series {
 /// How the daemon itself is doing.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct Health {
-    /// Probe events seen since start (all hooks).
+    /// Probe events seen since start (all probes).
     pub events_total: u64,
     /// Updates lost: full socket map or full ring buffer.
     pub dropped_total: u64,
@@ -402,4 +412,16 @@ pub struct SnapshotRequest {
     pub sort: Option<String>,
     pub filter: Option<String>,
     pub limit: Option<usize>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_role_has_one_name_in_json_labels_and_text() {
+        for r in Role::ALL {
+            assert_eq!(serde_json::to_value(r).unwrap(), r.name());
+        }
+    }
 }

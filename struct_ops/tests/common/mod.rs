@@ -374,11 +374,11 @@ pub fn ss_entry(sport: u16) -> String {
 /// Register `algos`, waiting (up to 2 minutes) while another bloatd holds
 /// one of the names: registration is global, and a developer's daemon or
 /// lab run on the same machine would otherwise fail these tests.
-pub fn register(algos: &[bloatd_cc::Algo], opts: &bloatd_cc::Options) -> bloatd_cc::Registry {
+pub fn register(algos: &[bloatd_cc::Algo], opts: &bloatd_cc::Options) -> bloatd_cc::Registration {
     let deadline = Instant::now() + Duration::from_secs(120);
     let mut warned = false;
     loop {
-        match bloatd_cc::Registry::register(algos, opts) {
+        match bloatd_cc::Registration::register(algos, opts) {
             Ok(r) => return r,
             Err(bloatd_cc::CcError::AlreadyRegistered { name }) if Instant::now() < deadline => {
                 if !warned {

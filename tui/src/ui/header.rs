@@ -4,7 +4,6 @@
 
 use super::{BLOATED, DIM, GOOD, TITLE, WARN};
 use crate::app::{App, CcDelay, Event, Link, Notice, SortKey};
-use crate::model::Role;
 use crate::format;
 use ratatui::buffer::Buffer;
 use ratatui::layout::Rect;
@@ -182,10 +181,7 @@ pub(super) fn notice_text(notice: &Notice) -> String {
         Event::BloatStarted(s) => s,
         Event::MoreBloatStarted(n) => return format!("…and {n} more sockets started bloating"),
     };
-    let side = match s.role {
-        Role::Sender => "sender",
-        Role::Receiver => "receiver",
-    };
+    let side = s.role.name();
     // The local port names an accepted connection whose process is not
     // known (only connect() runs in its owner's context).
     let who = match &s.comm {
