@@ -46,7 +46,9 @@ char _license[] SEC("license") = "GPL";
 /* Tunables, as the kernel's module parameters. */
 const volatile bool fast_convergence = true;
 const volatile bool tcp_friendliness = true;
-const volatile __u32 hystart_detect = BLOATD_HYSTART_ACK_TRAIN | BLOATD_HYSTART_DELAY;
+/* The HyStart tests in use; typed by their enum, which so reaches the
+ * object's BTF, from which the Rust side of cc_state.h is generated. */
+const volatile enum bloatd_hystart hystart_detect = BLOATD_HYSTART_ACK_TRAIN | BLOATD_HYSTART_DELAY;
 const volatile __u32 hystart_low_window = 16;
 const volatile __u32 hystart_ack_delta_us = 2000;
 

@@ -18,7 +18,7 @@
 //! statistics and counters, the congestion controls' state) and
 //! [`Metrics::encode`] writes it out; nothing else feeds a series.
 
-use crate::probes::abi::{hist, limits, stat, BloatdCcStats, BloatdRoleStats};
+use crate::probes::abi::{hist, limits, stat, tcp_state_name, BloatdCcStats, BloatdRoleStats};
 use crate::probes::Counters;
 use bloatd_tui::model::Role;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, NoLabelSet};
@@ -26,56 +26,29 @@ use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::Registry;
 use std::sync::{Arc, Mutex};
 
-/// Upper bounds of the delay buckets, seconds (bpf/probes.bpf.c
-/// delay_bucket), +Inf last.
-const DELAY_BOUNDS_S: [f64; limits::DELAY_BUCKETS as usize] = [
-    0.0005,
-    0.001,
-    0.002,
-    0.005,
-    0.01,
-    0.02,
-    0.05,
-    0.1,
-    0.2,
-    0.5,
-    1.0,
-    2.0,
-    4.0,
-    8.0,
-    16.0,
-    f64::INFINITY,
-];
-
-/// Upper bounds of the cwnd buckets, segments (cwnd_bucket): 2 .. 8192, +Inf.
-fn cwnd_bounds() -> [f64; limits::CWND_BUCKETS as usize] {
-    let mut b = [f64::INFINITY; limits::CWND_BUCKETS as usize];
-    for (i, x) in b
-        .iter_mut()
-        .take(limits::CWND_BUCKETS as usize - 1)
-        .enumerate()
-    {
-        *x = (2u64 << i) as f64;
-    }
-    b
+extern "C" {
+    // bpf/stats_host.c: the buckets the probes count into (stats.h).
+    fn bloatd_delay_bound_us(i: u32) -> u32;
+    fn bloatd_cwnd_bound(i: u32) -> u32;
 }
 
-/// TCP states as `sock_counts` indexes them, named as `ss` names them.
-const STATES: [&str; limits::STATES as usize] = [
-    "UNKNOWN",
-    "ESTAB",
-    "SYN-SENT",
-    "SYN-RECV",
-    "FIN-WAIT-1",
-    "FIN-WAIT-2",
-    "TIME-WAIT",
-    "CLOSE",
-    "CLOSE-WAIT",
-    "LAST-ACK",
-    "LISTEN",
-    "CLOSING",
-    "NEW-SYN-RECV",
-];
+/// Upper bounds of `n` buckets as the encoder wants them: bound(i) in the
+/// metric's unit for all but the last, which is +Inf.
+fn bounds(n: u32, bound: impl Fn(u32) -> f64) -> Vec<f64> {
+    (0..n - 1).map(bound).chain([f64::INFINITY]).collect()
+}
+
+/// Upper bounds of the delay buckets, seconds.
+fn delay_bounds_s() -> Vec<f64> {
+    // SAFETY: a pure C function of an index below the bucket count.
+    bounds(limits::DELAY_BUCKETS, |i| unsafe { bloatd_delay_bound_us(i) } as f64 / 1e6)
+}
+
+/// Upper bounds of the cwnd buckets, segments.
+fn cwnd_bounds() -> Vec<f64> {
+    // SAFETY: as above.
+    bounds(limits::CWND_BUCKETS, |i| unsafe { bloatd_cwnd_bound(i) } as f64)
+}
 
 /// Role labels in the kernel's order (`struct bloatd_cc_stats`: [0]
 /// sender, [1] receiver).
@@ -248,11 +221,12 @@ fn encode_histograms(
 }
 
 fn delay_hist(h: u32) -> impl Fn(&BloatdRoleStats) -> Option<(f64, u64, Vec<(f64, u64)>)> {
+    let bounds = delay_bounds_s();
     move |r: &BloatdRoleStats| {
         let h = h as usize;
         Some(histogram(
             &r.delay[h],
-            &DELAY_BOUNDS_S,
+            &bounds,
             r.delay_sum_us[h] as f64 / 1e6,
         ))
     }
@@ -397,7 +371,7 @@ impl prometheus_client::collector::Collector for Collector {
                     CcRoleState {
                         cc: cc.clone(),
                         role: ROLES[*r],
-                        state: STATES[*s],
+                        state: tcp_state_name(*s as u8),
                     },
                     *n,
                 )
@@ -638,6 +612,30 @@ mod tests {
             r#"bloatd_build_info{version=""#,
         ] {
             assert!(text.contains(line), "missing {line}\n{text}");
+        }
+    }
+
+    #[test]
+    fn bucket_bounds_are_the_probes() {
+        extern "C" {
+            fn bloatd_delay_bucket(us: u32) -> u32;
+            fn bloatd_cwnd_bucket(cwnd: u32) -> u32;
+        }
+        let delay = delay_bounds_s();
+        assert_eq!((delay[0], delay[7], delay[14]), (0.0005, 0.1, 16.0));
+        for (i, b) in delay.iter().enumerate().take(delay.len() - 1) {
+            let us = (b * 1e6).round() as u32;
+            // SAFETY: pure C functions.
+            unsafe {
+                assert_eq!(bloatd_delay_bucket(us), i as u32, "{us} us");
+                assert_eq!(bloatd_delay_bucket(us + 1), i as u32 + 1, "{} us", us + 1);
+            }
+        }
+        let cwnd = cwnd_bounds();
+        assert_eq!((cwnd[0], cwnd[12], cwnd[13]), (2.0, 8192.0, f64::INFINITY));
+        for (i, b) in cwnd.iter().enumerate().take(cwnd.len() - 1) {
+            // SAFETY: as above.
+            unsafe { assert_eq!(bloatd_cwnd_bucket(*b as u32), i as u32) };
         }
     }
 

@@ -16,8 +16,6 @@ use bloatd_tui::model::{CaState, CcState, FloorSource, Role, Sample, Series, Soc
 use std::collections::{HashMap, VecDeque};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
-/// Linux TCP states (include/net/tcp_states.h).
-pub const TCP_ESTABLISHED: u8 = 1;
 const TCP_INFINITE_SSTHRESH: u32 = 0x7fff_ffff;
 
 struct Tracked {
@@ -68,25 +66,6 @@ pub fn addr(family: u16, raw: &[u8; 16]) -> IpAddr {
         }
     } else {
         IpAddr::V4(Ipv4Addr::new(raw[0], raw[1], raw[2], raw[3]))
-    }
-}
-
-/// TCP state as `ss` names it.
-pub fn state_name(state: u8) -> &'static str {
-    match state {
-        1 => "ESTAB",
-        2 => "SYN-SENT",
-        3 => "SYN-RECV",
-        4 => "FIN-WAIT-1",
-        5 => "FIN-WAIT-2",
-        6 => "TIME-WAIT",
-        7 => "CLOSE",
-        8 => "CLOSE-WAIT",
-        9 => "LAST-ACK",
-        10 => "LISTEN",
-        11 => "CLOSING",
-        12 => "NEW-SYN-RECV",
-        _ => "UNKNOWN",
     }
 }
 
@@ -211,7 +190,7 @@ impl Tracker {
             local_port: r.sport,
             remote_addr: addr(r.family, &r.daddr),
             remote_port: r.dport,
-            state: state_name(r.state).to_string(),
+            state: abi::tcp_state_name(r.state).to_string(),
             pid: (r.pid != 0).then_some(r.pid),
             comm: (!comm.is_empty()).then_some(comm),
             cc: cstr(&r.cc),
@@ -253,7 +232,7 @@ impl Tracker {
             .socks
             .values()
             .filter(|t| {
-                all || t.rec.state == TCP_ESTABLISHED
+                all || t.rec.state == abi::TCP_ESTABLISHED
                     || t.rec.inflight > 0
                     || t.rec.unsent_bytes > 0
             })
@@ -315,7 +294,7 @@ mod tests {
             update_ns: ns,
             sample_ns: ns,
             family: 2, // AF_INET
-            state: TCP_ESTABLISHED,
+            state: abi::TCP_ESTABLISHED,
             role: abi::role::SENDER as u8,
             flags: abi::flag::ACTIVE as u8,
             srtt_us: 300_000,

@@ -15,9 +15,8 @@ mod abi {
 pub(crate) use abi::BloatdCubicState as RawCubicState;
 pub(crate) use abi::BloatdWestwoodState as RawWestwoodState;
 
-/// `hystart_found` bits (cc_state.h BLOATD_HYSTART_*).
-const HYSTART_ACK_TRAIN: u32 = 0x1;
-const HYSTART_DELAY: u32 = 0x2;
+/// `hystart_found` bits (cc_state.h `enum bloatd_hystart`).
+use abi::hystart::{ACK_TRAIN as HYSTART_ACK_TRAIN, DELAY as HYSTART_DELAY};
 
 /// Westwood+'s view of one socket. Windows are in segments of `mss` bytes;
 /// times `*_us` without "age" are the kernel's TCP clock (CLOCK_MONOTONIC).
