@@ -17,6 +17,11 @@ mod rundir;
 mod text;
 mod tracker;
 
+// The view model's test fixtures, shared with the TUI crate's tests.
+#[cfg(test)]
+#[path = "../../tui/tests/common/mod.rs"]
+mod fixtures;
+
 use clap::Parser;
 use cli::{Cli, Cmd};
 use std::process::ExitCode;

@@ -7,24 +7,25 @@
 # after). Run as root: sudo scripts/tests/test_lab_instrument.sh
 set -uo pipefail
 cd "$(dirname "$0")/../.."
-BLOATD=${BLOATD:-$PWD/target/release/bloatd}
+NAME=test_lab_instrument
+source scripts/tests/lib.sh
 N=blinst
 source scripts/lab/bloatd.sh
 PIDS=()
 
 cleanup() {
 	for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null; done
-	scripts/lab/topo.sh down "$N" >/dev/null 2>&1 || true
+	"$TOPO" down "$N" >/dev/null 2>&1 || true
 	bloatd_release
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-[[ $(id -u) -eq 0 ]] || { echo "test_lab_instrument: run as root"; exit 1; }
+need_root
 [[ -x $BLOATD ]] || { echo "test_lab_instrument: $BLOATD missing: run cargo build --release"; exit 1; }
 bloatd_ensure || { echo "test_lab_instrument: bloatd start failed"; exit 1; }
 
-scripts/lab/topo.sh up "$N" --profile 3.5g >/dev/null || exit 1
+"$TOPO" up "$N" --profile 3.5g >/dev/null || exit 1
 ip netns exec "$N-snd" /usr/bin/python3 scripts/lab/flows.py serve --port 8000 >/dev/null &
 PIDS+=($!)
 sleep 0.5
@@ -79,6 +80,5 @@ check(all(b["bytes_acked"] <= o["bytes_acked"] for b, o in pairs), "bytes_acked:
 check(all(b["cc"] == "cubic" == o["cc"] for b, o in pairs), "both see congestion control cubic")
 sys.exit(1 if bad else 0)
 PY
-rc=$?
-if ((rc)); then echo "test_lab_instrument: failed"; exit 1; fi
-echo "test_lab_instrument: passed"
+(($? == 0)) || fail "bloatd and ss disagree (above)"
+finish

@@ -12,21 +12,19 @@
 # sudo scripts/tests/test_lab_quick.sh
 set -uo pipefail
 cd "$(dirname "$0")/../.."
-BLOATD=${BLOATD:-$PWD/target/release/bloatd}
+NAME=test_lab_quick
+source scripts/tests/lib.sh
 N=blquick
 OUT=$(mktemp -d /tmp/bloatd-lab-quick.XXXXXX)
-FAILS=0
 
-pass() { echo "  ok: $*"; }
-fail() { echo "  FAIL: $*"; FAILS=$((FAILS + 1)); }
 cleanup() {
-	scripts/lab/topo.sh down "$N" >/dev/null 2>&1 || true
+	"$TOPO" down "$N" >/dev/null 2>&1 || true
 	if ((FAILS)); then echo "test_lab_quick: results kept in $OUT"; else rm -rf "$OUT"; fi
 }
 trap cleanup EXIT
 trap 'FAILS=$((FAILS + 1)); exit 130' INT TERM
 
-[[ $(id -u) -eq 0 ]] || { echo "test_lab_quick: run as root"; exit 1; }
+need_root
 [[ -x $BLOATD ]] || { echo "test_lab_quick: $BLOATD missing: run cargo build --release"; exit 1; }
 
 was_running=0
@@ -81,5 +79,4 @@ check(n > 0 and not wrong, f"bloatd saw each of {n} flows with the congestion co
 sys.exit(1 if bad else 0)
 PY
 
-if ((FAILS)); then echo "test_lab_quick: $FAILS failure(s)"; exit 1; fi
-echo "test_lab_quick: passed"
+finish

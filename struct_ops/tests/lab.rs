@@ -26,7 +26,6 @@ use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::os::fd::AsRawFd;
 use std::path::PathBuf;
-use std::process::Command;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -50,46 +49,6 @@ const PAPER_SECS: f64 = 30.0;
 const WARMUP_SECS: f64 = 8.0;
 const SAMPLE_MS: u64 = 50;
 const PORT: u16 = 5321;
-
-/// The lab topology, removed on drop (also when a check fails).
-struct Lab;
-
-impl Lab {
-    fn up() -> Lab {
-        let out = Command::new(topo())
-            .args([
-                "up",
-                LAB,
-                "--rate",
-                RATE,
-                "--buffer-bytes",
-                &BUFFER_BYTES.to_string(),
-            ])
-            .args(["--delay-ms", &BASE_RTT_MS.to_string()])
-            .output()
-            .expect("running scripts/lab/topo.sh");
-        assert!(
-            out.status.success(),
-            "topo.sh up: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        Lab
-    }
-
-    fn ns(&self, role: &str) -> String {
-        format!("/run/netns/{LAB}-{role}")
-    }
-}
-
-impl Drop for Lab {
-    fn drop(&mut self) {
-        let _ = Command::new(topo()).args(["down", LAB]).status();
-    }
-}
-
-fn topo() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../scripts/lab/topo.sh")
-}
 
 /// One observation: the kernel's TCP_INFO and the exported state, read
 /// back to back.
@@ -572,7 +531,17 @@ fn check_hystart(kernel: &Run, ours: &Run) -> Vec<String> {
 #[test]
 fn lab_behaviour() {
     let _s = serial();
-    let lab = Lab::up();
+    let lab = Lab::up(
+        LAB,
+        &[
+            "--rate",
+            RATE,
+            "--buffer-bytes",
+            &BUFFER_BYTES.to_string(),
+            "--delay-ms",
+            &BASE_RTT_MS.to_string(),
+        ],
+    );
     let reg = register(&Algo::ALL, &Options::default());
 
     let runs: Vec<Run> = [

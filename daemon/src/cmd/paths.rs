@@ -63,7 +63,7 @@ pub fn run(cfg: &Config, args: &PathsArgs) -> anyhow::Result<ExitCode> {
 }
 
 /// The peer, or `prefix/len`, as shown.
-pub fn peer_text(p: &Path) -> String {
+fn peer_text(p: &Path) -> String {
     let full = if p.peer.is_ipv4() { 32 } else { 128 };
     if p.prefix_len >= full {
         p.peer.to_string()
@@ -74,7 +74,7 @@ pub fn peer_text(p: &Path) -> String {
 
 /// One sentence on the worst path, for a laptop user: where the queue is,
 /// how much, and how many flows wait behind it. None when nothing queues.
-pub fn worst_sentence(paths: &[Path]) -> Option<String> {
+fn worst_sentence(paths: &[Path]) -> Option<String> {
     let p = paths.first().filter(|p| p.queue_delay_p50_us >= 60_000)?;
     let flows = if p.sockets == 1 { "1 flow waits".to_string() } else { format!("{} flows wait", p.sockets) };
     Some(format!(
@@ -119,3 +119,31 @@ fn paths_table(paths: &[Path]) -> String {
     out
 }
 
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::paths::paths_of;
+    use crate::paths::tests::sock;
+
+    #[test]
+    fn the_worst_path_in_one_sentence() {
+        let socks = vec![
+            sock(1, "93.184.216.34", 40, 400, 0),
+            sock(2, "93.184.216.34", 40, 460, 0),
+            sock(3, "93.184.216.34", 40, 450, 0),
+            sock(4, "1.1.1.1", 10, 2, 0),
+        ];
+        let s = worst_sentence(&paths_of(&socks, None)).unwrap();
+        assert!(s.starts_with("the link to 93.184.216.34 (wlan0) holds 450ms of queue, 3 flows wait behind it"), "{s}");
+        assert!(worst_sentence(&paths_of(&[sock(1, "10.9.2.2", 40, 10, 0)], None)).is_none(), "no queue, no sentence");
+    }
+
+    #[test]
+    fn a_prefix_shows_its_length() {
+        let socks = vec![sock(1, "10.9.2.2", 40, 100, 0), sock(2, "fd00::1", 5, 0, 0)];
+        let paths = paths_of(&socks, Some((24, 64)));
+        assert_eq!(peer_text(&paths[0]), "10.9.2.0/24");
+        assert_eq!(peer_text(&paths[1]), "fd00::/64");
+        assert_eq!(peer_text(&paths_of(&socks, None)[0]), "10.9.2.2");
+    }
+}
