@@ -38,7 +38,9 @@ echo "test_lab_instrument: bloatd vs ss on a CUBIC download (lab '$N')"
 /usr/bin/python3 - "$N" <<'PY'
 import sys, time
 sys.path.insert(0, "scripts/lab")
+sys.path.insert(0, "scripts/tests")
 import instrument
+from bloatdtest import Checks
 ns = sys.argv[1] + "-snd"
 ino = instrument.netns_inode(ns)
 pairs = []
@@ -49,11 +51,7 @@ for _ in range(20):
         if b[port]["state"] == "ESTAB" and o[port]["state"] == "ESTAB":
             pairs.append((b[port], o[port]))
     time.sleep(0.4)
-bad = 0
-def check(ok, msg):
-    global bad
-    print(("  ok: " if ok else "  FAIL: ") + msg)
-    bad += not ok
+check = Checks()
 check(len(pairs) >= 15, f"{len(pairs)} paired readings of the download's socket")
 if not pairs:
     sys.exit(1)
@@ -78,7 +76,7 @@ check(minrtt <= 2000, f"min RTT: median difference {minrtt} us (<= 2 ms)")
 check(all(b["retrans"] <= o["retrans"] for b, o in pairs), "retrans: bloatd never above ss")
 check(all(b["bytes_acked"] <= o["bytes_acked"] for b, o in pairs), "bytes_acked: bloatd never above ss")
 check(all(b["cc"] == "cubic" == o["cc"] for b, o in pairs), "both see congestion control cubic")
-sys.exit(1 if bad else 0)
+check.done()
 PY
 (($? == 0)) || fail "bloatd and ss disagree (above)"
 finish

@@ -49,14 +49,12 @@ fi
 
 /usr/bin/python3 - "$OUT" <<'PY' || FAILS=$((FAILS + 1))
 import json, sys
+sys.path.insert(0, "scripts/tests")
+from bloatdtest import Checks
 d = sys.argv[1]
 summ = json.load(open(f"{d}/summary.json"))
 f = {x["name"]: x for x in summ["findings"]}
-bad = 0
-def check(ok, msg):
-    global bad
-    print(("  ok: " if ok else "  FAIL: ") + msg)
-    bad += not ok
+check = Checks()
 check(summ["meta"]["instrument"] == "bloatd", f"instrument {summ['meta']['instrument']}")
 f1, f2 = f["F1"]["value"], f["F2"]["value"]
 fmt = lambda v: "n/a" if v is None else f"{v:.2f}"
@@ -76,7 +74,7 @@ for line in open(f"{d}/raw.jsonl"):
         wrong.append((r["run"], want, r.get("cc_seen")))
 check(n > 0 and not wrong, f"bloatd saw each of {n} flows with the congestion control it asked for"
       + (f": mismatches {wrong[:5]}" if wrong else ""))
-sys.exit(1 if bad else 0)
+check.done()
 PY
 
 finish
