@@ -102,12 +102,12 @@ impl Client {
 
     /// Established sockets (all states with `all`), read from the kernel now.
     pub fn sockets(&self, all: bool) -> Result<Vec<Socket>, ClientError> {
-        self.get(route::SOCKETS, &SocketsQuery::new(all))
+        self.get(route::SOCKETS, &SocketsQuery { all: all.into() })
     }
 
     /// The same, as the daemon's JSON text.
     pub fn sockets_json(&self, all: bool) -> Result<String, ClientError> {
-        self.get_text(route::SOCKETS, &SocketsQuery::new(all))
+        self.get_text(route::SOCKETS, &SocketsQuery { all: all.into() })
     }
 
     /// What `bloatd top` draws (`fresh`: read from the kernel now).
@@ -117,7 +117,7 @@ impl Client {
 
     /// Sockets grouped by peer (or by prefix).
     pub fn paths(&self, prefix: bool) -> Result<Vec<NetPath>, ClientError> {
-        self.get(route::PATHS, &PathsQuery::new(prefix))
+        self.get(route::PATHS, &PathsQuery { prefix: prefix.into() })
     }
 
     pub fn floors(&self) -> Result<Floors, ClientError> {

@@ -35,20 +35,28 @@ pub mod route {
     pub const METRICS: &str = "/metrics";
 }
 
+/// A yes/no of a query string: `name=1` (any number but 0), or absent.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct Flag(Option<u8>);
+
+impl Flag {
+    pub fn is_set(self) -> bool {
+        self.0.unwrap_or(0) != 0
+    }
+}
+
+impl From<bool> for Flag {
+    fn from(b: bool) -> Flag {
+        Flag(b.then_some(1))
+    }
+}
+
 /// `GET /v1/sockets[?all=1]`: all states, not only ESTABLISHED.
 #[derive(Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct SocketsQuery {
-    pub all: Option<u8>,
-}
-
-impl SocketsQuery {
-    pub fn new(all: bool) -> SocketsQuery {
-        SocketsQuery { all: all.then_some(1) }
-    }
-
-    pub fn all(&self) -> bool {
-        self.all.unwrap_or(0) != 0
-    }
+    #[serde(default)]
+    pub all: Flag,
 }
 
 /// `GET /v1/snapshot?...`: a [`SnapshotRequest`] in a query string, and
@@ -61,7 +69,8 @@ pub struct SnapshotQuery {
     pub sort: Option<String>,
     pub filter: Option<String>,
     pub limit: Option<usize>,
-    pub fresh: Option<u8>,
+    #[serde(default)]
+    pub fresh: Flag,
 }
 
 impl SnapshotQuery {
@@ -72,7 +81,7 @@ impl SnapshotQuery {
             sort: req.sort.clone(),
             filter: req.filter.clone(),
             limit: req.limit,
-            fresh: fresh.then_some(1),
+            fresh: fresh.into(),
         }
     }
 
@@ -85,10 +94,6 @@ impl SnapshotQuery {
             limit: self.limit,
         }
     }
-
-    pub fn fresh(&self) -> bool {
-        self.fresh.unwrap_or(0) != 0
-    }
 }
 
 /// `GET /v1/series/{cookie}[?since_ms=T]`: samples newer than T.
@@ -100,17 +105,8 @@ pub struct SeriesQuery {
 /// `GET /v1/paths[?prefix=1]`: by prefix instead of by peer.
 #[derive(Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct PathsQuery {
-    pub prefix: Option<u8>,
-}
-
-impl PathsQuery {
-    pub fn new(prefix: bool) -> PathsQuery {
-        PathsQuery { prefix: prefix.then_some(1) }
-    }
-
-    pub fn prefix(&self) -> bool {
-        self.prefix.unwrap_or(0) != 0
-    }
+    #[serde(default)]
+    pub prefix: Flag,
 }
 
 /// `GET /v1/status`.
@@ -199,11 +195,15 @@ mod tests {
         let q = serde_urlencoded::to_string(SnapshotQuery::new(&req, false)).unwrap();
         assert_eq!(q, "series=7&since_ms=9&filter=cc%3Acubic+x&limit=3");
         let back: SnapshotQuery = serde_urlencoded::from_str(&q).unwrap();
-        assert_eq!((back.request(), back.fresh()), (req, false));
+        assert_eq!((back.request(), back.fresh.is_set()), (req, false));
         let fresh = SnapshotQuery::new(&SnapshotRequest::default(), true);
         assert_eq!(serde_urlencoded::to_string(&fresh).unwrap(), "fresh=1");
-        assert_eq!(serde_urlencoded::to_string(SocketsQuery::new(false)).unwrap(), "");
-        assert_eq!(serde_urlencoded::to_string(SocketsQuery::new(true)).unwrap(), "all=1");
-        assert_eq!(serde_urlencoded::to_string(PathsQuery::new(true)).unwrap(), "prefix=1");
+        assert_eq!(serde_urlencoded::to_string(SocketsQuery { all: false.into() }).unwrap(), "");
+        assert_eq!(serde_urlencoded::to_string(SocketsQuery { all: true.into() }).unwrap(), "all=1");
+        assert_eq!(serde_urlencoded::to_string(PathsQuery { prefix: true.into() }).unwrap(), "prefix=1");
+        let q: PathsQuery = serde_urlencoded::from_str("prefix=0").unwrap();
+        assert!(!q.prefix.is_set());
+        let q: SocketsQuery = serde_urlencoded::from_str("").unwrap();
+        assert!(!q.all.is_set());
     }
 }

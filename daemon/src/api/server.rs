@@ -27,13 +27,13 @@ pub fn api_router(core: Shared) -> Router {
         .route(
             route::SOCKETS,
             get(|State(c): State<Shared>, Query(q): Query<SocketsQuery>| async move {
-                Json(c.lock().unwrap().sockets_fresh(q.all()))
+                Json(c.lock().unwrap().sockets_fresh(q.all.is_set()))
             }),
         )
         .route(
             route::SNAPSHOT,
             get(|State(c): State<Shared>, Query(q): Query<SnapshotQuery>| async move {
-                match c.lock().unwrap().snapshot(&q.request(), q.fresh()) {
+                match c.lock().unwrap().snapshot(&q.request(), q.fresh.is_set()) {
                     Ok(s) => Json(s).into_response(),
                     Err(e) => error(StatusCode::BAD_REQUEST, e),
                 }
@@ -51,7 +51,7 @@ pub fn api_router(core: Shared) -> Router {
         .route(
             route::PATHS,
             get(|State(c): State<Shared>, Query(q): Query<PathsQuery>| async move {
-                Json(c.lock().unwrap().paths(q.prefix()))
+                Json(c.lock().unwrap().paths(q.prefix.is_set()))
             }),
         )
         .route(

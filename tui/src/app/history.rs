@@ -122,23 +122,8 @@ impl Histories {
 
 #[cfg(test)]
 mod tests {
+    use super::super::tests::sample;
     use super::*;
-
-    fn sample(i: u64) -> Sample {
-        Sample {
-            t_ms: i * 100,
-            srtt_us: 1,
-            min_rtt_us: 1,
-            floor_us: 1,
-            queue_delay_us: 0,
-            rcv_rtt_us: 0,
-            rcv_queue_delay_us: 0,
-            cwnd: 10,
-            inflight: 1,
-            pipe_segments: None,
-            throughput_bps: 0,
-        }
-    }
 
     #[test]
     fn ring_capacity_follows_the_daemon_interval() {
@@ -147,7 +132,7 @@ mod tests {
         assert_eq!(History::capacity(0), 6001);
         let mut h = History::default();
         // Samples every 100 ms but the daemon says 1 s: the ring holds 61.
-        h.extend((0..200).map(sample).collect(), 1000);
+        h.extend((0..200).map(|i| sample(i * 100)).collect(), 1000);
         assert_eq!(h.samples().len(), 61);
         assert_eq!(h.last_t_ms(), Some(19_900));
     }

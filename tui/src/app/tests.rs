@@ -30,7 +30,7 @@ fn snap(taken_ms: u64, sockets: Vec<Socket>) -> Snapshot {
     }
 }
 
-fn sample(t_ms: u64) -> Sample {
+pub(super) fn sample(t_ms: u64) -> Sample {
     Sample {
         t_ms,
         srtt_us: 1,
