@@ -14,6 +14,7 @@ mod metrics;
 mod paths;
 mod probes;
 mod rundir;
+mod server;
 mod text;
 mod tracker;
 
@@ -22,7 +23,7 @@ mod tracker;
 #[path = "../../tui/tests/common/mod.rs"]
 mod fixtures;
 
-use clap::Parser;
+use clap::{CommandFactory, Parser};
 use cli::{Cli, Cmd};
 use std::process::ExitCode;
 
@@ -31,7 +32,7 @@ fn main() -> ExitCode {
     // definition so the pages and completions it writes show only commands.
     let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
     if args.len() == 3 && args[1] == "generate-docs" {
-        return cmd::docs::generate(std::path::Path::new(&args[2])).unwrap_or_else(|e| {
+        return cmd::docs::generate(Cli::command(), std::path::Path::new(&args[2])).unwrap_or_else(|e| {
             eprintln!("bloatd: generate-docs: {e:#}");
             ExitCode::FAILURE
         });

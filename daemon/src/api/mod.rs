@@ -15,7 +15,6 @@
 //!   POST /v1/cc/default {"name": "..."}      set the host default (restored at stop)
 
 pub mod client;
-pub mod server;
 
 pub use bloatd_tui::model::{Health, Path, Snapshot, SnapshotRequest, Socket};
 use serde::{Deserialize, Serialize};

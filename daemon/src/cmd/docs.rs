@@ -1,14 +1,11 @@
 //! `bloatd generate-docs DIR`, for packaging: man pages and shell
 //! completions from the CLI definition.
 
-use crate::cli::Cli;
 use std::process::ExitCode;
 
 /// Man pages (bloatd.1 and one per subcommand, bloatd-start.1, ...) and
-/// completions for bash, zsh and fish, from the CLI definition (cli.rs).
-pub fn generate(dir: &std::path::Path) -> anyhow::Result<ExitCode> {
-    use clap::CommandFactory;
-    let cmd = Cli::command();
+/// completions for bash, zsh and fish, from `cmd`, the CLI definition (cli.rs).
+pub fn generate(cmd: clap::Command, dir: &std::path::Path) -> anyhow::Result<ExitCode> {
     let man = dir.join("man");
     std::fs::create_dir_all(&man)?;
     clap_mangen::generate_to(cmd.clone(), &man)?;

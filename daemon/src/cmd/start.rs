@@ -2,7 +2,7 @@
 //! serve /metrics and the API; in the background (the default: returns once
 //! everything is up) or in the foreground (systemd).
 
-use crate::api::server;
+use crate::server;
 use crate::caps;
 use crate::api::client::Client;
 use crate::config::Config;

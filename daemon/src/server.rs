@@ -1,6 +1,6 @@
 //! The daemon's servers: the JSON API on the Unix socket (peer addresses
-//! live here only) and Prometheus /metrics over TCP. What they answer is
-//! the contract in api/mod.rs.
+//! live here only) and Prometheus /metrics over TCP: they route the
+//! requests of the contract (api/mod.rs) to the engine (core.rs).
 
 use crate::core::Core;
 use axum::extract::{Path, Query, State};
@@ -8,7 +8,7 @@ use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
-use super::{route, DefaultReq, DefaultResp, PathsQuery, SeriesQuery, SnapshotQuery, SocketsQuery};
+use crate::api::{route, DefaultReq, DefaultResp, PathsQuery, SeriesQuery, SnapshotQuery, SocketsQuery};
 use std::collections::BTreeMap;
 use std::future::Future;
 use std::sync::{Arc, Mutex};
