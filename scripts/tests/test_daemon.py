@@ -12,7 +12,7 @@ import socket
 import time
 
 from bloatdtest import (BLOATD, CC_DEFAULT, PROBE_PROGS, TestCase, available_cc, bpf_prog_ids, main, read,
-                        run, wait_for)
+                        run, wait_for, write)
 
 class Lifecycle(TestCase):
     def test_start_status_stop(self):
@@ -79,7 +79,7 @@ class CongestionControlDefault(TestCase):
 
     def test_cc_default_applies_and_stop_restores(self):
         before = self.default()
-        self.addCleanup(lambda: open(self.DEFAULT, "w").write(before))
+        self.addCleanup(write, CC_DEFAULT, before)
         d = self.daemon()
         d.start()
         listing = d.cli("cc", "list").stdout
