@@ -4,15 +4,8 @@
 //! dashboard draws (`Socket`, `Snapshot`, ...) are defined by the TUI crate
 //! (the daemon depends on it, not the other way round) and named here.
 //!
-//! API (HTTP/1.1 on /run/bloatd/bloatd.sock, JSON, view model types):
-//!   GET  /v1/status                          daemon state and health
-//!   GET  /v1/sockets[?all=1]                 sockets, read fresh from the kernel
-//!   GET  /v1/snapshot[?series=C&since_ms=T][&fresh=1]  what `bloatd top` draws
-//!   GET  /v1/series/{cookie}[?since_ms=T]    one socket's samples
-//!   GET  /v1/paths[?prefix=1]                sockets grouped by path, with floor and queue
-//!   GET  /v1/floors                          every floor the kernel keeps
-//!   GET  /v1/cc                              registered and available algorithms
-//!   POST /v1/cc/default {"name": "..."}      set the host default (restored at stop)
+//! HTTP/1.1 on /run/bloatd/bloatd.sock, JSON; the routes are in [`route`],
+//! each with its query type and answer.
 
 pub mod client;
 
@@ -21,16 +14,29 @@ use serde::{Deserialize, Serialize};
 
 /// The routes, written once: the server routes them, the client asks them.
 pub mod route {
+    /// GET: daemon state and health ([`Status`](super::Status)).
     pub const STATUS: &str = "/v1/status";
+    /// GET [`SocketsQuery`](super::SocketsQuery): sockets read from the
+    /// kernel now (`Vec<Socket>`).
     pub const SOCKETS: &str = "/v1/sockets";
+    /// GET [`SnapshotQuery`](super::SnapshotQuery): what `bloatd top`
+    /// draws ([`Snapshot`](super::Snapshot)).
     pub const SNAPSHOT: &str = "/v1/snapshot";
-    /// `{cookie}`: the socket's cookie.
+    /// GET [`SeriesQuery`](super::SeriesQuery): one socket's samples
+    /// (`Series`); `{cookie}` is the socket's cookie.
     pub const SERIES: &str = "/v1/series/{cookie}";
+    /// GET [`PathsQuery`](super::PathsQuery): sockets grouped by path, with
+    /// floor and queue (`Vec<Path>`).
     pub const PATHS: &str = "/v1/paths";
+    /// GET: every floor the kernel keeps ([`Floors`](super::Floors)).
     pub const FLOORS: &str = "/v1/floors";
+    /// GET: registered and available algorithms ([`CcInfo`](super::CcInfo)).
     pub const CC: &str = "/v1/cc";
+    /// POST [`DefaultReq`](super::DefaultReq): set the host default,
+    /// restored at stop ([`DefaultResp`](super::DefaultResp)).
     pub const CC_DEFAULT: &str = "/v1/cc/default";
-    /// On the metrics listener (TCP), not the API socket.
+    /// GET on the metrics listener (TCP), not the API socket: Prometheus
+    /// text.
     pub const METRICS: &str = "/metrics";
 }
 
