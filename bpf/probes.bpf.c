@@ -49,6 +49,7 @@
 #include <bpf/bpf_core_read.h>
 #include <bpf/bpf_endian.h>
 #include "bloatd.h"
+#include "stats.h"
 
 #define AF_INET 2
 #define AF_INET6 10
@@ -569,32 +570,6 @@ static __always_inline void sock_stream(const struct bloatd_sock *s)
 	out->flags = s->flags;
 	__builtin_memset(out->pad, 0, sizeof(out->pad));
 	bpf_ringbuf_submit(out, BPF_RB_NO_WAKEUP);
-}
-
-/* Index of a delay in the histogram buckets (bloatd.h). */
-static __always_inline __u32 delay_bucket(__u32 us)
-{
-	static const __u32 bounds[BLOATD_DELAY_BUCKETS - 1] = {
-		500, 1000, 2000, 5000, 10000, 20000, 50000, 100000,
-		200000, 500000, 1000000, 2000000, 4000000, 8000000, 16000000,
-	};
-	__u32 i;
-
-	for (i = 0; i < BLOATD_DELAY_BUCKETS - 1; i++)
-		if (us <= bounds[i])
-			return i;
-	return BLOATD_DELAY_BUCKETS - 1;
-}
-
-/* Index of a cwnd in the exponential buckets 2, 4, .. 8192, +Inf. */
-static __always_inline __u32 cwnd_bucket(__u32 cwnd)
-{
-	__u32 i;
-
-	for (i = 0; i < BLOATD_CWND_BUCKETS - 1; i++)
-		if (cwnd <= (2U << i))
-			return i;
-	return BLOATD_CWND_BUCKETS - 1;
 }
 
 static __always_inline struct bloatd_role_stats *role_stats(const struct bloatd_sock *s)

@@ -32,9 +32,12 @@
 #include <linux/types.h>
 #endif
 
-/* hystart_found bits: what ended slow start before any loss */
-#define BLOATD_HYSTART_ACK_TRAIN	0x1
-#define BLOATD_HYSTART_DELAY		0x2
+/* hystart_found bits: what ended slow start before any loss (an enum, so
+ * user space sees them in the BTF) */
+enum bloatd_hystart {
+	BLOATD_HYSTART_ACK_TRAIN = 0x1,
+	BLOATD_HYSTART_DELAY = 0x2,
+};
 
 struct bloatd_westwood_state {
 	__u64 updated_us;		/* TCP clock of this snapshot */

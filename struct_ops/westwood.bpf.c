@@ -318,7 +318,7 @@ void BPF_PROG(bloatd_westwood_in_ack_event, struct sock *sk, __u32 flags)
 
 /*
  * A congestion event: exported now, and again on the next ACK with what the
- * kernel made of it (after a timeout cwnd is set only after this hook).
+ * kernel made of it (after a timeout cwnd is set only after this callback).
  */
 static __always_inline void westwood_congestion(struct sock *sk, struct westwood *w, __u32 pipe)
 {

@@ -11,16 +11,8 @@ import signal
 import socket
 import time
 
-from bloatdtest import (BLOATD, PROBE_PROGS, TestCase, bpf_prog_ids, free_port, main, run,
-                        wait_for)
-
-AVAILABLE = "/proc/sys/net/ipv4/tcp_available_congestion_control"
-
-
-def available_cc():
-    with open(AVAILABLE) as f:
-        return f.read().split()
-
+from bloatdtest import (BLOATD, CC_DEFAULT, PROBE_PROGS, TestCase, available_cc, bpf_prog_ids, main, read,
+                        run, wait_for, write)
 
 class Lifecycle(TestCase):
     def test_start_status_stop(self):
@@ -82,15 +74,12 @@ class Lifecycle(TestCase):
 
 
 class CongestionControlDefault(TestCase):
-    DEFAULT = "/proc/sys/net/ipv4/tcp_congestion_control"
-
     def default(self):
-        with open(self.DEFAULT) as f:
-            return f.read().strip()
+        return read(CC_DEFAULT)
 
     def test_cc_default_applies_and_stop_restores(self):
         before = self.default()
-        self.addCleanup(lambda: open(self.DEFAULT, "w").write(before))
+        self.addCleanup(write, CC_DEFAULT, before)
         d = self.daemon()
         d.start()
         listing = d.cli("cc", "list").stdout

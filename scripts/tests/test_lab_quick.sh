@@ -15,21 +15,19 @@
 # sudo scripts/tests/test_lab_quick.sh
 set -uo pipefail
 cd "$(dirname "$0")/../.."
-BLOATD=${BLOATD:-$PWD/target/release/bloatd}
+NAME=test_lab_quick
+source scripts/tests/lib.sh
 N=blquick
 OUT=$(mktemp -d /tmp/bloatd-lab-quick.XXXXXX)
-FAILS=0
 
-pass() { echo "  ok: $*"; }
-fail() { echo "  FAIL: $*"; FAILS=$((FAILS + 1)); }
 cleanup() {
-	scripts/lab/topo.sh down "$N" >/dev/null 2>&1 || true
+	"$TOPO" down "$N" >/dev/null 2>&1 || true
 	if ((FAILS)); then echo "test_lab_quick: results kept in $OUT"; else rm -rf "$OUT"; fi
 }
 trap cleanup EXIT
 trap 'FAILS=$((FAILS + 1)); exit 130' INT TERM
 
-[[ $(id -u) -eq 0 ]] || { echo "test_lab_quick: run as root"; exit 1; }
+need_root
 [[ -x $BLOATD ]] || { echo "test_lab_quick: $BLOATD missing: run cargo build --release"; exit 1; }
 
 was_running=0
@@ -49,15 +47,14 @@ quick() {
 	((t1 - t0 < 300)) && pass "$link: under 5 minutes" || fail "$link: quick mode took $((t1 - t0)) s"
 	/usr/bin/python3 - "$out" <<'PY' || FAILS=$((FAILS + 1))
 import json, sys
+sys.path.insert(0, "scripts/tests")
+from bloatdtest import Checks
 d = sys.argv[1]
 summ = json.load(open(f"{d}/summary.json"))
 link = summ["meta"]["link"]
 f = {x["name"]: x for x in summ["findings"]}
-bad = 0
-def check(ok, msg):
-    global bad
-    print(("  ok: " if ok else "  FAIL: ") + f"{link}: " + msg)
-    bad += not ok
+checks = Checks()
+check = lambda ok, msg: checks(ok, f"{link}: " + msg)
 check(summ["meta"]["instrument"] == "bloatd", f"instrument {summ['meta']['instrument']}")
 f1, f2 = f["F1"]["value"], f["F2"]["value"]
 fmt = lambda v: "n/a" if v is None else f"{v:.2f}"
@@ -79,7 +76,7 @@ for line in open(f"{d}/raw.jsonl"):
         wrong.append((r["run"], want, r.get("cc_seen")))
 check(n > 0 and not wrong, f"bloatd saw each of {n} flows with the congestion control it asked for"
       + (f": mismatches {wrong[:5]}" if wrong else ""))
-sys.exit(1 if bad else 0)
+checks.done()
 PY
 }
 
@@ -95,5 +92,4 @@ fi
 # The same on one measured cellular trace (lte: the 3.5g runs' rate)
 quick trace "$OUT/trace"
 
-if ((FAILS)); then echo "test_lab_quick: $FAILS failure(s)"; exit 1; fi
-echo "test_lab_quick: passed"
+finish

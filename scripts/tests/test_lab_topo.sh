@@ -5,17 +5,15 @@
 # Run as root: sudo scripts/tests/test_lab_topo.sh
 set -uo pipefail
 cd "$(dirname "$0")/../.."
-TOPO=scripts/lab/topo.sh
+NAME=test_lab_topo
+source scripts/tests/lib.sh
 N=bltopo
-FAILS=0
 
-pass() { echo "  ok: $*"; }
-fail() { echo "  FAIL: $*"; FAILS=$((FAILS + 1)); }
 cleanup() { "$TOPO" down "$N" >/dev/null 2>&1 || true; }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-[[ $(id -u) -eq 0 ]] || { echo "test_lab_topo: run as root"; exit 1; }
+need_root
 
 # Everything `up` can leave behind, one line per item; empty when clean.
 leftovers() {
@@ -160,5 +158,4 @@ rm -rf "$OUT"
 "$TOPO" up "$N" --rate 16mbit --buffer-bytes 99999999999999 >/dev/null 2>&1 && fail "absurd buffer accepted" || true
 expect_clean "failed up"
 
-if ((FAILS)); then echo "test_lab_topo: $FAILS failure(s)"; exit 1; fi
-echo "test_lab_topo: passed"
+finish

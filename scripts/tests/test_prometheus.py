@@ -13,7 +13,7 @@ import time
 import urllib.parse
 import urllib.request
 
-from bloatdtest import SND4, TestCase, free_port, main, run, wait_for
+from bloatdtest import TestCase, free_port, main, run, wait_for
 
 
 def histogram(text, name, labels):
@@ -45,18 +45,9 @@ class PrometheusScrape(TestCase):
                 f"      - targets: ['127.0.0.1:{target_port}']\n"
             )
         port = free_port()
-        p = subprocess.Popen(
-            ["prometheus", f"--config.file={cfg}", f"--storage.tsdb.path={tmp}/data",
-             f"--web.listen-address=127.0.0.1:{port}"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-
-        def stop():
-            p.terminate()
-            try:
-                p.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                p.kill()
-        self.addCleanup(stop)
+        self.process(["prometheus", f"--config.file={cfg}", f"--storage.tsdb.path={tmp}/data",
+                      f"--web.listen-address=127.0.0.1:{port}"],
+                     grace=10, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         return port
 
     def query(self, port, promql):
@@ -119,8 +110,7 @@ class PrometheusScrape(TestCase):
         lab = self.lab("bp2", rate="10mbit", buffer_bytes=1000000, delay_ms=20)
         idle = sorted(lab.ping("snd", "10.9.2.2", count=5))[2]
         lab.bulk_download("reno", 40)
-        wait_for(lambda: sorted(lab.ping("snd", "10.9.2.2", count=3))[1] > idle + 200,
-                 timeout=30, step=1, what="a standing queue of more than 200 ms")
+        lab.wait_for_queue(idle, 200)
         sender = wait_for(lambda: next((x for x in d.sockets() if x["cc"] == "reno" and x["role"] == "sender"
                                         and x["local_port"] == 5201), None), what="the reno sender in bloatd")
         # Asking for its series watches it: its samples stream from now on.

@@ -58,9 +58,8 @@ impl RatioHistogram {
     }
 }
 
-/// `hystart_found` bits (cc_state.h BLOATD_HYSTART_*).
-const HYSTART_ACK_TRAIN: u32 = 0x1;
-const HYSTART_DELAY: u32 = 0x2;
+/// `hystart_found` bits (cc_state.h `enum bloatd_hystart`).
+use abi::hystart::{ACK_TRAIN as HYSTART_ACK_TRAIN, DELAY as HYSTART_DELAY};
 
 /// Westwood+'s view of one socket. Windows are in segments of `mss` bytes;
 /// times `*_us` without "age" are the kernel's TCP clock (CLOCK_MONOTONIC).
@@ -150,38 +149,38 @@ pub struct CubicState {
 
 /// The inner state of one socket using a bloatd congestion control.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum CcState {
+pub enum AlgoState {
     Westwood(WestwoodState),
     Cubic(CubicState),
 }
 
-impl CcState {
+impl AlgoState {
     pub fn algo(&self) -> Algo {
         match self {
-            CcState::Westwood(_) => Algo::Westwood,
-            CcState::Cubic(_) => Algo::Cubic,
+            AlgoState::Westwood(_) => Algo::Westwood,
+            AlgoState::Cubic(_) => Algo::Cubic,
         }
     }
 
     pub fn cwnd(&self) -> u32 {
         match self {
-            CcState::Westwood(s) => s.cwnd,
-            CcState::Cubic(s) => s.cwnd,
+            AlgoState::Westwood(s) => s.cwnd,
+            AlgoState::Cubic(s) => s.cwnd,
         }
     }
 
     pub fn mss(&self) -> u32 {
         match self {
-            CcState::Westwood(s) => s.mss,
-            CcState::Cubic(s) => s.mss,
+            AlgoState::Westwood(s) => s.mss,
+            AlgoState::Cubic(s) => s.mss,
         }
     }
 
     /// How old the snapshot was when read.
     pub fn age_us(&self) -> u64 {
         match self {
-            CcState::Westwood(s) => s.age_us,
-            CcState::Cubic(s) => s.age_us,
+            AlgoState::Westwood(s) => s.age_us,
+            AlgoState::Cubic(s) => s.age_us,
         }
     }
 }
@@ -195,7 +194,7 @@ pub(crate) fn value_size(algo: Algo) -> usize {
 }
 
 /// Decode one map value of `algo`; `now_us` is CLOCK_MONOTONIC in microseconds.
-pub(crate) fn decode(algo: Algo, bytes: &[u8], now_us: u64) -> Option<CcState> {
+pub(crate) fn decode(algo: Algo, bytes: &[u8], now_us: u64) -> Option<AlgoState> {
     if bytes.len() != value_size(algo) {
         return None;
     }
@@ -204,7 +203,7 @@ pub(crate) fn decode(algo: Algo, bytes: &[u8], now_us: u64) -> Option<CcState> {
             // SAFETY: length checked; RawWestwoodState is plain old data
             // (u32/u64 fields, no padding) so any bytes are a valid value.
             let r: RawWestwoodState = unsafe { std::ptr::read_unaligned(bytes.as_ptr().cast()) };
-            CcState::Westwood(WestwoodState {
+            AlgoState::Westwood(WestwoodState {
                 bwe_bytes_per_s: r.bwe_bytes_per_s,
                 bwe_first_stage_bytes_per_s: r.bwe_first_stage_bytes_per_s,
                 min_rtt_us: r.min_rtt_us,
@@ -224,7 +223,7 @@ pub(crate) fn decode(algo: Algo, bytes: &[u8], now_us: u64) -> Option<CcState> {
             // SAFETY: as above, for RawCubicState.
             let r: RawCubicState = unsafe { std::ptr::read_unaligned(bytes.as_ptr().cast()) };
             let epoch = (r.epoch_start_us != 0).then_some(r.epoch_start_us);
-            CcState::Cubic(CubicState {
+            AlgoState::Cubic(CubicState {
                 w_max_segments: r.w_max,
                 loss_cwnd_segments: r.loss_cwnd,
                 k_ms: r.k_ms,
@@ -303,7 +302,7 @@ mod tests {
                 size_of::<RawCubicState>(),
             )
         };
-        let CcState::Cubic(s) = decode(Algo::Cubic, bytes, 5_500_000).unwrap() else {
+        let AlgoState::Cubic(s) = decode(Algo::Cubic, bytes, 5_500_000).unwrap() else {
             panic!()
         };
         assert_eq!(s.w_max_segments, 100);

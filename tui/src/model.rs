@@ -17,8 +17,18 @@ pub enum Role {
 }
 
 impl Role {
-    /// The role in a table column: `send` or `recv` (JSON says `sender` or
-    /// `receiver`).
+    pub const ALL: [Role; 2] = [Role::Sender, Role::Receiver];
+
+    /// The role as JSON, metric labels and sentences name it: `sender` or
+    /// `receiver`.
+    pub const fn name(self) -> &'static str {
+        match self {
+            Role::Sender => "sender",
+            Role::Receiver => "receiver",
+        }
+    }
+
+    /// The role in a table column: `send` or `recv`.
     pub fn short(self) -> &'static str {
         match self {
             Role::Sender => "send",
@@ -334,7 +344,7 @@ pub struct Series {
 /// How the daemon itself is doing.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct Health {
-    /// Probe events seen since start (all hooks).
+    /// Probe events seen since start (all probes).
     pub events_total: u64,
     /// Updates lost: full socket map or full ring buffer.
     pub dropped_total: u64,
@@ -389,7 +399,7 @@ pub struct HostSummary {
     pub per_cc: Vec<CcDelay>,
 }
 
-/// What a dashboard asks for (`GET /v1/snapshot?...`): one socket's series
+/// What a dashboard asks for (the daemon's `/v1/snapshot`): one socket's series
 /// newer than `since_ms`, and, with `limit`, only the first `limit` sockets
 /// passing `filter` (the dashboard's filter syntax) in `sort` order (a sort
 /// key's label: qdelay, rtt, throughput, cwnd, retrans, process). Without
@@ -404,32 +414,14 @@ pub struct SnapshotRequest {
     pub limit: Option<usize>,
 }
 
-impl SnapshotRequest {
-    /// The request as the query string of `/v1/snapshot`.
-    pub fn query(&self) -> String {
-        let mut q = Vec::new();
-        if let Some(c) = self.series {
-            q.push(format!("series={c}&since_ms={}", self.since_ms));
-        }
-        if let Some(s) = &self.sort {
-            q.push(format!("sort={}", encode(s)));
-        }
-        if let Some(f) = &self.filter {
-            q.push(format!("filter={}", encode(f)));
-        }
-        if let Some(l) = self.limit {
-            q.push(format!("limit={l}"));
-        }
-        q.join("&")
-    }
-}
+#[cfg(test)]
+mod tests {
+    use super::*;
 
-/// Percent-encoding for a query value.
-fn encode(s: &str) -> String {
-    s.bytes()
-        .map(|b| match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => (b as char).to_string(),
-            _ => format!("%{b:02X}"),
-        })
-        .collect()
+    #[test]
+    fn a_role_has_one_name_in_json_labels_and_text() {
+        for r in Role::ALL {
+            assert_eq!(serde_json::to_value(r).unwrap(), r.name());
+        }
+    }
 }

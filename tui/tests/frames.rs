@@ -26,7 +26,7 @@ fn app_with(snapshot: Snapshot) -> App {
 
 fn draw(app: &mut App, width: u16, height: u16) -> Terminal<TestBackend> {
     let mut t = terminal(width, height);
-    t.draw(|f| ui::draw(f, app)).unwrap();
+    bloatd_tui::draw(&mut t, app).unwrap();
     t
 }
 

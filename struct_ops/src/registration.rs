@@ -21,11 +21,11 @@ use crate::kernel::{
     adopt_netns_defaults, kernel_available, retire_netns_defaults, NetnsDefaultChange,
 };
 use crate::state::{decode, monotonic_us, value_size, RatioHistogram, RawRatioHist, RawWestwoodConfig};
-use crate::{Algo, CcError, CcState, Options, WestwoodSsthresh};
+use crate::{Algo, AlgoState, CcError, Options, WestwoodSsthresh};
 
 /// bloatd's congestion controls registered by this process. Dropping it
 /// unregisters them all.
-pub struct Registry {
+pub struct Registration {
     loaded: Vec<Loaded>,
     netns_changes: Vec<NetnsDefaultChange>,
 }
@@ -43,16 +43,16 @@ struct Loaded {
     _object: Object,
 }
 
-impl Registry {
+impl Registration {
     /// Load and register `algos` (duplicates ignored). On error nothing stays
     /// registered. Network namespaces whose default still names a killed
     /// bloatd's instance of an algorithm are pointed at the new one (see
-    /// [`Registry::netns_default_changes`]). `opts` are set before load.
-    pub fn register(algos: &[Algo], opts: &Options) -> Result<Registry, CcError> {
+    /// [`Registration::netns_default_changes`]). `opts` are set before load.
+    pub fn register(algos: &[Algo], opts: &Options) -> Result<Registration, CcError> {
         if !Path::new("/sys/kernel/btf/vmlinux").exists() {
             return Err(CcError::MissingBtf);
         }
-        let mut reg = Registry {
+        let mut reg = Registration {
             loaded: Vec::new(),
             netns_changes: Vec::new(),
         };
@@ -67,7 +67,7 @@ impl Registry {
         Ok(reg)
     }
 
-    /// What this registry holds registered, in registration order.
+    /// What this registration holds, in registration order.
     pub fn registered(&self) -> Vec<Algo> {
         self.loaded.iter().map(|l| l.algo).collect()
     }
@@ -89,7 +89,7 @@ impl Registry {
         wait_gone(algo)
     }
 
-    /// Network namespace defaults this registry changed: adopted at
+    /// Network namespace defaults this registration changed: adopted at
     /// registration, or moved to a fallback before unregistering.
     pub fn netns_default_changes(&self) -> &[NetnsDefaultChange] {
         &self.netns_changes
@@ -98,7 +98,7 @@ impl Registry {
     /// The exported state of every socket that uses a registered algorithm
     /// and has a cookie, keyed by socket cookie. One batched map read per
     /// algorithm.
-    pub fn states(&self) -> Result<HashMap<u64, CcState>, CcError> {
+    pub fn states(&self) -> Result<HashMap<u64, AlgoState>, CcError> {
         let now_us = monotonic_us();
         let mut out = HashMap::new();
         for l in &self.loaded {
@@ -167,7 +167,7 @@ impl Registry {
     }
 }
 
-impl Drop for Registry {
+impl Drop for Registration {
     fn drop(&mut self) {
         while let Some(l) = self.loaded.pop() {
             let _ = retire_netns_defaults(l.algo);

@@ -1,0 +1,149 @@
+//! `bloatd paths`: the sockets grouped by path, worst queue first, or the
+//! floors the kernel keeps.
+
+use crate::api::client::Client;
+use crate::config::Config;
+use bloatd_tui::format;
+use bloatd_tui::model::Path;
+use clap::Args;
+use std::fmt::Write as _;
+use std::process::ExitCode;
+
+#[derive(Args)]
+pub struct PathsArgs {
+    /// JSON output (an array of paths; field names in the README).
+    #[arg(long)]
+    pub json: bool,
+    /// Group by prefix (floor_prefix_v4 / floor_prefix_v6) instead of by peer.
+    #[arg(long, conflicts_with = "floors")]
+    pub prefix: bool,
+    /// List the floors the kernel keeps instead (peers and prefixes,
+    /// alive or closed, with where each came from).
+    #[arg(long)]
+    pub floors: bool,
+}
+
+pub fn run(cfg: &Config, args: &PathsArgs) -> anyhow::Result<ExitCode> {
+    let (json, prefix, floors) = (args.json, args.prefix, args.floors);
+    let client = Client::new(&cfg.socket_path());
+    if floors {
+        let f = client.floors()?;
+        if json {
+            println!("{}", serde_json::to_string_pretty(&f)?);
+            return Ok(ExitCode::SUCCESS);
+        }
+        println!(
+            "{} floors (capacity {}, window {} s; {} created, {} evicted by the bound)",
+            f.floors.len(),
+            f.capacity,
+            f.window_s,
+            f.created,
+            f.evicted
+        );
+        println!("{:<10} {:<44} {:>10} {:<8} {:>8}", "NETNS", "PEER/PREFIX", "FLOOR", "SOURCE", "FED");
+        for e in &f.floors {
+            println!(
+                "{:<10} {:<44} {:>10} {:<8} {:>7}s",
+                e.netns,
+                format!("{}/{}", e.peer, e.prefix_len),
+                format::ms(e.floor_us as u64),
+                e.floor_source.as_str(),
+                e.updated_s_ago
+            );
+        }
+        return Ok(ExitCode::SUCCESS);
+    }
+    let paths = client.paths(prefix)?;
+    if json {
+        println!("{}", serde_json::to_string_pretty(&paths)?);
+    } else {
+        print!("{}", paths_table(&paths));
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The peer, or `prefix/len`, as shown.
+fn peer_text(p: &Path) -> String {
+    let full = if p.peer.is_ipv4() { 32 } else { 128 };
+    if p.prefix_len >= full {
+        p.peer.to_string()
+    } else {
+        format!("{}/{}", p.peer, p.prefix_len)
+    }
+}
+
+/// One sentence on the worst path, for a laptop user: where the queue is,
+/// how much, and how many flows wait behind it. None when nothing queues.
+fn worst_sentence(paths: &[Path]) -> Option<String> {
+    let p = paths.first().filter(|p| p.queue_delay_p50_us >= 60_000)?;
+    let flows = if p.sockets == 1 { "1 flow waits".to_string() } else { format!("{} flows wait", p.sockets) };
+    Some(format!(
+        "the link to {} ({}) holds {} of queue, {flows} behind it: grade {}, {} RPM (passive loaded estimate)",
+        peer_text(p),
+        if p.interface.is_empty() { "?" } else { &p.interface },
+        format::ms(p.queue_delay_p50_us as u64),
+        p.grade(),
+        p.rpm()
+    ))
+}
+
+/// `bloatd paths`: one line per path.
+fn paths_table(paths: &[Path]) -> String {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "{:<10} {:<28} {:<10} {:>9} {:<8} {:>9} {:>9} {:<5} {:>6} {:>5} {:>12}  CC",
+        "NETNS", "PEER", "IFACE", "FLOOR", "SOURCE", "QUEUE", "QMAX", "GRADE", "RPM", "SOCKS", "THROUGHPUT"
+    );
+    for p in paths {
+        let _ = writeln!(
+            out,
+            "{:<10} {:<28} {:<10} {:>9} {:<8} {:>9} {:>9} {:<5} {:>6} {:>5} {:>12}  {}",
+            p.netns,
+            peer_text(p),
+            if p.interface.is_empty() { "-" } else { &p.interface },
+            format::ms(p.floor_us as u64),
+            p.floor_source.as_str(),
+            format::ms(p.queue_delay_p50_us as u64),
+            format::ms(p.queue_delay_max_us as u64),
+            p.grade(),
+            p.rpm(),
+            p.sockets,
+            format::rate(p.throughput_bps),
+            p.ccs.join(",")
+        );
+    }
+    if let Some(s) = worst_sentence(paths) {
+        let _ = writeln!(out, "\n{s}");
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::paths::paths_of;
+    use crate::paths::tests::sock;
+
+    #[test]
+    fn the_worst_path_in_one_sentence() {
+        let socks = vec![
+            sock(1, "93.184.216.34", 40, 400, 0),
+            sock(2, "93.184.216.34", 40, 460, 0),
+            sock(3, "93.184.216.34", 40, 450, 0),
+            sock(4, "1.1.1.1", 10, 2, 0),
+        ];
+        let s = worst_sentence(&paths_of(&socks, None)).unwrap();
+        assert!(s.starts_with("the link to 93.184.216.34 (wlan0) holds 450ms of queue, 3 flows wait behind it"), "{s}");
+        assert!(worst_sentence(&paths_of(&[sock(1, "10.9.2.2", 40, 10, 0)], None)).is_none(), "no queue, no sentence");
+    }
+
+    #[test]
+    fn a_prefix_shows_its_length() {
+        let socks = vec![sock(1, "10.9.2.2", 40, 100, 0), sock(2, "fd00::1", 5, 0, 0)];
+        let paths = paths_of(&socks, Some((24, 64)));
+        assert_eq!(peer_text(&paths[0]), "10.9.2.0/24");
+        assert_eq!(peer_text(&paths[1]), "fd00::/64");
+        assert_eq!(peer_text(&paths_of(&socks, None)[0]), "10.9.2.2");
+    }
+}
