@@ -234,6 +234,7 @@ impl Core {
         let clock = Clock::now();
         let threshold_us = (self.cfg.bloat_threshold_ms * 1000).min(u32::MAX as u64) as u32;
         let mut sockets = self.tracker.sockets(&clock, false);
+        let paths = if req.paths { crate::paths::paths_of(&sockets, None) } else { Vec::new() };
         let (mut summary, mut matched) = (None, None);
         if req.limit.is_some() {
             let (rows, n, s) = bloatd_tui::app::select_rows(sockets, req, threshold_us)?;
@@ -252,6 +253,7 @@ impl Core {
                 .into_iter()
                 .collect::<Vec<Series>>(),
             health: self.health(),
+            paths,
         })
     }
 

@@ -75,6 +75,21 @@ class Top(TestCase):
         self.assertIn(remote, detail)
         self.term.keys("top", "Escape")
 
+        # v: the paths view: the queue toward the receiver in one sentence,
+        # its row graded by that queue.
+        self.term.keys("top", "v")
+        peer = snd["remote"][0]
+        paths = wait_for(lambda: (lambda p: p if f"the link to {peer}" in p and "GRADE" in p else None)(self.pane()),
+                         timeout=10, what=f"the paths view naming {peer}")
+        row = next(l for l in paths.splitlines() if l.strip().startswith(peer))
+        toks = row.split()
+        print(f"    paths view: {row.strip()}")
+        grade = next(t for t in toks if t in ("A+", "A", "B", "C", "D", "F"))
+        self.assertIn(grade, ("C", "D", "F"), f"a bloated path is graded C or worse: {row}")
+        self.assertIn("behind it: grade", paths)
+        self.term.keys("top", "v")
+        wait_for(lambda: table_rows(self.pane()), timeout=5, what="back to the socket table")
+
         # The --once frame agrees with `bloatd sockets` for the same flow.
         once = d.cli("top", "--once", "--width", "160").stdout
         ours = find(d.sockets(), snd["local"], snd["remote"])

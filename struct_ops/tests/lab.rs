@@ -270,7 +270,7 @@ fn check_recovery_ssthresh(run: &Run, variant: WestwoodSsthresh) -> Vec<String> 
 /// The kernel's cwnd/pipe histogram of a fresh registration after one
 /// flow: one observation per 100 ms the flow got ACKs, with the ratios the
 /// exported state shows (sampled every 50 ms beside it).
-fn check_ratio_histogram(run: &Run, reg: &Registry) -> Vec<String> {
+fn check_ratio_histogram(run: &Run, reg: &Registration) -> Vec<String> {
     let mut failures = Vec::new();
     let h = reg.westwood_cwnd_pipe_ratio().unwrap().expect("bloatd_westwood is registered");
     let ratios: Vec<f64> = run

@@ -115,6 +115,34 @@ impl Path {
     }
 }
 
+impl Path {
+    /// The peer, or `prefix/len`, as shown.
+    pub fn peer_text(&self) -> String {
+        let full = if self.peer.is_ipv4() { 32 } else { 128 };
+        if self.prefix_len >= full {
+            self.peer.to_string()
+        } else {
+            format!("{}/{}", self.peer, self.prefix_len)
+        }
+    }
+}
+
+/// One sentence on the worst path (the first: paths come worst queue
+/// first), for a laptop user: where the queue is, how much, and how many
+/// flows wait behind it. None when nothing queues (60 ms, grade C, or more).
+pub fn worst_path_sentence(paths: &[Path]) -> Option<String> {
+    let p = paths.first().filter(|p| p.queue_delay_p50_us >= 60_000)?;
+    let flows = if p.sockets == 1 { "1 flow waits".to_string() } else { format!("{} flows wait", p.sockets) };
+    Some(format!(
+        "the link to {} ({}) holds {} of queue, {flows} behind it: grade {}, {} RPM (passive loaded estimate)",
+        p.peer_text(),
+        if p.interface.is_empty() { "?" } else { &p.interface },
+        crate::format::ms(p.queue_delay_p50_us as u64),
+        p.grade(),
+        p.rpm()
+    ))
+}
+
 /// Bufferbloat grade of a queueing delay (see [`Path::grade`]).
 pub fn grade(queue_delay_us: u32) -> &'static str {
     match queue_delay_us {
@@ -375,6 +403,10 @@ pub struct Snapshot {
     /// the `since_ms` it gave.
     pub series: Vec<Series>,
     pub health: Health,
+    /// With `paths` in the request: every socket grouped by path (peer),
+    /// worst queue first, as `bloatd paths` shows them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub paths: Vec<Path>,
 }
 
 /// Queueing delay distribution of the sockets using one congestion control.
@@ -412,6 +444,9 @@ pub struct SnapshotRequest {
     pub sort: Option<String>,
     pub filter: Option<String>,
     pub limit: Option<usize>,
+    /// Also group the sockets by path (the dashboard's paths view).
+    #[serde(default)]
+    pub paths: bool,
 }
 
 #[cfg(test)]

@@ -76,6 +76,9 @@ pub struct SnapshotQuery {
     pub limit: Option<usize>,
     #[serde(default)]
     pub fresh: Flag,
+    /// Also the sockets grouped by path (`Snapshot::paths`).
+    #[serde(default)]
+    pub paths: Flag,
 }
 
 impl SnapshotQuery {
@@ -87,6 +90,7 @@ impl SnapshotQuery {
             filter: req.filter.clone(),
             limit: req.limit,
             fresh: fresh.into(),
+            paths: req.paths.into(),
         }
     }
 
@@ -97,6 +101,7 @@ impl SnapshotQuery {
             sort: self.sort.clone(),
             filter: self.filter.clone(),
             limit: self.limit,
+            paths: self.paths.is_set(),
         }
     }
 }

@@ -62,31 +62,6 @@ pub fn run(cfg: &Config, args: &PathsArgs) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// The peer, or `prefix/len`, as shown.
-fn peer_text(p: &Path) -> String {
-    let full = if p.peer.is_ipv4() { 32 } else { 128 };
-    if p.prefix_len >= full {
-        p.peer.to_string()
-    } else {
-        format!("{}/{}", p.peer, p.prefix_len)
-    }
-}
-
-/// One sentence on the worst path, for a laptop user: where the queue is,
-/// how much, and how many flows wait behind it. None when nothing queues.
-fn worst_sentence(paths: &[Path]) -> Option<String> {
-    let p = paths.first().filter(|p| p.queue_delay_p50_us >= 60_000)?;
-    let flows = if p.sockets == 1 { "1 flow waits".to_string() } else { format!("{} flows wait", p.sockets) };
-    Some(format!(
-        "the link to {} ({}) holds {} of queue, {flows} behind it: grade {}, {} RPM (passive loaded estimate)",
-        peer_text(p),
-        if p.interface.is_empty() { "?" } else { &p.interface },
-        format::ms(p.queue_delay_p50_us as u64),
-        p.grade(),
-        p.rpm()
-    ))
-}
-
 /// `bloatd paths`: one line per path.
 fn paths_table(paths: &[Path]) -> String {
     let mut out = String::new();
@@ -100,7 +75,7 @@ fn paths_table(paths: &[Path]) -> String {
             out,
             "{:<10} {:<28} {:<10} {:>9} {:<8} {:>9} {:>9} {:<5} {:>6} {:>5} {:>12}  {}",
             p.netns,
-            peer_text(p),
+            p.peer_text(),
             if p.interface.is_empty() { "-" } else { &p.interface },
             format::ms(p.floor_us as u64),
             p.floor_source.as_str(),
@@ -113,7 +88,7 @@ fn paths_table(paths: &[Path]) -> String {
             p.ccs.join(",")
         );
     }
-    if let Some(s) = worst_sentence(paths) {
+    if let Some(s) = bloatd_tui::model::worst_path_sentence(paths) {
         let _ = writeln!(out, "\n{s}");
     }
     out
@@ -123,6 +98,7 @@ fn paths_table(paths: &[Path]) -> String {
 mod tests {
     use super::*;
     use crate::paths::paths_of;
+    use bloatd_tui::model::worst_path_sentence;
     use crate::paths::tests::sock;
 
     #[test]
@@ -133,9 +109,9 @@ mod tests {
             sock(3, "93.184.216.34", 40, 450, 0),
             sock(4, "1.1.1.1", 10, 2, 0),
         ];
-        let s = worst_sentence(&paths_of(&socks, None)).unwrap();
+        let s = worst_path_sentence(&paths_of(&socks, None)).unwrap();
         assert!(s.starts_with("the link to 93.184.216.34 (wlan0) holds 450ms of queue, 3 flows wait behind it"), "{s}");
-        assert!(worst_sentence(&paths_of(&[sock(1, "10.9.2.2", 40, 10, 0)], None)).is_none(), "no queue, no sentence");
+        assert!(worst_path_sentence(&paths_of(&[sock(1, "10.9.2.2", 40, 10, 0)], None)).is_none(), "no queue, no sentence");
     }
 
     #[test]

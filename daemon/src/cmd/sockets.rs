@@ -68,8 +68,8 @@ fn cc_state_text(s: &Socket) -> String {
 /// kernel record (times in ms), and the inner state of bloatd's algorithms.
 fn sockets_table(socks: &[Socket]) -> String {
     /// Column widths; negative means left-aligned. The last column is free.
-    const WIDTHS: [i32; 15] = [-18, 10, -24, -24, -15, -4, 6, 6, 9, 9, 9, 9, 9, 7, -8];
-    fn row(out: &mut String, cells: [String; 16]) {
+    const WIDTHS: [i32; 17] = [-18, 10, -24, -24, -15, -4, 6, 6, 9, 9, 9, 9, 14, 9, 9, 7, -8];
+    fn row(out: &mut String, cells: [String; 18]) {
         let mut line = String::new();
         for (cell, &w) in cells.iter().zip(WIDTHS.iter().chain(std::iter::once(&0))) {
             let width = w.unsigned_abs() as usize;
@@ -83,8 +83,8 @@ fn sockets_table(socks: &[Socket]) -> String {
     }
     let mut out = String::new();
     let header = [
-        "PROCESS", "NETNS", "LOCAL", "REMOTE", "CC", "ROLE", "CWND", "INFL", "SRTT", "MINRTT", "QDELAY",
-        "RCVRTT", "RCVQDLY", "RETRANS", "CA", "CCSTATE",
+        "PROCESS", "NETNS", "LOCAL", "REMOTE", "CC", "ROLE", "CWND", "INFL", "SRTT", "MINRTT", "FLOOR",
+        "QDELAY", "UNSENT", "RCVRTT", "RCVQDLY", "RETRANS", "CA", "CCSTATE",
     ];
     row(&mut out, header.map(String::from));
     let ep = |a: &std::net::IpAddr, p: u16| match a {
@@ -111,8 +111,16 @@ fn sockets_table(socks: &[Socket]) -> String {
                 s.inflight.to_string(),
                 ms(s.srtt_us),
                 ms(s.min_rtt_us),
+                ms(s.floor_us),
                 ms(s.queue_delay_us),
-                ms(s.rcv_rtt_us),
+                // the sender's own queue: bytes written, not yet sent, and
+                // their time at the socket's delivery rate
+                if s.unsent_bytes == 0 {
+                    "-".into()
+                } else {
+                    format!("{} {}", bloatd_tui::format::bytes(s.unsent_bytes as u64), ms(s.unsent_delay_us))
+                },
+                ms(s.rcv_ts_rtt_us.unwrap_or(s.rcv_rtt_us)),
                 ms(s.rcv_queue_delay_us),
                 s.retrans.to_string(),
                 format!("{:?}", s.ca_state).to_lowercase(),

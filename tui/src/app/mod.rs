@@ -77,6 +77,8 @@ pub enum Link {
 pub enum View {
     Table,
     Detail,
+    /// The sockets grouped by path (peer): floor, queue, grade, RPM.
+    Paths,
 }
 
 /// The detail view's socket. It stays pinned when the socket closes, so its
@@ -122,6 +124,7 @@ impl App {
                 sockets: Vec::new(),
                 series: Vec::new(),
                 health: Default::default(),
+                paths: Vec::new(),
             },
             now_ms: 0,
             link: Link::Connecting,
@@ -221,9 +224,16 @@ impl App {
             Key::PageDown => self.move_selection(page),
             Key::Home | Key::Char('g') => self.move_selection(isize::MIN),
             Key::End | Key::Char('G') => self.move_selection(isize::MAX),
+            Key::Char('v') => match self.view {
+                View::Paths => self.view = View::Table,
+                _ => {
+                    self.detail = None;
+                    self.view = View::Paths;
+                }
+            },
             Key::Enter => match self.view {
                 View::Table => self.open_detail(),
-                View::Detail => self.close_detail(),
+                View::Detail | View::Paths => self.close_detail(),
             },
             Key::Esc => self.close_detail(),
             _ => {}
@@ -301,6 +311,7 @@ impl App {
             sort: Some(self.table.sort().label().to_string()),
             filter: (!filter.is_empty()).then(|| filter.text().to_string()),
             limit: Some(limit),
+            paths: self.view == View::Paths,
         }
     }
 

@@ -27,6 +27,7 @@ fn snap(taken_ms: u64, sockets: Vec<Socket>) -> Snapshot {
         sockets,
         series: vec![],
         health: Health::default(),
+        paths: vec![],
     }
 }
 
@@ -62,6 +63,7 @@ fn the_source_selects_sorted_filtered_rows_and_summarises_all() {
         limit: Some(5),
         series: Some(5), // a bbr socket: filtered out, still sent for the detail pane
         since_ms: 0,
+        paths: false,
     };
     let (rows, matched, summary) = select_rows(all.clone(), &req, 100_000).unwrap();
     assert_eq!(matched, 40);
@@ -622,4 +624,22 @@ fn source_failure_keeps_the_first_failure_time_and_recovers() {
     );
     app.apply_snapshot(snap(30, vec![]), 30);
     assert_eq!(app.link(), &Link::Up);
+}
+
+#[test]
+fn v_switches_to_the_paths_and_back() {
+    let mut app = App::new();
+    app.apply_snapshot(snap(1_000, vec![sock(1, "curl", "cubic", 400)]), 1_000);
+    assert!(!app.snapshot_request().paths, "the table asks for no paths");
+    app.handle_key(Key::Enter);
+    assert_eq!(app.view(), View::Detail);
+    app.handle_key(Key::Char('v'));
+    assert_eq!(app.view(), View::Paths, "from the detail too");
+    assert!(app.detail().is_none());
+    assert!(app.snapshot_request().paths);
+    app.handle_key(Key::Esc);
+    assert_eq!(app.view(), View::Table, "Esc goes back to the table");
+    app.handle_key(Key::Char('v'));
+    app.handle_key(Key::Char('v'));
+    assert_eq!(app.view(), View::Table);
 }

@@ -28,6 +28,7 @@ pub(super) fn render_footer(app: &App, area: Rect, buf: &mut Buffer) {
                 ("q", "quit"),
                 ("↑↓", "select"),
                 ("⏎", "detail"),
+                ("v", "paths"),
                 ("s", "sort"),
                 ("f", "filter"),
                 ("p", "pause"),
@@ -36,6 +37,13 @@ pub(super) fn render_footer(app: &App, area: Rect, buf: &mut Buffer) {
             View::Detail => &[
                 ("Esc", "back"),
                 ("↑↓", "other socket"),
+                ("v", "paths"),
+                ("p", "pause"),
+                ("?", "help"),
+                ("q", "quit"),
+            ],
+            View::Paths => &[
+                ("v", "sockets"),
                 ("p", "pause"),
                 ("?", "help"),
                 ("q", "quit"),
@@ -67,6 +75,7 @@ pub(super) fn help(app: &App, area: Rect, buf: &mut Buffer) {
             "Enter",
             "detail: last minute of RTT, queue, cwnd, throughput",
         ),
+        key("v", "paths: sockets grouped by peer, floor, queue, grade, RPM"),
         key("s", "next sort: qdelay rtt throughput cwnd retrans process"),
         key("f", "filter: cc:cubic comm:curl port:443 addr:10.0.0.2"),
         key("", "or plain text (process, cc or port); Esc cancels"),
@@ -81,8 +90,11 @@ pub(super) fn help(app: &App, area: Rect, buf: &mut Buffer) {
         text(format!(
             "  {BLOAT_MARKER:<11} bloated row (red): queueing delay ≥ {threshold}"
         )),
-        text("  QDELAY      RTT - MINRTT: time spent in queues on the path".into()),
-        text("  RTT MINRTT  srtt for senders, rcv_rtt for receivers (ROLE)".into()),
+        text("  QDELAY      RTT - FLOOR: time spent in queues on the path".into()),
+        text("  FLOOR       the path's lowest RTT (any socket to the peer, 30 min)".into()),
+        text("  RTT         srtt for senders, the receiver's RTT for receivers".into()),
+        text("  GRADE RPM   paths: A+ <5 A <30 B <60 C <200 D <400 ms, else F;".into()),
+        text("              round trips per minute at the loaded RTT".into()),
         text("  CA          open, disord(er), cwr, recov(ery), loss".into()),
         text("  name*       bloatd_name: bloatd's own Westwood+ / CUBIC".into()),
         text("  header      qdelay p50/p90/max per congestion control".into()),

@@ -2,9 +2,9 @@
 //!
 //! The screen, top to bottom: a header with the host's bloat (sockets,
 //! bloated count, worst queue, queueing-delay distribution per congestion
-//! control, daemon health, the newest "bloat started" notices), then either
-//! the socket table or the detail view of one socket, then a line of key
-//! hints. Only the rows on screen are formatted. Nothing here reads a clock:
+//! control, daemon health, the newest "bloat started" notices), then the
+//! socket table, the detail view of one socket or the paths view (sockets
+//! grouped by peer), then a line of key hints. Only the rows on screen are formatted. Nothing here reads a clock:
 //! ages are measured against the app's `now_ms`, charts against the
 //! snapshot's `taken_ms`.
 
@@ -12,6 +12,7 @@ mod charts;
 mod detail;
 mod header;
 mod help;
+mod paths;
 mod table;
 
 use crate::app::{App, Link, View};
@@ -161,6 +162,7 @@ fn render_screen(app: &App, area: Rect, buf: &mut Buffer, interactive: bool) {
             centered_message("waiting for the first snapshot…", Style::new(), body, buf)
         }
         _ if interactive && app.view() == View::Detail => detail::render_detail(app, body, buf),
+        _ if interactive && app.view() == View::Paths => paths::render_paths(app, body, buf),
         _ => table::render_table(app, body, buf),
     }
     if interactive {

@@ -86,7 +86,7 @@ impl Col {
             Col::Cwnd => "CWND",
             Col::Inflight => "INFL",
             Col::Rtt => "RTT",
-            Col::MinRtt => "MINRTT",
+            Col::MinRtt => "FLOOR",
             Col::QueueDelay => "QDELAY",
             Col::Throughput => "THRPUT",
             Col::Retrans => "RETR",
