@@ -29,8 +29,7 @@ enum bloatd_limits {
 	 * labelled "other"). */
 	BLOATD_CC_MAX = 16,
 	/* Histogram buckets, upper bounds inclusive (Prometheus `le`), +Inf
-	 * last. Delays in microseconds: 0.5 ms .. 16 s, a LAN's queue to a
-	 * bloated cellular buffer. cwnd in segments: 2 .. 8192. */
+	 * last: stats.h defines the bounds. */
 	BLOATD_DELAY_BUCKETS = 16,
 	BLOATD_CWND_BUCKETS = 14,
 	/* TCP states counted in the sockets gauge (TCP_ESTABLISHED ..

@@ -29,7 +29,7 @@ mod bpf_build {
         println!("cargo:rerun-if-changed={}", src.display());
         println!("cargo:rerun-if-env-changed=BLOATD_CLANG");
         let bpf = bpf_dir();
-        for h in ["vmlinux.h", "bloatd.h", "floor.h", "floor_path.h", "policy.h", "policy_ops.h", "build_bpf.rs"] {
+        for h in ["vmlinux.h", "bloatd.h", "floor.h", "floor_path.h", "stats.h", "policy.h", "policy_ops.h", "build_bpf.rs"] {
             println!("cargo:rerun-if-changed={}", bpf.join(h).display());
         }
         let clang = clang();
@@ -53,8 +53,8 @@ mod bpf_build {
         assert!(status.success(), "{clang} failed to compile {}", src.display());
     }
 
-    /// Compile and run a host C program (used to print C struct layouts that
-    /// Rust tests compare against); returns its standard output.
+    /// Compile and run a host C program (C arithmetic whose output a Rust
+    /// test checks: struct_ops/idle_test.c); returns its standard output.
     pub fn run_host_c(src: &Path, out_dir: &Path, extra_includes: &[&Path]) -> String {
         println!("cargo:rerun-if-changed={}", src.display());
         let exe = out_dir.join(src.file_stem().unwrap());

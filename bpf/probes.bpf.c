@@ -51,6 +51,7 @@
 #include <bpf/bpf_core_read.h>
 #include <bpf/bpf_endian.h>
 #include "bloatd.h"
+#include "stats.h"
 
 #define AF_INET 2
 #define AF_INET6 10
@@ -161,14 +162,17 @@ struct {
 	__type(value, char[BLOATD_CC_LEN]);
 } cc_names SEC(".maps");
 
-/* Sockets refused by the bound, so each is counted once, not once per
- * segment. */
+/* A mark on each socket the bound refused, so each is counted once, not
+ * once per segment: socket storage too, so the mark goes with the socket
+ * and no second bound can forget a socket and count it again (a byte per
+ * refused socket, plus the kernel's element). */
 struct {
-	__uint(type, BPF_MAP_TYPE_LRU_HASH);
-	__uint(max_entries, 4096);
-	__type(key, __u64);
+	__uint(type, BPF_MAP_TYPE_SK_STORAGE);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, int);
 	__type(value, __u8);
 } refused SEC(".maps");
+
 
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
@@ -222,6 +226,17 @@ static __always_inline void stat_inc(__u32 idx)
 
 	if (v)
 		*v += 1;
+}
+
+/* Count a socket the probes could not track, once. */
+static __always_inline void sock_refused(struct sock *sk)
+{
+	__u8 *mark = bpf_sk_storage_get(&refused, sk, 0, BPF_SK_STORAGE_GET_F_CREATE);
+
+	if (mark && !*mark) {
+		*mark = 1;
+		stat_inc(BLOATD_STAT_DROP_MAP_FULL);
+	}
 }
 
 /*
@@ -572,32 +587,6 @@ static __always_inline void sock_stream(const struct bloatd_sock *s)
 	bpf_ringbuf_submit(out, BPF_RB_NO_WAKEUP);
 }
 
-/* Index of a delay in the histogram buckets (bloatd.h). */
-static __always_inline __u32 delay_bucket(__u32 us)
-{
-	static const __u32 bounds[BLOATD_DELAY_BUCKETS - 1] = {
-		500, 1000, 2000, 5000, 10000, 20000, 50000, 100000,
-		200000, 500000, 1000000, 2000000, 4000000, 8000000, 16000000,
-	};
-	__u32 i;
-
-	for (i = 0; i < BLOATD_DELAY_BUCKETS - 1; i++)
-		if (us <= bounds[i])
-			return i;
-	return BLOATD_DELAY_BUCKETS - 1;
-}
-
-/* Index of a cwnd in the exponential buckets 2, 4, .. 8192, +Inf. */
-static __always_inline __u32 cwnd_bucket(__u32 cwnd)
-{
-	__u32 i;
-
-	for (i = 0; i < BLOATD_CWND_BUCKETS - 1; i++)
-		if (cwnd <= (2U << i))
-			return i;
-	return BLOATD_CWND_BUCKETS - 1;
-}
-
 static __always_inline struct bloatd_role_stats *role_stats(const struct bloatd_sock *s)
 {
 	__u32 idx = s->cc_idx < BLOATD_CC_MAX ? s->cc_idx : BLOATD_CC_MAX - 1;
@@ -632,7 +621,7 @@ static __always_inline void sock_stats(struct bloatd_sock *s, __u64 now_ns)
 	stats_retrans(s, r);
 	rtt = rx ? ((s->flags & BLOATD_F_RCV_TS) ? s->rcv_ts_rtt_us : s->rcv_rtt_us) : s->srtt_us;
 	/* A socket without an RTT on its side yet has nothing to say. */
-	if (!(s->flags & BLOATD_F_ACTIVE) || !rtt || !s->floor_us)
+	if (!(s->flags & BLOATD_F_ACTIVE) || s->role == BLOATD_ROLE_UNKNOWN || !rtt || !s->floor_us)
 		return;
 	queue = rx ? s->rcv_queue_delay_us : s->queue_delay_us;
 	r->delay[BLOATD_HIST_QUEUE][delay_bucket(queue)]++;
@@ -697,6 +686,21 @@ static __always_inline void sock_account(struct bloatd_sock *s, int gone)
 }
 
 /*
+ * Start the next interval from what the socket has done so far: the
+ * handshake (a SYN acknowledged counts as one byte) and any history from
+ * before bloatd saw the socket are nobody's role and no sample.
+ */
+static __always_inline void sock_interval_start(struct bloatd_sock *s, const struct tcp_sock *tp,
+						__u64 now_ns)
+{
+	s->prev_acked = s->bytes_acked;
+	s->prev_received = s->bytes_received;
+	s->prev_delivered = tp->delivered;
+	s->prev_segs_in = tp->data_segs_in;
+	s->sample_ns = now_ns;
+}
+
+/*
  * A new record, born when a connection starts (SYN_SENT, ESTABLISHED) or at
  * its first segment in ESTABLISHED; never from the tail events of a closing
  * socket, which would leave a record nobody deletes. The caller gives the
@@ -708,22 +712,19 @@ static __always_inline struct bloatd_sock *sock_create(struct sock *sk,
 							__u64 cookie)
 {
 	struct bloatd_sock *s;
-	__u8 one = 1;
 
 	/* Reserve a place first: checking and then creating would let every
 	 * CPU pass the check at once and overshoot the bound. */
 	if (__sync_fetch_and_add(&live_socks, 1) >= map_capacity) {
 		__sync_fetch_and_add(&live_socks, -1);
-		/* Counted once per socket, not once per segment it sends us. */
-		if (!bpf_map_update_elem(&refused, &cookie, &one, BPF_NOEXIST))
-			stat_inc(BLOATD_STAT_DROP_MAP_FULL);
+		sock_refused(sk);
 		return NULL;
 	}
 	s = bpf_sk_storage_get(&socks, sk, 0, BPF_SK_STORAGE_GET_F_CREATE);
 	if (!s || s->cookie) {
 		__sync_fetch_and_add(&live_socks, -1);
 		if (!s)
-			stat_inc(BLOATD_STAT_DROP_MAP_FULL);
+			sock_refused(sk);	/* out of memory */
 		return s;
 	}
 	stat_inc(BLOATD_STAT_CREATED);
@@ -734,6 +735,7 @@ static __always_inline struct bloatd_sock *sock_create(struct sock *sk,
 	s->ca_state = BPF_CORE_READ_BITFIELD_PROBED(&tp->inet_conn, icsk_ca_state);
 	sock_fill(s, tp);
 	s->prev_retrans = s->total_retrans;	/* history before bloatd is not new */
+	sock_interval_start(s, tp, bpf_ktime_get_ns());
 	sock_account(s, 0);
 	return s;
 }
@@ -755,6 +757,10 @@ static __always_inline void sock_interval(struct bloatd_sock *s, const struct tc
 	__u64 dt_us = (now_ns - s->sample_ns) / 1000, moved;
 	__u32 delivered = tp->delivered, segs_in = tp->data_segs_in;
 
+	/* A SYN or a FIN takes one sequence number: acknowledged alone it is
+	 * no data (a download's receiver closing would turn sender). */
+	if (d_acked == 1)
+		d_acked = 0;
 	if (d_acked > d_rcvd)
 		s->role = BLOATD_ROLE_SENDER;
 	else if (d_rcvd > d_acked)
@@ -902,9 +908,10 @@ int BPF_PROG(inet_sock_set_state, const struct sock *csk, const int oldstate,
 		sock_identity(s, &sk->__sk_common);
 		sock_route(s, sk);
 		sock_fill(s, tp);
+		now_ns = bpf_ktime_get_ns();
+		sock_interval_start(s, tp, now_ns);
 		/* The handshake just measured the path: find its floor now,
 		 * while the bottleneck's queue is the one it crossed. */
-		now_ns = bpf_ktime_get_ns();
 		floor_refresh(s, now_ns);
 		sock_queues(s);
 		sock_account(s, 0);

@@ -105,7 +105,7 @@ static __always_inline bool export_due(__u32 now_us, __u32 *last_us, bool force)
 /*
  * Snapshots the state map refused (full at max_entries, or out of memory):
  * the snapshot is lost until the socket's next export. Read by user space
- * (bloatd_cc::Registry::export_failures, /metrics
+ * (bloatd_cc::Registration::export_failures, /metrics
  * bloatd_cc_export_failures_total).
  */
 struct {

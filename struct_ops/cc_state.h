@@ -32,9 +32,12 @@
 #include <linux/types.h>
 #endif
 
-/* hystart_found bits: what ended slow start before any loss */
-#define BLOATD_HYSTART_ACK_TRAIN	0x1
-#define BLOATD_HYSTART_DELAY		0x2
+/* hystart_found bits: what ended slow start before any loss (an enum, so
+ * user space sees them in the BTF) */
+enum bloatd_hystart {
+	BLOATD_HYSTART_ACK_TRAIN = 0x1,
+	BLOATD_HYSTART_DELAY = 0x2,
+};
 
 struct bloatd_westwood_state {
 	__u64 updated_us;		/* TCP clock of this snapshot */
@@ -68,6 +71,42 @@ struct bloatd_cubic_state {
 	__u32 hystart_round;		/* HyStart rounds (one per RTT) since the last reset */
 	__u32 hystart_found;		/* BLOATD_HYSTART_* bits, 0 = slow start not ended by HyStart */
 	__u32 hystart_exit_cwnd;	/* cwnd when HyStart ended slow start */
+};
+
+/*
+ * How bloatd_westwood behaves, set by the daemon before load (its
+ * .rodata.westwood section; bloatd_cc::Options).
+ */
+struct bloatd_westwood_config {
+	__u32 paper_ssthresh;		/* 1: ssthresh() = BWE x RTTmin (the papers); 0: Reno's half (the kernel's module) */
+	__u32 ratio_interval_us;	/* at most one cwnd/pipe observation per socket per this (the daemon's sampling interval) */
+};
+
+/*
+ * Westwood+'s cwnd against its estimated pipe, cwnd / (BWE x RTTmin / MSS),
+ * counted where it happens (per CPU) and read when Prometheus scrapes
+ * (bloatd_westwood_cwnd_pipe_ratio): one observation per socket per
+ * sampling interval in which it got ACKs, so a bucket's share is a share of
+ * socket-time, like the probes' histograms. Upper bounds in thousandths,
+ * inclusive; the last bucket is +Inf.
+ */
+enum bloatd_ratio_le {
+	BLOATD_RATIO_LE_0 = 500,
+	BLOATD_RATIO_LE_1 = 750,
+	BLOATD_RATIO_LE_2 = 1000,
+	BLOATD_RATIO_LE_3 = 1250,
+	BLOATD_RATIO_LE_4 = 1500,
+	BLOATD_RATIO_LE_5 = 2000,
+	BLOATD_RATIO_LE_6 = 3000,
+	BLOATD_RATIO_LE_7 = 5000,
+	BLOATD_RATIO_LE_8 = 10000,
+	BLOATD_RATIO_LE_9 = 20000,
+	BLOATD_RATIO_BUCKETS = 11,
+};
+
+struct bloatd_ratio_hist {
+	__u64 count[BLOATD_RATIO_BUCKETS];	/* observations per bucket */
+	__u64 sum_milli;			/* sum of the ratios, thousandths */
 };
 
 #endif /* BLOATD_CC_STATE_H */

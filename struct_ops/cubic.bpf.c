@@ -46,7 +46,9 @@ char _license[] SEC("license") = "GPL";
 /* Tunables, as the kernel's module parameters. */
 const volatile bool fast_convergence = true;
 const volatile bool tcp_friendliness = true;
-const volatile __u32 hystart_detect = BLOATD_HYSTART_ACK_TRAIN | BLOATD_HYSTART_DELAY;
+/* The HyStart tests in use; typed by their enum, which so reaches the
+ * object's BTF, from which the Rust side of cc_state.h is generated. */
+const volatile enum bloatd_hystart hystart_detect = BLOATD_HYSTART_ACK_TRAIN | BLOATD_HYSTART_DELAY;
 const volatile __u32 hystart_low_window = 16;
 const volatile __u32 hystart_ack_delta_us = 2000;
 
@@ -214,7 +216,7 @@ static __always_inline void cubic_export(const struct sock *sk, struct cubic *ca
 /*
  * A congestion event: exported now, so that a flow that gets no further ACK
  * still shows it, and again on the next ACK with the cwnd and ssthresh the
- * kernel set after this hook returned.
+ * kernel set after this callback returned.
  */
 static __always_inline void cubic_event_export(const struct sock *sk, struct cubic *ca)
 {

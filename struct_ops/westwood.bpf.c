@@ -45,11 +45,13 @@ char _license[] SEC("license") = "GPL";
 #define WESTWOOD_INIT_RTT_US	20000000U
 
 /*
- * false: ssthresh() is Reno's, as the kernel's module; true: BWE x RTTmin,
- * as the papers. Set by the daemon before load (bloatd_cc::Options), in its
- * own section so that user space finds it at offset 0.
+ * Set by the daemon before load (bloatd_cc::Options), alone in its section
+ * so that user space finds it at offset 0.
  */
-const volatile bool paper_ssthresh SEC(".rodata.westwood") = false;
+const volatile struct bloatd_westwood_config westwood_config SEC(".rodata.westwood") = {
+	.paper_ssthresh = 0,
+	.ratio_interval_us = 100000,
+};
 
 /* Per-socket working state, in icsk_ca_priv. */
 struct westwood {
@@ -59,6 +61,7 @@ struct westwood {
 	__u64 win_start_us;	/* start of the current window */
 	__u64 last_congestion_us;
 	__u32 last_export_us;
+	__u32 last_ratio_us;	/* last cwnd/pipe observation */
 	__u32 snd_una;		/* snd_una after the previous ACK */
 	__u32 accounted;	/* bytes credited to duplicate ACKs, not yet cumulatively ACKed */
 	__u32 rtt_us;		/* latest RTT sample */
@@ -87,6 +90,18 @@ struct {
 	__type(key, __u64);		/* socket cookie */
 	__type(value, struct bloatd_westwood_state);
 } westwood_states SEC(".maps");
+
+/* Keeps the buckets' bounds in the object's BTF, where the Rust side is
+ * generated from (build.rs). */
+const volatile enum bloatd_ratio_le ratio_le_anchor = BLOATD_RATIO_BUCKETS;
+
+/* bloatd_westwood_cwnd_pipe_ratio's buckets (cc_state.h), per CPU. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct bloatd_ratio_hist);
+} cwnd_pipe_ratio SEC(".maps");
 
 static __always_inline __u64 lowpass(__u64 a, __u64 b)
 {
@@ -210,6 +225,49 @@ static __always_inline void westwood_export(const struct sock *sk, struct westwo
 	export_write(&westwood_states, &cookie, &s);
 }
 
+static __always_inline __u32 ratio_bucket(__u64 milli)
+{
+	if (milli <= BLOATD_RATIO_LE_0) return 0;
+	if (milli <= BLOATD_RATIO_LE_1) return 1;
+	if (milli <= BLOATD_RATIO_LE_2) return 2;
+	if (milli <= BLOATD_RATIO_LE_3) return 3;
+	if (milli <= BLOATD_RATIO_LE_4) return 4;
+	if (milli <= BLOATD_RATIO_LE_5) return 5;
+	if (milli <= BLOATD_RATIO_LE_6) return 6;
+	if (milli <= BLOATD_RATIO_LE_7) return 7;
+	if (milli <= BLOATD_RATIO_LE_8) return 8;
+	if (milli <= BLOATD_RATIO_LE_9) return 9;
+	return 10;
+}
+
+/*
+ * Once per sampling interval of a socket that gets ACKs: how far cwnd sits
+ * from the pipe Westwood+ estimates (above it: a queue Westwood+ will drain
+ * at the next congestion event).
+ */
+static __always_inline void westwood_observe_ratio(const struct tcp_sock *tp, struct westwood *w,
+						   __u32 now_us)
+{
+	struct bloatd_ratio_hist *h;
+	__u32 zero = 0, pipe, idx;
+	__u64 milli;
+
+	if (now_us - w->last_ratio_us < westwood_config.ratio_interval_us)
+		return;
+	w->last_ratio_us = now_us;
+	if (w->rtt_min_us >= WESTWOOD_INIT_RTT_US || !w->bw_est)
+		return;		/* no estimate yet */
+	pipe = westwood_pipe(tp, w);
+	milli = (__u64)tp->snd_cwnd * 1000 / pipe;
+	h = bpf_map_lookup_elem(&cwnd_pipe_ratio, &zero);
+	if (!h)
+		return;
+	idx = ratio_bucket(milli);
+	if (idx < BLOATD_RATIO_BUCKETS)
+		h->count[idx]++;
+	h->sum_milli += milli;
+}
+
 /*
  * A flow switched to Westwood+ while it runs (bloatd's bulk policy,
  * setsockopt): it may already hold a standing queue, which its next RTT
@@ -282,12 +340,13 @@ void BPF_PROG(bloatd_westwood_in_ack_event, struct sock *sk, __u32 flags)
 		w->snd_una = tp->snd_una;
 	}
 	westwood_update_rtt_min(w);
+	westwood_observe_ratio(tp, w, (__u32)now_us);
 	westwood_export(sk, w, now_us);
 }
 
 /*
  * A congestion event: exported now, and again on the next ACK with what the
- * kernel made of it (after a timeout cwnd is set only after this hook).
+ * kernel made of it (after a timeout cwnd is set only after this callback).
  */
 static __always_inline void westwood_congestion(struct sock *sk, struct westwood *w, __u32 pipe)
 {
@@ -342,7 +401,7 @@ __u32 BPF_PROG(bloatd_westwood_ssthresh, struct sock *sk)
 {
 	const struct tcp_sock *tp = tcp_sk(sk);
 
-	if (paper_ssthresh)
+	if (westwood_config.paper_ssthresh)
 		return westwood_pipe(tp, inet_csk_ca(sk));
 	/* tcp_reno_ssthresh */
 	return tp->snd_cwnd >> 1 > 2 ? tp->snd_cwnd >> 1 : 2;

@@ -2,12 +2,12 @@
 //! start, their exported state in the view model, and the host's default
 //! congestion control, which `stop` puts back as it was.
 
-use bloatd_cc::{Algo, Registry};
+use bloatd_cc::{Algo, Registration};
 use bloatd_tui::model::CcState;
 use std::collections::HashMap;
 
 pub struct CcSet {
-    reg: Option<Registry>,
+    reg: Option<Registration>,
     /// The host default before bloatd first changed it.
     prev_default: Option<String>,
 }
@@ -20,7 +20,7 @@ impl CcSet {
                 Algo::from_name(n).ok_or_else(|| anyhow::anyhow!("unknown congestion control '{n}'"))
             })
             .collect::<anyhow::Result<_>>()?;
-        let reg = if algos.is_empty() { None } else { Some(Registry::register(&algos, opts)?) };
+        let reg = if algos.is_empty() { None } else { Some(Registration::register(&algos, opts)?) };
         Ok(CcSet { reg, prev_default: None })
     }
 
@@ -59,21 +59,15 @@ impl CcSet {
         }
     }
 
-    /// (cwnd, BWE x RTTmin / MSS) of the Westwood+ sockets that acted in
-    /// the last second, for the cwnd/pipe histogram.
-    pub fn westwood_cwnd_pipe(&self) -> Vec<(u32, u32)> {
-        let Some(r) = &self.reg else { return Vec::new() };
-        match r.states() {
-            Ok(states) => states
-                .values()
-                .filter_map(|s| match s {
-                    bloatd_cc::CcState::Westwood(w) if w.age_us < 1_000_000 => Some((w.cwnd, w.pipe_segments())),
-                    _ => None,
-                })
-                .collect(),
+    /// Westwood+'s cwnd/pipe histogram, counted in the kernel (None
+    /// without bloatd_westwood).
+    pub fn westwood_cwnd_pipe_ratio(&self) -> Option<bloatd_cc::RatioHistogram> {
+        let r = self.reg.as_ref()?;
+        match r.westwood_cwnd_pipe_ratio() {
+            Ok(h) => h,
             Err(e) => {
-                tracing::warn!("reading congestion control state: {e}");
-                Vec::new()
+                tracing::warn!("reading the cwnd/pipe histogram: {e}");
+                None
             }
         }
     }
@@ -121,15 +115,15 @@ pub fn set_default(name: &str) -> anyhow::Result<String> {
 }
 
 /// Convert the loader's state into the view model.
-pub fn view(s: &bloatd_cc::CcState) -> CcState {
+pub fn view(s: &bloatd_cc::AlgoState) -> CcState {
     match s {
-        bloatd_cc::CcState::Westwood(w) => CcState::Westwood {
+        bloatd_cc::AlgoState::Westwood(w) => CcState::Westwood {
             bwe_bytes_per_s: w.bwe_bytes_per_s,
             min_rtt_us: w.min_rtt_us,
             pipe_segments: w.pipe_segments(),
             rtt_min_us: w.min_rtt_us,
         },
-        bloatd_cc::CcState::Cubic(c) => CcState::Cubic {
+        bloatd_cc::AlgoState::Cubic(c) => CcState::Cubic {
             w_max_segments: c.w_max_segments,
             k_ms: c.k_ms,
             epoch_age_ms: c.epoch_age_us.map(|us| (us / 1000) as u32),

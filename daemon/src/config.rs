@@ -265,7 +265,7 @@ impl Config {
             )));
         }
         if let Some(g) = &self.api_group {
-            if crate::daemon::group_id(g).is_none() {
+            if crate::rundir::group_id(g).is_none() {
                 return Err(ConfigError::Invalid(format!(
                     "api_group: there is no group '{g}' on this system (create it with `groupadd --system {g}`, or remove the key)"
                 )));
@@ -296,23 +296,24 @@ impl Config {
         bloatd_cc::Options {
             westwood_ssthresh: bloatd_cc::WestwoodSsthresh::from_name(&self.westwood_ssthresh)
                 .unwrap_or_default(),
+            ratio_interval_us: (self.interval_ms as u32).saturating_mul(1000),
         }
     }
 
     /// The API socket's group: `api_group`, else `bloatd` if it exists.
     pub fn api_gid(&self) -> Option<(String, libc::gid_t)> {
         let name = self.api_group.as_deref().unwrap_or(DEFAULT_API_GROUP);
-        crate::daemon::group_id(name).map(|gid| (name.to_string(), gid))
+        crate::rundir::group_id(name).map(|gid| (name.to_string(), gid))
     }
 
     pub fn pid_file(&self) -> PathBuf {
-        self.run_dir.join("bloatd.pid")
+        self.run_dir.join(crate::rundir::PID_FILE)
     }
     pub fn socket_path(&self) -> PathBuf {
-        self.run_dir.join("bloatd.sock")
+        self.run_dir.join(crate::rundir::SOCKET)
     }
     pub fn log_file(&self) -> PathBuf {
-        self.run_dir.join("bloatd.log")
+        self.run_dir.join(crate::rundir::LOG)
     }
 }
 

@@ -1,15 +1,15 @@
 //! The engine shared by the daemon and by `bloatd top`'s embedded mode:
-//! probes in the kernel, the socket model fed from them, the metrics, and
+//! probes in the kernel, the socket tracker fed from them, the metrics, and
 //! the registered congestion controls.
 
-use crate::api::{FloorEntry, Floors};
+use crate::api::{CcInfo, FloorEntry, Floors, Status};
 use crate::cc::CcSet;
 use crate::config::Config;
-use crate::metrics::{KernelView, Metrics};
-use crate::model::{Clock, Model};
+use crate::metrics::{Metrics, Scrape};
+use crate::clock::Clock;
+use crate::tracker::Tracker;
 use crate::probes::{abi, abi::stat, ProbeConfig, Probes, TRACEPOINTS};
 use bloatd_tui::model::{FloorSource, Health, Path, Series, Snapshot, SnapshotRequest, Socket};
-use serde::{Deserialize, Serialize};
 use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};
 
@@ -23,41 +23,18 @@ const WATCH_MOST_QUEUED: usize = 32;
 const WATCH_EVERY: Duration = Duration::from_secs(1);
 const HOUSEKEEPING_EVERY: Duration = Duration::from_secs(10);
 
-#[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct Status {
-    pub pid: u32,
-    pub version: String,
-    pub mode: String,
-    pub started_unix_ms: u64,
-    pub interval_ms: u64,
-    /// The BPF programs attached (`tp_btf/tcp_probe`, `cgroup/sock_ops`).
-    #[serde(default)]
-    pub probes: Vec<String>,
-    /// The old name of `probes`, kept for one release.
-    pub hooks: Vec<String>,
-    pub cc_registered: Vec<String>,
-    pub default_cc: Option<String>,
-    pub listen: Option<String>,
-    pub sockets: usize,
-    pub health: Health,
-    /// Why senders that closed their end are not sampled (no sock_ops
-    /// program on the cgroup v2 root), if they are not.
-    #[serde(default)]
-    pub sockops_error: Option<String>,
-}
-
 pub struct Core {
     probes: Probes,
     /// The policy's rules (their names, by kernel index) and DRWA's state.
     policy: crate::policy::Resolved,
     drwa: crate::policy::DrwaMode,
-    model: Model,
+    tracker: Tracker,
     metrics: Option<Metrics>,
     cc: CcSet,
     cfg: Config,
     mode: &'static str,
     started_unix_ms: u64,
-    /// When the model last read every record, if ever.
+    /// When the tracker last read every record, if ever.
     last_read: Option<Instant>,
     /// Sockets watched on request (the dashboard's detail socket, API
     /// series requests), until when.
@@ -93,13 +70,13 @@ impl Core {
             floors: cfg.floors,
         })?;
         let cc = CcSet::register(&cfg.cc, &cfg.cc_options())?;
-        let mut model = Model::new(cfg.interval_ms, cfg.series_seconds);
-        model.set_rule_names(policy.names.clone());
+        let mut tracker = Tracker::new(cfg.interval_ms, cfg.series_seconds);
+        tracker.set_rule_names(policy.names.clone());
         let mut core = Core {
             probes,
             policy,
             drwa: cfg.drwa,
-            model,
+            tracker,
             metrics: with_metrics.then(Metrics::new),
             cc,
             cfg: cfg.clone(),
@@ -116,14 +93,14 @@ impl Core {
     }
 
     /// Read every record of the kernel, refreshed from its socket now, into
-    /// the model, with the state of bloatd's congestion controls.
+    /// the tracker, with the state of bloatd's congestion controls.
     fn read(&mut self) {
         match self.probes.read_all() {
-            Ok(recs) => self.model.refresh(recs),
+            Ok(recs) => self.tracker.refresh(recs),
             Err(e) => tracing::warn!("{e}"),
         }
         if !self.cc.is_empty() {
-            self.model.set_cc_states(self.cc.states());
+            self.tracker.set_cc_states(self.cc.states());
         }
         self.last_read = Some(Instant::now());
     }
@@ -142,15 +119,15 @@ impl Core {
     /// with the number of sockets unless someone looks.
     pub fn tick(&mut self) {
         let clock = Clock::now();
-        let model = &mut self.model;
-        self.probes.drain(|x| model.apply(x, &clock));
+        let tracker = &mut self.tracker;
+        self.probes.drain(|x| tracker.apply(x, &clock));
         if self.last_watch.elapsed() >= WATCH_EVERY {
             self.update_watch();
             self.last_watch = Instant::now();
         }
         if self.last_housekeeping.elapsed() >= HOUSEKEEPING_EVERY {
             let watched = self.watched();
-            self.model
+            self.tracker
                 .sweep(&clock, self.cfg.series_seconds, &|c| watched.contains(&c));
             self.last_housekeeping = Instant::now();
         }
@@ -167,7 +144,7 @@ impl Core {
             .map(|(c, _)| *c)
             .collect();
         if self.viewer_until.is_some_and(|t| t > now) {
-            set.extend(self.model.most_queued(WATCH_MOST_QUEUED));
+            set.extend(self.tracker.most_queued(WATCH_MOST_QUEUED));
         }
         set
     }
@@ -194,7 +171,7 @@ impl Core {
     /// sample), for `bloatd sockets` and scripts comparing with `ss`.
     pub fn sockets_fresh(&mut self, all: bool) -> Vec<Socket> {
         self.read();
-        self.model.sockets(&Clock::now(), all)
+        self.tracker.sockets(&Clock::now(), all)
     }
 
     /// Sockets grouped by path, worst queue first (`prefix`: by the
@@ -211,14 +188,13 @@ impl Core {
         let window_s = self.cfg.floor_window_s;
         let raw = self.probes.floors()?;
         let c = self.probes.counters()?;
-        let created = c[stat::FLOOR_NEW as usize];
         let mut floors: Vec<FloorEntry> = raw
             .iter()
             .filter_map(|(k, f)| {
                 let (floor_us, source) = crate::probes::floor_now(f, window_s, now_s)?;
                 Some(FloorEntry {
                     netns: k.netns,
-                    peer: crate::model::addr(k.family, &k.addr),
+                    peer: crate::tracker::addr(k.family, &k.addr),
                     prefix_len: k.prefix_len,
                     floor_us,
                     floor_source: match source {
@@ -235,21 +211,18 @@ impl Core {
         Ok(Floors {
             window_s,
             capacity: self.cfg.floor_entries,
-            created,
-            evicted: crate::probes::floor_evictions(created, raw.len() as u64),
+            created: c.get(stat::FLOOR_NEW),
+            evicted: c.floors_evicted(raw.len() as u64),
             floors,
         })
     }
 
     pub fn health(&self) -> Health {
-        let c = self.probes.counters().unwrap_or([0; stat::MAX as usize]);
+        let c = self.probes.counters().unwrap_or_default();
         Health {
-            events_total: c[stat::PROBE as usize]
-                + c[stat::STATE as usize]
-                + c[stat::RETRANS as usize]
-                + c[stat::CONG as usize],
-            dropped_total: c[stat::DROP_MAP_FULL as usize] + c[stat::DROP_RINGBUF as usize],
-            map_entries: c[stat::CREATED as usize].saturating_sub(c[stat::DELETED as usize]),
+            events_total: c.events(),
+            dropped_total: c.dropped(),
+            map_entries: c.map_entries(),
             map_capacity: self.probes.map_capacity() as u64,
             mode: self.mode.to_string(),
         }
@@ -276,7 +249,8 @@ impl Core {
         }
         let clock = Clock::now();
         let threshold_us = (self.cfg.bloat_threshold_ms * 1000).min(u32::MAX as u64) as u32;
-        let mut sockets = self.model.sockets(&clock, false);
+        let mut sockets = self.tracker.sockets(&clock, false);
+        let paths = if req.paths { crate::paths::paths_of(&sockets, None) } else { Vec::new() };
         let (mut summary, mut matched) = (None, None);
         if req.limit.is_some() {
             let (rows, n, s) = bloatd_tui::app::select_rows(sockets, req, threshold_us)?;
@@ -291,10 +265,11 @@ impl Core {
             sockets,
             series: req
                 .series
-                .and_then(|c| self.model.series(c, req.since_ms))
+                .and_then(|c| self.tracker.series(c, req.since_ms))
                 .into_iter()
                 .collect::<Vec<Series>>(),
             health: self.health(),
+            paths,
             policy: self.policy_state(),
         })
     }
@@ -304,16 +279,21 @@ impl Core {
     pub fn series(&mut self, cookie: u64, since_ms: u64) -> Option<Series> {
         self.read_if_stale();
         self.watch(cookie, SERIES_TTL);
-        self.model.series(cookie, since_ms)
+        self.tracker.series(cookie, since_ms)
     }
 
     /// /metrics: the kernel's statistics of this moment. A few map reads,
     /// whatever the number of sockets.
     pub fn metrics_text(&mut self) -> String {
-        let Some(m) = self.metrics.as_ref() else {
-            return String::new();
-        };
-        let counters = self.probes.counters().unwrap_or([0; stat::MAX as usize]);
+        match self.metrics.as_ref() {
+            Some(m) => m.encode(self.scrape()),
+            None => String::new(),
+        }
+    }
+
+    /// Everything /metrics shows, read now.
+    fn scrape(&self) -> Scrape {
+        let counters = self.probes.counters().unwrap_or_default();
         let per_cc = self.probes.cc_stats().unwrap_or_else(|e| {
             tracing::warn!("{e}");
             Vec::new()
@@ -330,10 +310,7 @@ impl Core {
                 }
             }
         }
-        for (cwnd, pipe) in self.cc.westwood_cwnd_pipe() {
-            m.observe_westwood(cwnd, pipe);
-        }
-        let view = KernelView {
+        Scrape {
             per_cc,
             sockets,
             bloated_second: (Clock::now().mono_ns / 1_000_000_000).saturating_sub(1),
@@ -342,14 +319,14 @@ impl Core {
             map_capacity: self.probes.map_capacity(),
             floors: self.probes.floors_count().unwrap_or(0),
             cc_export_failures: self.cc.export_failures(),
+            westwood_cwnd_pipe: self.cc.westwood_cwnd_pipe_ratio(),
             policy: self
                 .probes
                 .policy
                 .counts()
                 .ok()
-                .map(|c| (crate::policy::Counts::from_kernel(&c), self.drwa)),
-        };
-        m.encode(view)
+                .map(|c| (crate::api::PolicyCounts::from_kernel(&c), self.drwa)),
+        }
     }
 
     /// The programs attached, as `status` names them.
@@ -367,6 +344,7 @@ impl Core {
     }
 
     pub fn status(&self) -> Status {
+        let health = self.health();
         Status {
             pid: std::process::id(),
             version: env!("CARGO_PKG_VERSION").into(),
@@ -378,10 +356,20 @@ impl Core {
             cc_registered: self.cc.names(),
             default_cc: bloatd_cc::kernel_default().ok(),
             listen: self.metrics.as_ref().map(|_| self.cfg.listen.to_string()),
-            sockets: self.health().map_entries as usize,
-            health: self.health(),
+            sockets: health.map_entries as usize,
+            health,
             sockops_error: self.probes.sockops_error().map(str::to_string),
         }
+    }
+
+    /// bloatd's algorithms, those it registered, and the kernel's.
+    pub fn cc_info(&self) -> anyhow::Result<CcInfo> {
+        Ok(CcInfo {
+            bloatd: bloatd_cc::Algo::ALL.iter().map(|a| a.name().to_string()).collect(),
+            registered: self.cc.names(),
+            available: bloatd_cc::kernel_available()?,
+            default: bloatd_cc::kernel_default()?,
+        })
     }
 
     pub fn cc(&mut self) -> &mut CcSet {
@@ -390,8 +378,9 @@ impl Core {
 
     /// `GET /v1/policy`: the rules with the sockets each acts on now, DRWA,
     /// and the counters.
-    pub fn policy_info(&mut self) -> crate::policy::PolicyInfo {
-        use crate::policy::{describe_actions, describe_selectors, PolicyInfo, RuleInfo};
+    pub fn policy_info(&mut self) -> crate::api::PolicyInfo {
+        use crate::api::{PolicyInfo, RuleInfo};
+        use crate::policy::{describe_actions, describe_selectors};
         let socks = self.sockets_fresh(true);
         let rules = self
             .policy
@@ -421,7 +410,7 @@ impl Core {
             })
             .collect();
         PolicyInfo {
-            drwa: crate::policy::DrwaInfo {
+            drwa: crate::api::DrwaInfo {
                 mode: self.drwa.as_str().into(),
                 lambda: self.cfg.drwa_lambda,
                 min_bytes: self.cfg.drwa_min_bytes,
@@ -431,7 +420,7 @@ impl Core {
                 .probes
                 .policy
                 .counts()
-                .map(|c| crate::policy::Counts::from_kernel(&c))
+                .map(|c| crate::api::PolicyCounts::from_kernel(&c))
                 .unwrap_or_default(),
         }
     }
@@ -441,7 +430,7 @@ impl Core {
         if self.policy.names.is_empty() && self.drwa == crate::policy::DrwaMode::Disabled {
             return None;
         }
-        let c = self.probes.policy.counts().map(|c| crate::policy::Counts::from_kernel(&c)).unwrap_or_default();
+        let c = self.probes.policy.counts().map(|c| crate::api::PolicyCounts::from_kernel(&c)).unwrap_or_default();
         Some(bloatd_tui::model::PolicyState {
             drwa: self.drwa.as_str().into(),
             rules: self.policy.names.len(),

@@ -13,70 +13,46 @@
 //! Histograms still count one observation per socket per sampling interval
 //! while it carries traffic: a bucket's share is the share of socket-time
 //! spent at that delay.
+//!
+//! One way in: `Core::metrics_text` reads a [`Scrape`] (the kernel's
+//! statistics and counters, the congestion controls' state) and
+//! [`Metrics::encode`] writes it out; nothing else feeds a series.
 
-use crate::probes::abi::{hist, limits, stat, BloatdCcStats, BloatdRoleStats};
+use crate::probes::abi::{hist, limits, stat, tcp_state_name, BloatdCcStats, BloatdRoleStats};
 use crate::probes::Counters;
-use prometheus_client::collector::Collector;
-use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric, NoLabelSet};
-use prometheus_client::metrics::family::Family;
-use prometheus_client::metrics::histogram::Histogram;
-use prometheus_client::metrics::info::Info;
+use bloatd_tui::model::Role;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, NoLabelSet};
 use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::Registry;
 use std::sync::{Arc, Mutex};
 
-/// Upper bounds of the delay buckets, seconds (bpf/probes.bpf.c
-/// delay_bucket), +Inf last.
-const DELAY_BOUNDS_S: [f64; limits::DELAY_BUCKETS as usize] = [
-    0.0005,
-    0.001,
-    0.002,
-    0.005,
-    0.01,
-    0.02,
-    0.05,
-    0.1,
-    0.2,
-    0.5,
-    1.0,
-    2.0,
-    4.0,
-    8.0,
-    16.0,
-    f64::INFINITY,
-];
-
-/// Upper bounds of the cwnd buckets, segments (cwnd_bucket): 2 .. 8192, +Inf.
-fn cwnd_bounds() -> [f64; limits::CWND_BUCKETS as usize] {
-    let mut b = [f64::INFINITY; limits::CWND_BUCKETS as usize];
-    for (i, x) in b
-        .iter_mut()
-        .take(limits::CWND_BUCKETS as usize - 1)
-        .enumerate()
-    {
-        *x = (2u64 << i) as f64;
-    }
-    b
+extern "C" {
+    // bpf/stats_host.c: the buckets the probes count into (stats.h).
+    fn bloatd_delay_bound_us(i: u32) -> u32;
+    fn bloatd_cwnd_bound(i: u32) -> u32;
 }
 
-/// TCP states as `sock_counts` indexes them, named as `ss` names them.
-const STATES: [&str; limits::STATES as usize] = [
-    "UNKNOWN",
-    "ESTAB",
-    "SYN-SENT",
-    "SYN-RECV",
-    "FIN-WAIT-1",
-    "FIN-WAIT-2",
-    "TIME-WAIT",
-    "CLOSE",
-    "CLOSE-WAIT",
-    "LAST-ACK",
-    "LISTEN",
-    "CLOSING",
-    "NEW-SYN-RECV",
-];
+/// Upper bounds of `n` buckets as the encoder wants them: bound(i) in the
+/// metric's unit for all but the last, which is +Inf.
+fn bounds(n: u32, bound: impl Fn(u32) -> f64) -> Vec<f64> {
+    (0..n - 1).map(bound).chain([f64::INFINITY]).collect()
+}
 
-const ROLES: [&str; 2] = ["sender", "receiver"];
+/// Upper bounds of the delay buckets, seconds.
+fn delay_bounds_s() -> Vec<f64> {
+    // SAFETY: a pure C function of an index below the bucket count.
+    bounds(limits::DELAY_BUCKETS, |i| unsafe { bloatd_delay_bound_us(i) } as f64 / 1e6)
+}
+
+/// Upper bounds of the cwnd buckets, segments.
+fn cwnd_bounds() -> Vec<f64> {
+    // SAFETY: as above.
+    bounds(limits::CWND_BUCKETS, |i| unsafe { bloatd_cwnd_bound(i) } as f64)
+}
+
+/// Role labels in the kernel's order (`struct bloatd_cc_stats`: [0]
+/// sender, [1] receiver).
+const ROLES: [&str; 2] = [Role::ALL[0].name(), Role::ALL[1].name()];
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct CcRole {
@@ -106,10 +82,10 @@ pub struct CcLabel {
     pub cc: String,
 }
 
-/// The kernel's numbers of one scrape, read by `Core` and encoded by the
-/// collector.
+/// Everything /metrics shows, read by `Core::metrics_text` at scrape time:
+/// the one input of the metrics.
 #[derive(Clone, Debug, Default)]
-pub struct KernelView {
+pub struct Scrape {
     /// Statistics by congestion control name, summed over CPUs.
     pub per_cc: Vec<(String, BloatdCcStats)>,
     /// Records alive: (cc, role index, state index, count).
@@ -121,23 +97,33 @@ pub struct KernelView {
     /// (probe, run time ns, runs) from the kernel's BPF statistics.
     pub runs: Vec<(&'static str, u64, u64)>,
     pub map_capacity: u32,
-    /// Path floors kept now (read at housekeeping, not per scrape).
+    /// Path floors kept now.
     pub floors: u64,
     /// Per registered bloatd congestion control: state snapshots its map
     /// refused.
     pub cc_export_failures: Vec<(String, u64)>,
     /// The policy's counters and DRWA's state (policy.rs).
-    pub policy: Option<(crate::policy::Counts, crate::policy::DrwaMode)>,
+    pub policy: Option<(crate::api::PolicyCounts, crate::policy::DrwaMode)>,
+    /// bloatd_westwood's cwnd/pipe histogram as its struct_ops program
+    /// counted it (None without bloatd_westwood).
+    pub westwood_cwnd_pipe: Option<bloatd_cc::RatioHistogram>,
+}
+
+/// What the collector encodes: the last scrape.
+#[derive(Debug, Default)]
+struct State {
+    scrape: Scrape,
+}
+
+/// The collector of every series: the registry holds it alone.
+#[derive(Debug)]
+struct Collector {
+    state: Arc<Mutex<State>>,
 }
 
 pub struct Metrics {
     registry: Registry,
-    kernel: Arc<Mutex<KernelView>>,
-    westwood_cwnd_pipe: Family<CcLabel, Histogram, fn() -> Histogram>,
-}
-
-fn ratio_histogram() -> Histogram {
-    Histogram::new([0.5, 0.75, 1.0, 1.25, 1.5, 2.0, 3.0, 5.0, 10.0, 20.0])
+    state: Arc<Mutex<State>>,
 }
 
 impl Default for Metrics {
@@ -149,54 +135,20 @@ impl Default for Metrics {
 impl Metrics {
     pub fn new() -> Metrics {
         let mut registry = Registry::with_prefix("bloatd");
-        let kernel = Arc::new(Mutex::new(KernelView::default()));
-        let westwood_cwnd_pipe: Family<CcLabel, Histogram, fn() -> Histogram> =
-            Family::new_with_constructor(ratio_histogram);
-        registry.register_collector(Box::new(KernelCollector {
-            view: kernel.clone(),
-        }));
-        registry.register(
-            "westwood_cwnd_pipe_ratio",
-            "Westwood+ sockets: cwnd / (BWE x RTTmin / MSS), how far cwnd sits above the estimated pipe (one observation per socket updated since the last scrape)",
-            westwood_cwnd_pipe.clone(),
-        );
-        registry.register(
-            "build",
-            "bloatd build",
-            Info::new(vec![("version", env!("CARGO_PKG_VERSION"))]),
-        );
-        Metrics {
-            registry,
-            kernel,
-            westwood_cwnd_pipe,
-        }
+        let state = Arc::new(Mutex::new(State::default()));
+        registry.register_collector(Box::new(Collector { state: state.clone() }));
+        Metrics { registry, state }
     }
 
-    /// Westwood+ sockets: cwnd relative to the pipe it estimated.
-    pub fn observe_westwood(&self, cwnd: u32, pipe_segments: u32) {
-        if pipe_segments > 0 {
-            self.westwood_cwnd_pipe
-                .get_or_create(&CcLabel {
-                    cc: "bloatd_westwood".into(),
-                })
-                .observe(cwnd as f64 / pipe_segments as f64);
-        }
-    }
-
-    /// The exposition of `view` in Prometheus text format 0.0.4, which every
-    /// scraper and `promtool check metrics` read.
-    pub fn encode(&self, view: KernelView) -> String {
-        *self.kernel.lock().unwrap() = view;
+    /// The exposition of `scrape` in Prometheus text format 0.0.4, which
+    /// every scraper and `promtool check metrics` read.
+    pub fn encode(&self, scrape: Scrape) -> String {
+        self.state.lock().unwrap().scrape = scrape;
         let mut out = String::new();
         prometheus_client::encoding::text::encode(&mut out, &self.registry)
             .expect("encoding to a String cannot fail");
         openmetrics_to_text(&out)
     }
-}
-
-#[derive(Debug)]
-struct KernelCollector {
-    view: Arc<Mutex<KernelView>>,
 }
 
 /// A histogram's (sum, count, per-bucket counts) in the encoder's form.
@@ -212,7 +164,7 @@ fn encode_histograms(
     encoder: &mut DescriptorEncoder,
     name: &str,
     help: &str,
-    view: &KernelView,
+    view: &Scrape,
     pick: &dyn Fn(&BloatdRoleStats) -> Option<(f64, u64, Vec<(f64, u64)>)>,
     roles: &[usize],
 ) -> Result<(), std::fmt::Error> {
@@ -242,11 +194,12 @@ fn encode_histograms(
 }
 
 fn delay_hist(h: u32) -> impl Fn(&BloatdRoleStats) -> Option<(f64, u64, Vec<(f64, u64)>)> {
+    let bounds = delay_bounds_s();
     move |r: &BloatdRoleStats| {
         let h = h as usize;
         Some(histogram(
             &r.delay[h],
-            &DELAY_BOUNDS_S,
+            &bounds,
             r.delay_sum_us[h] as f64 / 1e6,
         ))
     }
@@ -301,15 +254,30 @@ fn plain_counter(
         .encode_counter::<NoLabelSet, _, u64>(&v, None)
 }
 
-impl Collector for KernelCollector {
+impl prometheus_client::collector::Collector for Collector {
     fn encode(&self, mut e: DescriptorEncoder) -> Result<(), std::fmt::Error> {
-        let v = self.view.lock().unwrap();
+        let state = self.state.lock().unwrap();
+        // As a metric family would: nothing until the first observation.
+        if let Some(w) = state.scrape.westwood_cwnd_pipe.as_ref().filter(|w| w.count() > 0) {
+            let (sum, count, buckets) = histogram(&w.counts, &bloatd_cc::RatioHistogram::bounds(), w.sum);
+            e.encode_descriptor(
+                "westwood_cwnd_pipe_ratio",
+                "Westwood+ sockets: cwnd / (BWE x RTTmin / MSS), how far cwnd sits above the estimated pipe (one observation per socket per sampling interval in which it got ACKs, counted in the kernel).",
+                None,
+                MetricType::Histogram,
+            )?
+            .encode_family(&CcLabel { cc: "bloatd_westwood".into() })?
+            .encode_histogram::<NoLabelSet>(sum, count, &buckets, None)?;
+        }
+        e.encode_descriptor("build", "bloatd build.", None, MetricType::Info)?
+            .encode_info(&vec![("version", env!("CARGO_PKG_VERSION"))])?;
+        let v = &state.scrape;
         let both = [0usize, 1];
         encode_histograms(
             &mut e,
             "tcp_queueing_delay_seconds",
             "Queueing delay per socket sample: srtt minus the path's floor for senders, the measured receiver RTT minus it for receivers",
-            &v,
+            v,
             &delay_hist(hist::QUEUE),
             &both,
         )?;
@@ -317,7 +285,7 @@ impl Collector for KernelCollector {
             &mut e,
             "tcp_srtt_seconds",
             "Smoothed RTT per socket sample (receivers: their RTT measured from echoed timestamps, else the kernel's estimate)",
-            &v,
+            v,
             &delay_hist(hist::RTT),
             &both,
         )?;
@@ -325,7 +293,7 @@ impl Collector for KernelCollector {
             &mut e,
             "tcp_min_rtt_seconds",
             "The floor each sample's queueing delay is measured against: the lowest RTT of the path (README, Path floors)",
-            &v,
+            v,
             &delay_hist(hist::FLOOR),
             &both,
         )?;
@@ -334,7 +302,7 @@ impl Collector for KernelCollector {
             &mut e,
             "tcp_cwnd_segments",
             "Congestion window of sending sockets per sample, segments",
-            &v,
+            v,
             &|r: &BloatdRoleStats| Some(histogram(&r.cwnd, &cwnd, r.cwnd_sum as f64)),
             &[0],
         )?;
@@ -375,7 +343,7 @@ impl Collector for KernelCollector {
                     CcRoleState {
                         cc: cc.clone(),
                         role: ROLES[*r],
-                        state: STATES[*s],
+                        state: tcp_state_name(*s as u8),
                     },
                     *n,
                 )
@@ -398,7 +366,7 @@ impl Collector for KernelCollector {
             (stat::SOCKOPS, "sock_ops"),
         ]
         .into_iter()
-        .map(|(i, probe)| (ProbeLabel { probe }, c[i as usize]))
+        .map(|(i, probe)| (ProbeLabel { probe }, c.get(i)))
         .collect();
         counter(&mut e, "probe_events", "Events seen by each probe", &events)?;
         let dropped: Vec<(ReasonLabel, u64)> = [
@@ -406,7 +374,7 @@ impl Collector for KernelCollector {
             (stat::DROP_RINGBUF, "ringbuf_full"),
         ]
         .into_iter()
-        .map(|(i, reason)| (ReasonLabel { reason }, c[i as usize]))
+        .map(|(i, reason)| (ReasonLabel { reason }, c.get(i)))
         .collect();
         counter(
             &mut e,
@@ -418,7 +386,7 @@ impl Collector for KernelCollector {
             &mut e,
             "probe_map_entries",
             "Entries in the kernel's socket map",
-            c[stat::CREATED as usize].saturating_sub(c[stat::DELETED as usize]) as i64,
+            c.map_entries() as i64,
         )?;
         plain_gauge(
             &mut e,
@@ -453,30 +421,29 @@ impl Collector for KernelCollector {
             "Path floors the kernel keeps (peers and prefixes)",
             v.floors as i64,
         )?;
-        let created = c[stat::FLOOR_NEW as usize];
         plain_counter(
             &mut e,
             "path_floors_created",
             "Path floors created (peers and prefixes)",
-            created,
+            c.get(stat::FLOOR_NEW),
         )?;
         plain_counter(
             &mut e,
             "path_floors_evicted",
             "Path floors the bound (floor_entries) pushed out, least recently used first",
-            crate::probes::floor_evictions(created, v.floors),
+            c.floors_evicted(v.floors),
         )?;
         plain_counter(
             &mut e,
             "path_floors_inferred",
             "Floors inferred for a new peer from the queue its route's bottleneck held",
-            c[stat::FLOOR_INFERRED as usize],
+            c.get(stat::FLOOR_INFERRED),
         )?;
         plain_counter(
             &mut e,
             "path_floor_route_changes",
             "Floors started over because the peer is now reached through another interface or gateway",
-            c[stat::FLOOR_ROUTE as usize],
+            c.get(stat::FLOOR_ROUTE),
         )?;
         let failures: Vec<(CcLabel, u64)> = v
             .cc_export_failures
@@ -547,15 +514,11 @@ pub fn openmetrics_to_text(om: &str) -> String {
     out
 }
 
-// The encoder needs EncodeMetric in scope for the Info/Family impls.
-#[allow(unused_imports)]
-use EncodeMetric as _;
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn view() -> KernelView {
+    fn view() -> Scrape {
         let mut cubic = BloatdCcStats::default();
         // One sender sample at 250 ms of queue, 270 ms srtt, 20 ms floor,
         // cwnd 300; three retransmissions; bloated in second 41.
@@ -571,7 +534,7 @@ mod tests {
         s.retrans = 3;
         s.bloated[41 & 3] = 1;
         s.bloated_sec[41 & 3] = 41;
-        KernelView {
+        Scrape {
             per_cc: vec![("cubic".into(), cubic)],
             sockets: vec![("cubic".into(), 0, 1, 2)],
             bloated_second: 41,
@@ -584,8 +547,8 @@ mod tests {
 
     #[test]
     fn policy_counts_encode_with_the_action_label_only() {
-        let counts = crate::policy::Counts { cc_sockets: 2, drwa_sockets: 1, bulk_switched_total: 5, ..Default::default() };
-        let text = Metrics::new().encode(KernelView {
+        let counts = crate::api::PolicyCounts { cc_sockets: 2, drwa_sockets: 1, bulk_switched_total: 5, ..Default::default() };
+        let text = Metrics::new().encode(Scrape {
             policy: Some((counts, crate::policy::DrwaMode::On)),
             ..view()
         });
@@ -626,6 +589,57 @@ mod tests {
             "no observation, no series"
         );
         assert!(!text.contains("# EOF"));
+    }
+
+    #[test]
+    fn westwood_ratio_is_the_kernels_histogram() {
+        let m = Metrics::new();
+        let text = m.encode(view());
+        assert!(!text.contains("westwood_cwnd_pipe_ratio"), "no observation, no series\n{text}");
+        let text = m.encode(Scrape {
+            westwood_cwnd_pipe: Some(bloatd_cc::RatioHistogram {
+                counts: vec![0, 0, 3, 1, 0, 0, 0, 0, 0, 0, 1],
+                sum: 33.5,
+            }),
+            ..view()
+        });
+        for line in [
+            "# TYPE bloatd_westwood_cwnd_pipe_ratio histogram",
+            r#"bloatd_westwood_cwnd_pipe_ratio_bucket{le="0.75",cc="bloatd_westwood"} 0"#,
+            r#"bloatd_westwood_cwnd_pipe_ratio_bucket{le="1.0",cc="bloatd_westwood"} 3"#,
+            r#"bloatd_westwood_cwnd_pipe_ratio_bucket{le="1.25",cc="bloatd_westwood"} 4"#,
+            r#"bloatd_westwood_cwnd_pipe_ratio_bucket{le="20.0",cc="bloatd_westwood"} 4"#,
+            r#"bloatd_westwood_cwnd_pipe_ratio_bucket{le="+Inf",cc="bloatd_westwood"} 5"#,
+            r#"bloatd_westwood_cwnd_pipe_ratio_count{cc="bloatd_westwood"} 5"#,
+            r#"bloatd_westwood_cwnd_pipe_ratio_sum{cc="bloatd_westwood"} 33.5"#,
+            r#"bloatd_build_info{version=""#,
+        ] {
+            assert!(text.contains(line), "missing {line}\n{text}");
+        }
+    }
+
+    #[test]
+    fn bucket_bounds_are_the_probes() {
+        extern "C" {
+            fn bloatd_delay_bucket(us: u32) -> u32;
+            fn bloatd_cwnd_bucket(cwnd: u32) -> u32;
+        }
+        let delay = delay_bounds_s();
+        assert_eq!((delay[0], delay[7], delay[14]), (0.0005, 0.1, 16.0));
+        for (i, b) in delay.iter().enumerate().take(delay.len() - 1) {
+            let us = (b * 1e6).round() as u32;
+            // SAFETY: pure C functions.
+            unsafe {
+                assert_eq!(bloatd_delay_bucket(us), i as u32, "{us} us");
+                assert_eq!(bloatd_delay_bucket(us + 1), i as u32 + 1, "{} us", us + 1);
+            }
+        }
+        let cwnd = cwnd_bounds();
+        assert_eq!((cwnd[0], cwnd[12], cwnd[13]), (2.0, 8192.0, f64::INFINITY));
+        for (i, b) in cwnd.iter().enumerate().take(cwnd.len() - 1) {
+            // SAFETY: as above.
+            unsafe { assert_eq!(bloatd_cwnd_bucket(*b as u32), i as u32) };
+        }
     }
 
     #[test]

@@ -3,10 +3,8 @@
 //! queue its sockets wait in now. `bloatd paths`, `/v1/paths`, and the
 //! paths table of `bloatd top` show it.
 
-use bloatd_tui::format;
 use bloatd_tui::model::{FloorSource, Path, Socket};
 use std::collections::BTreeMap;
-use std::fmt::Write as _;
 use std::net::IpAddr;
 
 /// A socket's traffic counts as "now" if it moved within this long.
@@ -89,109 +87,21 @@ fn path_of(netns: u32, peer: IpAddr, prefix_len: u8, interface: &str, members: &
     }
 }
 
-/// The peer, or `prefix/len`, as shown.
-pub fn peer_text(p: &Path) -> String {
-    let full = if p.peer.is_ipv4() { 32 } else { 128 };
-    if p.prefix_len >= full {
-        p.peer.to_string()
-    } else {
-        format!("{}/{}", p.peer, p.prefix_len)
-    }
-}
-
-/// One sentence on the worst path, for a laptop user: where the queue is,
-/// how much, and how many flows wait behind it. None when nothing queues.
-pub fn worst_sentence(paths: &[Path]) -> Option<String> {
-    let p = paths.first().filter(|p| p.queue_delay_p50_us >= 60_000)?;
-    let flows = if p.sockets == 1 { "1 flow waits".to_string() } else { format!("{} flows wait", p.sockets) };
-    Some(format!(
-        "the link to {} ({}) holds {} of queue, {flows} behind it: grade {}, {} RPM (passive loaded estimate)",
-        peer_text(p),
-        if p.interface.is_empty() { "?" } else { &p.interface },
-        format::ms(p.queue_delay_p50_us as u64),
-        p.grade(),
-        p.rpm()
-    ))
-}
-
-/// `bloatd paths`: one line per path.
-pub fn paths_table(paths: &[Path]) -> String {
-    let mut out = String::new();
-    let _ = writeln!(
-        out,
-        "{:<10} {:<28} {:<10} {:>9} {:<8} {:>9} {:>9} {:<5} {:>6} {:>5} {:>12}  CC",
-        "NETNS", "PEER", "IFACE", "FLOOR", "SOURCE", "QUEUE", "QMAX", "GRADE", "RPM", "SOCKS", "THROUGHPUT"
-    );
-    for p in paths {
-        let _ = writeln!(
-            out,
-            "{:<10} {:<28} {:<10} {:>9} {:<8} {:>9} {:>9} {:<5} {:>6} {:>5} {:>12}  {}",
-            p.netns,
-            peer_text(p),
-            if p.interface.is_empty() { "-" } else { &p.interface },
-            format::ms(p.floor_us as u64),
-            p.floor_source.as_str(),
-            format::ms(p.queue_delay_p50_us as u64),
-            format::ms(p.queue_delay_max_us as u64),
-            p.grade(),
-            p.rpm(),
-            p.sockets,
-            format::rate(p.throughput_bps),
-            p.ccs.join(",")
-        );
-    }
-    if let Some(s) = worst_sentence(paths) {
-        let _ = writeln!(out, "\n{s}");
-    }
-    out
-}
-
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
-    use bloatd_tui::model::{CaState, Role};
+    use crate::fixtures;
 
-    fn sock(cookie: u64, peer: &str, floor_ms: u32, queue_ms: u32, idle_ms: u64) -> Socket {
-        Socket {
-            cookie,
-            netns: 1,
-            local_addr: "10.0.0.1".parse().unwrap(),
-            local_port: 40_000 + cookie as u16,
-            remote_addr: peer.parse().unwrap(),
-            remote_port: 443,
-            state: "ESTAB".into(),
-            pid: None,
-            comm: None,
-            cc: if cookie % 2 == 0 { "cubic".into() } else { "bbr".into() },
-            role: Role::Sender,
-            cwnd: 10,
-            ssthresh: None,
-            inflight: 0,
-            mss: 1448,
-            srtt_us: (floor_ms + queue_ms) * 1000,
-            min_rtt_us: (floor_ms + queue_ms) * 1000,
-            floor_us: floor_ms * 1000,
-            floor_source: Some(FloorSource::Peer),
-            queue_delay_us: queue_ms * 1000,
-            rcv_rtt_us: 0,
-            rcv_ts_rtt_us: None,
-            timestamps: true,
-            rcv_min_rtt_us: floor_ms * 1000,
-            rcv_queue_delay_us: 0,
-            unsent_bytes: 0,
-            unsent_delay_us: 0,
-            interface: "wlan0".into(),
-            retrans: 0,
-            lost: 0,
-            ca_state: CaState::Open,
-            bytes_acked: 0,
-            bytes_received: 0,
-            delivery_rate_bps: 0,
-            throughput_bps: 1_000_000,
-            idle_ms,
-            cc_state: None,
-            policy: None,
-        }
+    /// A sender toward `peer` with a floor and a queue, through wlan0.
+    pub(crate) fn sock(cookie: u64, peer: &str, floor_ms: u32, queue_ms: u32, idle_ms: u64) -> Socket {
+        let mut s = fixtures::sending(fixtures::socket(cookie), floor_ms * 1000, queue_ms * 1000);
+        s.remote_addr = peer.parse().unwrap();
+        s.cc = if cookie % 2 == 0 { "cubic".into() } else { "bbr".into() };
+        s.floor_source = Some(FloorSource::Peer);
+        s.interface = "wlan0".into();
+        s.throughput_bps = 1_000_000;
+        s.idle_ms = idle_ms;
+        s
     }
 
     #[test]
@@ -211,8 +121,6 @@ mod tests {
         assert_eq!(p.ccs, vec!["bbr", "cubic"]);
         assert_eq!((p.grade(), p.rpm()), ("F", 122)); // 60000 / 490 ms
         assert_eq!((paths[1].grade(), paths[1].rpm()), ("A+", 5000));
-        let s = worst_sentence(&paths).unwrap();
-        assert!(s.starts_with("the link to 93.184.216.34 (wlan0) holds 450ms of queue, 3 flows wait behind it"), "{s}");
     }
 
     #[test]
@@ -226,9 +134,9 @@ mod tests {
         let socks = vec![sock(1, "10.9.2.2", 40, 100, 0), sock(2, "10.9.2.77", 41, 120, 0), sock(3, "fd00::1", 5, 0, 0)];
         let paths = paths_of(&socks, Some((24, 64)));
         assert_eq!(paths.len(), 2);
-        assert_eq!(peer_text(&paths[0]), "10.9.2.0/24");
+        assert_eq!((paths[0].peer, paths[0].prefix_len), ("10.9.2.0".parse().unwrap(), 24));
         assert_eq!((paths[0].sockets, paths[0].floor_us), (2, 40_000));
-        assert_eq!(peer_text(&paths[1]), "fd00::/64");
+        assert_eq!((paths[1].peer, paths[1].prefix_len), ("fd00::".parse().unwrap(), 64));
     }
 
     #[test]
@@ -236,6 +144,5 @@ mod tests {
         for (ms, g) in [(4, "A+"), (5, "A"), (29, "A"), (59, "B"), (199, "C"), (399, "D"), (400, "F")] {
             assert_eq!(bloatd_tui::model::grade(ms * 1000), g, "{ms} ms");
         }
-        assert!(worst_sentence(&paths_of(&[sock(1, "10.9.2.2", 40, 10, 0)], None)).is_none());
     }
 }

@@ -16,6 +16,7 @@
 //! `SocketPolicy`, the counters into /metrics), the dashboard
 //! (bloatd_tui::model::SocketPolicy).
 
+use crate::api::PolicyCounts;
 use crate::probes::abi::{policy_action, policy_count, policy_flag, policy_match};
 use crate::probes::abi::{BloatdPolicyCounts, BloatdPolicyRule, BloatdSock};
 use bloatd_tui::model::{Drwa, SocketPolicy};
@@ -568,28 +569,12 @@ pub fn socket_policy(rec: &BloatdSock, names: &[String]) -> Option<SocketPolicy>
     (sp != SocketPolicy::default()).then_some(sp)
 }
 
-/// The policy's counters (bpf/policy.h, enum bloatd_policy_count).
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-pub struct Counts {
-    /// Live sockets whose congestion control a rule chose at the handshake.
-    pub cc_sockets: i64,
-    /// Live sockets a bulk rule switched.
-    pub bulk_sockets: i64,
-    /// Live sockets whose window DRWA clamps now.
-    pub drwa_sockets: i64,
-    pub cc_set_total: u64,
-    pub bulk_switched_total: u64,
-    pub cc_failed_total: u64,
-    pub drwa_rounds_total: u64,
-    pub drwa_restored_total: u64,
-    pub drwa_failed_total: u64,
-}
-
-impl Counts {
-    pub fn from_kernel(c: &BloatdPolicyCounts) -> Counts {
+impl PolicyCounts {
+    /// The kernel's counters (bpf/policy.h, enum bloatd_policy_count).
+    pub fn from_kernel(c: &BloatdPolicyCounts) -> PolicyCounts {
         let n = |i: u32| c.n[i as usize];
         let total = |i: u32| n(i).max(0) as u64;
-        Counts {
+        PolicyCounts {
             cc_sockets: n(policy_count::CC_SOCKETS).max(0),
             bulk_sockets: n(policy_count::BULK_SOCKETS).max(0),
             drwa_sockets: n(policy_count::DRWA_SOCKETS).max(0),
@@ -603,47 +588,6 @@ impl Counts {
     }
 }
 
-/// `GET /v1/policy`: the rules, DRWA's state, and what they did.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-pub struct PolicyInfo {
-    pub drwa: DrwaInfo,
-    pub rules: Vec<RuleInfo>,
-    pub counts: Counts,
-}
-
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-pub struct DrwaInfo {
-    /// "disabled" (nothing asked of the kernel), "off" or "on".
-    pub mode: String,
-    pub lambda: f64,
-    pub min_bytes: u64,
-}
-
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-pub struct RuleInfo {
-    pub name: String,
-    pub selects: String,
-    pub does: String,
-    pub rule: Option<Rule>,
-    pub enabled: bool,
-    /// Live sockets whose congestion control (or DRWA) this rule chose.
-    pub sockets: usize,
-    /// Live sockets a bulk rule waits on.
-    pub waiting: usize,
-}
-
-/// `POST /v1/policy/drwa`.
-#[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct DrwaReq {
-    pub on: bool,
-}
-
-/// `POST /v1/policy/rules/{name}`.
-#[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct RuleReq {
-    pub enabled: bool,
-}
-
 /// DRWA's lambda as the kernel takes it (8 fraction bits).
 pub fn lambda_x256(lambda: f64) -> u32 {
     (lambda * 256.0).round() as u32
@@ -653,7 +597,7 @@ pub fn lambda_x256(lambda: f64) -> u32 {
 /// (counters), whether DRWA is on. Labels: `action` only (cc, bulk, drwa).
 pub fn encode_metrics(
     e: &mut prometheus_client::encoding::DescriptorEncoder,
-    c: &Counts,
+    c: &PolicyCounts,
     drwa: DrwaMode,
 ) -> Result<(), std::fmt::Error> {
     use prometheus_client::encoding::{EncodeLabelSet, NoLabelSet};

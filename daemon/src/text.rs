@@ -2,7 +2,7 @@
 //! prctl(PR_SET_NAME) by any user) and bloatd prints that name in
 //! `bloatd sockets`, `bloatd top` and the API: a name made of terminal
 //! escape sequences must reach no terminal. Every string taken from the
-//! kernel goes through [`printable`] on its way into the socket model.
+//! kernel goes through [`printable`] on its way into the socket tracker.
 
 /// `s` with every control character (C0, DEL, C1: ESC starts a terminal
 /// sequence, CR and BS overwrite what was printed) and every bidirectional
@@ -13,6 +13,13 @@ pub fn printable(s: &str) -> String {
 
 fn is_bidi_control(c: char) -> bool {
     matches!(c, '\u{200e}' | '\u{200f}' | '\u{061c}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
+}
+
+/// Text from the kernel (a command name, an interface or algorithm name)
+/// up to its NUL.
+pub fn cstr(b: &[u8]) -> String {
+    let end = b.iter().position(|&c| c == 0).unwrap_or(b.len());
+    printable(&String::from_utf8_lossy(&b[..end]))
 }
 
 #[cfg(test)]

@@ -36,14 +36,6 @@ def rate_bps(rate):
     return float(m.group(1)) * {"": 1, "k": 1e3, "m": 1e6, "g": 1e9}[m.group(2)]
 
 
-def size_bytes(text):
-    """tc's sizes ("0b", "1514b", "63Kb", "1Mb") in bytes."""
-    m = re.fullmatch(r"([0-9.]+)([KMG]?)b", text)
-    if not m:
-        return 0
-    return int(float(m.group(1)) * {"": 1, "K": 1024, "M": 1024 ** 2, "G": 1024 ** 3}[m.group(2)])
-
-
 def fmt_ms(us):
     return "-" if us is None else f"{us / 1000:.0f} ms"
 
@@ -72,9 +64,26 @@ def long_flow_summary(series):
     """
     if not series:
         return {"srtt_mean_us": None, "srtt_max_us": None, "inflight_mean_bytes": None,
-                "inflight_max_bytes": None, "retrans": None, "startup_s": None}
+                "inflight_max_bytes": None, "retrans": None, "startup_s": None,
+                "retrans_startup": None, "retrans_steady_per_min": None}
     start = next((i for i, x in enumerate(series) if x["retrans"] > 0), 0)
     steady = series[start:]
+    # The startup's loss episode (slow start overflowing the buffer) ends
+    # once no retransmission came for 2 s; what follows is the steady state
+    # the paper's 180 s flows are dominated by (De Cicco & Mascolo, Table II).
+    last_t, last_n, episode_end = None, 0, None
+    for x in steady:
+        if last_t is not None and x["t"] - last_t >= 2.0:
+            episode_end = (last_t, last_n)
+            break
+        if x["retrans"] > last_n or last_t is None:
+            last_t, last_n = x["t"], x["retrans"]
+    if episode_end and series[-1]["t"] > episode_end[0]:
+        steady_min = (series[-1]["t"] - episode_end[0]) / 60
+        per_min = (series[-1]["retrans"] - episode_end[1]) / steady_min if steady_min > 0 else None
+    else:
+        per_min = None
+    retrans_startup = episode_end[1] if episode_end else series[-1]["retrans"]
     srtt = [x["srtt_us"] for x in steady if x["srtt_us"] > 0]
     infl = [x["inflight_bytes"] for x in steady]
     return {
@@ -83,6 +92,8 @@ def long_flow_summary(series):
         "inflight_mean_bytes": sum(infl) / len(infl) if infl else None,
         "inflight_max_bytes": max((x["inflight_bytes"] for x in series), default=None),
         "retrans": series[-1]["retrans"],
+        "retrans_startup": retrans_startup,
+        "retrans_steady_per_min": per_min,
         "startup_s": steady[0]["t"] if steady else None,
     }
 
@@ -194,7 +205,8 @@ def table(res):
     out = []
     for prof in res.profiles():
         p = res.meta["profiles"].get(prof, {})
-        out.append(f"profile {prof}: rate {p.get('rate')}, base RTT {p.get('delay_ms')} ms, "
+        link = f"trace {p['trace']} (mean {p.get('rate')})" if p.get("trace") else f"rate {p.get('rate')}"
+        out.append(f"profile {prof}: {link}, base RTT {p.get('delay_ms')} ms, "
                    f"buffer {p.get('buffer_bytes')} B (instrument: {res.meta.get('instrument')})")
         ccs = res.ccs(prof, "A", "cc")
         if ccs:
@@ -237,17 +249,24 @@ def table(res):
 
 # ------------------------------------------------------------ findings
 
+def roles(res):
+    """Which profile plays the papers' fast (3.5G), slow (3G) and contrast
+    (4G) links in these results (lab.py's LINKS; results of earlier
+    releases were all constant-rate)."""
+    return res.meta.get("roles") or {"fast": "3.5g", "slow": "3g", "contrast": "4g"}
+
+
 def _pool_short(res, prof, run, bg):
     return res.stat(res.short(prof, run, bg), "response_s")
 
 
 def finding_f1(res):
-    prof = "3.5g"
+    prof = roles(res)["fast"]
     alone = _pool_short(res, prof, "B", None)
     c = {bg: _pool_short(res, prof, "C", bg) for bg in res.ccs(prof, "C", "bg_cc")}
     d = {bg: _pool_short(res, prof, "D", bg) for bg in res.ccs(prof, "D", "bg_cc")}
     if "cubic" not in c or WW not in c:
-        return finding("F1", "3.5g short flow beside 1 CUBIC vs 1 Westwood+ bulk flow: not measured "
+        return finding("F1", f"{prof} short flow beside 1 CUBIC vs 1 Westwood+ bulk flow: not measured "
                        "(needs run C with cubic and bloatd_westwood background)")
     core = ratio(c["cubic"][1], c[WW][1])
     parts = [f"alone {fmt_stat(alone)} s (paper ~0.8)"] if alone[1] else []
@@ -266,35 +285,42 @@ def finding_f1(res):
         parts.append(f"short-flow CC spread beside 1 CUBIC {max(spread) / min(spread):.2f}x "
                      "(paper: matters little)")
     ok = core is not None and core > 1.3 and disjoint(c["cubic"], c[WW])
-    return finding("F1", f"3.5g response beside 1 CUBIC / beside 1 Westwood+ bulk = {fmt_ratio(core)} "
+    return finding("F1", f"{prof} response beside 1 CUBIC / beside 1 Westwood+ bulk = {fmt_ratio(core)} "
                    f"(paper ~2: 5x vs 2x of idle; 95% CIs {'apart' if disjoint(c['cubic'], c[WW]) else 'overlap'}); "
                    + "; ".join(parts), core, ok)
 
 
 def finding_f2(res):
-    prof = "3.5g"
+    prof = roles(res)["fast"]
     g = {cc: res.stat(res.long(prof, cc), "goodput_bps") for cc in res.ccs(prof, "A", "cc")}
     if "cubic" not in g or WW not in g:
-        return finding("F2", "3.5g long flows CUBIC vs Westwood+: not measured "
+        return finding("F2", f"{prof} long flows CUBIC vs Westwood+: not measured "
                        "(needs run A with cubic and bloatd_westwood)")
     r = {cc: res.stat(res.long(prof, cc), "srtt_mean_us") for cc in g}
     w = {cc: res.stat(res.long(prof, cc), "inflight_mean_bytes") for cc in g}
     x = {cc: res.stat(res.long(prof, cc), "retrans") for cc in g}
+    xs = {cc: res.stat(res.long(prof, cc), "retrans_startup") for cc in g}
+    xm = {cc: res.stat(res.long(prof, cc), "retrans_steady_per_min") for cc in g}
+    steady_ratio = ratio(xm["cubic"][1], xm[WW][1])
     rtt_ratio = ratio(r["cubic"][1], r[WW][1])
     win_ratio = ratio(w["cubic"][1], w[WW][1])
     ret_ratio = ratio(x["cubic"][1], x[WW][1])
     gp_ratio = ratio(g["cubic"][1], g[WW][1])
     gps = ", ".join(f"{cc} {g[cc][1] / 1e6:.1f}" for cc in cc_sorted(g))
     ok = rtt_ratio is not None and rtt_ratio > 1.2 and gp_ratio is not None and 0.9 <= gp_ratio <= 1.1
-    return finding("F2", f"3.5g long-flow RTT CUBIC / Westwood+ = {fmt_ratio(rtt_ratio)} "
+    return finding("F2", f"{prof} long-flow RTT CUBIC / Westwood+ = {fmt_ratio(rtt_ratio)} "
                    f"(paper 1.5; HSDPA 1.54); goodput Mbit/s {gps} (paper 16.1 CUBIC, 15.5 NewReno, "
                    f"15.7 Westwood+; CUBIC/Westwood+ {fmt_ratio(gp_ratio)}); outstanding window "
                    f"ratio {fmt_ratio(win_ratio)} (paper ~2); retransmissions ratio "
-                   f"{fmt_ratio(ret_ratio)} (HSDPA ~3)", rtt_ratio, ok)
+                   f"{fmt_ratio(ret_ratio)} (HSDPA ~3; of them in the startup's loss episode: "
+                   f"cubic {fmt_stat(xs['cubic'], 1, 0)}, Westwood+ {fmt_stat(xs[WW], 1, 0)}; "
+                   f"after it, per minute: cubic {fmt_stat(xm['cubic'], 1, 1)}, Westwood+ "
+                   f"{fmt_stat(xm[WW], 1, 1)}, ratio {fmt_ratio(steady_ratio)})", rtt_ratio, ok)
 
 
 def finding_f3(res):
-    prof = next((p for p in ("3g", "3.5g", "4g") if res.long(p, "cubic")), None)
+    r = roles(res)
+    prof = next((r[k] for k in ("slow", "fast", "contrast") if k in r and res.long(r[k], "cubic")), None)
     if prof is None:
         return finding("F3", "fat pipe: not measured (needs a run A CUBIC flow)")
     p = res.meta["profiles"][prof]
@@ -313,16 +339,17 @@ def finding_f4(res):
         a = res.stat(res.short(prof, "D", "cubic", WW), "response_s")
         b = res.stat(res.short(prof, "D", "cubic", "cubic"), "response_s")
         return a, b, ratio(a[1], b[1])
-    ww3, cu3, r3 = short_cc_ratio("3g")
+    slow, fast = roles(res)["slow"], roles(res)["fast"]
+    ww3, cu3, r3 = short_cc_ratio(slow)
     if r3 is None:
-        return finding("F4", "3g short flow's own CC beside 5 CUBIC bulk flows: not measured "
-                       "(needs 3g run D with cubic and bloatd_westwood short flows: the full campaign)")
-    loss = res.stat(res.short("3g", "D", "cubic"), "loss_pct")
-    _, _, r35 = short_cc_ratio("3.5g")
+        return finding("F4", f"{slow} short flow's own CC beside 5 CUBIC bulk flows: not measured "
+                       f"(needs {slow} run D with cubic and bloatd_westwood short flows: the full campaign)")
+    loss = res.stat(res.short(slow, "D", "cubic"), "loss_pct")
+    _, _, r35 = short_cc_ratio(fast)
     ok = r3 > 1.3 and (loss[1] or 0) >= 1 and (r35 is None or r3 > r35)
-    return finding("F4", f"3g response Westwood+ short / CUBIC short beside 5 CUBIC bulk = {r3:.2f} "
+    return finding("F4", f"{slow} response Westwood+ short / CUBIC short beside 5 CUBIC bulk = {r3:.2f} "
                    f"({ww3[1]:.0f} s vs {cu3[1]:.0f} s; paper >300 s vs <150 s, ~2); short-flow "
-                   f"retransmitted {fmt_stat(loss, 1, 1)} % (paper: ~15 % loss); same ratio on 3.5g "
+                   f"retransmitted {fmt_stat(loss, 1, 1)} % (paper: ~15 % loss); same ratio on {fast} "
                    f"{fmt_ratio(r35)} (paper: matters little)", r3, ok)
 
 
@@ -442,6 +469,45 @@ def plot_long_series(res, prof, key, scale, ylabel, path):
     return True
 
 
+def plot_long_dynamics(res, prof, path):
+    """Why the queue stays or drains: cwnd against Westwood+'s BWE x RTTmin
+    (its pipe) and the queueing delay over one long flow each of CUBIC and
+    Westwood+ (needs runs measured with bloatd, which exports the pipe)."""
+    plt = _plt()
+    ccs = [c for c in ("cubic", WW) if res.long(prof, c)]
+    rows = {cc: res.long(prof, cc)[0]["series"] for cc in ccs}
+    if WW not in rows or not any(p.get("pipe") for p in rows[WW]):
+        return False
+    fig, axes = plt.subplots(2, len(ccs), figsize=(5 * len(ccs), 5.5), sharex=True, squeeze=False)
+    for j, cc in enumerate(ccs):
+        s = rows[cc]
+        t = [p["t"] for p in s]
+        top, bottom = axes[0, j], axes[1, j]
+        top.plot(t, [p["cwnd"] for p in s], color=CC_COLOR.get(cc, "grey"), lw=0.8, label="cwnd")
+        pipe = [(p["t"], p["pipe"]) for p in s if p.get("pipe")]
+        if pipe:
+            top.plot([x for x, _ in pipe], [y for _, y in pipe], color="black", lw=0.8, ls="--",
+                     label="BWE x RTTmin")
+        top.set_ylabel("segments", fontsize=8)
+        top.set_title(CC_LABEL.get(cc, cc), fontsize=9, loc="left")
+        top.legend(fontsize=7)
+        bottom.plot(t, [(p.get("queue_delay_us") or 0) / 1000 for p in s],
+                    color=CC_COLOR.get(cc, "grey"), lw=0.8)
+        r = [p["t"] for a, p in zip(s, s[1:]) if p["retrans"] > a["retrans"]]
+        if r:
+            bottom.plot(r, [0] * len(r), "x", color="red", ms=4, label="retransmission")
+            bottom.legend(fontsize=7)
+        bottom.set_ylabel("queueing delay (ms)", fontsize=8)
+        bottom.set_xlabel("time (s)")
+    link = res.meta["profiles"].get(prof, {})
+    what = f"trace {link['trace']}" if link.get("trace") else f"constant {link.get('rate')}"
+    fig.suptitle(f"{prof} ({what}): cwnd, Westwood+'s pipe and the queue over one long flow")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return True
+
+
 def plots(res, d):
     made = []
     for prof in res.profiles():
@@ -454,6 +520,7 @@ def plots(res, d):
             (f"short_loss_{tag}.png", lambda p: plot_short(res, prof, "loss_pct", 1,
                                                            "short flow retransmitted %", p)),
             (f"long_{tag}.png", lambda p: plot_long_bars(res, prof, p)),
+            (f"long_dynamics_{tag}.png", lambda p: plot_long_dynamics(res, prof, p)),
             (f"long_rtt_{tag}.png", lambda p: plot_long_series(res, prof, "srtt_us", 1e-3,
                                                                "RTT (ms)", p)),
             (f"long_window_{tag}.png", lambda p: plot_long_series(

@@ -20,6 +20,11 @@ A web transfer's response time is what the client measures, from before
 connect() to the last byte, as wget would report it; the paper's short flow
 is one 320 kB transfer on its own connection.
 
+udp-blast and udp-sink measure a link rather than TCP: the blaster sends
+1500-byte IP packets (1472-byte UDP payloads carrying a sequence number) at
+a fixed packet rate, the sink records when each arrives (CLOCK_MONOTONIC,
+the clock every namespace shares) and prints them as one JSON object.
+
 fetch prints one JSON object per line: {"event": "open", ...} as soon as the
 connection is up (the local port identifies the flow to the instruments),
 {"event": "done", ...} at the end.
@@ -144,6 +149,60 @@ def fetch(args):
     return 0
 
 
+UDP_PAYLOAD = 1472  # + 8 UDP + 20 IPv4 = one 1500-byte trace opportunity
+
+
+def udp_blast(args):
+    """Send for --seconds at --pps packets a second, paced every millisecond;
+    prints {"event": "done", "sent": N, "start_ns": .., "end_ns": ..}."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4 << 20)
+    buf = bytearray(UDP_PAYLOAD)
+    start = time.monotonic_ns()
+    end = start + int(args.seconds * 1e9)
+    sent = 0
+    while True:
+        now = time.monotonic_ns()
+        if now >= end:
+            break
+        due = (now - start) * args.pps // 1_000_000_000
+        while sent < due:
+            buf[0:8] = sent.to_bytes(8, "little")
+            try:
+                sock.sendto(buf, (args.addr, args.port))
+            except OSError:
+                break  # ENOBUFS: the local queue is full, the link is saturated anyway
+            sent += 1
+        time.sleep(0.001)
+    print(json.dumps({"event": "done", "sent": sent, "start_ns": start,
+                      "end_ns": time.monotonic_ns()}), flush=True)
+    return 0
+
+
+def udp_sink(args):
+    """Record arrivals for --seconds (or until --idle seconds pass without
+    one, after the first); prints {"event": "arrivals", "t_ns": [...],
+    "seq": [...]}."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 8 << 20)
+    sock.bind(("0.0.0.0", args.port))
+    print(json.dumps({"event": "listening", "port": args.port}), flush=True)
+    t, seq = [], []
+    end = time.monotonic() + args.seconds
+    while time.monotonic() < end:
+        sock.settimeout(args.idle if t else max(0.01, end - time.monotonic()))
+        try:
+            data = sock.recv(2048)
+        except socket.timeout:
+            if t:
+                break
+            continue
+        t.append(time.monotonic_ns())
+        seq.append(int.from_bytes(data[:8], "little"))
+    print(json.dumps({"event": "arrivals", "t_ns": t, "seq": seq}), flush=True)
+    return 0
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -159,9 +218,20 @@ def main():
     f.add_argument("--count", type=int, default=1, help="sequential transfers")
     f.add_argument("--gap", type=float, default=1.0, help="seconds between transfers")
     f.add_argument("--label", default="")
+    b = sub.add_parser("udp-blast", help="UDP at a fixed packet rate (link measurements)")
+    b.add_argument("--addr", required=True)
+    b.add_argument("--port", type=int, default=9000)
+    b.add_argument("--pps", type=int, required=True, help="packets per second (1500 B each)")
+    b.add_argument("--seconds", type=float, required=True)
+    k = sub.add_parser("udp-sink", help="record UDP arrival times (link measurements)")
+    k.add_argument("--port", type=int, default=9000)
+    k.add_argument("--seconds", type=float, required=True, help="longest time to listen")
+    k.add_argument("--idle", type=float, default=2.0,
+                   help="stop after this long without a packet, once one came")
     args = ap.parse_args()
+    run = {"serve": serve, "fetch": fetch, "udp-blast": udp_blast, "udp-sink": udp_sink}
     try:
-        return serve(args) if args.cmd == "serve" else fetch(args)
+        return run[args.cmd](args)
     except KeyboardInterrupt:
         return 130
 

@@ -4,6 +4,7 @@ Every sample is a dict with the same keys whichever backend produced it,
 named as in bloatd's API (tui/src/model.rs):
     t (unix seconds), local_port, remote_port, state, cc, srtt_us,
     min_rtt_us, cwnd, inflight, mss, retrans, lost, bytes_acked
+(bloatd adds queue_delay_us, and pipe: Westwood+'s BWE x RTTmin / MSS)
 
 - backend "bloatd": GET /v1/sockets on bloatd's Unix socket. The daemon's
   tracepoints see every network namespace, so one daemon in the root
@@ -82,6 +83,9 @@ def read_bloatd(ns_inode, port, sock_path=BLOATD_SOCK):
             "min_rtt_us": s["min_rtt_us"], "cwnd": s["cwnd"],
             "inflight": s["inflight"], "mss": s["mss"], "retrans": s["retrans"],
             "lost": s.get("lost", 0), "bytes_acked": s["bytes_acked"],
+            "queue_delay_us": s.get("queue_delay_us"),
+            # Westwood+'s BWE x RTTmin / MSS, the cwnd it sets at congestion
+            "pipe": (s.get("cc_state") or {}).get("pipe_segments"),
         })
     return out
 

@@ -49,37 +49,58 @@ def log(msg):
 
 # ---------------------------------------------------------------- the plan
 
-def full_plan(ccs):
-    """The campaign: every run and combination on 3.5g (the paper's focus,
-    Fig. 2-7), what F3/F4 need on 3g (Fig. 8-9: a 3g short flow takes 20 s
-    alone and minutes beside five bulk flows), and 4g for contrast (Fig. 10)."""
+# The two link models and the profile that plays each of the papers' links
+# in them: "fast" the 3.5G HSPA+ link of Alfredsson et al.'s Fig. 2-7 (F1,
+# F2), "slow" the 3G link of Fig. 8-9 (F3, F4), "contrast" the 4G of Fig. 10.
+# const: tbf at a constant rate; trace: measured cellular capacity
+# (topo.sh's trace profiles: lte has the 3.5G runs' rate, evdo is Jiang et
+# al.'s EV-DO "fat pipe").
+LINKS = {
+    "const": {"fast": "3.5g", "slow": "3g", "contrast": "4g"},
+    "trace": {"fast": "lte", "slow": "evdo"},
+}
+
+
+def full_plan(ccs, link="const"):
+    """The campaign: every run and combination on the fast link (the paper's
+    focus, Fig. 2-7), what F3/F4 need on the slow one (Fig. 8-9: a 3g short
+    flow takes 20 s alone and minutes beside five bulk flows), and 4g for
+    contrast (Fig. 10) with constant-rate links."""
     ww = [c for c in ("cubic", "bloatd_westwood") if c in ccs]
-    return {
-        "3.5g": {"A": {"ccs": ccs, "reps": 3, "seconds": 60},
-                 "B": {"ccs": ccs, "shorts": 10},
-                 "C": {"bg": ccs, "short": ccs, "shorts": 10},
-                 "D": {"bg": ccs, "short": ccs, "shorts": 10}},
-        "3g": {"A": {"ccs": ccs, "reps": 1, "seconds": 60},
-               "B": {"ccs": ww, "shorts": 3},
-               "D": {"bg": ["cubic"], "short": ww, "shorts": 3}},
-        "4g": {"A": {"ccs": ccs, "reps": 1, "seconds": 30},
-               "B": {"ccs": ccs, "shorts": 5},
-               "C": {"bg": ccs, "short": ["cubic"], "shorts": 5},
-               "D": {"bg": ccs, "short": ["cubic"], "shorts": 5}},
+    roles = LINKS[link]
+    plan = {
+        roles["fast"]: {"A": {"ccs": ccs, "reps": 3, "seconds": 60},
+                        "B": {"ccs": ccs, "shorts": 10},
+                        "C": {"bg": ccs, "short": ccs, "shorts": 10},
+                        "D": {"bg": ccs, "short": ccs, "shorts": 10}},
+        roles["slow"]: {"A": {"ccs": ccs, "reps": 1, "seconds": 60},
+                        "B": {"ccs": ww, "shorts": 3},
+                        "D": {"bg": ["cubic"], "short": ww, "shorts": 3}},
     }
+    if "contrast" in roles:
+        plan[roles["contrast"]] = {"A": {"ccs": ccs, "reps": 1, "seconds": 30},
+                                   "B": {"ccs": ccs, "shorts": 5},
+                                   "C": {"bg": ccs, "short": ["cubic"], "shorts": 5},
+                                   "D": {"bg": ccs, "short": ["cubic"], "shorts": 5}}
+    return plan
 
 
-def quick_plan(ccs):
-    """Under 5 minutes: F1's and F2's core comparisons on 3.5g (CUBIC against
-    Westwood+, short flows with CUBIC) and one 3g CUBIC long flow for F3."""
+def quick_plan(ccs, link="const"):
+    """Under 5 minutes: F1's and F2's core comparisons on the fast link
+    (CUBIC against Westwood+, short flows with CUBIC); with constant-rate
+    links also one 3g CUBIC long flow for F3 (the trace model's quick mode
+    stays on its one fast trace)."""
     pair = [c for c in ("cubic", "bloatd_westwood") if c in ccs]
-    return {
-        "3.5g": {"B": {"ccs": ["cubic"], "shorts": 5},
-                 "A": {"ccs": pair, "reps": 1, "seconds": 40},
-                 "C": {"bg": pair, "short": ["cubic"], "shorts": 5},
-                 "D": {"bg": pair, "short": ["cubic"], "shorts": 2}},
-        "3g": {"A": {"ccs": ["cubic"], "reps": 1, "seconds": 20}},
+    roles = LINKS[link]
+    plan = {
+        roles["fast"]: {"B": {"ccs": ["cubic"], "shorts": 5},
+                        "A": {"ccs": pair, "reps": 1, "seconds": 40},
+                        "C": {"bg": pair, "short": ["cubic"], "shorts": 5},
+                        "D": {"bg": pair, "short": ["cubic"], "shorts": 2}},
     }
+    if link == "const":
+        plan[roles["slow"]] = {"A": {"ccs": ["cubic"], "reps": 1, "seconds": 20}}
+    return plan
 
 
 def expand(plan, profiles):
@@ -120,6 +141,7 @@ class Profile:
         self.rate_bps = analysis.rate_bps(kv["rate"])
         self.delay_ms = float(kv["delay_ms"])
         self.buffer_bytes = int(kv["buffer_bytes"])
+        self.trace = kv.get("trace")  # a capacity trace's file, or None: constant rate
 
     @property
     def drain_s(self):
@@ -145,8 +167,11 @@ class Profile:
         return self.warmup_s + step["shorts"] * (beside + 1) + self.drain_s + 1
 
     def as_dict(self):
-        return {"name": self.name, "rate": self.rate, "rate_bps": self.rate_bps,
-                "delay_ms": self.delay_ms, "buffer_bytes": self.buffer_bytes}
+        d = {"name": self.name, "rate": self.rate, "rate_bps": self.rate_bps,
+             "delay_ms": self.delay_ms, "buffer_bytes": self.buffer_bytes}
+        if self.trace:
+            d["trace"] = os.path.basename(self.trace)
+        return d
 
 
 class Lab:
@@ -157,9 +182,17 @@ class Lab:
         self.procs = []
         self.server = None
 
-    def up(self, profile):
+    def up(self, profile, ssthresh_cache=False):
         subprocess.run([TOPO, "up", self.name, "--profile", profile.name], check=True,
                        stdout=subprocess.DEVNULL)
+        if ssthresh_cache:
+            # As the kernels of the papers' time did: a closing connection
+            # leaves its ssthresh in the TCP metrics cache and the next one
+            # to the same host starts slow start with it (6.x saves none by
+            # default, and topo.sh turns the cache off as Alfredsson did).
+            subprocess.run(["ip", "netns", "exec", f"{self.name}-snd", "sysctl", "-qw",
+                            "net.ipv4.tcp_no_metrics_save=0",
+                            "net.ipv4.tcp_no_ssthresh_metrics_save=0"], check=True)
         self.server = self.spawn("snd", [PY, FLOWS, "serve", "--port", str(PORT)])
         line = self.server.stdout.readline()
         if '"listening"' not in line:
@@ -197,12 +230,8 @@ class Lab:
                 self.stop(p)
 
     def backlog_bytes(self):
-        out = subprocess.run(["ip", "netns", "exec", f"{self.name}-rtr", "tc", "-s", "qdisc",
-                              "show", "dev", "rcv0"], capture_output=True, text=True).stdout
-        for tok in out.split("backlog")[1:]:
-            v = tok.split()[0]
-            return analysis.size_bytes(v)
-        return 0
+        out = subprocess.run([TOPO, "backlog", self.name], capture_output=True, text=True)
+        return int(out.stdout.strip() or 0) if out.returncode == 0 else 0
 
     def wait_drained(self, timeout_s):
         """Until the bottleneck queue is empty: the next step must not start
@@ -254,7 +283,8 @@ def run_a(lab, inst, prof, step):
     samples = inst.flow(opened["local_port"], opened["wall"], done["wall"] + done["response_s"])
     series = [{"t": round(x["t"] - opened["wall"], 3), "srtt_us": x["srtt_us"],
                "inflight_bytes": x["inflight"] * x["mss"], "cwnd": x["cwnd"],
-               "retrans": x["retrans"]} for x in samples]
+               "retrans": x["retrans"], "queue_delay_us": x.get("queue_delay_us"),
+               "pipe": x.get("pipe")} for x in samples]
     rec = {"goodput_bps": done["goodput_bps"], "bytes": done["bytes"],
            "seconds": done["response_s"], "series": series}
     rec.update(analysis.long_flow_summary(series))
@@ -356,8 +386,15 @@ def run_campaign(args):
     if os.geteuid() != 0 and not args.dry_run:
         sys.exit("lab: needs root (network namespaces, qdiscs, iptables): run with sudo")
     ccs = args.ccs.split(",")
-    plan = quick_plan(ccs) if args.quick else full_plan(ccs)
+    plan = quick_plan(ccs, args.link) if args.quick else full_plan(ccs, args.link)
     profiles = args.profiles.split(",") if args.profiles else list(plan)
+    unknown = [p for p in profiles if p not in plan]
+    if unknown:
+        other = [k for k in LINKS if k != args.link][0]
+        print(f"lab: profile(s) {', '.join(unknown)} not in the {args.link} link model's plan "
+              f"({', '.join(plan)}); --link {other} has {', '.join(LINKS[other].values())}",
+              file=sys.stderr)
+        return 2
     steps = expand(plan, profiles)
     if args.runs:
         steps = [s for s in steps if s["run"] in args.runs.upper().split(",")]
@@ -389,14 +426,29 @@ def run_campaign(args):
     backend = pick_instrument(args.instrument)
     os.makedirs(args.out, exist_ok=True)
     meta = {"started": time.strftime("%Y-%m-%d %H:%M:%S"), "quick": args.quick,
+            "link": args.link, "roles": LINKS[args.link], "ssthresh_cache": args.ssthresh_cache,
             "instrument": backend, "ccs": ccs, "missing_ccs": missing,
             "profiles": {p: profs[p].as_dict() for p in profiles},
             "kernel": os.uname().release}
-    with open(os.path.join(args.out, "meta.json"), "w") as f:
-        json.dump(meta, f, indent=1)
+    meta_path = os.path.join(args.out, "meta.json")
     raw_path = os.path.join(args.out, "raw.jsonl")
-    if os.path.exists(raw_path):
+    if args.append and os.path.exists(meta_path):
+        # A campaign measured in parts (--profiles, --runs): one table
+        with open(meta_path) as f:
+            old = json.load(f)
+        if old.get("link", "const") != args.link:
+            print(f"lab: {args.out} holds a {old.get('link', 'const')} campaign, not {args.link}",
+                  file=sys.stderr)
+            return 2
+        meta["profiles"] = {**old.get("profiles", {}), **meta["profiles"]}
+        meta["ccs"] = cc_sorted_list(set(old.get("ccs", [])) | set(ccs))
+        meta["parts"] = old.get("parts", 1) + 1
+        meta["failed_steps"] = old.get("failed_steps", [])
+        meta["minutes"] = old.get("minutes", 0)
+    elif os.path.exists(raw_path):
         os.rename(raw_path, raw_path + ".old")
+    with open(meta_path, "w") as f:
+        json.dump(meta, f, indent=1)
     log(f"lab: {len(steps)} steps on {', '.join(profiles)}, about {total_est / 60:.0f} min; "
         f"instrument {backend}; results in {args.out}/")
 
@@ -407,14 +459,14 @@ def run_campaign(args):
     cur_prof = None
     inst = None
     try:
-        with open(raw_path, "w") as raw:
+        with open(raw_path, "a" if args.append else "w") as raw:
             for i, step in enumerate(steps):
                 prof = profs[step["profile"]]
                 if prof.name != cur_prof:
                     if inst:
                         inst.stop()
                     lab.down()
-                    lab.up(prof)
+                    lab.up(prof, args.ssthresh_cache)
                     inst = instrument.Instrument(backend, f"{args.name}-snd", PORT,
                                                  0.05 if backend == "bloatd" else 0.1)
                     inst.start()
@@ -461,8 +513,8 @@ def run_campaign(args):
     if inst:
         inst.stop()
     lab.down()
-    meta["failed_steps"] = failed
-    meta["minutes"] = round((time.monotonic() - t_start) / 60, 1)
+    meta["failed_steps"] = meta.get("failed_steps", []) + failed
+    meta["minutes"] = round(meta.get("minutes", 0) + (time.monotonic() - t_start) / 60, 1)
     with open(os.path.join(args.out, "meta.json"), "w") as f:
         json.dump(meta, f, indent=1)
     log(f"lab: measured in {meta['minutes']} min" +
@@ -476,8 +528,19 @@ def main():
                                  epilog=__doc__)
     ap.add_argument("--quick", action="store_true", help="the < 5 min subset (make lab-quick)")
     ap.add_argument("--out", default="lab-results", help="results directory (default lab-results)")
+    ap.add_argument("--append", action="store_true",
+                    help="add to the results already in --out (a campaign run in parts, "
+                         "e.g. one --profiles at a time) instead of starting them over")
+    ap.add_argument("--ssthresh-cache", action="store_true",
+                    help="let each connection start with the ssthresh the last one to the same "
+                         "host left in the TCP metrics cache, as the papers' kernels did "
+                         "(default: no cache, as Alfredsson et al. flushed it)")
     ap.add_argument("--analyze", metavar="DIR", help="only recompute table, plots and findings of DIR")
-    ap.add_argument("--profiles", help="comma list among 3.5g,3g,4g (default: the plan's)")
+    ap.add_argument("--link", default="const", choices=sorted(LINKS),
+                    help="link model: const (tbf at the papers' rates) or trace (measured "
+                         "cellular capacity, ../shared/traces); default %(default)s")
+    ap.add_argument("--profiles", help="comma list of the plan's profiles to run "
+                    "(const: 3.5g,3g,4g; trace: lte,evdo; default all)")
     ap.add_argument("--runs", help="comma list among A,B,C,D (default: all)")
     ap.add_argument("--ccs", default=",".join(CCS), help="congestion controls (default: %(default)s)")
     ap.add_argument("--shorts", type=int, help="short flows per configuration (override)")

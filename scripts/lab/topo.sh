@@ -36,6 +36,7 @@ usage() {
 usage: scripts/lab/topo.sh up NAME [options]    create (or re-create) the topology
        scripts/lab/topo.sh down NAME            remove it: namespaces, qdiscs, rules, delay line
        scripts/lab/topo.sh status NAME          exit 0 if it exists, print its qdisc and delay line
+       scripts/lab/topo.sh backlog NAME         bytes queued at the bottleneck now (tbf or trace link)
        scripts/lab/topo.sh list                 namespaces that look like lab topologies
        scripts/lab/topo.sh profile NAME         print a profile as rate=.. delay_ms=.. buffer_bytes=.. [trace=..]
        scripts/lab/topo.sh profiles             print all profiles
@@ -431,11 +432,36 @@ status() {
 	done
 }
 
+# Bytes waiting at the bottleneck: tbf's backlog, or what the trace link
+# holds that has not left it (its stats line, printed on SIGUSR1).
+backlog() {
+	local name=$1 pid log i line
+	ns_exists "$name-rtr" || die "lab $name is not up"
+	pid=$(cat "$LAB_RUN/$name.link.pid" 2>/dev/null || true)
+	if [[ $pid =~ ^[0-9]+$ ]] && kill -0 "$pid" 2>/dev/null; then
+		log=$LAB_RUN/$name.link.log
+		local before
+		before=$(grep -c 'delayline stats' "$log" || true)
+		kill -USR1 "$pid"
+		for ((i = 0; i < 100; i++)); do
+			(( $(grep -c 'delayline stats' "$log" || true) > before )) && break
+			sleep 0.01
+		done
+		line=$(grep 'delayline stats' "$log" | tail -1)
+		[[ $line =~ queued_bytes=([0-9]+) ]] || die "trace link: no stats from pid $pid"
+		echo "${BASH_REMATCH[1]}"
+		return
+	fi
+	nsx "$name-rtr" tc -s qdisc show dev rcv0 | awk '
+		/backlog/ { v = $2; if (v ~ /Kb$/) v *= 1024; else if (v ~ /Mb$/) v *= 1048576; else v += 0; print int(v); exit }'
+}
+
 cmd=${1:-}
 case $cmd in
 up) shift; check_name "${1:-}"; up "$@" ;;
 down) shift; check_name "${1:-}"; down "$1" ;;
 status) shift; check_name "${1:-}"; status "$1" ;;
+backlog) shift; check_name "${1:-}"; backlog "$1" ;;
 list) ip netns list | awk '{print $1}' | sed -n 's/-snd$//p' ;;
 profile) shift; profile "${1:?profile name}" ;;
 profiles) while read -r p _; do echo "$p $(profile "$p")"; done <<<"$PROFILES"$'\n'"$TRACE_PROFILES" ;;

@@ -1,8 +1,11 @@
-"""Helpers for bloatd's integration tests: the daemon, the lab topology,
-traffic, and the kernel's own view (`ss -tin`) as the oracle.
+"""Helpers for bloatd's integration tests, the one Python library of them:
+the daemon, the lab topology (scripts/lab/topo.sh), traffic, the kernel's
+own view (`ss -tin`, sysctls, bpftool) as the oracle, a terminal (tmux)
+for the dashboard, and waiting for things to happen.
 
 Tests run as root on the real kernel. Everything a test makes (network
-namespaces, daemons, servers) is removed when the test ends, pass or fail.
+namespaces, daemons, servers, terminals) is removed when the test ends,
+pass or fail.
 """
 
 import json
@@ -11,6 +14,7 @@ import sys
 import shutil
 import signal
 import socket
+import statistics
 import subprocess
 import tempfile
 import time
@@ -33,6 +37,11 @@ SANDBOX = [sys.executable, os.path.join(REPO, "scripts", "tests", "unit_sandbox.
 SND4, RCV4 = "10.9.1.1", "10.9.2.2"
 SND6, RCV6 = "fd09:1::1", "fd09:2::2"
 
+# The congestion control sysctls (of the caller's network namespace).
+CC_DEFAULT = "/proc/sys/net/ipv4/tcp_congestion_control"
+CC_AVAILABLE = "/proc/sys/net/ipv4/tcp_available_congestion_control"
+CC_ALLOWED = "/proc/sys/net/ipv4/tcp_allowed_congestion_control"
+
 
 def run(*cmd, check=True, timeout=60, **kw):
     return subprocess.run(cmd, check=check, timeout=timeout, capture_output=True, text=True, **kw)
@@ -42,6 +51,36 @@ def free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def read(path):
+    """A file's (a sysctl's) text, stripped."""
+    with open(path) as f:
+        return f.read().strip()
+
+
+def write(path, value):
+    with open(path, "w") as f:
+        f.write(value)
+
+
+def available_cc():
+    return read(CC_AVAILABLE).split()
+
+
+def stop(p, grace=3.0):
+    """End a child process: SIGTERM, up to `grace` seconds to go, then
+    SIGKILL (at once with grace 0); reaped either way."""
+    if p.poll() is None:
+        if grace > 0:
+            p.terminate()
+            try:
+                p.wait(timeout=grace)
+                return
+            except subprocess.TimeoutExpired:
+                pass
+        p.kill()
+    p.wait()
 
 
 def wait_for(pred, timeout=10.0, step=0.1, what="condition"):
@@ -117,10 +156,13 @@ class Daemon:
 class Lab:
     """The sender-router-receiver topology of scripts/lab/topo.sh."""
 
-    def __init__(self, name, rate="10mbit", buffer_bytes=1500000, delay_ms=0):
+    def __init__(self, name, rate="10mbit", buffer_bytes=1500000, delay_ms=0, profile=None):
+        """A constant-rate link, or with `profile` one of topo.sh's profiles
+        as it is (3.5g, lte, ...)."""
         self.name = name
-        run(TOPO, "up", name, "--rate", rate, "--buffer-bytes", str(buffer_bytes),
-            "--delay-ms", str(delay_ms), timeout=120)
+        args = ["--profile", profile] if profile else [
+            "--rate", rate, "--buffer-bytes", str(buffer_bytes), "--delay-ms", str(delay_ms)]
+        run(TOPO, "up", name, *args, timeout=120)
         self.procs = []
 
     def ns(self, side):
@@ -196,14 +238,36 @@ class Lab:
         self.download(cc, seconds, **kw)
         return wait_for(lambda: self.data_socket("snd", cc), what=f"the {cc} download's socket")
 
+    def wait_for_queue(self, idle_ms, queue_ms, timeout=30):
+        """Until ping from the sender through the bottleneck takes
+        `queue_ms` more than `idle_ms` (the median of three): the flows
+        hold a standing queue."""
+        wait_for(lambda: statistics.median(self.ping("snd", RCV4, count=3)) > idle_ms + queue_ms,
+                 timeout=timeout, step=1, what=f"a standing queue of more than {queue_ms} ms")
+
     def close(self):
         for p in self.procs:
-            if p.poll() is None:
-                p.kill()
-                p.wait()
-            if p.stderr:
-                p.stderr.close()
+            stop(p, grace=0)
+            for f in (p.stdout, p.stderr):
+                if f:
+                    f.close()
+        self.procs = []
         run(TOPO, "down", self.name, check=False, timeout=120)
+
+
+class Checks:
+    """Checks that go on after a failure, one "ok:" or "FAIL:" line each (the
+    shell tests' inline Python); `done()` exits 1 if any failed."""
+
+    def __init__(self):
+        self.failed = 0
+
+    def __call__(self, ok, msg):
+        print(("  ok: " if ok else "  FAIL: ") + msg)
+        self.failed += not ok
+
+    def done(self):
+        sys.exit(1 if self.failed else 0)
 
 
 def proc_status(pid):
@@ -260,6 +324,32 @@ def sock_ops_attached():
     return ids
 
 
+class Tmux:
+    """A private tmux server (its own socket, `-L NAME`) for driving the
+    dashboard in a real terminal: sessions, keys, what the screen shows."""
+
+    def __init__(self, name):
+        self.base = ["tmux", "-L", name, "-f", "/dev/null"]
+
+    def __call__(self, *args, check=True):
+        return run(*self.base, *args, check=check)
+
+    def new(self, session, command, width=160, height=45):
+        self("new-session", "-d", "-s", session, "-x", str(width), "-y", str(height), command)
+
+    def keys(self, session, *keys):
+        self("send-keys", "-t", session, *keys)
+
+    def screen(self, session):
+        return self("capture-pane", "-p", "-t", session).stdout
+
+    def alive(self, session):
+        return self("has-session", "-t", session, check=False).returncode == 0
+
+    def kill(self):
+        self("kill-server", check=False)
+
+
 class TestCase(unittest.TestCase):
     """Registers cleanups so daemons and labs go away on failure too."""
 
@@ -273,6 +363,19 @@ class TestCase(unittest.TestCase):
         lab = Lab(name, **kw)
         self.addCleanup(lab.close)
         return lab
+
+    def tmux(self, name):
+        """A tmux server of its own, killed when the test ends."""
+        t = Tmux(name)
+        t.kill()
+        self.addCleanup(t.kill)
+        return t
+
+    def process(self, cmd, grace=3.0, **kw):
+        """A child process, stopped (see `stop`) when the test ends."""
+        p = subprocess.Popen(cmd, **kw)
+        self.addCleanup(stop, p, grace)
+        return p
 
 
 def main():

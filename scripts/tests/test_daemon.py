@@ -11,16 +11,8 @@ import signal
 import socket
 import time
 
-from bloatdtest import (BLOATD, PROBE_PROGS, TestCase, bpf_prog_ids, free_port, main, run,
-                        wait_for)
-
-AVAILABLE = "/proc/sys/net/ipv4/tcp_available_congestion_control"
-
-
-def available_cc():
-    with open(AVAILABLE) as f:
-        return f.read().split()
-
+from bloatdtest import (BLOATD, CC_DEFAULT, PROBE_PROGS, TestCase, available_cc, bpf_prog_ids, main, read,
+                        run, wait_for, write)
 
 class Lifecycle(TestCase):
     def test_start_status_stop(self):
@@ -82,15 +74,12 @@ class Lifecycle(TestCase):
 
 
 class CongestionControlDefault(TestCase):
-    DEFAULT = "/proc/sys/net/ipv4/tcp_congestion_control"
-
     def default(self):
-        with open(self.DEFAULT) as f:
-            return f.read().strip()
+        return read(CC_DEFAULT)
 
     def test_cc_default_applies_and_stop_restores(self):
         before = self.default()
-        self.addCleanup(lambda: open(self.DEFAULT, "w").write(before))
+        self.addCleanup(write, CC_DEFAULT, before)
         d = self.daemon()
         d.start()
         listing = d.cli("cc", "list").stdout
@@ -205,16 +194,35 @@ class FullMap(TestCase):
                 a.sendall(b"y" * 100)
                 c.recv(100)
 
-            def dropped():
+            def metric(prefix):
                 for line in d.metrics().splitlines():
-                    if line.startswith('bloatd_probe_dropped_total{reason="map_full"}'):
-                        return float(line.split()[-1]) > 0
-                return False
+                    if line.startswith(prefix):
+                        return float(line.split()[-1])
+                return 0.0
+
+            def dropped():
+                return metric('bloatd_probe_dropped_total{reason="map_full"}')
 
             wait_for(dropped, what="map_full drops counted")
             self.assertEqual(d.cli("status", check=False).returncode, 0, "daemon still alive")
             socks = d.sockets()
             self.assertLessEqual(len(socks), 64)
+            self.assertEqual(metric("bloatd_probe_map_entries "), 64, "the map is full, not beyond")
+            first = dropped()
+            # Every refused socket sends and receives more: still counted once.
+            for _ in range(5):
+                for c in conns:
+                    c.sendall(b"z" * 100)
+                for c in conns:
+                    c.recv(100)
+            time.sleep(0.5)
+            second = dropped()
+            print(f"    map_full after the first round {first:.0f}, after five more {second:.0f} "
+                  f"({len(conns)} sockets, 64 tracked)")
+            # Only the scrapes' own HTTP connections are new sockets (2 each)
+            self.assertLessEqual(second - first, 4, "each refused socket counted once, not per segment")
+            self.assertLessEqual(first, len(conns) - 64 + 16,
+                                 "no more refusals than sockets beyond the bound (and a few of the host's)")
         finally:
             for c in conns:
                 c.close()

@@ -43,8 +43,7 @@ class Floors(TestCase):
         lab.iperf_server("rcv", port=5203)
         lab.download("cubic", 50, port=5201)
         # Let CUBIC fill the buffer: ping through it shows the queue.
-        wait_for(lambda: statistics.median(lab.ping("snd", RCV4, count=3)) > idle + 500,
-                 timeout=30, step=1, what="a standing queue of more than 500 ms")
+        lab.wait_for_queue(idle, 500)
         time.sleep(6)
         # Two slow flows open behind the queue.
         lab.download("cubic", 30, port=5202, extra=("-b", "1M"))
@@ -168,8 +167,7 @@ while True:
                              stdout=subprocess.PIPE, text=True)
         lab.procs.append(p)
         port = int(p.stdout.readline())
-        wait_for(lambda: statistics.median(lab.ping("snd", RCV4, count=3)) > idle + 300,
-                 timeout=30, step=1, what="a standing queue")
+        lab.wait_for_queue(idle, 300)
         time.sleep(3)
         pinger = lab.ping_background("snd", RCV4, seconds=8)
         ours, kernel, sender = [], [], []

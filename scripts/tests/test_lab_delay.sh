@@ -7,13 +7,11 @@
 # Run as root: sudo scripts/tests/test_lab_delay.sh
 set -uo pipefail
 cd "$(dirname "$0")/../.."
-TOPO=scripts/lab/topo.sh
+NAME=test_lab_delay
+source scripts/tests/lib.sh
 N=bldelay
-FAILS=0
 IPERF_PID=
 
-pass() { echo "  ok: $*"; }
-fail() { echo "  FAIL: $*"; FAILS=$((FAILS + 1)); }
 cleanup() {
 	[[ -n $IPERF_PID ]] && kill "$IPERF_PID" 2>/dev/null
 	"$TOPO" down "$N" >/dev/null 2>&1 || true
@@ -21,7 +19,7 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-[[ $(id -u) -eq 0 ]] || { echo "test_lab_delay: run as root"; exit 1; }
+need_root
 command -v iperf3 >/dev/null || { echo "test_lab_delay: iperf3 missing: run scripts/deps.sh"; exit 1; }
 
 # "min avg max" of ping's summary, in ms.
@@ -88,5 +86,4 @@ p99=$(sed -n 's/.*late_us_p99=\([0-9]*\).*/\1/p' <<<"$stats")
 	|| fail "mean release lateness ${mean:-?} us"
 [[ -n $p99 && $p99 -le 10000 ]] && pass "release p99 ${p99} us (<= 10 ms)" || fail "release p99 ${p99:-?} us"
 
-if ((FAILS)); then echo "test_lab_delay: $FAILS failure(s)"; exit 1; fi
-echo "test_lab_delay: passed"
+finish

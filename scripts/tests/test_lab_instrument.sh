@@ -7,24 +7,25 @@
 # after). Run as root: sudo scripts/tests/test_lab_instrument.sh
 set -uo pipefail
 cd "$(dirname "$0")/../.."
-BLOATD=${BLOATD:-$PWD/target/release/bloatd}
+NAME=test_lab_instrument
+source scripts/tests/lib.sh
 N=blinst
 source scripts/lab/bloatd.sh
 PIDS=()
 
 cleanup() {
 	for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null; done
-	scripts/lab/topo.sh down "$N" >/dev/null 2>&1 || true
+	"$TOPO" down "$N" >/dev/null 2>&1 || true
 	bloatd_release
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-[[ $(id -u) -eq 0 ]] || { echo "test_lab_instrument: run as root"; exit 1; }
+need_root
 [[ -x $BLOATD ]] || { echo "test_lab_instrument: $BLOATD missing: run cargo build --release"; exit 1; }
 bloatd_ensure || { echo "test_lab_instrument: bloatd start failed"; exit 1; }
 
-scripts/lab/topo.sh up "$N" --profile 3.5g >/dev/null || exit 1
+"$TOPO" up "$N" --profile 3.5g >/dev/null || exit 1
 ip netns exec "$N-snd" /usr/bin/python3 scripts/lab/flows.py serve --port 8000 >/dev/null &
 PIDS+=($!)
 sleep 0.5
@@ -37,7 +38,9 @@ echo "test_lab_instrument: bloatd vs ss on a CUBIC download (lab '$N')"
 /usr/bin/python3 - "$N" <<'PY'
 import sys, time
 sys.path.insert(0, "scripts/lab")
+sys.path.insert(0, "scripts/tests")
 import instrument
+from bloatdtest import Checks
 ns = sys.argv[1] + "-snd"
 ino = instrument.netns_inode(ns)
 pairs = []
@@ -48,11 +51,7 @@ for _ in range(20):
         if b[port]["state"] == "ESTAB" and o[port]["state"] == "ESTAB":
             pairs.append((b[port], o[port]))
     time.sleep(0.4)
-bad = 0
-def check(ok, msg):
-    global bad
-    print(("  ok: " if ok else "  FAIL: ") + msg)
-    bad += not ok
+check = Checks()
 check(len(pairs) >= 15, f"{len(pairs)} paired readings of the download's socket")
 if not pairs:
     sys.exit(1)
@@ -77,8 +76,7 @@ check(minrtt <= 2000, f"min RTT: median difference {minrtt} us (<= 2 ms)")
 check(all(b["retrans"] <= o["retrans"] for b, o in pairs), "retrans: bloatd never above ss")
 check(all(b["bytes_acked"] <= o["bytes_acked"] for b, o in pairs), "bytes_acked: bloatd never above ss")
 check(all(b["cc"] == "cubic" == o["cc"] for b, o in pairs), "both see congestion control cubic")
-sys.exit(1 if bad else 0)
+check.done()
 PY
-rc=$?
-if ((rc)); then echo "test_lab_instrument: failed"; exit 1; fi
-echo "test_lab_instrument: passed"
+(($? == 0)) || fail "bloatd and ss disagree (above)"
+finish

@@ -5,17 +5,15 @@
 # Run as root: sudo scripts/tests/test_lab_topo.sh
 set -uo pipefail
 cd "$(dirname "$0")/../.."
-TOPO=scripts/lab/topo.sh
+NAME=test_lab_topo
+source scripts/tests/lib.sh
 N=bltopo
-FAILS=0
 
-pass() { echo "  ok: $*"; }
-fail() { echo "  FAIL: $*"; FAILS=$((FAILS + 1)); }
 cleanup() { "$TOPO" down "$N" >/dev/null 2>&1 || true; }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-[[ $(id -u) -eq 0 ]] || { echo "test_lab_topo: run as root"; exit 1; }
+need_root
 
 # Everything `up` can leave behind, one line per item; empty when clean.
 leftovers() {
@@ -25,12 +23,13 @@ leftovers() {
 	done
 	# Processes still holding a handle on the lab (the delay line's
 	# command line names its pid file).
-	pgrep -af "bloatd-lab/$N\.delay" | sed 's/^/process /'
+	pgrep -af "bloatd-lab/$N\.(delay|link)" | sed 's/^/process /'
 	ls /run/bloatd-lab/"$N".* 2>/dev/null | sed 's/^/run file /'
 	# The lab never touches the root namespace's devices or rules: check.
 	ip -br link | awk '{print $1}' | grep -E '^(snd0|rcv0)(@|$)' | sed 's/^/root link /'
 	tc qdisc show | grep -E 'dev (snd0|rcv0) ' | sed 's/^/root qdisc /'
-	{ iptables -t raw -S; ip6tables -t raw -S; } 2>/dev/null | grep -i nfqueue | sed 's/^/root rule /'
+	{ iptables -t raw -S; ip6tables -t raw -S; iptables -t mangle -S; ip6tables -t mangle -S; } 2>/dev/null |
+		grep -i nfqueue | sed 's/^/root rule /'
 }
 
 expect_clean() {
@@ -71,6 +70,27 @@ expect_clean "down"
 "$TOPO" status "$N" >/dev/null && fail "status after down" || pass "status: not up"
 "$TOPO" down "$N" && pass "down of an absent lab succeeds" || fail "second down failed"
 
+# A trace-driven link: the downlink through the link emulator (FORWARD,
+# queue 1), the uplink's trace and base delay through the delay line.
+"$TOPO" up "$N" --profile lte >/dev/null || fail "up --profile lte failed"
+q=$(ip netns exec "$N-rtr" tc qdisc show dev rcv0)
+[[ $q != *tbf* ]] && pass "trace link: no tbf on the router" || fail "trace link has a qdisc: $q"
+rules=$(ip netns exec "$N-rtr" iptables -t mangle -S FORWARD | grep -c "NFQUEUE --queue-num 1")
+[[ $rules -eq 1 ]] && pass "trace link: FORWARD NFQUEUE rule" || fail "FORWARD rules: $rules"
+lpid=$(cat /run/bloatd-lab/$N.link.pid 2>/dev/null)
+dpid=$(cat /run/bloatd-lab/$N.delay.pid 2>/dev/null)
+kill -0 "$lpid" 2>/dev/null && grep -q "TMobile-LTE-short.down" /run/bloatd-lab/$N.link.log \
+	&& pass "link emulator on the .down trace (pid $lpid)" || fail "no link emulator"
+kill -0 "$dpid" 2>/dev/null && grep -q "TMobile-LTE-short.up" /run/bloatd-lab/$N.delay.log \
+	&& pass "uplink on the .up trace with the base delay (pid $dpid)" || fail "no uplink emulator"
+ip netns exec "$N-snd" ping -c 2 -i 0.2 -W 2 10.9.2.2 >/dev/null && pass "sender reaches receiver" || fail "no connectivity"
+b=$("$TOPO" backlog "$N")
+[[ $b =~ ^[0-9]+$ ]] && pass "backlog of the trace link: $b B" || fail "backlog: '$b'"
+"$TOPO" up "$N" --trace /nonexistent/trace.down >/dev/null 2>&1
+[[ $? -eq 2 ]] && pass "a missing trace file: exit 2" || fail "missing trace accepted"
+"$TOPO" down "$N"
+expect_clean "down of a trace link"
+
 # Interrupt `up` at increasing points of its work. Job control gives the
 # background job its own process group, so SIGINT is not ignored in it.
 set -m
@@ -91,8 +111,24 @@ for at in 0.01 0.03 0.05 0.08 0.12 0.2; do
 		expect_clean "down after an up that finished"
 	fi
 done
+for at in 0.05 0.1 0.15 0.2 0.3 0.45; do
+	"$TOPO" up "$N" --profile lte >/dev/null 2>&1 &
+	pid=$!
+	sleep "$at"
+	kill -INT "$pid" 2>/dev/null
+	wait "$pid"
+	rc=$?
+	if [[ $rc -eq 130 ]]; then
+		interrupted=$((interrupted + 1))
+		expect_clean "trace link: SIGINT after ${at}s (up exited 130)"
+	else
+		echo "  note: up --profile lte finished (rc $rc) before SIGINT at ${at}s"
+		"$TOPO" down "$N"
+		expect_clean "down after an up that finished"
+	fi
+done
 set +m
-[[ $interrupted -ge 2 ]] && pass "$interrupted interrupted runs of up" || fail "only $interrupted runs of up were interrupted"
+[[ $interrupted -ge 4 ]] && pass "$interrupted interrupted runs of up" || fail "only $interrupted runs of up were interrupted"
 
 # Ctrl-C in the middle of an experiment (lab.py, background flow running):
 # traffic stopped, lab removed, exit 130.
@@ -122,5 +158,4 @@ rm -rf "$OUT"
 "$TOPO" up "$N" --rate 16mbit --buffer-bytes 99999999999999 >/dev/null 2>&1 && fail "absurd buffer accepted" || true
 expect_clean "failed up"
 
-if ((FAILS)); then echo "test_lab_topo: $FAILS failure(s)"; exit 1; fi
-echo "test_lab_topo: passed"
+finish

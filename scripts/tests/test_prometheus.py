@@ -13,7 +13,7 @@ import time
 import urllib.parse
 import urllib.request
 
-from bloatdtest import SND4, TestCase, free_port, main, run, wait_for
+from bloatdtest import TestCase, free_port, main, run, wait_for
 
 
 def histogram(text, name, labels):
@@ -45,18 +45,9 @@ class PrometheusScrape(TestCase):
                 f"      - targets: ['127.0.0.1:{target_port}']\n"
             )
         port = free_port()
-        p = subprocess.Popen(
-            ["prometheus", f"--config.file={cfg}", f"--storage.tsdb.path={tmp}/data",
-             f"--web.listen-address=127.0.0.1:{port}"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-
-        def stop():
-            p.terminate()
-            try:
-                p.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                p.kill()
-        self.addCleanup(stop)
+        self.process(["prometheus", f"--config.file={cfg}", f"--storage.tsdb.path={tmp}/data",
+                      f"--web.listen-address=127.0.0.1:{port}"],
+                     grace=10, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         return port
 
     def query(self, port, promql):
@@ -119,8 +110,7 @@ class PrometheusScrape(TestCase):
         lab = self.lab("bp2", rate="10mbit", buffer_bytes=1000000, delay_ms=20)
         idle = sorted(lab.ping("snd", "10.9.2.2", count=5))[2]
         lab.bulk_download("reno", 40)
-        wait_for(lambda: sorted(lab.ping("snd", "10.9.2.2", count=3))[1] > idle + 200,
-                 timeout=30, step=1, what="a standing queue of more than 200 ms")
+        lab.wait_for_queue(idle, 200)
         sender = wait_for(lambda: next((x for x in d.sockets() if x["cc"] == "reno" and x["role"] == "sender"
                                         and x["local_port"] == 5201), None), what="the reno sender in bloatd")
         # Asking for its series watches it: its samples stream from now on.
@@ -154,6 +144,60 @@ class PrometheusScrape(TestCase):
         self.assertLess(abs(smedian_ms - ping_q), max(15, 0.15 * ping_q), "which ping confirms")
         les = sorted((float(k), v) for k, v in buckets.items())
         self.assertEqual([v for _, v in les], sorted(v for _, v in les), "cumulative buckets")
+
+    def test_downloads_are_never_counted_as_senders(self):
+        """A connection's first interval starts after its handshake: the
+        SYN's acknowledged byte and the handshake's RTT must not make the
+        receiving end of a download count as a sender. 20 downloads of
+        200 kB, the client on reno and the server on cubic: the reno
+        sender histogram stays empty while the cubic one counts."""
+        d = self.daemon("--no-cc")
+        d.start()
+        lab = self.lab("bp3", rate="100mbit", buffer_bytes=1000000, delay_ms=20)
+        n, port = 20, 8100
+        server = lab.spawn("snd", "/usr/bin/python3", "-c", f"""
+import socket
+s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind(("0.0.0.0", {port})); s.listen(64)
+for _ in range({n}):
+    c, _ = s.accept()
+    c.setsockopt(socket.IPPROTO_TCP, socket.TCP_CONGESTION, b"cubic")
+    c.sendall(b"x" * 200000)
+    c.close()
+""")
+        client = lab.exec("rcv", "/usr/bin/python3", "-c", f"""
+import socket, time
+got = 0
+for _ in range({n}):
+    for attempt in range(50):
+        c = socket.socket()
+        c.setsockopt(socket.IPPROTO_TCP, socket.TCP_CONGESTION, b"reno")
+        try:
+            c.connect(("{SND4}", {port}))
+            break
+        except ConnectionRefusedError:
+            c.close(); time.sleep(0.1)
+    while True:
+        b = c.recv(65536)
+        if not b:
+            break
+        got += len(b)
+    c.close()
+    time.sleep(0.05)
+print(got)
+""", timeout=120)
+        self.assertEqual(int(client.stdout), n * 200000, "every download completed")
+        server.wait(timeout=10)
+        time.sleep(0.5)
+        text = d.metrics()
+        name = "bloatd_tcp_queueing_delay_seconds"
+        reno_sender = histogram(text, name, {"cc": "reno", "role": "sender"})[0]
+        cubic_sender = histogram(text, name, {"cc": "cubic", "role": "sender"})[0]
+        reno_receiver = histogram(text, name, {"cc": "reno", "role": "receiver"})[0]
+        print(f"    {n} downloads: observations reno sender {reno_sender:.0f}, reno receiver "
+              f"{reno_receiver:.0f}, cubic sender {cubic_sender:.0f}")
+        self.assertGreaterEqual(cubic_sender, n, "each server socket counted as the sender it is")
+        self.assertEqual(reno_sender, 0, "no downloading socket counted as a sender")
 
 
 if __name__ == "__main__":

@@ -18,27 +18,16 @@ import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 
-from bloatdtest import (BLOATD, PROBE_PROGS, TestCase, bpf_prog_ids, main, run, wait_for)
+from bloatdtest import (BLOATD, CC_DEFAULT, PROBE_PROGS, TestCase, bpf_prog_ids, main, read, run, wait_for,
+                        write)
 
 NOBODY = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
-DEFAULT = "/proc/sys/net/ipv4/tcp_congestion_control"
 GROUP = "bloatdtest"
 
 
 def mode(path):
     return os.lstat(path).st_mode & 0o7777
-
-
-def read(path):
-    with open(path) as f:
-        return f.read().strip()
-
-
-def write(path, value):
-    with open(path, "w") as f:
-        f.write(value)
 
 
 class RunDir(TestCase):
@@ -253,17 +242,17 @@ class Config(TestCase):
 
 class Hangup(TestCase):
     def test_sighup_stops_cleanly_and_restores_the_default(self):
-        before = read(DEFAULT)
-        self.addCleanup(write, DEFAULT, before)
+        before = read(CC_DEFAULT)
+        self.addCleanup(write, CC_DEFAULT, before)
         ids = bpf_prog_ids(PROBE_PROGS)
         d = self.daemon()
         d.start()
         ours = bpf_prog_ids(PROBE_PROGS) - ids
         d.cli("cc", "default", "bloatd_westwood")
-        self.assertEqual(read(DEFAULT), "bloatd_westwood")
+        self.assertEqual(read(CC_DEFAULT), "bloatd_westwood")
         os.kill(d.pid(), signal.SIGHUP)
         wait_for(lambda: d.cli("status", check=False).returncode == 3, what="daemon gone after SIGHUP")
-        self.assertEqual(read(DEFAULT), before)
+        self.assertEqual(read(CC_DEFAULT), before)
         wait_for(lambda: not (bpf_prog_ids(PROBE_PROGS) & ours), what="probes unloaded")
         self.assertIn("SIGHUP: stopping", d.log())
         self.assertIn(f"restored default congestion control {before}", d.log())

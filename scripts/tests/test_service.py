@@ -18,24 +18,12 @@ import socket
 import subprocess
 import sys
 
-from bloatdtest import (BLOATD, REPO, TestCase, bpf_prog_ids, free_port, main, proc_status, run,
-                        wait_for)
+from bloatdtest import (BLOATD, CC_ALLOWED, CC_DEFAULT, REPO, TestCase, bpf_prog_ids, free_port, main,
+                        proc_status, read, run, wait_for, write)
 
 UNIT = os.path.join(REPO, "daemon", "dist", "bloatd.service")
 HERE = os.path.dirname(os.path.abspath(__file__))
-DEFAULT = "/proc/sys/net/ipv4/tcp_congestion_control"
-ALLOWED = "/proc/sys/net/ipv4/tcp_allowed_congestion_control"
 CAP_SYS_PTRACE, CAP_SYS_ADMIN = 19, 21
-
-
-def read(path):
-    with open(path) as f:
-        return f.read().strip()
-
-
-def write(path, value):
-    with open(path, "w") as f:
-        f.write(value)
 
 
 class Unit(TestCase):
@@ -78,8 +66,8 @@ class Unit(TestCase):
 
 class Capabilities(TestCase):
     def test_only_the_stop_capabilities_stay_and_stop_restores(self):
-        before = read(DEFAULT)
-        self.addCleanup(write, DEFAULT, before)
+        before = read(CC_DEFAULT)
+        self.addCleanup(write, CC_DEFAULT, before)
         sock_ops_before = bpf_prog_ids({"sock_ops"})
         d = self.daemon(sandbox=True)
         d.start()
@@ -104,24 +92,24 @@ class Capabilities(TestCase):
         self.addCleanup(holder.kill)
         own = os.readlink("/proc/self/ns/net")
         wait_for(lambda: os.readlink(f"/proc/{holder.pid}/ns/net") != own, what="the holder's netns")
-        allowed = read(ALLOWED)
-        write(ALLOWED, allowed + " bloatd_westwood")  # a child netns may only pick an allowed one
+        allowed = read(CC_ALLOWED)
+        write(CC_ALLOWED, allowed + " bloatd_westwood")  # a child netns may only pick an allowed one
         try:
-            run("nsenter", "-t", str(holder.pid), "-n", "sh", "-c", f"echo bloatd_westwood > {DEFAULT}")
+            run("nsenter", "-t", str(holder.pid), "-n", "sh", "-c", f"echo bloatd_westwood > {CC_DEFAULT}")
         finally:
-            write(ALLOWED, allowed)
-        ns_default = lambda: run("nsenter", "-t", str(holder.pid), "-n", "cat", DEFAULT).stdout.strip()
+            write(CC_ALLOWED, allowed)
+        ns_default = lambda: run("nsenter", "-t", str(holder.pid), "-n", "cat", CC_DEFAULT).stdout.strip()
         self.assertEqual(ns_default(), "bloatd_westwood")
 
         # The host default, through the daemon, after the drop.
         r = d.cli("cc", "default", "bloatd_westwood")
         self.assertIn(f"was {before}", r.stdout)
-        self.assertEqual(read(DEFAULT), "bloatd_westwood")
+        self.assertEqual(read(CC_DEFAULT), "bloatd_westwood")
         self.assertIsInstance(d.sockets(all=True), list)  # iterators still created and read
 
         r = d.stop()
         self.assertEqual(r.returncode, 0, r.stderr)
-        self.assertEqual(read(DEFAULT), before, "stop restores the host default")
+        self.assertEqual(read(CC_DEFAULT), before, "stop restores the host default")
         self.assertIn(ns_default(), ("cubic", "reno"), "the holder's namespace was moved off")
         self.assertNotIn("bloatd_westwood", read("/proc/sys/net/ipv4/tcp_available_congestion_control"))
 

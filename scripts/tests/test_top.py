@@ -8,9 +8,6 @@ import time
 
 from bloatdtest import BLOATD, TestCase, find, main, run, wait_for
 
-TMUX = ["tmux", "-L", "bloatd-test-top"]
-
-
 def parse_ms(v):
     m = re.match(r"^(\d+(?:\.\d+)?)(ms|s)$", v)
     if not m:
@@ -40,15 +37,11 @@ def table_rows(text):
 
 
 class Top(TestCase):
-    def tmux(self, *args, check=True):
-        return run(*TMUX, *args, check=check)
+    def setUp(self):
+        self.term = self.tmux("bloatd-test-top")
 
     def pane(self):
-        return self.tmux("capture-pane", "-p", "-t", "top").stdout
-
-    def setUp(self):
-        self.tmux("kill-server", check=False)
-        self.addCleanup(self.tmux, "kill-server", check=False)
+        return self.term.screen("top")
 
     def test_dashboard_shows_bloat_detail_and_survives_restart(self):
         d = self.daemon("--no-cc")
@@ -58,8 +51,7 @@ class Top(TestCase):
         remote = f"{snd['remote'][0]}:{snd['remote'][1]}"
         port = snd["remote"][1]
 
-        self.tmux("new-session", "-d", "-s", "top", "-x", "160", "-y", "45",
-                  f"{BLOATD} --run-dir {d.run_dir} top")
+        self.term.new("top", f"{BLOATD} --run-dir {d.run_dir} top")
 
         def bloated_row():
             for r in table_rows(self.pane()):
@@ -72,16 +64,31 @@ class Top(TestCase):
         self.assertEqual(row["CC"], "cubic")
 
         # Filter to this flow (its two ends), open its detail: the charts.
-        self.tmux("send-keys", "-t", "top", "f")
-        self.tmux("send-keys", "-t", "top", f"port:{port}", "Enter")
+        self.term.keys("top", "f")
+        self.term.keys("top", f"port:{port}", "Enter")
         wait_for(lambda: len(table_rows(self.pane())) == 2, timeout=5, what="filter to the flow's two sockets")
-        self.tmux("send-keys", "-t", "top", "Enter")
+        self.term.keys("top", "Enter")
         detail = wait_for(lambda: (lambda p: p if "queueing delay" in p and "RTT (gap = queue)" in p else None)(self.pane()),
                           timeout=5, what="detail charts")
         self.assertIn("window, segments", detail)
         self.assertIn("throughput", detail)
         self.assertIn(remote, detail)
-        self.tmux("send-keys", "-t", "top", "Escape")
+        self.term.keys("top", "Escape")
+
+        # v: the paths view: the queue toward the receiver in one sentence,
+        # its row graded by that queue.
+        self.term.keys("top", "v")
+        peer = snd["remote"][0]
+        paths = wait_for(lambda: (lambda p: p if f"the link to {peer}" in p and "GRADE" in p else None)(self.pane()),
+                         timeout=10, what=f"the paths view naming {peer}")
+        row = next(l for l in paths.splitlines() if l.strip().startswith(peer))
+        toks = row.split()
+        print(f"    paths view: {row.strip()}")
+        grade = next(t for t in toks if t in ("A+", "A", "B", "C", "D", "F"))
+        self.assertIn(grade, ("C", "D", "F"), f"a bloated path is graded C or worse: {row}")
+        self.assertIn("behind it: grade", paths)
+        self.term.keys("top", "v")
+        wait_for(lambda: table_rows(self.pane()), timeout=5, what="back to the socket table")
 
         # The --once frame agrees with `bloatd sockets` for the same flow.
         once = d.cli("top", "--once", "--width", "160").stdout
@@ -102,16 +109,14 @@ class Top(TestCase):
                  what="dashboard reconnected")
 
         # q quits and gives the shell its terminal back.
-        self.tmux("send-keys", "-t", "top", "q")
-        wait_for(lambda: self.tmux("has-session", "-t", "top", check=False).returncode != 0,
-                 timeout=5, what="top exits on q")
+        self.term.keys("top", "q")
+        wait_for(lambda: not self.term.alive("top"), timeout=5, what="top exits on q")
 
         # A terminal that goes away takes the dashboard with it.
-        self.tmux("new-session", "-d", "-s", "top2", "-x", "100", "-y", "30",
-                  f"{BLOATD} --run-dir {d.run_dir} top")
+        self.term.new("top2", f"{BLOATD} --run-dir {d.run_dir} top", width=100, height=30)
         pid = wait_for(lambda: run("pgrep", "-f", f"^{BLOATD} --run-dir {d.run_dir} top$",
                                    check=False).stdout.strip(), what="second top running")
-        self.tmux("kill-server")
+        self.term.kill()
         wait_for(lambda: run("kill", "-0", pid, check=False).returncode != 0, timeout=5,
                  what="top exits when its terminal hangs up")
 

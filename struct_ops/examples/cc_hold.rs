@@ -9,7 +9,7 @@
 
 use std::io::Write;
 
-use bloatd_cc::{Algo, Registry};
+use bloatd_cc::{Algo, Registration};
 
 fn main() {
     let algos: Vec<Algo> = match std::env::args().skip(1).map(|a| a.parse()).collect() {
@@ -21,7 +21,7 @@ fn main() {
         }
     };
     // Block the signals before any thread exists, then wait for one: the
-    // Registry is dropped normally and unregisters.
+    // Registration is dropped normally and unregisters.
     // SAFETY: plain sigset manipulation on the main thread.
     let mut set: libc::sigset_t = unsafe { std::mem::zeroed() };
     unsafe {
@@ -30,7 +30,7 @@ fn main() {
         libc::sigaddset(&mut set, libc::SIGTERM);
         libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
     }
-    let reg = match Registry::register(&algos, &bloatd_cc::Options::default()) {
+    let reg = match Registration::register(&algos, &bloatd_cc::Options::default()) {
         Ok(r) => r,
         Err(e) => {
             eprintln!("cc_hold: {e}");

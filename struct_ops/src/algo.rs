@@ -129,9 +129,18 @@ impl std::fmt::Display for WestwoodSsthresh {
 }
 
 /// How the algorithms are set up at load (BPF read-only data).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Options {
     pub westwood_ssthresh: WestwoodSsthresh,
+    /// At most one cwnd/pipe observation per socket per this many
+    /// microseconds (the daemon's sampling interval).
+    pub ratio_interval_us: u32,
+}
+
+impl Default for Options {
+    fn default() -> Options {
+        Options { westwood_ssthresh: WestwoodSsthresh::default(), ratio_interval_us: 100_000 }
+    }
 }
 
 #[cfg(test)]

@@ -4,9 +4,9 @@
 //!
 //! - BPF side: `struct_ops/westwood.bpf.c`, `struct_ops/cubic.bpf.c`; the
 //!   exported per-socket state is defined in `struct_ops/cc_state.h`.
-//! - [`Registry`] registers them with the kernel (libbpf-rs,
+//! - [`Registration`] registers them with the kernel (libbpf-rs,
 //!   `.struct_ops.link`), unregisters them on drop, and reads their state
-//!   ([`Registry::states`], keyed by socket cookie).
+//!   ([`Registration::states`], keyed by socket cookie).
 //! - [`kernel_available`], [`kernel_default`], [`set_kernel_default`]: the
 //!   kernel's congestion control sysctls.
 //!
@@ -16,7 +16,7 @@
 mod algo;
 mod error;
 mod kernel;
-mod registry;
+mod registration;
 mod state;
 
 pub use algo::{Algo, Options, WestwoodSsthresh};
@@ -25,12 +25,12 @@ pub use kernel::{
     kernel_available, kernel_default, network_namespaces, retire_netns_defaults, set_kernel_default,
     NetnsDefaultChange,
 };
-pub use registry::Registry;
-pub use state::{CcState, CubicState, WestwoodState};
+pub use registration::Registration;
+pub use state::{AlgoState, CubicState, RatioHistogram, WestwoodState};
 
-// The daemon keeps the Registry in shared state and reads states() from
+// The daemon keeps the Registration in shared state and reads states() from
 // its sampler thread: keep it Send + Sync (libbpf-rs objects and links are).
 const _: () = {
     const fn send_sync<T: Send + Sync>() {}
-    send_sync::<Registry>();
+    send_sync::<Registration>();
 };

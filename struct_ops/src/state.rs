@@ -13,11 +13,53 @@ mod abi {
     include!(concat!(env!("OUT_DIR"), "/cc_state.rs"));
 }
 pub(crate) use abi::BloatdCubicState as RawCubicState;
+pub(crate) use abi::BloatdRatioHist as RawRatioHist;
+pub(crate) use abi::BloatdWestwoodConfig as RawWestwoodConfig;
 pub(crate) use abi::BloatdWestwoodState as RawWestwoodState;
 
-/// `hystart_found` bits (cc_state.h BLOATD_HYSTART_*).
-const HYSTART_ACK_TRAIN: u32 = 0x1;
-const HYSTART_DELAY: u32 = 0x2;
+/// Westwood+'s cwnd / (BWE x RTTmin / MSS), counted in the kernel once per
+/// socket per sampling interval in which it got ACKs (cc_state.h `struct
+/// bloatd_ratio_hist`), summed over the CPUs.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct RatioHistogram {
+    /// Observations per bucket (not cumulative); the last is +Inf.
+    pub counts: Vec<u64>,
+    /// Sum of the ratios.
+    pub sum: f64,
+}
+
+impl RatioHistogram {
+    /// Inclusive upper bounds of the buckets (cc_state.h `enum
+    /// bloatd_ratio_le`, in thousandths there), +Inf last.
+    pub fn bounds() -> Vec<f64> {
+        use abi::ratio_le::*;
+        [LE_0, LE_1, LE_2, LE_3, LE_4, LE_5, LE_6, LE_7, LE_8, LE_9]
+            .iter()
+            .map(|&m| m as f64 / 1000.0)
+            .chain([f64::INFINITY])
+            .collect()
+    }
+
+    pub fn count(&self) -> u64 {
+        self.counts.iter().sum()
+    }
+
+    pub(crate) fn from_cpus(cpus: &[RawRatioHist]) -> RatioHistogram {
+        let mut h = RatioHistogram { counts: vec![0; abi::ratio_le::BUCKETS as usize], sum: 0.0 };
+        let mut sum_milli = 0u64;
+        for c in cpus {
+            for (i, n) in c.count.iter().enumerate() {
+                h.counts[i] += n;
+            }
+            sum_milli += c.sum_milli;
+        }
+        h.sum = sum_milli as f64 / 1000.0;
+        h
+    }
+}
+
+/// `hystart_found` bits (cc_state.h `enum bloatd_hystart`).
+use abi::hystart::{ACK_TRAIN as HYSTART_ACK_TRAIN, DELAY as HYSTART_DELAY};
 
 /// Westwood+'s view of one socket. Windows are in segments of `mss` bytes;
 /// times `*_us` without "age" are the kernel's TCP clock (CLOCK_MONOTONIC).
@@ -107,38 +149,38 @@ pub struct CubicState {
 
 /// The inner state of one socket using a bloatd congestion control.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum CcState {
+pub enum AlgoState {
     Westwood(WestwoodState),
     Cubic(CubicState),
 }
 
-impl CcState {
+impl AlgoState {
     pub fn algo(&self) -> Algo {
         match self {
-            CcState::Westwood(_) => Algo::Westwood,
-            CcState::Cubic(_) => Algo::Cubic,
+            AlgoState::Westwood(_) => Algo::Westwood,
+            AlgoState::Cubic(_) => Algo::Cubic,
         }
     }
 
     pub fn cwnd(&self) -> u32 {
         match self {
-            CcState::Westwood(s) => s.cwnd,
-            CcState::Cubic(s) => s.cwnd,
+            AlgoState::Westwood(s) => s.cwnd,
+            AlgoState::Cubic(s) => s.cwnd,
         }
     }
 
     pub fn mss(&self) -> u32 {
         match self {
-            CcState::Westwood(s) => s.mss,
-            CcState::Cubic(s) => s.mss,
+            AlgoState::Westwood(s) => s.mss,
+            AlgoState::Cubic(s) => s.mss,
         }
     }
 
     /// How old the snapshot was when read.
     pub fn age_us(&self) -> u64 {
         match self {
-            CcState::Westwood(s) => s.age_us,
-            CcState::Cubic(s) => s.age_us,
+            AlgoState::Westwood(s) => s.age_us,
+            AlgoState::Cubic(s) => s.age_us,
         }
     }
 }
@@ -152,7 +194,7 @@ pub(crate) fn value_size(algo: Algo) -> usize {
 }
 
 /// Decode one map value of `algo`; `now_us` is CLOCK_MONOTONIC in microseconds.
-pub(crate) fn decode(algo: Algo, bytes: &[u8], now_us: u64) -> Option<CcState> {
+pub(crate) fn decode(algo: Algo, bytes: &[u8], now_us: u64) -> Option<AlgoState> {
     if bytes.len() != value_size(algo) {
         return None;
     }
@@ -161,7 +203,7 @@ pub(crate) fn decode(algo: Algo, bytes: &[u8], now_us: u64) -> Option<CcState> {
             // SAFETY: length checked; RawWestwoodState is plain old data
             // (u32/u64 fields, no padding) so any bytes are a valid value.
             let r: RawWestwoodState = unsafe { std::ptr::read_unaligned(bytes.as_ptr().cast()) };
-            CcState::Westwood(WestwoodState {
+            AlgoState::Westwood(WestwoodState {
                 bwe_bytes_per_s: r.bwe_bytes_per_s,
                 bwe_first_stage_bytes_per_s: r.bwe_first_stage_bytes_per_s,
                 min_rtt_us: r.min_rtt_us,
@@ -181,7 +223,7 @@ pub(crate) fn decode(algo: Algo, bytes: &[u8], now_us: u64) -> Option<CcState> {
             // SAFETY: as above, for RawCubicState.
             let r: RawCubicState = unsafe { std::ptr::read_unaligned(bytes.as_ptr().cast()) };
             let epoch = (r.epoch_start_us != 0).then_some(r.epoch_start_us);
-            CcState::Cubic(CubicState {
+            AlgoState::Cubic(CubicState {
                 w_max_segments: r.w_max,
                 loss_cwnd_segments: r.loss_cwnd,
                 k_ms: r.k_ms,
@@ -223,6 +265,26 @@ mod tests {
     use std::mem::size_of;
 
     #[test]
+    fn ratio_histogram_sums_cpus_with_the_c_bounds() {
+        assert_eq!(
+            RatioHistogram::bounds(),
+            vec![0.5, 0.75, 1.0, 1.25, 1.5, 2.0, 3.0, 5.0, 10.0, 20.0, f64::INFINITY]
+        );
+        let mut a = RawRatioHist::default();
+        let mut b = RawRatioHist::default();
+        a.count[2] = 3;
+        a.sum_milli = 2_900;
+        b.count[2] = 1;
+        b.count[10] = 2;
+        b.sum_milli = 60_100;
+        let h = RatioHistogram::from_cpus(&[a, b]);
+        assert_eq!(h.counts.len(), RatioHistogram::bounds().len());
+        assert_eq!(h.counts[2], 4);
+        assert_eq!(h.count(), 6);
+        assert!((h.sum - 63.0).abs() < 1e-9);
+    }
+
+    #[test]
     fn decode_cubic() {
         let raw = RawCubicState {
             updated_us: 5_000_000,
@@ -240,7 +302,7 @@ mod tests {
                 size_of::<RawCubicState>(),
             )
         };
-        let CcState::Cubic(s) = decode(Algo::Cubic, bytes, 5_500_000).unwrap() else {
+        let AlgoState::Cubic(s) = decode(Algo::Cubic, bytes, 5_500_000).unwrap() else {
             panic!()
         };
         assert_eq!(s.w_max_segments, 100);

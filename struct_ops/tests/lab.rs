@@ -26,12 +26,11 @@ use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::os::fd::AsRawFd;
 use std::path::PathBuf;
-use std::process::Command;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use bloatd_cc::{Algo, CcState, CubicState, Options, Registry, WestwoodSsthresh, WestwoodState};
+use bloatd_cc::{Algo, AlgoState, CubicState, Options, Registration, WestwoodSsthresh, WestwoodState};
 use common::*;
 
 const LAB: &str = "bcl";
@@ -51,67 +50,27 @@ const WARMUP_SECS: f64 = 8.0;
 const SAMPLE_MS: u64 = 50;
 const PORT: u16 = 5321;
 
-/// The lab topology, removed on drop (also when a check fails).
-struct Lab;
-
-impl Lab {
-    fn up() -> Lab {
-        let out = Command::new(topo())
-            .args([
-                "up",
-                LAB,
-                "--rate",
-                RATE,
-                "--buffer-bytes",
-                &BUFFER_BYTES.to_string(),
-            ])
-            .args(["--delay-ms", &BASE_RTT_MS.to_string()])
-            .output()
-            .expect("running scripts/lab/topo.sh");
-        assert!(
-            out.status.success(),
-            "topo.sh up: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        Lab
-    }
-
-    fn ns(&self, role: &str) -> String {
-        format!("/run/netns/{LAB}-{role}")
-    }
-}
-
-impl Drop for Lab {
-    fn drop(&mut self) {
-        let _ = Command::new(topo()).args(["down", LAB]).status();
-    }
-}
-
-fn topo() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../scripts/lab/topo.sh")
-}
-
 /// One observation: the kernel's TCP_INFO and the exported state, read
 /// back to back.
-struct Sample {
+struct Reading {
     t_s: f64,
     info: TcpInfo,
-    state: Option<CcState>,
+    state: Option<AlgoState>,
 }
 
 struct Run {
     cc: &'static str,
-    samples: Vec<Sample>,
+    samples: Vec<Reading>,
 }
 
 impl Run {
-    fn window(&self) -> impl Iterator<Item = &Sample> {
+    fn window(&self) -> impl Iterator<Item = &Reading> {
         self.samples.iter().filter(|s| s.t_s >= WARMUP_SECS)
     }
 
     /// Payload bytes ACKed per second over the measurement window.
     fn goodput_bytes_per_s(&self) -> f64 {
-        let w: Vec<&Sample> = self.window().collect();
+        let w: Vec<&Reading> = self.window().collect();
         let (a, b) = (w.first().unwrap(), w.last().unwrap());
         (b.info.bytes_acked - a.info.bytes_acked) as f64 / (b.t_s - a.t_s)
     }
@@ -193,7 +152,7 @@ impl Run {
 
 /// One bulk flow sender -> receiver with congestion control `cc` for
 /// `secs`, sampled every SAMPLE_MS.
-fn run_flow(lab: &Lab, reg: &Registry, cc: &'static str, secs: f64) -> Run {
+fn run_flow(lab: &Lab, reg: &Registration, cc: &'static str, secs: f64) -> Run {
     let listener = in_netns(&lab.ns("rcv"), || {
         TcpListener::bind(("10.9.2.2", PORT)).unwrap()
     });
@@ -234,7 +193,7 @@ fn run_flow(lab: &Lab, reg: &Registry, cc: &'static str, secs: f64) -> Run {
         std::thread::sleep(next.saturating_duration_since(Instant::now()));
         let info = tcp_info(sock.as_raw_fd());
         let state = reg.states().unwrap().remove(&key);
-        samples.push(Sample {
+        samples.push(Reading {
             t_s: start.elapsed().as_secs_f64(),
             info,
             state,
@@ -250,16 +209,16 @@ fn run_flow(lab: &Lab, reg: &Registry, cc: &'static str, secs: f64) -> Run {
     Run { cc, samples }
 }
 
-fn westwood(s: &Sample) -> Option<&WestwoodState> {
+fn westwood(s: &Reading) -> Option<&WestwoodState> {
     match &s.state {
-        Some(CcState::Westwood(w)) => Some(w),
+        Some(AlgoState::Westwood(w)) => Some(w),
         _ => None,
     }
 }
 
-fn cubic(s: &Sample) -> Option<&CubicState> {
+fn cubic(s: &Reading) -> Option<&CubicState> {
     match &s.state {
-        Some(CcState::Cubic(c)) => Some(c),
+        Some(AlgoState::Cubic(c)) => Some(c),
         _ => None,
     }
 }
@@ -304,6 +263,40 @@ fn check_recovery_ssthresh(run: &Run, variant: WestwoodSsthresh) -> Vec<String> 
     }
     if entries == 0 {
         failures.push(format!("westwood ({variant}): no fast recovery after the warm-up"));
+    }
+    failures
+}
+
+/// The kernel's cwnd/pipe histogram of a fresh registration after one
+/// flow: one observation per 100 ms the flow got ACKs, with the ratios the
+/// exported state shows (sampled every 50 ms beside it).
+fn check_ratio_histogram(run: &Run, reg: &Registration) -> Vec<String> {
+    let mut failures = Vec::new();
+    let h = reg.westwood_cwnd_pipe_ratio().unwrap().expect("bloatd_westwood is registered");
+    let ratios: Vec<f64> = run
+        .samples
+        .iter()
+        .filter_map(|s| westwood(s).map(|w| f64::from(s.info.snd_cwnd) / f64::from(w.pipe_segments().max(1))))
+        .collect();
+    let secs = run.samples.last().map_or(0.0, |s| s.t_s);
+    let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len().max(1) as f64;
+    let want = secs * 10.0;
+    let mean_h = h.sum / h.count().max(1) as f64;
+    println!(
+        "  cwnd/pipe histogram: {} observations in {:.0} s (want ~{want:.0}), mean {mean_h:.2}; state samples mean {:.2}",
+        h.count(),
+        secs,
+        mean(&ratios)
+    );
+    let n = h.count() as f64;
+    if n < 0.85 * want || n > 1.05 * want {
+        failures.push(format!("cwnd/pipe histogram: {n} observations for a {secs:.0} s flow"));
+    }
+    if (mean_h - mean(&ratios)).abs() > 0.15 * mean(&ratios) {
+        failures.push(format!(
+            "cwnd/pipe histogram mean {mean_h:.2}, the exported state's {:.2}",
+            mean(&ratios)
+        ));
     }
     failures
 }
@@ -472,7 +465,7 @@ fn check_cubic(run: &Run) -> Vec<String> {
         }
         // ssthresh = 0.7 cwnd, as the kernel reports it, until the next event
         let want_ssthresh = (loss * 717 / 1024).max(2);
-        let later: Vec<&Sample> = run.samples[i + 1..]
+        let later: Vec<&Reading> = run.samples[i + 1..]
             .iter()
             .take_while(|s| {
                 cubic(s).map(|c| (c.reductions, c.timeouts)) == Some((cur.reductions, cur.timeouts))
@@ -572,7 +565,17 @@ fn check_hystart(kernel: &Run, ours: &Run) -> Vec<String> {
 #[test]
 fn lab_behaviour() {
     let _s = serial();
-    let lab = Lab::up();
+    let lab = Lab::up(
+        LAB,
+        &[
+            "--rate",
+            RATE,
+            "--buffer-bytes",
+            &BUFFER_BYTES.to_string(),
+            "--delay-ms",
+            &BASE_RTT_MS.to_string(),
+        ],
+    );
     let reg = register(&Algo::ALL, &Options::default());
 
     let runs: Vec<Run> = [
@@ -674,12 +677,13 @@ fn lab_behaviour() {
     reg.unregister(Algo::Westwood).unwrap();
     let paper = register(
         &[Algo::Westwood],
-        &Options { westwood_ssthresh: WestwoodSsthresh::Paper },
+        &Options { westwood_ssthresh: WestwoodSsthresh::Paper, ..Options::default() },
     );
     let pw = run_flow(&lab, &paper, "bloatd_westwood", PAPER_SECS);
     println!("{} (ssthresh: paper)", pw.summary());
     failures.extend(check_westwood(&pw));
     failures.extend(check_recovery_ssthresh(&pw, WestwoodSsthresh::Paper));
+    failures.extend(check_ratio_histogram(&pw, &paper));
     drop(paper);
     drop(reg);
     drop(lab);

@@ -9,7 +9,7 @@ use std::os::fd::AsRawFd;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use bloatd_cc::{kernel_default, set_kernel_default, Algo, CcError, CcState, Options, Registry};
+use bloatd_cc::{kernel_default, set_kernel_default, Algo, CcError, AlgoState, Options, Registration};
 use common::*;
 
 fn listed(name: &str) -> bool {
@@ -19,11 +19,11 @@ fn listed(name: &str) -> bool {
 /// Push `bytes` through a loopback pair and return the client socket's
 /// exported state, once it shows up.
 fn exchange_and_state(
-    reg: &Registry,
+    reg: &Registration,
     client: &mut std::net::TcpStream,
     server: &mut std::net::TcpStream,
     bytes: usize,
-) -> CcState {
+) -> AlgoState {
     let key = cookie(client);
     let payload = vec![0x5au8; bytes];
     let reader = {
@@ -72,8 +72,8 @@ fn names_appear_select_and_disappear() {
         assert!((536..=65535).contains(&st.mss()), "{st:?}");
         assert!(st.cwnd() >= 2 && st.age_us() < 5_000_000, "{st:?}");
         match &st {
-            CcState::Westwood(w) => assert!(w.min_rtt_us > 0 && w.min_rtt_us < 1_000_000, "{w:?}"),
-            CcState::Cubic(c) => assert!(c.min_rtt_us > 0 && c.hystart_round >= 1, "{c:?}"),
+            AlgoState::Westwood(w) => assert!(w.min_rtt_us > 0 && w.min_rtt_us < 1_000_000, "{w:?}"),
+            AlgoState::Cubic(c) => assert!(c.min_rtt_us > 0 && c.hystart_round >= 1, "{c:?}"),
         }
 
         // release deletes the entry once the socket leaves the algorithm
@@ -98,7 +98,7 @@ fn names_appear_select_and_disappear() {
     drop(reg);
     assert!(
         !listed("bloatd_cubic"),
-        "dropping the registry must unregister: {:?}",
+        "dropping the registration must unregister: {:?}",
         available()
     );
 }
@@ -110,7 +110,7 @@ fn second_registration_is_refused_clearly() {
     // bloatd_westwood registers first, then bloatd_cubic fails: the failed
     // attempt must not leave bloatd_westwood behind (unless someone else's)
     let westwood_elsewhere = listed("bloatd_westwood");
-    let err = Registry::register(&[Algo::Westwood, Algo::Cubic], &Options::default())
+    let err = Registration::register(&[Algo::Westwood, Algo::Cubic], &Options::default())
         .err()
         .expect("must fail");
     if !westwood_elsewhere {

@@ -12,7 +12,6 @@ mod common;
 
 use bloatd_tui::app::{select_rows, App, Filter, Key, SortKey};
 use bloatd_tui::model::Snapshot;
-use bloatd_tui::ui;
 use ratatui::backend::TestBackend;
 use ratatui::Terminal;
 use std::time::{Duration, Instant};
@@ -91,7 +90,7 @@ fn run(snapshots: &[Snapshot], width: u16, height: u16, setup: &dyn Fn(&mut App)
         let start = Instant::now();
         app.apply_snapshot(snap, now);
         let updated = Instant::now();
-        terminal.draw(|f| ui::draw(f, &mut app)).unwrap();
+        bloatd_tui::draw(&mut terminal, &mut app).unwrap();
         t.update.push(updated - start);
         t.render.push(updated.elapsed());
     }
@@ -110,7 +109,7 @@ fn run_api(
 ) -> (Timing, Timing, usize) {
     let mut app = App::new();
     let mut terminal = Terminal::new(TestBackend::new(width, height)).unwrap();
-    terminal.draw(|f| ui::draw(f, &mut app)).unwrap();
+    bloatd_tui::draw(&mut terminal, &mut app).unwrap();
     let (mut daemon, mut client) = (
         Timing { update: Vec::new(), render: Vec::new() },
         Timing { update: Vec::new(), render: Vec::new() },
@@ -131,6 +130,7 @@ fn run_api(
             matched: Some(matched),
             summary: Some(summary),
             series: Vec::new(),
+            paths: Vec::new(),
             policy: None,
         };
         let json = serde_json::to_string(&page).unwrap();
@@ -138,7 +138,7 @@ fn run_api(
         let got: Snapshot = serde_json::from_str(&json).unwrap();
         app.apply_snapshot(got, snap.taken_ms);
         let updated = Instant::now();
-        terminal.draw(|f| ui::draw(f, &mut app)).unwrap();
+        bloatd_tui::draw(&mut terminal, &mut app).unwrap();
         if i == 0 {
             setup(&mut app);
             continue;

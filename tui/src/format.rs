@@ -77,6 +77,15 @@ fn round_for_display(v: f64) -> f64 {
     }
 }
 
+/// A ratio as "9.9x" below 10 and "12x" above.
+pub fn ratio(r: f64) -> String {
+    if r < 9.95 {
+        format!("{r:.1}x")
+    } else {
+        format!("{r:.0}x")
+    }
+}
+
 /// `text` cut to `width` columns. Too long texts lose their end and show "…",
 /// or with `keep_end` lose their start, so an endpoint keeps its port.
 pub fn fit(text: &str, width: usize, keep_end: bool) -> String {

@@ -2,9 +2,11 @@
 //!
 //! - `model`: the view model; the daemon fills it from its socket model and
 //!   serves it as JSON on its API, this crate draws it.
-//! - `app`: the dashboard's state (selection, sort, filter, per-socket
-//!   history, bloat detection and notices), pure and unit-tested.
-//! - `ui`: rendering with ratatui.
+//! - `app`: the dashboard's state (table, sort, filter, selection and
+//!   paging, per-socket history, notices), pure and unit-tested.
+//! - `ui`: rendering with ratatui: it reads the state and writes nothing
+//!   back; the screen's size reaches the state as an input
+//!   (`App::set_page_rows`, see [`draw`]).
 //! - `terminal`: the guard that gives the terminal back on exit and panic.
 //!
 //! The crate does no network or BPF I/O: the daemon hands [`run`] a
@@ -20,6 +22,7 @@ use app::{App, Key};
 use model::{Snapshot, SnapshotRequest};
 use ratatui::backend::Backend;
 use ratatui::crossterm::event::{self, Event, KeyCode, KeyEvent, KeyEventKind, KeyModifiers};
+use ratatui::layout::Rect;
 use ratatui::Terminal;
 use std::io;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -81,7 +84,19 @@ pub fn run(source: &mut dyn Source, opts: &Options) -> io::Result<()> {
 pub fn render_once(snapshot: &Snapshot, width: u16, height: u16) -> String {
     let mut app = App::new();
     app.apply_snapshot(snapshot.clone(), snapshot.taken_ms);
-    ui::render_text(&mut app, width, height)
+    app.set_page_rows(ui::text_page_rows(width, height));
+    ui::render_text(&app, width, height)
+}
+
+/// One frame: the terminal's size goes into the state (how many rows a
+/// page holds, as the screen's layout says), then the state is drawn.
+pub fn draw<B: Backend>(terminal: &mut Terminal<B>, app: &mut App) -> io::Result<()> {
+    let size = terminal.size().map_err(|e| io::Error::other(e.to_string()))?;
+    app.set_page_rows(ui::page_rows(Rect::new(0, 0, size.width, size.height)));
+    terminal
+        .draw(|frame| ui::draw(frame, app))
+        .map(|_| ())
+        .map_err(|e| io::Error::other(e.to_string()))
 }
 
 /// The height at which [`render_once`] shows every socket of `snapshot`.
@@ -170,9 +185,7 @@ pub(crate) fn run_loop<B: Backend>(
             };
         }
         app.tick(clock());
-        terminal
-            .draw(|frame| ui::draw(frame, &mut app))
-            .map_err(|e| io::Error::other(e.to_string()))?;
+        draw(terminal, &mut app)?;
         // Wake for the next fetch, and at least once an interval so that
         // notices expire and ages advance while paused.
         let timeout_ms = if app.paused() {

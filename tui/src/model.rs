@@ -17,8 +17,18 @@ pub enum Role {
 }
 
 impl Role {
-    /// The role in a table column: `send` or `recv` (JSON says `sender` or
-    /// `receiver`).
+    pub const ALL: [Role; 2] = [Role::Sender, Role::Receiver];
+
+    /// The role as JSON, metric labels and sentences name it: `sender` or
+    /// `receiver`.
+    pub const fn name(self) -> &'static str {
+        match self {
+            Role::Sender => "sender",
+            Role::Receiver => "receiver",
+        }
+    }
+
+    /// The role in a table column: `send` or `recv`.
     pub fn short(self) -> &'static str {
         match self {
             Role::Sender => "send",
@@ -103,6 +113,34 @@ impl Path {
     pub fn rpm(&self) -> u32 {
         rpm(self.floor_us as u64 + self.queue_delay_p50_us as u64)
     }
+}
+
+impl Path {
+    /// The peer, or `prefix/len`, as shown.
+    pub fn peer_text(&self) -> String {
+        let full = if self.peer.is_ipv4() { 32 } else { 128 };
+        if self.prefix_len >= full {
+            self.peer.to_string()
+        } else {
+            format!("{}/{}", self.peer, self.prefix_len)
+        }
+    }
+}
+
+/// One sentence on the worst path (the first: paths come worst queue
+/// first), for a laptop user: where the queue is, how much, and how many
+/// flows wait behind it. None when nothing queues (60 ms, grade C, or more).
+pub fn worst_path_sentence(paths: &[Path]) -> Option<String> {
+    let p = paths.first().filter(|p| p.queue_delay_p50_us >= 60_000)?;
+    let flows = if p.sockets == 1 { "1 flow waits".to_string() } else { format!("{} flows wait", p.sockets) };
+    Some(format!(
+        "the link to {} ({}) holds {} of queue, {flows} behind it: grade {}, {} RPM (passive loaded estimate)",
+        p.peer_text(),
+        if p.interface.is_empty() { "?" } else { &p.interface },
+        crate::format::ms(p.queue_delay_p50_us as u64),
+        p.grade(),
+        p.rpm()
+    ))
 }
 
 /// Bufferbloat grade of a queueing delay (see [`Path::grade`]).
@@ -411,7 +449,7 @@ pub struct Series {
 /// How the daemon itself is doing.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct Health {
-    /// Probe events seen since start (all hooks).
+    /// Probe events seen since start (all probes).
     pub events_total: u64,
     /// Updates lost: full socket map or full ring buffer.
     pub dropped_total: u64,
@@ -442,6 +480,10 @@ pub struct Snapshot {
     /// the `since_ms` it gave.
     pub series: Vec<Series>,
     pub health: Health,
+    /// With `paths` in the request: every socket grouped by path (peer),
+    /// worst queue first, as `bloatd paths` shows them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub paths: Vec<Path>,
     /// What bloatd's policy is doing (absent from a bloatd without one).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub policy: Option<PolicyState>,
@@ -483,7 +525,7 @@ pub struct HostSummary {
     pub per_cc: Vec<CcDelay>,
 }
 
-/// What a dashboard asks for (`GET /v1/snapshot?...`): one socket's series
+/// What a dashboard asks for (the daemon's `/v1/snapshot`): one socket's series
 /// newer than `since_ms`, and, with `limit`, only the first `limit` sockets
 /// passing `filter` (the dashboard's filter syntax) in `sort` order (a sort
 /// key's label: qdelay, rtt, throughput, cwnd, retrans, process). Without
@@ -496,34 +538,19 @@ pub struct SnapshotRequest {
     pub sort: Option<String>,
     pub filter: Option<String>,
     pub limit: Option<usize>,
+    /// Also group the sockets by path (the dashboard's paths view).
+    #[serde(default)]
+    pub paths: bool,
 }
 
-impl SnapshotRequest {
-    /// The request as the query string of `/v1/snapshot`.
-    pub fn query(&self) -> String {
-        let mut q = Vec::new();
-        if let Some(c) = self.series {
-            q.push(format!("series={c}&since_ms={}", self.since_ms));
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_role_has_one_name_in_json_labels_and_text() {
+        for r in Role::ALL {
+            assert_eq!(serde_json::to_value(r).unwrap(), r.name());
         }
-        if let Some(s) = &self.sort {
-            q.push(format!("sort={}", encode(s)));
-        }
-        if let Some(f) = &self.filter {
-            q.push(format!("filter={}", encode(f)));
-        }
-        if let Some(l) = self.limit {
-            q.push(format!("limit={l}"));
-        }
-        q.join("&")
     }
-}
-
-/// Percent-encoding for a query value.
-fn encode(s: &str) -> String {
-    s.bytes()
-        .map(|b| match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => (b as char).to_string(),
-            _ => format!("%{b:02X}"),
-        })
-        .collect()
 }

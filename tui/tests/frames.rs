@@ -26,7 +26,7 @@ fn app_with(snapshot: Snapshot) -> App {
 
 fn draw(app: &mut App, width: u16, height: u16) -> Terminal<TestBackend> {
     let mut t = terminal(width, height);
-    t.draw(|f| ui::draw(f, app)).unwrap();
+    bloatd_tui::draw(&mut t, app).unwrap();
     t
 }
 
@@ -215,4 +215,31 @@ fn once_text_lists_every_socket_of_a_large_host() {
         .filter(|l| l.contains(" send ") || l.contains(" recv "))
         .count();
     assert_eq!(rows, 2_000);
+}
+
+#[test]
+fn paths_view() {
+    let mut app = app_with(cubic_download_host());
+    app.handle_key(Key::Char('v'));
+    assert_eq!(app.view(), View::Paths);
+    assert!(app.snapshot_request().paths, "the paths view asks the source for paths");
+    let mut snap = cubic_download_host();
+    snap.paths = cubic_download_paths();
+    app.apply_snapshot(snap.clone(), snap.taken_ms);
+    let t = draw(&mut app, 120, 24);
+    insta::assert_snapshot!(t.backend());
+    let text = ui::buffer_text(t.backend().buffer());
+    assert!(
+        text.contains("the link to 93.184.215.14 (wlan0) holds 420ms of queue, 2 flows wait behind it: grade F"),
+        "{text}"
+    );
+    // 80 columns keep the path, its floor, queue, grade and RPM
+    let narrow = ui::buffer_text(draw(&mut app, 80, 24).backend().buffer());
+    let head = narrow.lines().find(|l| l.contains("PEER")).unwrap();
+    for col in ["PEER", "FLOOR", "QUEUE", "GRADE", "RPM"] {
+        assert!(head.contains(col), "{head}");
+    }
+    app.handle_key(Key::Char('v'));
+    assert_eq!(app.view(), View::Table);
+    assert!(!app.snapshot_request().paths);
 }

@@ -94,7 +94,7 @@ fn app_with(snapshot: Snapshot) -> App {
 
 fn text(app: &mut App, width: u16, height: u16) -> String {
     let mut t = Terminal::new(TestBackend::new(width, height)).unwrap();
-    t.draw(|f| ui::draw(f, app)).unwrap();
+    bloatd_tui::draw(&mut t, app).unwrap();
     ui::buffer_text(t.backend().buffer())
 }
 

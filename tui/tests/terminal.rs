@@ -8,13 +8,17 @@
 //! after the terminal is restored, and hide a hook that loses it.
 
 mod common;
+// The tests' one wait (the kernel tests' helper library, std only).
+#[path = "../../struct_ops/tests/common/wait.rs"]
+#[allow(dead_code)]
+mod wait;
 
 use bloatd_tui::model::SnapshotRequest;
 use bloatd_tui::model::Snapshot;
 use bloatd_tui::{Options, Source};
 use std::path::PathBuf;
 use std::process::Command;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 struct Host {
     calls: u32,
@@ -108,18 +112,13 @@ impl Pane {
 
     /// Waits up to 20 s for `what` to be true of the screen.
     fn wait_for(&self, what: &str, ok: impl Fn(&str) -> bool) -> String {
-        let start = Instant::now();
-        loop {
-            let screen = self.screen();
-            if ok(&screen) {
-                return screen;
-            }
-            assert!(
-                start.elapsed() < Duration::from_secs(20),
-                "timed out waiting for {what}; screen:\n{screen}"
-            );
-            std::thread::sleep(Duration::from_millis(100));
-        }
+        let mut screen = String::new();
+        let held = wait::wait_for_every(20.0, Duration::from_millis(100), || {
+            screen = self.screen();
+            ok(&screen)
+        });
+        assert!(held, "timed out waiting for {what}; screen:\n{screen}");
+        screen
     }
 
     fn file(&self, name: &str) -> String {

@@ -177,8 +177,50 @@ pub fn floor_evictions(created: u64, present: u64) -> u64 {
     created.saturating_sub(present)
 }
 
-/// Every probe counter, summed over CPUs, indexed by `abi::stat`.
-pub type Counters = [u64; stat::MAX as usize];
+/// Every probe counter (`abi::stat`), summed over CPUs, and the totals
+/// made of them: one definition for `status` (`Health`) and /metrics.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Counters([u64; stat::MAX as usize]);
+
+impl Default for Counters {
+    fn default() -> Self {
+        Counters([0; stat::MAX as usize])
+    }
+}
+
+impl Counters {
+    pub fn get(&self, stat: u32) -> u64 {
+        self.0[stat as usize]
+    }
+
+    /// Events seen by the tracepoint probes.
+    pub fn events(&self) -> u64 {
+        [stat::PROBE, stat::STATE, stat::RETRANS, stat::CONG].iter().map(|&s| self.get(s)).sum()
+    }
+
+    /// Updates lost: sockets not tracked (full map), samples lost (full
+    /// ring buffer).
+    pub fn dropped(&self) -> u64 {
+        self.get(stat::DROP_MAP_FULL) + self.get(stat::DROP_RINGBUF)
+    }
+
+    /// Records in the socket map now: created minus deleted.
+    pub fn map_entries(&self) -> u64 {
+        self.get(stat::CREATED).saturating_sub(self.get(stat::DELETED))
+    }
+
+    /// Floors the bound pushed out, with `present` floors in the map.
+    pub fn floors_evicted(&self, present: u64) -> u64 {
+        floor_evictions(self.get(stat::FLOOR_NEW), present)
+    }
+}
+
+#[cfg(test)]
+impl From<[u64; stat::MAX as usize]> for Counters {
+    fn from(c: [u64; stat::MAX as usize]) -> Counters {
+        Counters(c)
+    }
+}
 
 pub(crate) fn errstr(e: impl std::error::Error) -> String {
     // aya nests the useful part (errno, verifier log) in the source chain.
@@ -516,7 +558,7 @@ impl Probes {
                 "other".to_string()
             } else {
                 let raw = self.cc_names.get(&idx, 0).map_err(|e| err("cc_names", e))?;
-                crate::model::cstr(&raw)
+                crate::text::cstr(&raw)
             };
             if name.is_empty() {
                 continue;
@@ -551,7 +593,7 @@ impl Probes {
         }
         self.cc_names
             .get(&idx, 0)
-            .map(|raw| crate::model::cstr(&raw))
+            .map(|raw| crate::text::cstr(&raw))
             .unwrap_or_default()
     }
 
@@ -640,7 +682,7 @@ impl Probes {
                 })?;
             *slot = per_cpu.iter().sum();
         }
-        Ok(out)
+        Ok(Counters(out))
     }
 
     /// (tp, run_time_ns, run_count) from the kernel's BPF statistics;

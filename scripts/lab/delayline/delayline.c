@@ -375,15 +375,19 @@ static void print_stats(unsigned int queue)
 {
 	unsigned long qdrop, udrop;
 
+	if (trace_n)
+		trace_departed(now_ns());
 	kernel_drops(queue, &qdrop, &udrop);
 	fprintf(stderr,
-		"delayline stats: delay_us=%llu packets=%llu held_max=%u "
+		"delayline stats: delay_us=%llu packets=%llu held=%u held_max=%u "
+		"queued_bytes=%llu "
 		"late_us_mean=%.1f late_us_p50=%llu late_us_p99=%llu "
 		"late_us_p999=%llu late_us_max=%llu ring_full=%llu "
 		"queue_dropped=%lu user_dropped=%lu buffer_dropped=%llu "
 		"delivered_bytes=%llu\n",
 		(unsigned long long)(delay_ns / 1000),
-		(unsigned long long)st.packets, st.held_max,
+		(unsigned long long)st.packets, held_count(), st.held_max,
+		(unsigned long long)queued_bytes,
 		st.packets ? (double)st.late_us_sum / st.packets : 0.0,
 		(unsigned long long)percentile_us(0.50),
 		(unsigned long long)percentile_us(0.99),

@@ -1,8 +1,15 @@
-//! Helpers shared by bloatd-cc's integration tests: namespaces, sockets,
-//! the kernel's view of them (TCP_INFO, ss) and BPF object ids.
+//! Helpers shared by bloatd-cc's integration tests, the one Rust library
+//! of the kernel tests: namespaces, the lab topology (scripts/lab/topo.sh),
+//! sockets, the kernel's view of them (TCP_INFO, ss), BPF object ids,
+//! processes, and waiting (wait.rs, std only: the TUI's terminal test
+//! includes it too).
 //!
 //! These tests load BPF into the running kernel and need root.
 #![allow(dead_code)]
+
+mod wait;
+#[allow(unused_imports)] // each test binary uses its part
+pub use wait::{wait_for, wait_for_every};
 
 use std::fs::{self, File};
 use std::io::{self, Write};
@@ -119,20 +126,6 @@ pub fn write_sysctl(path: &str, value: &str) {
 
 pub fn available() -> Vec<String> {
     bloatd_cc::kernel_available().unwrap()
-}
-
-/// Poll `cond` every 10 ms until it holds or `secs` pass.
-pub fn wait_for(secs: f64, mut cond: impl FnMut() -> bool) -> bool {
-    let deadline = Instant::now() + Duration::from_secs_f64(secs);
-    loop {
-        if cond() {
-            return true;
-        }
-        if Instant::now() > deadline {
-            return false;
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
 }
 
 fn setsockopt_bytes(fd: RawFd, level: i32, opt: i32, val: &[u8]) -> io::Result<()> {
@@ -374,11 +367,11 @@ pub fn ss_entry(sport: u16) -> String {
 /// Register `algos`, waiting (up to 2 minutes) while another bloatd holds
 /// one of the names: registration is global, and a developer's daemon or
 /// lab run on the same machine would otherwise fail these tests.
-pub fn register(algos: &[bloatd_cc::Algo], opts: &bloatd_cc::Options) -> bloatd_cc::Registry {
+pub fn register(algos: &[bloatd_cc::Algo], opts: &bloatd_cc::Options) -> bloatd_cc::Registration {
     let deadline = Instant::now() + Duration::from_secs(120);
     let mut warned = false;
     loop {
-        match bloatd_cc::Registry::register(algos, opts) {
+        match bloatd_cc::Registration::register(algos, opts) {
             Ok(r) => return r,
             Err(bloatd_cc::CcError::AlreadyRegistered { name }) if Instant::now() < deadline => {
                 if !warned {
@@ -401,4 +394,38 @@ impl Drop for KillOnDrop {
         let _ = self.0.kill();
         let _ = self.0.wait();
     }
+}
+
+/// The lab topology (`scripts/lab/topo.sh up NAME ARGS...`: sender, router
+/// with the bottleneck, receiver), removed on drop (also when a check
+/// fails).
+pub struct Lab {
+    pub name: String,
+}
+
+impl Lab {
+    pub fn up(name: &str, args: &[&str]) -> Lab {
+        let out = Command::new(topo())
+            .args(["up", name])
+            .args(args)
+            .output()
+            .expect("running scripts/lab/topo.sh");
+        assert!(out.status.success(), "topo.sh up: {}", String::from_utf8_lossy(&out.stderr));
+        Lab { name: name.to_string() }
+    }
+
+    /// The path of one of its network namespaces: snd, rtr or rcv.
+    pub fn ns(&self, role: &str) -> String {
+        format!("/run/netns/{}-{role}", self.name)
+    }
+}
+
+impl Drop for Lab {
+    fn drop(&mut self) {
+        let _ = Command::new(topo()).args(["down", &self.name]).status();
+    }
+}
+
+fn topo() -> std::path::PathBuf {
+    std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../scripts/lab/topo.sh")
 }

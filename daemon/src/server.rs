@@ -1,27 +1,16 @@
 //! The daemon's servers: the JSON API on the Unix socket (peer addresses
-//! live here only) and Prometheus /metrics over TCP.
-//!
-//! API (HTTP/1.1 on /run/bloatd/bloatd.sock, JSON, view model types):
-//!   GET  /v1/status                          daemon state and health
-//!   GET  /v1/sockets[?all=1]                 sockets, read fresh from the kernel
-//!   GET  /v1/snapshot[?series=C&since_ms=T][&fresh=1]  what `bloatd top` draws
-//!   GET  /v1/series/{cookie}[?since_ms=T]    one socket's samples
-//!   GET  /v1/paths[?prefix=1]                sockets grouped by path, with floor and queue
-//!   GET  /v1/floors                          every floor the kernel keeps
-//!   GET  /v1/cc                              registered and available algorithms
-//!   POST /v1/cc/default {"name": "..."}      set the host default (restored at stop)
-//!   GET  /v1/policy                          rules, DRWA, what they did (policy.rs)
-//!   POST /v1/policy/drwa {"on": bool}        DRWA on/off, live
-//!   POST /v1/policy/rules/{name} {"enabled": bool}  a rule on/off, live
+//! live here only) and Prometheus /metrics over TCP: they route the
+//! requests of the contract (api/mod.rs) to the engine (core.rs).
 
-use bloatd_tui::model::SnapshotRequest;
 use crate::core::Core;
 use axum::extract::{Path, Query, State};
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
-use serde::{Deserialize, Serialize};
+use crate::api::{
+    route, DefaultReq, DefaultResp, DrwaReq, PathsQuery, RuleReq, SeriesQuery, SnapshotQuery, SocketsQuery,
+};
 use std::collections::BTreeMap;
 use std::future::Future;
 use std::sync::{Arc, Mutex};
@@ -30,107 +19,31 @@ use tokio::io::{AsyncRead, AsyncWrite};
 
 pub type Shared = Arc<Mutex<Core>>;
 
-#[derive(Deserialize)]
-struct SocketsQuery {
-    all: Option<u8>,
-}
-
-/// `SnapshotRequest` in a query string, and `fresh`.
-#[derive(Deserialize)]
-struct SnapshotQuery {
-    series: Option<u64>,
-    since_ms: Option<u64>,
-    sort: Option<String>,
-    filter: Option<String>,
-    limit: Option<usize>,
-    fresh: Option<u8>,
-}
-
-#[derive(Deserialize)]
-struct SinceQuery {
-    since_ms: Option<u64>,
-}
-
-#[derive(Serialize, Deserialize)]
-pub struct CcInfo {
-    pub bloatd: Vec<String>,
-    pub registered: Vec<String>,
-    pub available: Vec<String>,
-    pub default: String,
-}
-
-/// One floor the kernel keeps: of a peer (prefix_len 32/128) or a prefix.
-#[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct FloorEntry {
-    pub netns: u32,
-    pub peer: std::net::IpAddr,
-    pub prefix_len: u8,
-    pub floor_us: u32,
-    /// `socket` (observed by a socket toward it), `prefix`, or `inferred`.
-    pub floor_source: bloatd_tui::model::FloorSource,
-    /// Seconds since a socket last fed it.
-    pub updated_s_ago: u32,
-}
-
-/// What the floors table holds and what its bound pushed out.
-#[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct Floors {
-    pub window_s: u32,
-    pub capacity: u32,
-    /// Floors created since start, and those the LRU bound evicted.
-    pub created: u64,
-    pub evicted: u64,
-    pub floors: Vec<FloorEntry>,
-}
-
-#[derive(Deserialize)]
-struct PathsQuery {
-    prefix: Option<u8>,
-}
-
-#[derive(Serialize, Deserialize)]
-pub struct DefaultReq {
-    pub name: String,
-}
-
-#[derive(Serialize, Deserialize)]
-pub struct DefaultResp {
-    pub previous: String,
-    pub default: String,
-}
-
 fn error(status: StatusCode, msg: impl Into<String>) -> Response {
     (status, msg.into()).into_response()
 }
 
 pub fn api_router(core: Shared) -> Router {
     Router::new()
-        .route("/v1/status", get(|State(c): State<Shared>| async move { Json(c.lock().unwrap().status()) }))
+        .route(route::STATUS, get(|State(c): State<Shared>| async move { Json(c.lock().unwrap().status()) }))
         .route(
-            "/v1/sockets",
+            route::SOCKETS,
             get(|State(c): State<Shared>, Query(q): Query<SocketsQuery>| async move {
-                Json(c.lock().unwrap().sockets_fresh(q.all.unwrap_or(0) != 0))
+                Json(c.lock().unwrap().sockets_fresh(q.all.is_set()))
             }),
         )
         .route(
-            "/v1/snapshot",
+            route::SNAPSHOT,
             get(|State(c): State<Shared>, Query(q): Query<SnapshotQuery>| async move {
-                let req = SnapshotRequest {
-                    series: q.series,
-                    since_ms: q.since_ms.unwrap_or(0),
-                    sort: q.sort,
-                    filter: q.filter,
-                    limit: q.limit,
-                };
-                match c.lock().unwrap().snapshot(&req, q.fresh.unwrap_or(0) != 0) {
+                match c.lock().unwrap().snapshot(&q.request(), q.fresh.is_set()) {
                     Ok(s) => Json(s).into_response(),
                     Err(e) => error(StatusCode::BAD_REQUEST, e),
                 }
             }),
         )
         .route(
-            "/v1/series/{cookie}",
-            get(|State(c): State<Shared>, Path(cookie): Path<u64>, Query(q): Query<SinceQuery>| async move {
+            route::SERIES,
+            get(|State(c): State<Shared>, Path(cookie): Path<u64>, Query(q): Query<SeriesQuery>| async move {
                 match c.lock().unwrap().series(cookie, q.since_ms.unwrap_or(0)) {
                     Some(s) => Json(s).into_response(),
                     None => error(StatusCode::NOT_FOUND, format!("no socket with cookie {cookie}")),
@@ -138,13 +51,13 @@ pub fn api_router(core: Shared) -> Router {
             }),
         )
         .route(
-            "/v1/paths",
+            route::PATHS,
             get(|State(c): State<Shared>, Query(q): Query<PathsQuery>| async move {
-                Json(c.lock().unwrap().paths(q.prefix.unwrap_or(0) != 0))
+                Json(c.lock().unwrap().paths(q.prefix.is_set()))
             }),
         )
         .route(
-            "/v1/floors",
+            route::FLOORS,
             get(|State(c): State<Shared>| async move {
                 match c.lock().unwrap().floors() {
                     Ok(f) => Json(f).into_response(),
@@ -152,9 +65,17 @@ pub fn api_router(core: Shared) -> Router {
                 }
             }),
         )
-        .route("/v1/cc", get(|State(c): State<Shared>| async move { cc_info(&mut c.lock().unwrap()) }))
         .route(
-            "/v1/cc/default",
+            route::CC,
+            get(|State(c): State<Shared>| async move {
+                match c.lock().unwrap().cc_info() {
+                    Ok(i) => Json(i).into_response(),
+                    Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, format!("{e:#}")),
+                }
+            }),
+        )
+        .route(
+            route::CC_DEFAULT,
             post(|State(c): State<Shared>, Json(req): Json<DefaultReq>| async move {
                 match c.lock().unwrap().cc().set_default(&req.name) {
                     Ok(previous) => Json(DefaultResp { previous, default: req.name }).into_response(),
@@ -162,10 +83,10 @@ pub fn api_router(core: Shared) -> Router {
                 }
             }),
         )
-        .route("/v1/policy", get(|State(c): State<Shared>| async move { Json(c.lock().unwrap().policy_info()) }))
+        .route(route::POLICY, get(|State(c): State<Shared>| async move { Json(c.lock().unwrap().policy_info()) }))
         .route(
-            "/v1/policy/drwa",
-            post(|State(c): State<Shared>, Json(req): Json<crate::policy::DrwaReq>| async move {
+            route::POLICY_DRWA,
+            post(|State(c): State<Shared>, Json(req): Json<DrwaReq>| async move {
                 match c.lock().unwrap().set_drwa(req.on) {
                     Ok(()) => Json(req).into_response(),
                     Err(e) => error(StatusCode::CONFLICT, e),
@@ -173,8 +94,8 @@ pub fn api_router(core: Shared) -> Router {
             }),
         )
         .route(
-            "/v1/policy/rules/{name}",
-            post(|State(c): State<Shared>, Path(name): Path<String>, Json(req): Json<crate::policy::RuleReq>| async move {
+            route::POLICY_RULE,
+            post(|State(c): State<Shared>, Path(name): Path<String>, Json(req): Json<RuleReq>| async move {
                 match c.lock().unwrap().set_rule_enabled(&name, req.enabled) {
                     Ok(()) => Json(req).into_response(),
                     Err(e) => error(StatusCode::NOT_FOUND, e),
@@ -184,25 +105,10 @@ pub fn api_router(core: Shared) -> Router {
         .with_state(core)
 }
 
-fn cc_info(core: &mut Core) -> Response {
-    let info = (|| -> anyhow::Result<CcInfo> {
-        Ok(CcInfo {
-            bloatd: bloatd_cc::Algo::ALL.iter().map(|a| a.name().to_string()).collect(),
-            registered: core.cc().names(),
-            available: bloatd_cc::kernel_available()?,
-            default: bloatd_cc::kernel_default()?,
-        })
-    })();
-    match info {
-        Ok(i) => Json(i).into_response(),
-        Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, format!("{e:#}")),
-    }
-}
-
 pub fn metrics_router(core: Shared) -> Router {
     Router::new()
         .route(
-            "/metrics",
+            route::METRICS,
             get(|State(c): State<Shared>| async move {
                 let body = c.lock().unwrap().metrics_text();
                 (

@@ -1,11 +1,17 @@
 //! `bloatd policy ...`: the rules and DRWA of the running daemon, over its
 //! API (`/v1/policy`).
 
-use crate::client::{Client, ClientError};
+use crate::api::client::{Client, ClientError};
+use crate::api::PolicyInfo;
 use crate::config::Config;
-use crate::policy::{DrwaReq, PolicyInfo, RuleReq};
-use clap::Subcommand;
+use clap::{Args, Subcommand};
 use std::process::ExitCode;
+
+#[derive(Args)]
+pub struct PolicyArgs {
+    #[command(subcommand)]
+    pub cmd: PolicyCmd,
+}
 
 #[derive(Subcommand)]
 pub enum PolicyCmd {
@@ -30,37 +36,32 @@ pub enum PolicyCmd {
     Disable { name: String },
 }
 
-pub fn run(cfg: &Config, cmd: PolicyCmd) -> anyhow::Result<ExitCode> {
+pub fn run(cfg: &Config, args: &PolicyArgs) -> anyhow::Result<ExitCode> {
     let client = Client::new(&cfg.socket_path());
-    let post = |target: &str, body: String| -> anyhow::Result<()> {
-        match client.request("POST", target, Some(&body)) {
-            Ok(_) => Ok(()),
-            Err(ClientError::Status { body, .. }) => anyhow::bail!("{body}"),
-            Err(e) => Err(e.into()),
-        }
+    // The daemon's refusal (no such rule, DRWA not armed) is the message.
+    let refused = |e: ClientError| match e {
+        ClientError::Status { body, .. } => anyhow::anyhow!("{body}"),
+        e => e.into(),
     };
-    match cmd {
+    match &args.cmd {
         PolicyCmd::List { json } => {
-            let info: PolicyInfo = client.get("/v1/policy")?;
-            if json {
+            let info = client.policy()?;
+            if *json {
                 println!("{}", serde_json::to_string_pretty(&info)?);
             } else {
                 print!("{}", list_text(&info));
             }
         }
         PolicyCmd::Drwa { state } => {
-            post("/v1/policy/drwa", serde_json::to_string(&DrwaReq { on: state == "on" })?)?;
+            client.set_drwa(state == "on").map_err(refused)?;
             println!("DRWA {state}");
         }
-        PolicyCmd::Enable { name } | PolicyCmd::Disable { name } if name.is_empty() => {
-            anyhow::bail!("a rule name is needed (see `bloatd policy list`)")
-        }
         PolicyCmd::Enable { name } => {
-            post(&format!("/v1/policy/rules/{name}"), serde_json::to_string(&RuleReq { enabled: true })?)?;
+            client.set_rule_enabled(name, true).map_err(refused)?;
             println!("rule {name} enabled");
         }
         PolicyCmd::Disable { name } => {
-            post(&format!("/v1/policy/rules/{name}"), serde_json::to_string(&RuleReq { enabled: false })?)?;
+            client.set_rule_enabled(name, false).map_err(refused)?;
             println!("rule {name} disabled");
         }
     }

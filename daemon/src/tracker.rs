@@ -1,6 +1,6 @@
-//! The socket model: what the daemon knows about every TCP socket, turned
-//! into the view model (`Socket`, `Series`) that the API serves and the
-//! dashboard draws.
+//! The socket tracker (the design's socket model): what the daemon knows
+//! about every TCP socket, turned into the view model (`Socket`, `Series`)
+//! that the API serves and the dashboard draws.
 //!
 //! The state of every socket comes from full reads of the kernel's records
 //! (the map iterator), made when someone asks (API, dashboard), at most once
@@ -9,52 +9,21 @@
 //! per sample of an unwatched socket: the probes count every sample into the
 //! kernel's own statistics, which /metrics reads (metrics.rs).
 
+use crate::clock::Clock;
 use crate::probes::abi::{self, BloatdSample, BloatdSock};
+use crate::text::cstr;
 use bloatd_tui::model::{CaState, CcState, FloorSource, Role, Sample, Series, Socket};
 use std::collections::{HashMap, VecDeque};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
-/// Linux TCP states (include/net/tcp_states.h).
-pub const TCP_ESTABLISHED: u8 = 1;
 const TCP_INFINITE_SSTHRESH: u32 = 0x7fff_ffff;
-
-/// A point in time on both clocks: probes stamp CLOCK_MONOTONIC, the API
-/// speaks Unix time.
-#[derive(Clone, Copy, Debug)]
-pub struct Clock {
-    pub mono_ns: u64,
-    pub unix_ms: u64,
-}
-
-impl Clock {
-    pub fn now() -> Clock {
-        let mut ts = libc::timespec {
-            tv_sec: 0,
-            tv_nsec: 0,
-        };
-        // SAFETY: valid pointer to a timespec.
-        unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-        let mono_ns = ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64;
-        let unix_ms = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_millis() as u64)
-            .unwrap_or(0);
-        Clock { mono_ns, unix_ms }
-    }
-
-    /// Unix milliseconds of a CLOCK_MONOTONIC timestamp in the past.
-    pub fn unix_ms_of(&self, mono_ns: u64) -> u64 {
-        self.unix_ms
-            .saturating_sub(self.mono_ns.saturating_sub(mono_ns) / 1_000_000)
-    }
-}
 
 struct Tracked {
     rec: BloatdSock,
     cc_state: Option<CcState>,
 }
 
-pub struct Model {
+pub struct Tracker {
     socks: HashMap<u64, Tracked>,
     /// Series of watched sockets, oldest first.
     series: HashMap<u64, VecDeque<Sample>>,
@@ -89,13 +58,6 @@ fn floor_source(rec: &BloatdSock) -> Option<FloorSource> {
     }
 }
 
-/// Text from the kernel (a command name, an interface or algorithm name)
-/// up to its NUL.
-pub fn cstr(b: &[u8]) -> String {
-    let end = b.iter().position(|&c| c == 0).unwrap_or(b.len());
-    crate::text::printable(&String::from_utf8_lossy(&b[..end]))
-}
-
 pub fn addr(family: u16, raw: &[u8; 16]) -> IpAddr {
     if family == abi::AF_INET6 {
         let v6 = Ipv6Addr::from(*raw);
@@ -106,25 +68,6 @@ pub fn addr(family: u16, raw: &[u8; 16]) -> IpAddr {
         }
     } else {
         IpAddr::V4(Ipv4Addr::new(raw[0], raw[1], raw[2], raw[3]))
-    }
-}
-
-/// TCP state as `ss` names it.
-pub fn state_name(state: u8) -> &'static str {
-    match state {
-        1 => "ESTAB",
-        2 => "SYN-SENT",
-        3 => "SYN-RECV",
-        4 => "FIN-WAIT-1",
-        5 => "FIN-WAIT-2",
-        6 => "TIME-WAIT",
-        7 => "CLOSE",
-        8 => "CLOSE-WAIT",
-        9 => "LAST-ACK",
-        10 => "LISTEN",
-        11 => "CLOSING",
-        12 => "NEW-SYN-RECV",
-        _ => "UNKNOWN",
     }
 }
 
@@ -182,9 +125,9 @@ fn sample_of(x: &BloatdSample, clock: &Clock, pipe_segments: Option<u32>) -> Sam
     }
 }
 
-impl Model {
-    pub fn new(interval_ms: u64, series_seconds: u64) -> Model {
-        Model {
+impl Tracker {
+    pub fn new(interval_ms: u64, series_seconds: u64) -> Tracker {
+        Tracker {
             socks: HashMap::new(),
             series: HashMap::new(),
             interval_ns: interval_ms * 1_000_000,
@@ -257,7 +200,7 @@ impl Model {
             local_port: r.sport,
             remote_addr: addr(r.family, &r.daddr),
             remote_port: r.dport,
-            state: state_name(r.state).to_string(),
+            state: abi::tcp_state_name(r.state).to_string(),
             pid: (r.pid != 0).then_some(r.pid),
             comm: (!comm.is_empty()).then_some(comm),
             cc: cstr(&r.cc),
@@ -300,7 +243,7 @@ impl Model {
             .socks
             .values()
             .filter(|t| {
-                all || t.rec.state == TCP_ESTABLISHED
+                all || t.rec.state == abi::TCP_ESTABLISHED
                     || t.rec.inflight > 0
                     || t.rec.unsent_bytes > 0
             })
@@ -362,7 +305,7 @@ mod tests {
             update_ns: ns,
             sample_ns: ns,
             family: 2, // AF_INET
-            state: TCP_ESTABLISHED,
+            state: abi::TCP_ESTABLISHED,
             role: abi::role::SENDER as u8,
             flags: abi::flag::ACTIVE as u8,
             srtt_us: 300_000,
@@ -398,7 +341,7 @@ mod tests {
 
     #[test]
     fn kernel_numbers_reach_the_view_and_go_stale_when_idle() {
-        let mut m = Model::new(100, 60);
+        let mut m = Tracker::new(100, 60);
         let mut a = rec(1, 1_000_000_000);
         a.throughput_bps = 10_000_000;
         a.floor_us = 15_000;
@@ -441,7 +384,7 @@ mod tests {
         r.rcv_ts_rtt_us = 450_000;
         r.rcv_queue_delay_us = 430_000;
         r.flags |= (abi::flag::RCV_TS | abi::flag::TIMESTAMPS) as u8;
-        let mut m = Model::new(100, 60);
+        let mut m = Tracker::new(100, 60);
         m.refresh(vec![r]);
         let s = &m.sockets(&clock(5), false)[0];
         assert_eq!(
@@ -463,7 +406,7 @@ mod tests {
         let mut r = rec(2, 5);
         r.role = abi::role::RECEIVER as u8;
         r.rcv_rtt_us = 60_000;
-        let mut m = Model::new(100, 60);
+        let mut m = Tracker::new(100, 60);
         m.refresh(vec![r]);
         let s = &m.sockets(&clock(5), false)[0];
         assert_eq!(
@@ -474,7 +417,7 @@ mod tests {
 
     #[test]
     fn a_full_read_is_the_state_and_forgets_what_the_kernel_forgot() {
-        let mut m = Model::new(100, 60);
+        let mut m = Tracker::new(100, 60);
         m.refresh(vec![rec(1, 10), rec(2, 10)]);
         let mut newer = rec(1, 20);
         newer.cwnd = 50;
@@ -485,7 +428,7 @@ mod tests {
 
     #[test]
     fn watched_samples_make_the_series_whatever_reads_come_between() {
-        let mut m = Model::new(100, 60);
+        let mut m = Tracker::new(100, 60);
         m.refresh(vec![rec(1, 100)]);
         m.apply(&sample(1, 100_000_000, 5_000), &clock(100_000_000));
         m.refresh(vec![rec(1, 300_000_000)]);
@@ -514,7 +457,7 @@ mod tests {
 
     #[test]
     fn sweep_keeps_only_watched_and_recent_history() {
-        let mut m = Model::new(100, 60);
+        let mut m = Tracker::new(100, 60);
         for cookie in [1, 2] {
             m.apply(&sample(cookie, 1_000_000_000, 1), &clock(1_000_000_000));
         }
@@ -527,7 +470,7 @@ mod tests {
 
     #[test]
     fn the_most_queued_are_watched_while_someone_looks() {
-        let mut m = Model::new(100, 60);
+        let mut m = Tracker::new(100, 60);
         let recs: Vec<BloatdSock> = (1..=5)
             .map(|c| {
                 let mut r = rec(c, 10);
@@ -544,7 +487,7 @@ mod tests {
 
     #[test]
     fn closing_senders_with_data_are_listed() {
-        let mut m = Model::new(100, 60);
+        let mut m = Tracker::new(100, 60);
         let mut fin = rec(1, 10);
         fin.state = 4; // FIN-WAIT-1, megabytes still in flight
         fin.inflight = 900;

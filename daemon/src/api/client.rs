@@ -1,6 +1,13 @@
-//! Client side of the API: HTTP/1.1 over the daemon's Unix socket, just
-//! enough for the CLI (scripts can use `curl --unix-socket`).
+//! Client side of the API: HTTP/1.1 over the daemon's Unix socket, one
+//! method per route of the contract (api/mod.rs), just enough for the CLI
+//! and `bloatd top` (scripts can use `curl --unix-socket`).
 
+use super::{
+    route, CcInfo, DefaultReq, DefaultResp, DrwaReq, Floors, Path as NetPath, PathsQuery, PolicyInfo, RuleReq,
+    Snapshot, SnapshotQuery, SnapshotRequest, Socket, SocketsQuery, Status,
+};
+use serde::de::DeserializeOwned;
+use serde::Serialize;
 use std::io::{Read, Write};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
@@ -40,7 +47,7 @@ impl Client {
         })
     }
 
-    pub fn request(&self, method: &str, target: &str, body: Option<&str>) -> Result<String, ClientError> {
+    fn request(&self, method: &str, target: &str, body: Option<&str>) -> Result<String, ClientError> {
         let io = |err| ClientError::Io { path: self.path.clone(), err };
         let mut s = self.connect()?;
         s.set_read_timeout(Some(self.timeout)).map_err(io)?;
@@ -73,10 +80,77 @@ impl Client {
         Ok(body)
     }
 
-    pub fn get<T: serde::de::DeserializeOwned>(&self, target: &str) -> Result<T, ClientError> {
-        let body = self.request("GET", target, None)?;
-        serde_json::from_str(&body).map_err(|e| ClientError::Malformed(e.to_string()))
+    /// `GET route?query`, the answer's body as it came.
+    fn get_text(&self, route: &str, query: &impl Serialize) -> Result<String, ClientError> {
+        let query = serde_urlencoded::to_string(query).map_err(|e| ClientError::Malformed(e.to_string()))?;
+        let target = if query.is_empty() { route.to_string() } else { format!("{route}?{query}") };
+        self.request("GET", &target, None)
     }
+
+    fn get<T: DeserializeOwned>(&self, route: &str, query: &impl Serialize) -> Result<T, ClientError> {
+        decode(&self.get_text(route, query)?)
+    }
+
+    fn post<T: DeserializeOwned>(&self, route: &str, body: &impl Serialize) -> Result<T, ClientError> {
+        let body = serde_json::to_string(body).map_err(|e| ClientError::Malformed(e.to_string()))?;
+        decode(&self.request("POST", route, Some(&body))?)
+    }
+
+    pub fn status(&self) -> Result<Status, ClientError> {
+        self.get(route::STATUS, &())
+    }
+
+    /// Established sockets (all states with `all`), read from the kernel now.
+    pub fn sockets(&self, all: bool) -> Result<Vec<Socket>, ClientError> {
+        self.get(route::SOCKETS, &SocketsQuery { all: all.into() })
+    }
+
+    /// The same, as the daemon's JSON text.
+    pub fn sockets_json(&self, all: bool) -> Result<String, ClientError> {
+        self.get_text(route::SOCKETS, &SocketsQuery { all: all.into() })
+    }
+
+    /// What `bloatd top` draws (`fresh`: read from the kernel now).
+    pub fn snapshot(&self, req: &SnapshotRequest, fresh: bool) -> Result<Snapshot, ClientError> {
+        self.get(route::SNAPSHOT, &SnapshotQuery::new(req, fresh))
+    }
+
+    /// Sockets grouped by peer (or by prefix).
+    pub fn paths(&self, prefix: bool) -> Result<Vec<NetPath>, ClientError> {
+        self.get(route::PATHS, &PathsQuery { prefix: prefix.into() })
+    }
+
+    pub fn floors(&self) -> Result<Floors, ClientError> {
+        self.get(route::FLOORS, &())
+    }
+
+    pub fn cc(&self) -> Result<CcInfo, ClientError> {
+        self.get(route::CC, &())
+    }
+
+    /// Set the host's default congestion control (restored at stop).
+    pub fn set_default_cc(&self, name: &str) -> Result<DefaultResp, ClientError> {
+        self.post(route::CC_DEFAULT, &DefaultReq { name: name.to_string() })
+    }
+
+    /// The policy's rules, DRWA and counters.
+    pub fn policy(&self) -> Result<PolicyInfo, ClientError> {
+        self.get(route::POLICY, &())
+    }
+
+    /// DRWA on or off, live.
+    pub fn set_drwa(&self, on: bool) -> Result<DrwaReq, ClientError> {
+        self.post(route::POLICY_DRWA, &DrwaReq { on })
+    }
+
+    /// A rule on or off, live.
+    pub fn set_rule_enabled(&self, name: &str, enabled: bool) -> Result<RuleReq, ClientError> {
+        self.post(&route::POLICY_RULE.replace("{name}", name), &RuleReq { enabled })
+    }
+}
+
+fn decode<T: DeserializeOwned>(body: &str) -> Result<T, ClientError> {
+    serde_json::from_str(body).map_err(|e| ClientError::Malformed(e.to_string()))
 }
 
 /// Who may use the socket, from the group of its run directory (which a
@@ -84,7 +158,7 @@ impl Client {
 fn permission_hint(socket: &Path) -> String {
     use std::os::unix::fs::MetadataExt;
     let gid = socket.parent().and_then(|d| std::fs::metadata(d).ok()).map(|m| m.gid());
-    match gid.filter(|&g| g != 0).and_then(crate::daemon::group_name) {
+    match gid.filter(|&g| g != 0).and_then(crate::rundir::group_name) {
         Some(group) => format!(
             "run it with sudo, or join group {group} (`sudo usermod -aG {group} $USER`, then log in again)"
         ),

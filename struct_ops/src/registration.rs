@@ -20,12 +20,12 @@ use libbpf_rs::{
 use crate::kernel::{
     adopt_netns_defaults, kernel_available, retire_netns_defaults, NetnsDefaultChange,
 };
-use crate::state::{decode, monotonic_us, value_size};
-use crate::{Algo, CcError, CcState, Options, WestwoodSsthresh};
+use crate::state::{decode, monotonic_us, value_size, RatioHistogram, RawRatioHist, RawWestwoodConfig};
+use crate::{Algo, AlgoState, CcError, Options, WestwoodSsthresh};
 
 /// bloatd's congestion controls registered by this process. Dropping it
 /// unregisters them all.
-pub struct Registry {
+pub struct Registration {
     loaded: Vec<Loaded>,
     netns_changes: Vec<NetnsDefaultChange>,
 }
@@ -38,19 +38,21 @@ struct Loaded {
     states: MapHandle,
     /// cc_bpf.h `export_failures`: snapshots the state map refused.
     failures: MapHandle,
+    /// westwood.bpf.c `cwnd_pipe_ratio` (Westwood+ only).
+    ratio: Option<MapHandle>,
     _object: Object,
 }
 
-impl Registry {
+impl Registration {
     /// Load and register `algos` (duplicates ignored). On error nothing stays
     /// registered. Network namespaces whose default still names a killed
     /// bloatd's instance of an algorithm are pointed at the new one (see
-    /// [`Registry::netns_default_changes`]). `opts` are set before load.
-    pub fn register(algos: &[Algo], opts: &Options) -> Result<Registry, CcError> {
+    /// [`Registration::netns_default_changes`]). `opts` are set before load.
+    pub fn register(algos: &[Algo], opts: &Options) -> Result<Registration, CcError> {
         if !Path::new("/sys/kernel/btf/vmlinux").exists() {
             return Err(CcError::MissingBtf);
         }
-        let mut reg = Registry {
+        let mut reg = Registration {
             loaded: Vec::new(),
             netns_changes: Vec::new(),
         };
@@ -65,7 +67,7 @@ impl Registry {
         Ok(reg)
     }
 
-    /// What this registry holds registered, in registration order.
+    /// What this registration holds, in registration order.
     pub fn registered(&self) -> Vec<Algo> {
         self.loaded.iter().map(|l| l.algo).collect()
     }
@@ -87,7 +89,7 @@ impl Registry {
         wait_gone(algo)
     }
 
-    /// Network namespace defaults this registry changed: adopted at
+    /// Network namespace defaults this registration changed: adopted at
     /// registration, or moved to a fallback before unregistering.
     pub fn netns_default_changes(&self) -> &[NetnsDefaultChange] {
         &self.netns_changes
@@ -96,7 +98,7 @@ impl Registry {
     /// The exported state of every socket that uses a registered algorithm
     /// and has a cookie, keyed by socket cookie. One batched map read per
     /// algorithm.
-    pub fn states(&self) -> Result<HashMap<u64, CcState>, CcError> {
+    pub fn states(&self) -> Result<HashMap<u64, AlgoState>, CcError> {
         let now_us = monotonic_us();
         let mut out = HashMap::new();
         for l in &self.loaded {
@@ -132,6 +134,27 @@ impl Registry {
             .collect()
     }
 
+    /// Westwood+'s cwnd/pipe histogram as the kernel counted it so far
+    /// (None without bloatd_westwood).
+    pub fn westwood_cwnd_pipe_ratio(&self) -> Result<Option<RatioHistogram>, CcError> {
+        let Some(l) = self.loaded.iter().find(|l| l.algo == Algo::Westwood) else {
+            return Ok(None);
+        };
+        let ratio = l.ratio.as_ref().expect("bloatd_westwood has cwnd_pipe_ratio");
+        let per_cpu = ratio
+            .lookup_percpu(&0u32.to_ne_bytes(), MapFlags::ANY)
+            .map_err(|e| CcError::io("reading cwnd_pipe_ratio", std::io::Error::other(e.to_string())))?
+            .unwrap_or_default();
+        let size = std::mem::size_of::<RawRatioHist>();
+        let cpus: Vec<RawRatioHist> = per_cpu
+            .iter()
+            .filter(|v| v.len() >= size)
+            // SAFETY: length checked; RawRatioHist is plain old data
+            .map(|v| unsafe { std::ptr::read_unaligned(v.as_ptr().cast()) })
+            .collect();
+        Ok(Some(RatioHistogram::from_cpus(&cpus)))
+    }
+
     /// Map id and struct_ops program ids of `algo` (for `bpftool`, BPF stats).
     pub fn prog_ids(&self, algo: Algo) -> Vec<(String, u32)> {
         let Some(l) = self.loaded.iter().find(|l| l.algo == algo) else {
@@ -144,7 +167,7 @@ impl Registry {
     }
 }
 
-impl Drop for Registry {
+impl Drop for Registration {
     fn drop(&mut self) {
         while let Some(l) = self.loaded.pop() {
             let _ = retire_netns_defaults(l.algo);
@@ -232,13 +255,21 @@ fn open_load_attach(algo: Algo, opts: &Options) -> Result<Loaded, (&'static str,
         .open_memory(algo.object())
         .map_err(|e| ("open", e))?;
     if algo == Algo::Westwood {
-        // westwood.bpf.c: `paper_ssthresh`, alone in its section
+        // westwood.bpf.c: `westwood_config`, alone in its section
+        let cfg = RawWestwoodConfig {
+            paper_ssthresh: u32::from(opts.westwood_ssthresh == WestwoodSsthresh::Paper),
+            ratio_interval_us: opts.ratio_interval_us.max(1),
+        };
         let mut data = open
             .maps_mut()
             .find(|m| m.name() == ".rodata.westwood")
             .expect(".rodata.westwood is in the object");
         let bytes = data.initial_value_mut().expect(".rodata.westwood has a value");
-        bytes[0] = u8::from(opts.westwood_ssthresh == WestwoodSsthresh::Paper);
+        let size = std::mem::size_of::<RawWestwoodConfig>();
+        assert!(bytes.len() >= size, ".rodata.westwood holds the config");
+        // SAFETY: RawWestwoodConfig is plain old data of `size` bytes
+        let raw = unsafe { std::slice::from_raw_parts((&cfg as *const RawWestwoodConfig).cast::<u8>(), size) };
+        bytes[..size].copy_from_slice(raw);
     }
     let mut object = open.load().map_err(|e| ("load", e))?;
     let states = object
@@ -253,6 +284,12 @@ fn open_load_attach(algo: Algo, opts: &Options) -> Result<Loaded, (&'static str,
         .map(|m| MapHandle::try_from(&m))
         .expect("export_failures is in the object")
         .map_err(|e| ("export_failures map", e))?;
+    let ratio = object
+        .maps()
+        .find(|m| m.name() == "cwnd_pipe_ratio")
+        .map(|m| MapHandle::try_from(&m))
+        .transpose()
+        .map_err(|e| ("cwnd_pipe_ratio map", e))?;
     let link = object
         .maps_mut()
         .find(|m| m.name() == algo.ops_map())
@@ -264,6 +301,7 @@ fn open_load_attach(algo: Algo, opts: &Options) -> Result<Loaded, (&'static str,
         _link: link,
         states,
         failures,
+        ratio,
         _object: object,
     })
 }

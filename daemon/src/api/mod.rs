@@ -1,0 +1,287 @@
+//! The API's contract: what the daemon answers on its Unix socket, for the
+//! CLI, `bloatd top`, the lab and scripts (`curl --unix-socket`). One place
+//! for every type a route takes or returns; the view-model types the
+//! dashboard draws (`Socket`, `Snapshot`, ...) are defined by the TUI crate
+//! (the daemon depends on it, not the other way round) and named here.
+//!
+//! HTTP/1.1 on /run/bloatd/bloatd.sock, JSON; the routes are in [`route`],
+//! each with its query type and answer.
+
+pub mod client;
+
+pub use bloatd_tui::model::{Health, Path, Snapshot, SnapshotRequest, Socket};
+use serde::{Deserialize, Serialize};
+
+/// The routes, written once: the server routes them, the client asks them.
+pub mod route {
+    /// GET: daemon state and health ([`Status`](super::Status)).
+    pub const STATUS: &str = "/v1/status";
+    /// GET [`SocketsQuery`](super::SocketsQuery): sockets read from the
+    /// kernel now (`Vec<Socket>`).
+    pub const SOCKETS: &str = "/v1/sockets";
+    /// GET [`SnapshotQuery`](super::SnapshotQuery): what `bloatd top`
+    /// draws ([`Snapshot`](super::Snapshot)).
+    pub const SNAPSHOT: &str = "/v1/snapshot";
+    /// GET [`SeriesQuery`](super::SeriesQuery): one socket's samples
+    /// (`Series`); `{cookie}` is the socket's cookie.
+    pub const SERIES: &str = "/v1/series/{cookie}";
+    /// GET [`PathsQuery`](super::PathsQuery): sockets grouped by path, with
+    /// floor and queue (`Vec<Path>`).
+    pub const PATHS: &str = "/v1/paths";
+    /// GET: every floor the kernel keeps ([`Floors`](super::Floors)).
+    pub const FLOORS: &str = "/v1/floors";
+    /// GET: registered and available algorithms ([`CcInfo`](super::CcInfo)).
+    pub const CC: &str = "/v1/cc";
+    /// POST [`DefaultReq`](super::DefaultReq): set the host default,
+    /// restored at stop ([`DefaultResp`](super::DefaultResp)).
+    pub const CC_DEFAULT: &str = "/v1/cc/default";
+    /// GET: the policy's rules, DRWA and what they did
+    /// ([`PolicyInfo`](super::PolicyInfo)).
+    pub const POLICY: &str = "/v1/policy";
+    /// POST [`DrwaReq`](super::DrwaReq): DRWA on or off, live (409 when
+    /// this daemon did not arm it); answers the request.
+    pub const POLICY_DRWA: &str = "/v1/policy/drwa";
+    /// POST [`RuleReq`](super::RuleReq): a rule on or off, live (404 for
+    /// no such rule); `{name}` is the rule's name; answers the request.
+    pub const POLICY_RULE: &str = "/v1/policy/rules/{name}";
+    /// GET on the metrics listener (TCP), not the API socket: Prometheus
+    /// text.
+    pub const METRICS: &str = "/metrics";
+}
+
+/// A yes/no of a query string: `name=1` (any number but 0), or absent.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct Flag(Option<u8>);
+
+impl Flag {
+    pub fn is_set(self) -> bool {
+        self.0.unwrap_or(0) != 0
+    }
+}
+
+impl From<bool> for Flag {
+    fn from(b: bool) -> Flag {
+        Flag(b.then_some(1))
+    }
+}
+
+/// `GET /v1/sockets[?all=1]`: all states, not only ESTABLISHED.
+#[derive(Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct SocketsQuery {
+    #[serde(default)]
+    pub all: Flag,
+}
+
+/// `GET /v1/snapshot?...`: a [`SnapshotRequest`] in a query string, and
+/// `fresh` (read the kernel now instead of using the last read, at most an
+/// interval old).
+#[derive(Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct SnapshotQuery {
+    pub series: Option<u64>,
+    pub since_ms: Option<u64>,
+    pub sort: Option<String>,
+    pub filter: Option<String>,
+    pub limit: Option<usize>,
+    #[serde(default)]
+    pub fresh: Flag,
+    /// Also the sockets grouped by path (`Snapshot::paths`).
+    #[serde(default)]
+    pub paths: Flag,
+}
+
+impl SnapshotQuery {
+    pub fn new(req: &SnapshotRequest, fresh: bool) -> SnapshotQuery {
+        SnapshotQuery {
+            series: req.series,
+            since_ms: req.series.map(|_| req.since_ms),
+            sort: req.sort.clone(),
+            filter: req.filter.clone(),
+            limit: req.limit,
+            fresh: fresh.into(),
+            paths: req.paths.into(),
+        }
+    }
+
+    pub fn request(&self) -> SnapshotRequest {
+        SnapshotRequest {
+            series: self.series,
+            since_ms: self.since_ms.unwrap_or(0),
+            sort: self.sort.clone(),
+            filter: self.filter.clone(),
+            limit: self.limit,
+            paths: self.paths.is_set(),
+        }
+    }
+}
+
+/// `GET /v1/series/{cookie}[?since_ms=T]`: samples newer than T.
+#[derive(Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct SeriesQuery {
+    pub since_ms: Option<u64>,
+}
+
+/// `GET /v1/paths[?prefix=1]`: by prefix instead of by peer.
+#[derive(Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct PathsQuery {
+    #[serde(default)]
+    pub prefix: Flag,
+}
+
+/// `GET /v1/status`.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Status {
+    pub pid: u32,
+    pub version: String,
+    pub mode: String,
+    pub started_unix_ms: u64,
+    pub interval_ms: u64,
+    /// The BPF programs attached (`tp_btf/tcp_probe`, `cgroup/sock_ops`).
+    #[serde(default)]
+    pub probes: Vec<String>,
+    /// The old name of `probes`, kept for one release.
+    pub hooks: Vec<String>,
+    pub cc_registered: Vec<String>,
+    pub default_cc: Option<String>,
+    pub listen: Option<String>,
+    pub sockets: usize,
+    pub health: Health,
+    /// Why senders that closed their end are not sampled (no sock_ops
+    /// program on the cgroup v2 root), if they are not.
+    #[serde(default)]
+    pub sockops_error: Option<String>,
+}
+
+/// `GET /v1/cc`.
+#[derive(Serialize, Deserialize)]
+pub struct CcInfo {
+    pub bloatd: Vec<String>,
+    pub registered: Vec<String>,
+    pub available: Vec<String>,
+    pub default: String,
+}
+
+/// One floor the kernel keeps: of a peer (prefix_len 32/128) or a prefix.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct FloorEntry {
+    pub netns: u32,
+    pub peer: std::net::IpAddr,
+    pub prefix_len: u8,
+    pub floor_us: u32,
+    /// `socket` (observed by a socket toward it), `prefix`, or `inferred`.
+    pub floor_source: bloatd_tui::model::FloorSource,
+    /// Seconds since a socket last fed it.
+    pub updated_s_ago: u32,
+}
+
+/// `GET /v1/floors`: what the floors table holds and what its bound
+/// pushed out.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Floors {
+    pub window_s: u32,
+    pub capacity: u32,
+    /// Floors created since start, and those the LRU bound evicted.
+    pub created: u64,
+    pub evicted: u64,
+    pub floors: Vec<FloorEntry>,
+}
+
+/// `POST /v1/cc/default`, and its answer.
+#[derive(Serialize, Deserialize)]
+pub struct DefaultReq {
+    pub name: String,
+}
+
+#[derive(Serialize, Deserialize)]
+pub struct DefaultResp {
+    pub previous: String,
+    pub default: String,
+}
+
+/// `GET /v1/policy`'s counters: what the policy did (bpf/policy.h).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct PolicyCounts {
+    /// Live sockets whose congestion control a rule chose at the handshake.
+    pub cc_sockets: i64,
+    /// Live sockets a bulk rule switched.
+    pub bulk_sockets: i64,
+    /// Live sockets whose window DRWA clamps now.
+    pub drwa_sockets: i64,
+    pub cc_set_total: u64,
+    pub bulk_switched_total: u64,
+    pub cc_failed_total: u64,
+    pub drwa_rounds_total: u64,
+    pub drwa_restored_total: u64,
+    pub drwa_failed_total: u64,
+}
+
+/// `GET /v1/policy`: the rules, DRWA's state, and what they did.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct PolicyInfo {
+    pub drwa: DrwaInfo,
+    pub rules: Vec<RuleInfo>,
+    pub counts: PolicyCounts,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct DrwaInfo {
+    /// "disabled" (nothing asked of the kernel), "off" or "on".
+    pub mode: String,
+    pub lambda: f64,
+    pub min_bytes: u64,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct RuleInfo {
+    pub name: String,
+    pub selects: String,
+    pub does: String,
+    pub rule: Option<crate::policy::Rule>,
+    pub enabled: bool,
+    /// Live sockets whose congestion control (or DRWA) this rule chose.
+    pub sockets: usize,
+    /// Live sockets a bulk rule waits on.
+    pub waiting: usize,
+}
+
+/// `POST /v1/policy/drwa`.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct DrwaReq {
+    pub on: bool,
+}
+
+/// `POST /v1/policy/rules/{name}`.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct RuleReq {
+    pub enabled: bool,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_dashboard_request_round_trips_through_the_query_string() {
+        let req = SnapshotRequest {
+            series: Some(7),
+            since_ms: 9,
+            filter: Some("cc:cubic x".into()),
+            limit: Some(3),
+            sort: None,
+            paths: false,
+        };
+        let q = serde_urlencoded::to_string(SnapshotQuery::new(&req, false)).unwrap();
+        assert_eq!(q, "series=7&since_ms=9&filter=cc%3Acubic+x&limit=3");
+        let back: SnapshotQuery = serde_urlencoded::from_str(&q).unwrap();
+        assert_eq!((back.request(), back.fresh.is_set()), (req, false));
+        let fresh = SnapshotQuery::new(&SnapshotRequest::default(), true);
+        assert_eq!(serde_urlencoded::to_string(&fresh).unwrap(), "fresh=1");
+        assert_eq!(serde_urlencoded::to_string(SocketsQuery { all: false.into() }).unwrap(), "");
+        assert_eq!(serde_urlencoded::to_string(SocketsQuery { all: true.into() }).unwrap(), "all=1");
+        assert_eq!(serde_urlencoded::to_string(PathsQuery { prefix: true.into() }).unwrap(), "prefix=1");
+        let q: PathsQuery = serde_urlencoded::from_str("prefix=0").unwrap();
+        assert!(!q.prefix.is_set());
+        let q: SocketsQuery = serde_urlencoded::from_str("").unwrap();
+        assert!(!q.all.is_set());
+    }
+}

@@ -1,0 +1,78 @@
+//! The command line: global options and the commands (their flags live
+//! with their code in cmd/), and the config they run with.
+
+use crate::cmd;
+use crate::config::{self, Config};
+use clap::{Parser, Subcommand};
+use std::path::PathBuf;
+
+const ABOUT: &str = "Watch TCP bufferbloat form, per socket, with eBPF.
+
+bloatd attaches tracepoint probes to the kernel's TCP stack and keeps, for
+every TCP socket of every network namespace, its congestion window, smoothed
+RTT, minimum RTT and queueing delay (srtt - min RTT), and for downloads the
+receiver's RTT estimate. It serves Prometheus metrics, a JSON API on a Unix
+socket, and `bloatd top`, a live dashboard. It also registers Westwood+ and
+CUBIC as in-kernel BPF congestion controls (bloatd_westwood, bloatd_cubic).";
+
+#[derive(Parser)]
+#[command(name = "bloatd", version, about = "Watch TCP bufferbloat form, per socket, with eBPF", long_about = ABOUT)]
+pub struct Cli {
+    /// Config file (TOML). Default: /etc/bloatd/bloatd.toml if it exists.
+    #[arg(long, global = true, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// Directory of the pid file, API socket and log [default: /run/bloatd]
+    #[arg(long, global = true, value_name = "DIR", env = "BLOATD_RUN_DIR")]
+    pub run_dir: Option<PathBuf>,
+    #[command(subcommand)]
+    pub cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+pub enum Cmd {
+    /// Load the probes, register the congestion controls and serve metrics
+    /// and the API. Returns once everything is up (runs in the background).
+    Start(cmd::start::StartArgs),
+    /// Stop the daemon: detach every probe, unregister bloatd's congestion
+    /// controls, restore the default congestion control.
+    Stop,
+    /// Is the daemon running, and how healthy? Exit 0 running, 3 not running.
+    Status(cmd::status::StatusArgs),
+    /// Established TCP sockets of every network namespace with their live
+    /// numbers, read from the kernel now.
+    Sockets(cmd::sockets::SocketsArgs),
+    /// Paths: the sockets of each network namespace grouped by peer and
+    /// interface, with the path's floor (lowest RTT), the queue its sockets
+    /// wait in now, the bufferbloat grade and the loaded responsiveness.
+    Paths(cmd::paths::PathsArgs),
+    /// Live dashboard. Uses the running daemon; without one, and as root,
+    /// runs the probes itself (embedded mode).
+    Top(cmd::top::TopArgs),
+    /// bloatd's congestion controls and the host's default.
+    Cc(cmd::cc::CcArgs),
+    /// Acting on bloat: the congestion control rules, and the receiver's
+    /// Dynamic Receive Window Adjustment (DRWA), through the running daemon.
+    Policy(cmd::policy::PolicyArgs),
+}
+
+impl Cli {
+    /// The config file, the global options and the command's flags over it,
+    /// checked.
+    pub fn config(&self) -> Result<Config, config::ConfigError> {
+        let mut cfg = Config::load(self.config.as_deref())?;
+        if let Some(d) = &self.run_dir {
+            cfg.run_dir = d.clone();
+        }
+        if let Cmd::Start(a) = &self.cmd {
+            a.apply(&mut cfg)?;
+        }
+        cfg.validate()?;
+        if let Cmd::Start(_) = &self.cmd {
+            crate::rundir::check_run_dir(&cfg.run_dir).map_err(config::ConfigError::Invalid)?;
+            // Algorithms and cgroups the rules name must exist: checked
+            // before anything is attached, as bad input.
+            crate::policy::resolve(&cfg.policy, &cfg.cc).map_err(config::ConfigError::Invalid)?;
+        }
+        Ok(cfg)
+    }
+}

@@ -1,0 +1,124 @@
+//! `bloatd paths`: the sockets grouped by path, worst queue first, or the
+//! floors the kernel keeps.
+
+use crate::api::client::Client;
+use crate::config::Config;
+use bloatd_tui::format;
+use bloatd_tui::model::Path;
+use clap::Args;
+use std::fmt::Write as _;
+use std::process::ExitCode;
+
+#[derive(Args)]
+pub struct PathsArgs {
+    /// JSON output (an array of paths; field names in the README).
+    #[arg(long)]
+    pub json: bool,
+    /// Group by prefix (floor_prefix_v4 / floor_prefix_v6) instead of by peer.
+    #[arg(long, conflicts_with = "floors")]
+    pub prefix: bool,
+    /// List the floors the kernel keeps instead (peers and prefixes,
+    /// alive or closed, with where each came from).
+    #[arg(long)]
+    pub floors: bool,
+}
+
+pub fn run(cfg: &Config, args: &PathsArgs) -> anyhow::Result<ExitCode> {
+    let (json, prefix, floors) = (args.json, args.prefix, args.floors);
+    let client = Client::new(&cfg.socket_path());
+    if floors {
+        let f = client.floors()?;
+        if json {
+            println!("{}", serde_json::to_string_pretty(&f)?);
+            return Ok(ExitCode::SUCCESS);
+        }
+        println!(
+            "{} floors (capacity {}, window {} s; {} created, {} evicted by the bound)",
+            f.floors.len(),
+            f.capacity,
+            f.window_s,
+            f.created,
+            f.evicted
+        );
+        println!("{:<10} {:<44} {:>10} {:<8} {:>8}", "NETNS", "PEER/PREFIX", "FLOOR", "SOURCE", "FED");
+        for e in &f.floors {
+            println!(
+                "{:<10} {:<44} {:>10} {:<8} {:>7}s",
+                e.netns,
+                format!("{}/{}", e.peer, e.prefix_len),
+                format::ms(e.floor_us as u64),
+                e.floor_source.as_str(),
+                e.updated_s_ago
+            );
+        }
+        return Ok(ExitCode::SUCCESS);
+    }
+    let paths = client.paths(prefix)?;
+    if json {
+        println!("{}", serde_json::to_string_pretty(&paths)?);
+    } else {
+        print!("{}", paths_table(&paths));
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `bloatd paths`: one line per path.
+fn paths_table(paths: &[Path]) -> String {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "{:<10} {:<28} {:<10} {:>9} {:<8} {:>9} {:>9} {:<5} {:>6} {:>5} {:>12}  CC",
+        "NETNS", "PEER", "IFACE", "FLOOR", "SOURCE", "QUEUE", "QMAX", "GRADE", "RPM", "SOCKS", "THROUGHPUT"
+    );
+    for p in paths {
+        let _ = writeln!(
+            out,
+            "{:<10} {:<28} {:<10} {:>9} {:<8} {:>9} {:>9} {:<5} {:>6} {:>5} {:>12}  {}",
+            p.netns,
+            p.peer_text(),
+            if p.interface.is_empty() { "-" } else { &p.interface },
+            format::ms(p.floor_us as u64),
+            p.floor_source.as_str(),
+            format::ms(p.queue_delay_p50_us as u64),
+            format::ms(p.queue_delay_max_us as u64),
+            p.grade(),
+            p.rpm(),
+            p.sockets,
+            format::rate(p.throughput_bps),
+            p.ccs.join(",")
+        );
+    }
+    if let Some(s) = bloatd_tui::model::worst_path_sentence(paths) {
+        let _ = writeln!(out, "\n{s}");
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::paths::paths_of;
+    use bloatd_tui::model::worst_path_sentence;
+    use crate::paths::tests::sock;
+
+    #[test]
+    fn the_worst_path_in_one_sentence() {
+        let socks = vec![
+            sock(1, "93.184.216.34", 40, 400, 0),
+            sock(2, "93.184.216.34", 40, 460, 0),
+            sock(3, "93.184.216.34", 40, 450, 0),
+            sock(4, "1.1.1.1", 10, 2, 0),
+        ];
+        let s = worst_path_sentence(&paths_of(&socks, None)).unwrap();
+        assert!(s.starts_with("the link to 93.184.216.34 (wlan0) holds 450ms of queue, 3 flows wait behind it"), "{s}");
+        assert!(worst_path_sentence(&paths_of(&[sock(1, "10.9.2.2", 40, 10, 0)], None)).is_none(), "no queue, no sentence");
+    }
+
+    #[test]
+    fn a_prefix_shows_its_length() {
+        let socks = vec![sock(1, "10.9.2.2", 40, 100, 0), sock(2, "fd00::1", 5, 0, 0)];
+        let paths = paths_of(&socks, Some((24, 64)));
+        assert_eq!(paths[0].peer_text(), "10.9.2.0/24");
+        assert_eq!(paths[1].peer_text(), "fd00::/64");
+        assert_eq!(paths_of(&socks, None)[0].peer_text(), "10.9.2.2");
+    }
+}

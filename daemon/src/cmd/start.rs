@@ -1,0 +1,357 @@
+//! `bloatd start`: load the probes, register the congestion controls,
+//! serve /metrics and the API; in the background (the default: returns once
+//! everything is up) or in the foreground (systemd).
+
+use crate::server;
+use crate::caps;
+use crate::api::client::Client;
+use crate::config::Config;
+use crate::core::Core;
+use crate::rundir::{lock_state, take_lock, LockState, PidLock, RunDir, LOG, PID_FILE, SOCKET};
+use clap::Args;
+use std::fs::File;
+use std::io::{Read, Write};
+use std::net::SocketAddr;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::process::CommandExt;
+use std::path::Path;
+use std::process::{Command, ExitCode, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+const READY_ENV: &str = "BLOATD_READY_FD";
+const READY_TIMEOUT: Duration = Duration::from_secs(60);
+
+#[derive(Args)]
+pub struct StartArgs {
+    /// Stay in the foreground (for systemd and other service managers).
+    #[arg(long)]
+    pub foreground: bool,
+    /// Prometheus listener address [default: 127.0.0.1:9477]
+    #[arg(long, value_name = "ADDR")]
+    pub listen: Option<SocketAddr>,
+    /// Sampling interval in milliseconds [default: 100]
+    #[arg(long, value_name = "MS")]
+    pub interval: Option<u64>,
+    /// Sockets the kernel tracks at most (the socket map's bound; beyond
+    /// it new sockets are counted as dropped) [default: 65536]. The old
+    /// spelling --map-entries works for one more release.
+    #[arg(long, value_name = "N", alias = "map-entries")]
+    pub map_capacity: Option<u32>,
+    /// Queueing delay (ms) from which a socket counts as bloated [default: 100]
+    #[arg(long, value_name = "MS")]
+    pub bloat_threshold: Option<u64>,
+    /// Congestion controls to register, comma separated
+    /// [default: bloatd_westwood,bloatd_cubic]
+    #[arg(long, value_name = "LIST", value_delimiter = ',', conflicts_with = "no_cc")]
+    pub cc: Option<Vec<String>>,
+    /// Register no congestion control.
+    #[arg(long)]
+    pub no_cc: bool,
+    /// bloatd_westwood's ssthresh on three duplicate ACKs: kernel (Reno's
+    /// half, BWE x RTTmin when the recovery completes, as Linux's
+    /// tcp_westwood) or paper (BWE x RTTmin at once) [default: kernel]
+    #[arg(long, value_name = "WHICH", value_parser = ["kernel", "paper"])]
+    pub westwood_ssthresh: Option<String>,
+    /// Keep no path floors: measure queueing delay against each socket's
+    /// own minimum RTT (config `floors = false`; README, "Path floors").
+    #[arg(long)]
+    pub no_floors: bool,
+    /// Enable the kernel's BPF run-time statistics while running, to see
+    /// each probe's cost in /metrics (costs a little per event).
+    #[arg(long)]
+    pub bpf_stats: bool,
+    /// A congestion control rule, as KEY=VALUE,... with the keys of a
+    /// [[policy]] table (name, dport, sport, cgroup, bulk_bytes, cc, drwa,
+    /// enabled), e.g. `sport=5201,cc=bloatd_westwood` or
+    /// `name=bulk,bulk_bytes=1M,cc=bloatd_westwood`. Repeatable; after the
+    /// config's rules.
+    #[arg(long = "policy", value_name = "RULE")]
+    pub policy: Vec<String>,
+    /// The receiver's Dynamic Receive Window Adjustment: on (default when
+    /// the flag is given), off (armed, to switch on live with `bloatd
+    /// policy drwa on` or `bloatd top`'s D key) or disabled.
+    #[arg(long, value_name = "MODE", num_args = 0..=1, default_missing_value = "on",
+          value_parser = ["on", "off", "disabled"])]
+    pub drwa: Option<String>,
+}
+
+impl StartArgs {
+    /// The flags given override the config file (a `--policy` that is not
+    /// a rule is bad input).
+    pub fn apply(&self, cfg: &mut Config) -> Result<(), crate::config::ConfigError> {
+        if let Some(l) = self.listen {
+            cfg.listen = l;
+        }
+        if let Some(i) = self.interval {
+            cfg.interval_ms = i;
+        }
+        if let Some(n) = self.map_capacity {
+            cfg.map_capacity = n;
+        }
+        if let Some(t) = self.bloat_threshold {
+            cfg.bloat_threshold_ms = t;
+        }
+        if let Some(cc) = &self.cc {
+            cfg.cc = cc.iter().filter(|s| !s.is_empty()).cloned().collect();
+        }
+        if self.no_cc {
+            cfg.cc.clear();
+        }
+        if let Some(w) = &self.westwood_ssthresh {
+            cfg.westwood_ssthresh = w.clone();
+        }
+        if self.no_floors {
+            cfg.floors = false;
+        }
+        if self.bpf_stats {
+            cfg.bpf_stats = true;
+        }
+        for spec in &self.policy {
+            cfg.policy.push(crate::policy::parse_flag(spec).map_err(crate::config::ConfigError::Invalid)?);
+        }
+        if let Some(m) = self.drwa.as_deref().and_then(crate::policy::DrwaMode::from_name) {
+            cfg.drwa = m;
+        }
+        Ok(())
+    }
+}
+
+/// `bloatd start [--foreground]`.
+pub fn run(cfg: &Config, args: &StartArgs) -> anyhow::Result<ExitCode> {
+    if args.foreground {
+        super::init_logging(&cfg.log);
+        run_foreground(cfg)
+    } else {
+        let argv: Vec<String> = std::env::args().skip(1).collect();
+        start_background(cfg, &argv)
+    }
+}
+
+/// `bloatd start`: spawn the daemon in the background and wait until it has
+/// attached its probes and opened its listeners, or report why it failed.
+fn start_background(cfg: &Config, args: &[String]) -> anyhow::Result<ExitCode> {
+    crate::probes::preflight()?;
+    // SAFETY: umask(2) always succeeds. Nothing bloatd creates is for others.
+    unsafe { libc::umask(0o077) };
+    if let (LockState::Held(pid), _) = lock_state(&cfg.run_dir)? {
+        anyhow::bail!(
+            "bloatd is already running (pid {}); `bloatd stop` first to restart it",
+            pid.map(|p| p.to_string()).unwrap_or_else(|| "?".into())
+        );
+    }
+    let dir = RunDir::prepare(&cfg.run_dir, cfg.api_gid().map(|(_, g)| g))?;
+    let log = dir
+        .open_file(LOG, libc::O_WRONLY | libc::O_APPEND | libc::O_CREAT, 0o600)
+        .map_err(|e| anyhow::anyhow!("cannot open log {}: {e}", cfg.log_file().display()))?;
+
+    let mut fds: [RawFd; 2] = [0; 2];
+    // SAFETY: valid array of two fds.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+        anyhow::bail!("pipe: {}", std::io::Error::last_os_error());
+    }
+    // SAFETY: pipe2 just returned these fds; we own them.
+    let (rd, wr) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+    let wr_fd = wr.as_raw_fd();
+
+    let exe = std::env::current_exe()?;
+    let mut cmd = Command::new(exe);
+    cmd.args(args).arg("--foreground");
+    cmd.env(READY_ENV, wr_fd.to_string())
+        .stdin(Stdio::null())
+        .stdout(log.try_clone()?)
+        .stderr(log);
+    // SAFETY: only async-signal-safe calls between fork and exec.
+    unsafe {
+        cmd.pre_exec(move || {
+            // Keep the readiness pipe across exec, leave our session.
+            libc::fcntl(wr_fd, libc::F_SETFD, 0);
+            libc::setsid();
+            Ok(())
+        });
+    }
+    let mut child = cmd.spawn()?;
+    drop(wr);
+
+    // The child writes one line, "ok" or "err <why>", and closes the pipe;
+    // EOF without a line means it died before it could say.
+    let msg = read_with_timeout(File::from(rd), READY_TIMEOUT);
+    let msg = msg.trim();
+    if let Some(rest) = msg.strip_prefix("ok") {
+        let _ = rest;
+        let status = Client::new(&cfg.socket_path()).status()?;
+        println!(
+            "bloatd started (pid {}): probes {}; congestion controls: {}; metrics http://{}/metrics; API {}",
+            status.pid,
+            status.probes.join(" "),
+            if status.cc_registered.is_empty() { "none".into() } else { status.cc_registered.join(" ") },
+            cfg.listen,
+            cfg.socket_path().display()
+        );
+        return Ok(ExitCode::SUCCESS);
+    }
+    if msg.is_empty() && child.try_wait()?.is_none() {
+        let _ = child.kill();
+        anyhow::bail!("bloatd did not get ready within {}s; see {}", READY_TIMEOUT.as_secs(), cfg.log_file().display());
+    }
+    let reason = msg.strip_prefix("err ").map(str::to_string).unwrap_or_else(|| {
+        format!("bloatd exited during start; see {}", cfg.log_file().display())
+    });
+    let _ = child.wait();
+    anyhow::bail!("{reason}")
+}
+
+/// Read until EOF or until `timeout` passes.
+fn read_with_timeout(mut f: File, timeout: Duration) -> String {
+    let deadline = Instant::now() + timeout;
+    let mut out = Vec::new();
+    let mut buf = [0u8; 512];
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            break;
+        }
+        let mut pfd = libc::pollfd { fd: f.as_raw_fd(), events: libc::POLLIN, revents: 0 };
+        // SAFETY: one valid pollfd.
+        let n = unsafe { libc::poll(&mut pfd, 1, left.as_millis().min(i32::MAX as u128) as i32) };
+        if n < 0 && std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted {
+            continue;
+        }
+        if n <= 0 {
+            break;
+        }
+        match f.read(&mut buf) {
+            Ok(0) | Err(_) => break,
+            Ok(k) => out.extend_from_slice(&buf[..k]),
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// Tell whoever waits that the daemon is up (or why not): `bloatd start`
+/// through the readiness pipe, systemd (Type=notify) through $NOTIFY_SOCKET.
+fn notify_ready(result: &Result<(), String>) {
+    if let (Ok(()), Some(path)) = (result, std::env::var_os("NOTIFY_SOCKET")) {
+        sd_notify(&path, "READY=1\n");
+    }
+    let Ok(fd) = std::env::var(READY_ENV) else { return };
+    let Ok(fd) = fd.parse::<RawFd>() else { return };
+    // SAFETY: our parent passed us this pipe's write end; we take it once.
+    let mut f = unsafe { File::from_raw_fd(fd) };
+    let line = match result {
+        Ok(()) => "ok\n".to_string(),
+        Err(e) => format!("err {}\n", e.replace('\n', " ")),
+    };
+    let _ = f.write_all(line.as_bytes());
+    std::env::remove_var(READY_ENV);
+}
+
+fn sd_notify(path: &std::ffi::OsStr, msg: &str) {
+    use std::os::linux::net::SocketAddrExt;
+    use std::os::unix::net::{SocketAddr, UnixDatagram};
+    let bytes = path.as_bytes();
+    let addr = match bytes.strip_prefix(b"@") {
+        Some(name) => SocketAddr::from_abstract_name(name),
+        None => SocketAddr::from_pathname(Path::new(path)),
+    };
+    let sent = addr.and_then(|a| UnixDatagram::unbound()?.send_to_addr(msg.as_bytes(), &a));
+    if let Err(e) = sent {
+        tracing::warn!("cannot notify the service manager: {e}");
+    }
+}
+
+/// `bloatd start --foreground`: run until SIGTERM, SIGINT or SIGHUP.
+fn run_foreground(cfg: &Config) -> anyhow::Result<ExitCode> {
+    // SAFETY: umask(2) always succeeds. Nothing bloatd creates is for others.
+    unsafe { libc::umask(0o077) };
+    let (dir, lock, tcp, unix, core) = match setup(cfg) {
+        Ok(s) => s,
+        Err(e) => {
+            notify_ready(&Err(format!("{e:#}")));
+            return Err(e);
+        }
+    };
+    tracing::info!(
+        "bloatd {} running: metrics on http://{}/metrics, API on {} ({})",
+        env!("CARGO_PKG_VERSION"),
+        cfg.listen,
+        cfg.socket_path().display(),
+        match cfg.api_gid() {
+            Some((name, _)) => format!("root and group {name}"),
+            None => "root only".into(),
+        }
+    );
+    let core = Arc::new(Mutex::new(core));
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    let interval = Duration::from_millis(cfg.interval_ms);
+    let result = rt.block_on(async {
+        let tcp = tokio::net::TcpListener::from_std(tcp)?;
+        let unix = tokio::net::UnixListener::from_std(unix)?;
+        let ticker = {
+            let core = core.clone();
+            async move {
+                let mut t = tokio::time::interval(interval);
+                t.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+                loop {
+                    t.tick().await;
+                    core.lock().unwrap().tick();
+                }
+            }
+        };
+        let metrics = server::serve(tcp, server::metrics_router(core.clone()), server::Limits::DEFAULT);
+        let api_srv = server::serve(unix, server::api_router(core.clone()), server::Limits::DEFAULT);
+        notify_ready(&Ok(()));
+        use tokio::signal::unix::{signal, SignalKind};
+        let mut term = signal(SignalKind::terminate())?;
+        let mut int = signal(SignalKind::interrupt())?;
+        // SIGHUP ends the daemon like SIGTERM (there is no reload: a new
+        // config takes a restart), so a hung-up terminal that started
+        // `bloatd start --foreground` restores the default cc on its way.
+        let mut hup = signal(SignalKind::hangup())?;
+        tokio::select! {
+            r = metrics => r.map_err(anyhow::Error::from),
+            r = api_srv => r.map_err(anyhow::Error::from),
+            _ = ticker => Ok(()),
+            _ = term.recv() => { tracing::info!("SIGTERM: stopping"); Ok(()) }
+            _ = int.recv() => { tracing::info!("SIGINT: stopping"); Ok(()) }
+            _ = hup.recv() => { tracing::info!("SIGHUP: stopping"); Ok(()) }
+        }
+    });
+    // Detach probes, restore the default cc, unregister our algorithms:
+    // moving other namespaces' defaults needs the capabilities kept for it.
+    drop(rt);
+    caps::raise_for_stop();
+    match Arc::try_unwrap(core) {
+        Ok(m) => drop(m.into_inner()),
+        Err(_) => tracing::warn!("engine still referenced at exit; the kernel will detach it"),
+    }
+    dir.unlink(SOCKET);
+    dir.unlink(PID_FILE);
+    drop(lock);
+    tracing::info!("bloatd stopped");
+    result.map(|_| ExitCode::SUCCESS)
+}
+
+type Setup = (RunDir, PidLock, std::net::TcpListener, std::os::unix::net::UnixListener, Core);
+
+fn setup(cfg: &Config) -> anyhow::Result<Setup> {
+    crate::probes::preflight()?;
+    let dir = RunDir::prepare(&cfg.run_dir, cfg.api_gid().map(|(_, g)| g))?;
+    let lock = take_lock(&dir)?;
+    // Listeners first: a taken port fails fast, before anything is attached.
+    let tcp = std::net::TcpListener::bind(cfg.listen).map_err(|e| match e.kind() {
+        std::io::ErrorKind::AddrInUse => anyhow::anyhow!(
+            "port in use: {} is already taken by another program (choose another with --listen)",
+            cfg.listen
+        ),
+        _ => anyhow::anyhow!("cannot listen on {}: {e}", cfg.listen),
+    })?;
+    tcp.set_nonblocking(true)?;
+    let unix = dir.bind_socket(cfg.api_gid().map(|(_, g)| g))?;
+    let core = Core::start(cfg, "daemon", true)?;
+    // Everything is loaded and attached: from here on bloatd works on the
+    // descriptors it holds (see caps.rs for what it keeps, and why).
+    caps::drop_after_start().map_err(|e| anyhow::anyhow!("cannot drop capabilities after start: {e}"))?;
+    Ok((dir, lock, tcp, unix, core))
+}

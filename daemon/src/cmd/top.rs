@@ -1,0 +1,145 @@
+//! `bloatd top`: the dashboard.
+//!
+//! The dashboard (crate bloatd-tui) draws whatever a `Source` gives it:
+//! here either the running daemon's API, or, with no daemon and enough
+//! privilege, an engine running the probes inside this process (embedded
+//! mode), so one command is enough on a laptop.
+
+use crate::api::client::{Client, ClientError};
+use crate::config::Config;
+use crate::core::Core;
+use bloatd_tui::model::{Snapshot, SnapshotRequest};
+use bloatd_tui::Source;
+use clap::Args;
+use std::process::ExitCode;
+use std::time::Duration;
+
+#[derive(Args)]
+pub struct TopArgs {
+    /// Print one text frame of the socket table and exit.
+    #[arg(long)]
+    pub once: bool,
+    /// With --once: print the snapshot as JSON.
+    #[arg(long, requires = "once")]
+    pub json: bool,
+    /// Refresh period of the dashboard in milliseconds (the daemon samples
+    /// at its own --interval). The old spelling --interval works for one
+    /// more release.
+    #[arg(long, value_name = "MS", default_value_t = 250, alias = "interval")]
+    pub refresh: u64,
+    /// Width of the --once frame (default: the terminal's, else 160).
+    #[arg(long, value_name = "COLS")]
+    pub width: Option<u16>,
+}
+
+/// Where `bloatd top` gets its snapshots: the daemon's API, or probes
+/// running in this process (embedded mode).
+enum Backend {
+    Api(Client),
+    Embedded(Box<Core>),
+}
+
+impl Source for Backend {
+    /// API errors become the message the dashboard shows while it keeps
+    /// retrying, so a restarted daemon is picked up again.
+    fn snapshot(&mut self, req: &SnapshotRequest) -> Result<Snapshot, String> {
+        match self {
+            Backend::Api(client) => {
+                client.snapshot(req, false).map_err(|e| match e {
+                    ClientError::NotRunning(p) => format!(
+                        "bloatd daemon not reachable at {}: retrying… (sudo bloatd start)",
+                        p.display()
+                    ),
+                    e => e.to_string(),
+                })
+            }
+            Backend::Embedded(core) => {
+                core.tick();
+                core.snapshot(req, false)
+            }
+        }
+    }
+
+    /// The D key: DRWA on or off through the daemon.
+    fn set_drwa(&mut self, on: bool) -> Result<(), String> {
+        match self {
+            Backend::Api(client) => client.set_drwa(on).map(|_| ()).map_err(|e| match e {
+                ClientError::Status { body, .. } => body,
+                e => e.to_string(),
+            }),
+            Backend::Embedded(core) => core.set_drwa(on),
+        }
+    }
+}
+
+impl Backend {
+    fn open(cfg: &Config) -> anyhow::Result<Backend> {
+        let client = Client::new(&cfg.socket_path());
+        match client.status() {
+            Ok(_) => Ok(Backend::Api(client)),
+            Err(ClientError::NotRunning(_)) => {
+                if crate::probes::preflight().is_err() {
+                    anyhow::bail!(
+                        "bloatd is not running, and running the probes here (embedded mode) needs root: \
+                         `sudo bloatd start` then `bloatd top`, or `sudo bloatd top`"
+                    );
+                }
+                // Embedded mode watches; it does not register congestion
+                // controls, nor act on connections (policy, DRWA).
+                let mut cfg = cfg.clone();
+                cfg.cc.clear();
+                cfg.policy.clear();
+                cfg.drwa = crate::policy::DrwaMode::Disabled;
+                let mut core = Core::start(&cfg, "embedded", false)?;
+                // Probes started just now: give them a few intervals to see
+                // the traffic of other namespaces.
+                std::thread::sleep(Duration::from_millis(cfg.interval_ms * 3));
+                core.tick();
+                Ok(Backend::Embedded(Box::new(core)))
+            }
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// Every socket's numbers read from the kernel now: what `--once`
+    /// prints, so it agrees with `bloatd sockets` taken beside it.
+    fn fresh(&mut self) -> anyhow::Result<Snapshot> {
+        match self {
+            Backend::Api(client) => Ok(client.snapshot(&SnapshotRequest::default(), true)?),
+            Backend::Embedded(core) => {
+                core.snapshot(&SnapshotRequest::default(), true).map_err(anyhow::Error::msg)
+            }
+        }
+    }
+}
+
+fn terminal_size() -> Option<(u16, u16)> {
+    let mut ws: libc::winsize = unsafe { std::mem::zeroed() };
+    // SAFETY: TIOCGWINSZ fills a winsize.
+    let ok = unsafe { libc::ioctl(libc::STDOUT_FILENO, libc::TIOCGWINSZ, &mut ws) } == 0;
+    (ok && ws.ws_col > 0).then_some((ws.ws_col, ws.ws_row))
+}
+
+pub fn run(cfg: &Config, opts: &TopArgs) -> anyhow::Result<ExitCode> {
+    super::init_logging("warn");
+    let mut backend = Backend::open(cfg)?;
+    if !opts.once {
+        bloatd_tui::run(
+            &mut backend,
+            &bloatd_tui::Options { refresh: Duration::from_millis(opts.refresh.max(50)), ..Default::default() },
+        )?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    let snap = backend.fresh()?;
+    if opts.json {
+        println!("{}", serde_json::to_string_pretty(&snap)?);
+    } else {
+        let (w, _) = terminal_size().unwrap_or((160, 50));
+        // A text frame is not bound to the terminal: never narrower than
+        // the dashboard's minimum.
+        let width = opts.width.unwrap_or(w).max(bloatd_tui::ui::MIN_WIDTH);
+        let height = bloatd_tui::once_height(&snap);
+        print!("{}", bloatd_tui::render_once(&snap, width, height));
+    }
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,245 @@
+//! The run directory (/run/bloatd): the pid file, the API socket and the
+//! log, and who may enter it.
+//!
+//! Liveness is an exclusive flock on the pid file, held for the daemon's
+//! whole life: the kernel drops it when the process ends, even by kill -9,
+//! so a pid file whose lock can be taken is stale, whatever pid it holds.
+//! The probes' links and the congestion controls' struct_ops links are file
+//! descriptors too, so nothing bloatd attached outlives the process.
+
+use std::ffi::CString;
+use std::fs::File;
+use std::io::{Read, Write};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+
+pub const PID_FILE: &str = "bloatd.pid";
+pub const SOCKET: &str = "bloatd.sock";
+pub const LOG: &str = "bloatd.log";
+
+/// The gid of group `name`, if it exists.
+pub fn group_id(name: &str) -> Option<libc::gid_t> {
+    let c = CString::new(name).ok()?;
+    let mut grp: libc::group = unsafe { std::mem::zeroed() };
+    let mut buf = vec![0 as libc::c_char; 16384];
+    let mut out: *mut libc::group = std::ptr::null_mut();
+    // SAFETY: getgrnam_r with valid buffers; the result points into them.
+    let rc = unsafe { libc::getgrnam_r(c.as_ptr(), &mut grp, buf.as_mut_ptr(), buf.len(), &mut out) };
+    (rc == 0 && !out.is_null()).then_some(grp.gr_gid)
+}
+
+/// The name of group `gid`, if it has one.
+pub fn group_name(gid: libc::gid_t) -> Option<String> {
+    let mut grp: libc::group = unsafe { std::mem::zeroed() };
+    let mut buf = vec![0 as libc::c_char; 16384];
+    let mut out: *mut libc::group = std::ptr::null_mut();
+    // SAFETY: as in group_id.
+    let rc = unsafe { libc::getgrgid_r(gid, &mut grp, buf.as_mut_ptr(), buf.len(), &mut out) };
+    if rc != 0 || out.is_null() {
+        return None;
+    }
+    // SAFETY: gr_name is a NUL-terminated string inside buf.
+    Some(unsafe { std::ffi::CStr::from_ptr(grp.gr_name) }.to_string_lossy().into_owned())
+}
+
+fn cstring(s: &str) -> CString {
+    CString::new(s).expect("file names have no NUL")
+}
+
+pub fn errno() -> std::io::Error {
+    std::io::Error::last_os_error()
+}
+
+/// The run directory, opened without following a symlink, and checked:
+/// owned by root (or by whoever runs bloatd) and writable by nobody else,
+/// so no other user can plant, swap or lock the files in it. Every file in
+/// it is opened relative to this descriptor, with O_NOFOLLOW.
+pub struct RunDir {
+    fd: OwnedFd,
+    path: PathBuf,
+}
+
+impl RunDir {
+    /// Open an existing run directory (clients and the checks before start).
+    pub fn open(path: &Path) -> std::io::Result<RunDir> {
+        let c = CString::new(path.as_os_str().as_bytes()).map_err(std::io::Error::other)?;
+        // SAFETY: open(2) with a valid C string.
+        let fd = unsafe { libc::open(c.as_ptr(), libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC) };
+        if fd < 0 {
+            let e = errno();
+            if e.raw_os_error() == Some(libc::ELOOP) || e.raw_os_error() == Some(libc::ENOTDIR) {
+                return Err(std::io::Error::other(format!(
+                    "run directory {} is a symlink or not a directory: bloatd refuses it (choose another --run-dir)",
+                    path.display()
+                )));
+            }
+            return Err(e);
+        }
+        // SAFETY: open returned a new descriptor that we own.
+        let dir = RunDir { fd: unsafe { OwnedFd::from_raw_fd(fd) }, path: path.to_path_buf() };
+        let m = File::from(dir.fd.try_clone()?).metadata()?;
+        // SAFETY: geteuid has no preconditions.
+        let euid = unsafe { libc::geteuid() };
+        if (m.uid() != 0 && m.uid() != euid) || m.mode() & 0o022 != 0 {
+            return Err(std::io::Error::other(format!(
+                "run directory {} is owned by uid {} with mode {:o}: bloatd keeps its pid file and API socket only in a directory that root owns and no one else may write (choose another --run-dir)",
+                path.display(),
+                m.uid(),
+                m.mode() & 0o7777
+            )));
+        }
+        Ok(dir)
+    }
+
+    /// The daemon's side: create the directory if it is missing, check it,
+    /// and give it mode 0750 with the API group (0700 without one).
+    pub fn prepare(path: &Path, gid: Option<libc::gid_t>) -> anyhow::Result<RunDir> {
+        let mode = if gid.is_some() { 0o750 } else { 0o700 };
+        if let Some(parent) = path.parent() {
+            std::fs::create_dir_all(parent)
+                .map_err(|e| anyhow::anyhow!("cannot create {}: {e}", parent.display()))?;
+        }
+        let c = CString::new(path.as_os_str().as_bytes())?;
+        // SAFETY: mkdir(2) with a valid C string; the umask is 077 here.
+        if unsafe { libc::mkdir(c.as_ptr(), mode) } != 0 && errno().kind() != std::io::ErrorKind::AlreadyExists {
+            anyhow::bail!("cannot create run directory {}: {}", path.display(), errno());
+        }
+        let dir = RunDir::open(path)?;
+        // SAFETY: fchown/fchmod on our descriptor.
+        unsafe {
+            if let Some(g) = gid {
+                if libc::fchown(dir.fd.as_raw_fd(), u32::MAX, g) != 0 {
+                    anyhow::bail!("cannot give {} to the API group: {}", path.display(), errno());
+                }
+            }
+            if libc::fchmod(dir.fd.as_raw_fd(), mode) != 0 {
+                anyhow::bail!("cannot set the mode of {}: {}", path.display(), errno());
+            }
+        }
+        Ok(dir)
+    }
+
+    /// openat(2) in this directory, never following a symlink.
+    pub fn open_file(&self, name: &str, flags: libc::c_int, mode: libc::mode_t) -> std::io::Result<File> {
+        let c = cstring(name);
+        // SAFETY: openat(2) with our directory descriptor and a valid C string.
+        let fd = unsafe {
+            libc::openat(self.fd.as_raw_fd(), c.as_ptr(), flags | libc::O_NOFOLLOW | libc::O_CLOEXEC, mode as libc::c_uint)
+        };
+        if fd < 0 {
+            return Err(errno());
+        }
+        // SAFETY: openat returned a new descriptor that we own.
+        Ok(unsafe { File::from_raw_fd(fd) })
+    }
+
+    pub fn unlink(&self, name: &str) {
+        let c = cstring(name);
+        // SAFETY: unlinkat(2) in our directory.
+        unsafe { libc::unlinkat(self.fd.as_raw_fd(), c.as_ptr(), 0) };
+    }
+
+    /// A path to `name` through this descriptor (/proc/self/fd/N/name), for
+    /// calls that take only a path (bind): it resolves to this directory
+    /// even if the directory's own path is swapped meanwhile.
+    fn fd_path(&self, name: &str) -> PathBuf {
+        PathBuf::from(format!("/proc/self/fd/{}/{name}", self.fd.as_raw_fd()))
+    }
+
+    /// Create the API socket: bound with umask 177 (so it exists as 0600
+    /// root:root), then given its group and mode 0660. It is never more
+    /// open than intended, not even between bind and chmod.
+    pub fn bind_socket(&self, gid: Option<libc::gid_t>) -> anyhow::Result<std::os::unix::net::UnixListener> {
+        let sock = self.path.join(SOCKET);
+        // We hold the lock, so a socket file left here belongs to a dead daemon.
+        self.unlink(SOCKET);
+        // SAFETY: umask(2) always succeeds.
+        let old = unsafe { libc::umask(0o177) };
+        let bound = std::os::unix::net::UnixListener::bind(self.fd_path(SOCKET));
+        // SAFETY: as above.
+        unsafe { libc::umask(old) };
+        let unix = bound.map_err(|e| anyhow::anyhow!("cannot create API socket {}: {e}", sock.display()))?;
+        let c = cstring(SOCKET);
+        // SAFETY: fchownat/fchmodat in our directory on the socket just made.
+        unsafe {
+            if let Some(g) = gid {
+                if libc::fchownat(self.fd.as_raw_fd(), c.as_ptr(), u32::MAX, g, libc::AT_SYMLINK_NOFOLLOW) != 0 {
+                    anyhow::bail!("cannot give {} to the API group: {}", sock.display(), errno());
+                }
+            }
+            if libc::fchmodat(self.fd.as_raw_fd(), c.as_ptr(), 0o660, 0) != 0 {
+                anyhow::bail!("cannot set the mode of {}: {}", sock.display(), errno());
+            }
+        }
+        unix.set_nonblocking(true)?;
+        Ok(unix)
+    }
+}
+
+/// `bloatd start` refuses an unsafe run directory as bad input (exit 2).
+pub fn check_run_dir(dir: &Path) -> Result<(), String> {
+    match RunDir::open(dir) {
+        Ok(_) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::Other => Err(e.to_string()),
+        Err(_) => Ok(()), // not ours to judge here (e.g. no permission): start says why
+    }
+}
+
+/// The pid file, locked.
+pub struct PidLock {
+    _file: File,
+}
+
+pub enum LockState {
+    Free,
+    Held(Option<u32>),
+    /// The pid file exists but we may not read it (not root).
+    NoAccess,
+}
+
+fn flock(f: &File, op: libc::c_int) -> bool {
+    // SAFETY: valid fd.
+    unsafe { libc::flock(f.as_raw_fd(), op) == 0 }
+}
+
+/// Is a daemon holding the pid file's lock, and which pid does it name?
+/// The pid file is 0600 in a directory only root may write: no other user
+/// can open it, so no other user can hold its lock.
+pub fn lock_state(run_dir: &Path) -> anyhow::Result<(LockState, Option<RunDir>)> {
+    let dir = match RunDir::open(run_dir) {
+        Ok(d) => d,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok((LockState::Free, None)),
+        Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => return Ok((LockState::NoAccess, None)),
+        Err(e) => return Err(e.into()),
+    };
+    let f = match dir.open_file(PID_FILE, libc::O_RDONLY, 0) {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok((LockState::Free, Some(dir))),
+        Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => return Ok((LockState::NoAccess, Some(dir))),
+        Err(e) => anyhow::bail!("cannot open pid file {}: {e}", run_dir.join(PID_FILE).display()),
+    };
+    if flock(&f, libc::LOCK_SH | libc::LOCK_NB) {
+        return Ok((LockState::Free, Some(dir)));
+    }
+    let mut s = String::new();
+    let _ = (&f).read_to_string(&mut s);
+    Ok((LockState::Held(s.trim().parse().ok()), Some(dir)))
+}
+
+pub fn take_lock(dir: &RunDir) -> anyhow::Result<PidLock> {
+    let path = dir.path.join(PID_FILE);
+    let mut f = dir
+        .open_file(PID_FILE, libc::O_RDWR | libc::O_CREAT, 0o600)
+        .map_err(|e| anyhow::anyhow!("cannot open pid file {}: {e}", path.display()))?;
+    if !flock(&f, libc::LOCK_EX | libc::LOCK_NB) {
+        let mut s = String::new();
+        let _ = f.read_to_string(&mut s);
+        anyhow::bail!("bloatd is already running (pid {})", s.trim());
+    }
+    f.set_len(0)?;
+    writeln!(f, "{}", std::process::id())?;
+    Ok(PidLock { _file: f })
+}

@@ -1,0 +1,176 @@
+"""The trace-driven link (topo.sh's trace profiles: umts, evdo, lte) delivers
+packets at the trace's opportunities.
+
+A saturating UDP flow (four times the trace's mean rate, 1500-byte packets:
+one opportunity each) crosses the lab's router; the oracle is the other
+end's own clock: a UDP socket in the far namespace records when each packet
+arrives (CLOCK_MONOTONIC, which every namespace shares), and the trace file
+says when the link could deliver one (counted from the start the link
+emulator logs). While the buffer holds packets every opportunity carries
+exactly one, so:
+
+- packets delivered per 10 s window match the trace's opportunities within
+  2%, and per 100 ms window within max(3 packets, 10%) for 90% of windows;
+- each packet's lateness (arrival minus its opportunity plus the base delay)
+  is small: median under 1 ms, 99th percentile under 5 ms (the VM's timer
+  tail, see test_lab_delay.sh).
+
+The downlink (the .down trace, no delay) and the uplink (the .up trace, then
+the profile's base delay) of `lte`, and the downlink of `umts`. Nothing may
+be left behind after the lab goes (test_lab_topo.sh interrupts a trace
+link's `up` too).
+"""
+import bisect
+import json
+import os
+import re
+import subprocess
+import time
+
+from bloatdtest import FLOWS, RCV4, SND4, TOPO, TestCase, main, run
+
+LAB_RUN = "/run/bloatd-lab"
+BLAST_S = 12.0
+SETTLE_S = 1.5      # the buffer fills (1 MB at 3x the mean rate beyond it: < 0.5 s)
+WINDOW_NS = 100_000_000
+
+
+def profile(name):
+    out = run(TOPO, "profile", name).stdout.split()
+    kv = dict(f.split("=", 1) for f in out)
+    return kv["trace"], float(kv["delay_ms"])
+
+
+class Trace:
+    """Opportunity times of a Mahimahi trace, repeating, from `start_ns`."""
+
+    def __init__(self, path, start_ns):
+        with open(path) as f:
+            self.ms = [int(x) for x in f.read().split()]
+        self.n = len(self.ms)
+        self.period_ms = self.ms[-1]
+        self.start_ns = start_ns
+
+    def mean_pps(self):
+        return self.n * 1000 / self.period_ms
+
+    def opp_ns(self, k):
+        return self.start_ns + ((k // self.n) * self.period_ms + self.ms[k % self.n]) * 1_000_000
+
+    def index_at_or_before(self, t_ns):
+        """The last opportunity at or before t_ns."""
+        ms = (t_ns - self.start_ns) // 1_000_000
+        cycle, off = divmod(ms, self.period_ms)
+        i = bisect.bisect_right(self.ms, off) - 1
+        return cycle * self.n + i
+
+    def count(self, a_ns, b_ns):
+        """Opportunities in [a_ns, b_ns)."""
+        return self.index_at_or_before(b_ns - 1) - self.index_at_or_before(a_ns - 1)
+
+
+def emulator_start(lab, role):
+    with open(os.path.join(LAB_RUN, f"{lab}.{role}.log")) as f:
+        m = re.search(r"trace .*start_ns=(\d+)", f.read())
+    return int(m.group(1))
+
+
+def percentile(xs, q):
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(q * len(xs)))]
+
+
+class TraceLink(TestCase):
+    def measure(self, lab, direction, trace_path, start_ns, delay_ms):
+        """Blast through one direction of the lab; returns the arrivals
+        (ns, shifted back by the base delay) and the blast's span."""
+        trace = Trace(trace_path, start_ns)
+        src, dst, addr = ("snd", "rcv", RCV4) if direction == "down" else ("rcv", "snd", SND4)
+        sink = subprocess.Popen(["ip", "netns", "exec", lab.ns(dst), "/usr/bin/python3", FLOWS,
+                                 "udp-sink", "--port", "9000", "--seconds", str(BLAST_S + 20)],
+                                stdout=subprocess.PIPE, text=True)
+        lab.procs.append(sink)
+        self.assertIn("listening", sink.stdout.readline())
+        pps = int(4 * trace.mean_pps())
+        blast = lab.exec(src, "/usr/bin/python3", FLOWS, "udp-blast", "--addr", addr,
+                         "--pps", str(pps), "--seconds", str(BLAST_S), timeout=BLAST_S + 30)
+        sent = json.loads(blast.stdout)
+        arrivals = json.loads(sink.stdout.readline())
+        sink.wait(timeout=30)
+        shift = int(delay_ms * 1e6)
+        t = [x - shift for x in arrivals["t_ns"]]
+        return trace, t, sent
+
+    def check_link(self, lab, name, direction, trace_path, start_ns, delay_ms):
+        trace, t, sent = self.measure(lab, direction, trace_path, start_ns, delay_ms)
+        label = f"{name} {direction} ({os.path.basename(trace_path)}, {trace.mean_pps() * 12e-3:.2f} Mbit/s mean)"
+        self.assertGreater(len(t), 100, f"{label}: only {len(t)} packets arrived")
+        # the saturated span, in whole windows counted from the trace's start
+        first_w = (sent["start_ns"] + int(SETTLE_S * 1e9) - start_ns) // WINDOW_NS + 1
+        last_w = (sent["end_ns"] - start_ns) // WINDOW_NS
+        span = [x for x in t if first_w <= (x - start_ns) // WINDOW_NS < last_w]
+        per_w = {}
+        for x in span:
+            w = (x - start_ns) // WINDOW_NS
+            per_w[w] = per_w.get(w, 0) + 1
+        rows = []
+        for w in range(first_w, last_w):
+            a = start_ns + w * WINDOW_NS
+            rows.append((per_w.get(w, 0), trace.count(a, a + WINDOW_NS)))
+        # 10 s windows
+        tens = []
+        for i in range(0, len(rows) - 99, 100):
+            got = sum(r[0] for r in rows[i:i + 100])
+            want = sum(r[1] for r in rows[i:i + 100])
+            tens.append((got, want))
+        self.assertTrue(tens, f"{label}: the saturated span is shorter than 10 s")
+        good = sum(1 for got, want in rows if abs(got - want) <= max(3, 0.1 * want))
+        abs_err = sorted(abs(got - want) for got, want in rows)
+        # lateness: while saturated, the i-th packet takes the i-th opportunity
+        # from the one just before the first packet of the span
+        j0 = trace.index_at_or_before(span[0])
+        late_us = [(x - trace.opp_ns(j0 + i)) / 1000 for i, x in enumerate(span)]
+        p50, p99, p999 = (percentile(late_us, q) for q in (0.5, 0.99, 0.999))
+        print(f"  {label}: sent {sent['sent']} at 4x the mean rate, {len(t)} arrived; "
+              f"10 s windows delivered/opportunities "
+              + ", ".join(f"{g}/{w} ({g / w:.4f})" for g, w in tens)
+              + f"; 100 ms windows within max(3, 10%): {good}/{len(rows)}, |error| median "
+              f"{abs_err[len(abs_err) // 2]} p90 {abs_err[int(0.9 * len(abs_err))]} packets; "
+              f"lateness p50 {p50:.0f} us, p99 {p99:.0f} us, p99.9 {p999:.0f} us, max {max(late_us):.0f} us",
+              flush=True)
+        for got, want in tens:
+            self.assertLessEqual(abs(got / want - 1), 0.02, f"{label}: {got} delivered in 10 s "
+                                 f"for {want} opportunities")
+        self.assertGreaterEqual(good, 0.9 * len(rows), f"{label}: 100 ms windows off: {rows[:20]}")
+        self.assertGreater(min(late_us), -1000, f"{label}: a packet before its opportunity "
+                           "(the alignment or the emulator is wrong)")
+        self.assertLess(p50, 1000, f"{label}: median lateness {p50:.0f} us")
+        self.assertLess(p99, 5000, f"{label}: p99 lateness {p99:.0f} us")
+
+    def test_lte_both_directions(self):
+        lab = self.lab("bltrace", profile="lte")
+        down, delay_ms = profile("lte")
+        up = down[: -len(".down")] + ".up"
+        self.assertTrue(os.path.exists(up), up)
+        self.check_link(lab, "lte", "down", down, emulator_start("bltrace", "link"), 0)
+        self.check_link(lab, "lte", "up", up, emulator_start("bltrace", "delay"), delay_ms)
+        backlog = int(run(TOPO, "backlog", "bltrace").stdout)
+        print(f"  topo.sh backlog after the blasts: {backlog} B")
+        lab.close()
+        left = [f for f in os.listdir(LAB_RUN) if f.startswith("bltrace.")] \
+            if os.path.isdir(LAB_RUN) else []
+        self.assertEqual(left, [], "run files left behind")
+        procs = run("pgrep", "-af", "bloatd-lab/bltrace", check=False).stdout.strip()
+        self.assertEqual(procs, "", "emulator processes left behind")
+
+    def test_umts_downlink(self):
+        lab = self.lab("bltrace", profile="umts")
+        down, _ = profile("umts")
+        self.check_link(lab, "umts", "down", down, emulator_start("bltrace", "link"), 0)
+        lab.close()
+        time.sleep(0.1)
+        self.assertNotIn("bltrace-rtr", run("ip", "netns", "list").stdout)
+
+
+if __name__ == "__main__":
+    main()

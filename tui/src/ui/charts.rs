@@ -1,0 +1,224 @@
+//! The detail view's charts over the last minute: RTT against its floor,
+//! queueing delay, the window (and Westwood+'s pipe, CUBIC's W_max),
+//! throughput.
+
+use super::{centered_message, DIM, TITLE};
+use crate::app::App;
+use crate::format;
+use crate::model::{CcState, Role, Sample, Socket};
+use ratatui::buffer::Buffer;
+use ratatui::layout::{Constraint, Layout, Rect};
+use ratatui::style::{Color, Style};
+use ratatui::symbols::Marker;
+use ratatui::text::{Line, Span};
+use ratatui::widgets::{Axis, Block, Borders, Chart, Dataset, GraphType, Widget};
+
+/// Formats a value of a chart's y axis.
+type AxisLabel<'a> = &'a dyn Fn(f64) -> String;
+
+/// One chart line: name, colour, points (x seconds before the snapshot, y).
+struct Series {
+    name: &'static str,
+    color: Color,
+    points: Vec<(f64, f64)>,
+}
+
+pub(super) fn render_charts(app: &App, s: &Socket, samples: &[&Sample], area: Rect, buf: &mut Buffer) {
+    let columns: u16 = if area.width >= 60 { 2 } else { 1 };
+    let rows = 4 / columns;
+    if area.height / rows < 5 {
+        centered_message("enlarge the terminal for charts", DIM, area, buf);
+        return;
+    }
+    let snap = app.snapshot();
+    let taken_ms = snap.taken_ms;
+    let window_s = crate::app::HISTORY_WINDOW_MS as f64 / 1000.0;
+    let x_of = |t_ms: u64| (t_ms as f64 - taken_ms as f64) / 1000.0;
+    let recent: Vec<&Sample> = samples
+        .iter()
+        .copied()
+        .filter(|x| x_of(x.t_ms) >= -window_s)
+        .collect();
+    let points = |f: &dyn Fn(&Sample) -> Option<f64>| -> Vec<(f64, f64)> {
+        recent
+            .iter()
+            .filter_map(|x| f(x).map(|y| (x_of(x.t_ms), y)))
+            .collect()
+    };
+    let flat = |y: f64| vec![(-window_s, y), (0.0, y)];
+    let ms_of = |us: u32| us as f64 / 1000.0;
+    let role = s.role;
+
+    let rtt_name = match role {
+        Role::Sender => "srtt",
+        Role::Receiver => "rcv_rtt",
+    };
+    let rtt = vec![
+        Series {
+            name: rtt_name,
+            color: Color::Yellow,
+            points: points(&|x| Some(ms_of(x.view_rtt_us(role)))),
+        },
+        Series {
+            name: "min",
+            color: Color::Green,
+            points: points(&|x| Some(ms_of(x.view_min_rtt_us(role)))),
+        },
+    ];
+    let mut queue = vec![Series {
+        name: "queue",
+        color: Color::Red,
+        points: points(&|x| Some(ms_of(x.view_queue_delay_us(role)))),
+    }];
+    if snap.bloat_threshold_us > 0 {
+        queue.push(Series {
+            name: "threshold",
+            color: Color::DarkGray,
+            points: flat(ms_of(snap.bloat_threshold_us)),
+        });
+    }
+    let mut window = vec![Series {
+        name: "cwnd",
+        color: Color::Cyan,
+        points: points(&|x| Some(x.cwnd as f64)),
+    }];
+    let pipe = points(&|x| x.pipe_segments.map(|p| p as f64));
+    if !pipe.is_empty() {
+        window.push(Series {
+            name: "pipe",
+            color: Color::Green,
+            points: pipe,
+        });
+    }
+    if let Some(CcState::Cubic { w_max_segments, .. }) = &s.cc_state {
+        window.push(Series {
+            name: "W_max",
+            color: Color::Magenta,
+            points: flat(*w_max_segments as f64),
+        });
+    }
+    let throughput = vec![Series {
+        name: "throughput",
+        color: Color::Blue,
+        points: points(&|x| Some(x.throughput_bps as f64)),
+    }];
+    // A receiver DRWA clamps: its window is the clamp, drawn beside the
+    // data that arrived per RTT (the clamp is lambda x floor/RTT x that).
+    let clamp = points(&|x| x.drwa_clamp_bytes.map(|b| b as f64 / 1000.0));
+    let drwa = !clamp.is_empty();
+    if drwa {
+        window = vec![
+            Series {
+                name: "clamp",
+                color: Color::Green,
+                points: clamp,
+            },
+            Series {
+                name: "rcvd/RTT",
+                color: Color::Cyan,
+                points: points(&|x| x.drwa_rcvd_rtt_bytes.map(|b| b as f64 / 1000.0)),
+            },
+        ];
+    }
+
+    let ms_label = |v: f64| format::ms((v * 1000.0).round() as u64);
+    let seg_label = |v: f64| format!("{v:.0}");
+    let kb_label = |v: f64| format!("{v:.0}k");
+    let rate_label = |v: f64| format::rate(v.round() as u64);
+    let no_samples = recent.is_empty();
+    let charts: [(&str, Vec<Series>, AxisLabel); 4] = [
+        ("RTT (gap = queue)", rtt, &ms_label),
+        ("queueing delay", queue, &ms_label),
+        if drwa {
+            ("DRWA window, kB", window, &kb_label)
+        } else {
+            ("window, segments", window, &seg_label)
+        },
+        ("throughput", throughput, &rate_label),
+    ];
+    let row_areas = Layout::vertical(vec![Constraint::Fill(1); rows as usize]).split(area);
+    let cells: Vec<Rect> = row_areas
+        .iter()
+        .flat_map(|r| {
+            Layout::horizontal(vec![Constraint::Fill(1); columns as usize])
+                .spacing(1)
+                .split(*r)
+                .to_vec()
+        })
+        .collect();
+    for ((title, series, label), cell) in charts.into_iter().zip(cells) {
+        chart(title, &series, label, no_samples, window_s, cell, buf);
+    }
+}
+
+fn chart(
+    title: &str,
+    series: &[Series],
+    label: &dyn Fn(f64) -> String,
+    no_samples: bool,
+    window_s: f64,
+    area: Rect,
+    buf: &mut Buffer,
+) {
+    let y_max = series
+        .iter()
+        .flat_map(|s| s.points.iter().map(|p| p.1))
+        .fold(0.0f64, f64::max);
+    // Headroom above the highest point; a flat zero line still gets an axis.
+    let y_top = if y_max > 0.0 { y_max * 1.15 } else { 1.0 };
+    let mut title_spans = vec![Span::styled(format!("{title} "), TITLE)];
+    // A legend in the title: one line per series needs no legend box.
+    if series.len() > 1 {
+        for s in series {
+            title_spans.push(Span::styled(
+                format!("─{} ", s.name),
+                Style::new().fg(s.color),
+            ));
+        }
+    }
+    if no_samples {
+        title_spans.push(Span::styled(" (no samples yet)", DIM));
+    }
+    let datasets: Vec<Dataset> = series
+        .iter()
+        .map(|s| {
+            Dataset::default()
+                .marker(Marker::Braille)
+                .graph_type(GraphType::Line)
+                .style(Style::new().fg(s.color))
+                .data(&s.points)
+        })
+        .collect();
+    // The time axis costs two rows: only charts with room for it get it;
+    // the others span the same last minute, ending now.
+    let x_labels: Vec<String> = if area.height >= 10 {
+        vec![
+            format!("-{window_s:.0}s"),
+            format!("-{:.0}s", window_s / 2.0),
+            "now".to_string(),
+        ]
+    } else {
+        Vec::new()
+    };
+    Chart::new(datasets)
+        .block(
+            Block::new()
+                .borders(Borders::TOP)
+                .border_style(DIM)
+                .title(Line::from(title_spans)),
+        )
+        .legend_position(None)
+        .x_axis(
+            Axis::default()
+                .bounds([-window_s, 0.0])
+                .labels(x_labels)
+                .style(DIM),
+        )
+        .y_axis(
+            Axis::default()
+                .bounds([0.0, y_top])
+                .labels(["0".to_string(), label(y_top / 2.0), label(y_top)])
+                .style(DIM),
+        )
+        .render(area, buf);
+}

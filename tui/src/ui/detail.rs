@@ -1,0 +1,294 @@
+//! The detail view of one socket: its numbers, its congestion control's
+//! own state, what bloatd's policy did to it, and the charts of its last
+//! minute.
+
+use super::charts::render_charts;
+use super::table::ca_short;
+use super::{BLOATED, BLOAT_MARKER, DIM, GOOD, TITLE, WARN};
+use crate::app::App;
+use crate::format;
+use crate::model::{CcState, Role, Sample, Socket};
+use ratatui::buffer::Buffer;
+use ratatui::layout::{Constraint, Layout, Rect};
+use ratatui::style::Style;
+use ratatui::text::{Line, Span};
+use ratatui::widgets::{Paragraph, Widget};
+
+pub(super) fn render_detail(app: &App, area: Rect, buf: &mut Buffer) {
+    let Some(detail) = app.detail() else {
+        return;
+    };
+    let s = &detail.socket;
+    let info = detail_lines(app, s, detail.closed, area.width as usize);
+    let info_height = (info.len() as u16).min(area.height);
+    let [info_area, charts_area] =
+        Layout::vertical([Constraint::Length(info_height), Constraint::Fill(1)]).areas(area);
+    Paragraph::new(info).render(info_area, buf);
+
+    let samples: Vec<&Sample> = app
+        .history(s.cookie)
+        .map(|h| h.samples().iter().collect())
+        .unwrap_or_default();
+    render_charts(app, s, &samples, charts_area, buf);
+}
+
+/// The socket's numbers, flowed into as many lines as the width needs. A
+/// narrow terminal leaves out what the charts or the table already show
+/// elsewhere (netns, mss, delivery rate, byte counts).
+fn detail_lines(app: &App, s: &Socket, closed: bool, width: usize) -> Vec<Line<'static>> {
+    let threshold_us = app.snapshot().bloat_threshold_us;
+    let wide = width >= 100;
+    let ms = |us: u32| format::ms(us as u64);
+    let bloated = s.is_bloated(threshold_us);
+    let who = match (&s.comm, s.pid) {
+        (Some(c), Some(p)) => format!("{c}[{p}]"),
+        (Some(c), None) => c.clone(),
+        (None, Some(p)) => format!("pid {p}"),
+        (None, None) => "unknown process".into(),
+    };
+    let mut identity = vec![
+        Span::styled(if bloated { BLOAT_MARKER } else { " " }, BLOATED),
+        Span::raw(" "),
+        Span::styled(who, TITLE),
+        Span::raw(format!(" {} → {}", s.local_endpoint(), s.remote_endpoint())),
+    ];
+    if closed {
+        identity.push(Span::styled("  CLOSED", WARN));
+    }
+    let side = match s.role {
+        Role::Sender => "sender (srtt)",
+        Role::Receiver => "receiver (rcv_rtt)",
+    };
+    let queue_style = if bloated { BLOATED } else { Style::new() };
+    let mut queue = vec![
+        Span::raw("queue "),
+        Span::styled(ms(s.view_queue_delay_us()), queue_style),
+    ];
+    if let Some(ratio) = super::rtt_ratio(s) {
+        queue.push(Span::styled(format!(" (RTT {ratio} min)"), queue_style));
+    }
+    let text = |t: String| vec![Span::raw(t)];
+    let mut fields: Vec<Vec<Span<'static>>> = vec![
+        vec![Span::styled(s.cc.clone(), TITLE)],
+        text(side.into()),
+        text(s.state.clone()),
+        text(format!("ca {}", ca_short(s.ca_state))),
+    ];
+    if wide {
+        fields.push(text(format!("netns {}", s.netns)));
+    }
+    fields.push(queue);
+    fields.push(text(format!(
+        "rtt {} min {}",
+        ms(s.view_rtt_us()),
+        ms(s.view_min_rtt_us())
+    )));
+    if wide && s.role == Role::Receiver {
+        // The receiver's own srtt (of its ACK-only traffic): what a
+        // sender-side view would have used.
+        fields.push(vec![Span::styled(
+            format!("srtt {} min {}", ms(s.srtt_us), ms(s.min_rtt_us)),
+            DIM,
+        )]);
+    }
+    fields.push(text(format!("cwnd {}", s.cwnd)));
+    fields.push(text(format!(
+        "ssthresh {}",
+        s.ssthresh.map_or_else(|| "∞".into(), |v| v.to_string())
+    )));
+    fields.push(text(format!("inflight {}", s.inflight)));
+    if wide {
+        fields.push(text(format!("mss {}", s.mss)));
+    }
+    fields.push(text(format!("thr {}", format::rate(s.throughput_bps))));
+    if wide {
+        fields.push(text(format!(
+            "delivery {}",
+            format::rate(s.delivery_rate_bps)
+        )));
+    }
+    fields.push(text(format!("retrans {} lost {}", s.retrans, s.lost)));
+    if wide {
+        fields.push(text(format!(
+            "acked {} rcvd {}",
+            format::bytes(s.bytes_acked),
+            format::bytes(s.bytes_received)
+        )));
+    }
+    let mut lines = flow(identity, fields, width);
+    lines.extend(flow(Vec::new(), cc_state_fields(s), width));
+    let policy = policy_fields(s);
+    if !policy.is_empty() {
+        lines.extend(flow(Vec::new(), policy, width));
+    }
+    lines
+}
+
+/// What bloatd's policy did to the socket: the rule that chose its
+/// congestion control, and DRWA's clamp with what it was computed from.
+fn policy_fields(s: &Socket) -> Vec<Vec<Span<'static>>> {
+    let Some(p) = &s.policy else {
+        return Vec::new();
+    };
+    let ms = |us: u32| format::ms(us as u64);
+    let mut fields = Vec::new();
+    let mut head = vec![Span::styled("policy", TITLE)];
+    match (&p.bulk_rule, p.bulk_waiting, p.cc_failed) {
+        (Some(r), false, false) => head.push(Span::raw(format!(" {} by bulk rule {r}", s.cc))),
+        _ => {
+            if let Some(r) = &p.cc_rule {
+                head.push(Span::raw(format!(" {} by rule {r}", s.cc)));
+            }
+            if let (Some(r), true) = (&p.bulk_rule, p.bulk_waiting) {
+                head.push(Span::raw(format!(" (bulk rule {r} waits for its bytes)")));
+            }
+        }
+    }
+    fields.push(head);
+    if p.cc_failed {
+        fields.push(vec![Span::styled("the kernel refused the rule's cc", WARN)]);
+    }
+    if let Some(d) = &p.drwa {
+        let mut f = vec![Span::styled("DRWA", TITLE)];
+        if d.clamp_bytes > 0 {
+            f.push(Span::styled(
+                format!(" clamp {} ({} seg)", format::bytes(d.clamp_bytes as u64), d.clamp_segments),
+                GOOD,
+            ));
+        } else {
+            f.push(Span::styled(" no clamp now", DIM));
+        }
+        f.push(Span::styled(format!(" by {}", d.by), DIM));
+        fields.push(f);
+        if d.rounds > 0 {
+            fields.push(vec![Span::raw(format!(
+                "rcvd/RTT {} (est {})",
+                format::bytes(d.rcvd_per_rtt_bytes as u64),
+                format::bytes(d.cwnd_est_bytes as u64)
+            ))]);
+            fields.push(vec![Span::raw(format!(
+                "RTT {} floor {} · {} rounds",
+                ms(d.rtt_us),
+                ms(d.floor_us),
+                d.rounds
+            ))]);
+        }
+    }
+    fields
+}
+
+/// The congestion control's own state: Westwood+ BWE and pipe (cwnd far
+/// above the pipe is the papers' "fat pipe"), CUBIC W_max, K and HyStart.
+fn cc_state_fields(s: &Socket) -> Vec<Vec<Span<'static>>> {
+    let ms = |us: u32| format::ms(us as u64);
+    match &s.cc_state {
+        Some(CcState::Westwood {
+            bwe_bytes_per_s,
+            min_rtt_us,
+            pipe_segments,
+            ..
+        }) => {
+            let mut fields = vec![
+                vec![
+                    Span::styled("Westwood+", TITLE),
+                    Span::raw(format!(
+                        " BWE {}",
+                        format::rate(bwe_bytes_per_s.saturating_mul(8))
+                    )),
+                ],
+                vec![Span::raw(format!("RTTmin {}", ms(*min_rtt_us)))],
+                vec![Span::raw(format!("pipe {pipe_segments} seg"))],
+            ];
+            if *pipe_segments > 0 {
+                let ratio = s.cwnd as f64 / *pipe_segments as f64;
+                // More than twice the pipe in the window: the surplus can
+                // only sit in a queue.
+                let fat = ratio >= 2.0;
+                let mut field = vec![Span::styled(
+                    format!("cwnd {} pipe", format::ratio(ratio)),
+                    if fat { BLOATED } else { Style::new() },
+                )];
+                if fat {
+                    field.push(Span::styled(": fat pipe", BLOATED));
+                }
+                fields.push(field);
+            }
+            fields
+        }
+        Some(CcState::Cubic {
+            w_max_segments,
+            k_ms,
+            epoch_age_ms,
+            min_rtt_us,
+            hystart_round,
+            hystart_found,
+            ..
+        }) => vec![
+            vec![
+                Span::styled("CUBIC", TITLE),
+                Span::raw(format!(" W_max {w_max_segments} seg")),
+            ],
+            vec![Span::raw(format!("K {}", format::ms(*k_ms as u64 * 1000)))],
+            vec![Span::raw(match epoch_age_ms {
+                Some(age) => format!("epoch {}", format::ms(*age as u64 * 1000)),
+                None => "no epoch".into(),
+            })],
+            vec![Span::raw(format!("delay_min {}", ms(*min_rtt_us)))],
+            vec![Span::raw(format!(
+                "HyStart round {hystart_round} {}",
+                if *hystart_found {
+                    "exit found"
+                } else {
+                    "searching"
+                }
+            ))],
+        ],
+        None => vec![vec![Span::styled(
+            format!(
+                "{}: no exported state (bloatd_westwood and bloatd_cubic export theirs)",
+                s.cc
+            ),
+            DIM,
+        )]],
+    }
+}
+
+/// Lays `fields` out after `first` in lines of at most `width` columns,
+/// separated by " · "; a field never splits across lines.
+fn flow(
+    first: Vec<Span<'static>>,
+    fields: Vec<Vec<Span<'static>>>,
+    width: usize,
+) -> Vec<Line<'static>> {
+    let span_width = |spans: &[Span]| spans.iter().map(Span::width).sum::<usize>();
+    let mut lines = Vec::new();
+    let mut current = first;
+    let mut used = span_width(&current);
+    let indent = 1;
+    if current.is_empty() {
+        current.push(Span::raw(" "));
+        used = indent;
+    }
+    let mut line_has_field = used > indent;
+    for field in fields {
+        let w = span_width(&field);
+        let sep = if line_has_field { 3 } else { 0 };
+        if line_has_field && used + sep + w > width {
+            lines.push(Line::from(std::mem::take(&mut current)));
+            current.push(Span::raw(" "));
+            used = indent;
+            line_has_field = false;
+        }
+        if line_has_field {
+            current.push(Span::styled(" · ", DIM));
+            used += 3;
+        }
+        used += w;
+        current.extend(field);
+        line_has_field = true;
+    }
+    if line_has_field {
+        lines.push(Line::from(current));
+    }
+    lines
+}
