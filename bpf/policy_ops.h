@@ -45,7 +45,7 @@ const volatile __u32 drwa_armed = 0;
 /* DRWA's lambda, 8 fraction bits (paper: 3). */
 const volatile __u32 drwa_lambda_x256 = 3 * 256;
 /* Bytes a connection receives before DRWA clamps it: only bulk receivers. */
-const volatile __u64 drwa_min_bytes = 262144;
+const volatile __u64 drwa_min_bytes = 65536;
 
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
@@ -372,7 +372,7 @@ static __always_inline void drwa_ack(struct bpf_sock_ops *skops)
 	resolution = tp->tcp_header_len > 20 &&
 		     !BPF_CORE_READ_BITFIELD_PROBED(tp, tcp_usec_ts) ? 1000 : 0;
 	clamp = drwa_window(p->drwa_cwnd_est, s->floor_us, rtt_us, drwa_lambda_x256,
-			    4 * (mss ? mss : 1460), resolution);
+			    2 * (mss ? mss : 1460), resolution);
 	if (!(p->flags & BLOATD_POL_DRWA_CLAMPED))
 		p->drwa_orig_clamp = tp->window_clamp;
 	/* DRWA only lowers the window: never above what autotuning gives. */

@@ -151,7 +151,7 @@ impl Default for Config {
             policy: Vec::new(),
             drwa: crate::policy::DrwaMode::Disabled,
             drwa_lambda: 3.0,
-            drwa_min_bytes: 262_144,
+            drwa_min_bytes: 65_536,
         }
     }
 }

@@ -676,7 +676,7 @@ mod tests {
 
     fn check(rules: &[&str]) -> Result<(), String> {
         let rules: Vec<Rule> = rules.iter().map(|r| rule(r)).collect();
-        validate(&rules, 3.0, 262144)
+        validate(&rules, 3.0, 65536)
     }
 
     #[test]

@@ -18,7 +18,7 @@ and off again:
 import statistics
 import time
 
-from bloatdtest import RCV4, SND4, TestCase, main, wait_for
+from bloatdtest import BLOATD, RCV4, TestCase, main, wait_for
 
 RATE_BPS = 16_000_000
 BASE_RTT_MS = 80
@@ -107,6 +107,21 @@ class Drwa(TestCase):
                  > 1.25 * on["ping_queue_ms"], timeout=20, step=0.5,
                  what="the queue grows back without DRWA")
         self.assertIn('bloatd_policy_actions_total{action="drwa_restore"}', d.metrics())
+
+
+    def test_the_d_key_of_bloatd_top_switches_drwa(self):
+        d = self.daemon("--no-cc", "--drwa=off")
+        d.start()
+        term = self.tmux("bloatd-test-drwa")
+        term.new("top", f"{BLOATD} --run-dir {d.run_dir} top")
+        wait_for(lambda: "DRWA off" in term.screen("top"), what="the header's DRWA off")
+        term.keys("top", "D")
+        wait_for(lambda: d.api("/v1/policy")["drwa"]["mode"] == "on", what="D: DRWA on in the daemon")
+        wait_for(lambda: "DRWA switched on" in term.screen("top"), what="the answer in the footer")
+        wait_for(lambda: "DRWA on" in term.screen("top"), what="the header's DRWA on")
+        term.keys("top", "D")
+        wait_for(lambda: d.api("/v1/policy")["drwa"]["mode"] == "off", what="D again: DRWA off")
+        term.keys("top", "q")
 
 
 if __name__ == "__main__":
