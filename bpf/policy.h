@@ -100,9 +100,8 @@ struct bloatd_policy_sock {
 	__u64 drwa_rtt_sum_us;	/* receiver RTT samples of the round, summed */
 	__u32 drwa_rtt_n;	/* and counted */
 	__u32 drwa_last_tsecr;	/* the last echoed timestamp sampled */
-	__u32 drwa_cwnd_est;	/* the sender's window as the receiver sees it:
-				 * bytes per round, smoothed (the paper's cwnd_est) */
-	__u32 drwa_rcvd_rtt;	/* bytes received in the last round */
+	__u32 drwa_rcvd_rtt;	/* bytes received in the last round: the sender's
+				 * window as the receiver sees it (cwnd_est) */
 	__u32 drwa_rtt_us;	/* the last round's RTT (the paper's RTT_est) */
 	__u32 drwa_floor_us;	/* the floor it was set against (the paper's RTT_min) */
 	__u32 drwa_clamp;	/* window clamp DRWA set, bytes; 0 none */
@@ -126,27 +125,15 @@ static __always_inline int policy_ports_match(const struct bloatd_policy_rule *r
 }
 
 /*
- * DRWA's estimate of the sender's window (Algorithm 1 of the paper): the
- * bytes received in the last round, smoothed with weight 7/8 on the old
- * estimate; the first round starts it.
- */
-static __always_inline __u32 drwa_cwnd_est(__u32 prev, __u64 rcvd)
-{
-	__u64 est;
-
-	if (!prev)
-		est = rcvd;
-	else
-		est = (7 * (__u64)prev + rcvd) >> 3;
-	return est > 0x7fffffff ? 0x7fffffff : (__u32)est;
-}
-
-/*
- * The window DRWA advertises: lambda x (RTT_min / RTT_est) x cwnd_est.
- * Below a queue of (lambda - 1) x RTT_min it lets the sender grow (by up to
- * lambda per round with an empty queue), above it it shrinks the window
- * toward lambda x the bandwidth-delay product: the RTT settles at lambda x
- * the floor while the link stays full. RTT_min is the path's floor (never
+ * The window DRWA advertises: lambda x (RTT_min / RTT_est) x cwnd_est, where
+ * cwnd_est is the data received in the last RTT. Below a queue of
+ * (lambda - 1) x RTT_min it lets the sender grow (by up to lambda per round
+ * with an empty queue), above it it shrinks the window toward lambda x the
+ * bandwidth-delay product: the RTT settles at lambda x the floor while the
+ * link stays full. A sender the window limits delivers the whole window per
+ * RTT (cwnd_est = C x RTT_est), so one round lands on lambda x C x RTT_min:
+ * no smoothing is needed, and an average over rounds only delays that (on
+ * 3g, where a round lasts a second, by more than a web transfer lasts). RTT_min is the path's floor (never
  * above RTT_est), lambda a fixed point number with 8 fraction bits. Never
  * below min_bytes, so a round with little data (an application pause) does
  * not shut the window. resolution_us is the granularity of RTT_est: with

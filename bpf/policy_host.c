@@ -5,11 +5,6 @@
  */
 #include "policy.h"
 
-__u32 bloatd_drwa_cwnd_est(__u32 prev, __u64 rcvd)
-{
-	return drwa_cwnd_est(prev, rcvd);
-}
-
 __u32 bloatd_drwa_window(__u32 cwnd_est, __u32 floor_us, __u32 rtt_us, __u32 lambda_x256,
 			 __u32 min_bytes, __u32 resolution_us)
 {

@@ -255,7 +255,6 @@ static __always_inline void drwa_released(struct bloatd_sock *s, long err)
 		policy_count(BLOATD_PC_DRWA_FAILED, 1);
 	p->flags &= ~BLOATD_POL_DRWA_CLAMPED;
 	p->drwa_clamp = 0;
-	p->drwa_cwnd_est = 0;
 	p->drwa_round_us = 0;
 	policy_count(BLOATD_PC_DRWA_SOCKETS, -1);
 	policy_count(BLOATD_PC_DRWA_RESTORED, 1);
@@ -291,8 +290,8 @@ static __always_inline int drwa_on(const struct bloatd_sock *s)
  * Once per RTT, DRWA (Algorithm 1 of Jiang et al.): the receiver's RTT of
  * the round (RTT_est: the average of its echoed-timestamp samples, the
  * kernel's estimate without timestamps), the data it received in the round
- * (cwnd_est, smoothed), and the window lambda x RTT_min / RTT_est x cwnd_est
- * as the clamp of the advertised window. RTT_min is the path's floor, which
+ * (cwnd_est), and the window lambda x RTT_min / RTT_est x cwnd_est as the
+ * clamp of the advertised window. RTT_min is the path's floor, which
  * other sockets may have learned before this flow built its queue: a minimum
  * the receiver took itself would include a queue that stood before it
  * opened.
@@ -358,7 +357,6 @@ static __always_inline void drwa_ack(struct bpf_sock_ops *skops)
 	rcvd = tp->bytes_received - p->drwa_round_rcvd;
 	p->drwa_rcvd_rtt = rcvd > 0xffffffff ? 0xffffffff : (__u32)rcvd;
 	p->drwa_rtt_us = rtt_us;
-	p->drwa_cwnd_est = drwa_cwnd_est(p->drwa_cwnd_est, rcvd);
 	p->drwa_round_us = now_us;
 	p->drwa_round_rcvd = tp->bytes_received;
 	p->drwa_rtt_sum_us = 0;
@@ -371,7 +369,7 @@ static __always_inline void drwa_ack(struct bpf_sock_ops *skops)
 	 * on microsecond ones) has a millisecond's resolution. */
 	resolution = tp->tcp_header_len > 20 &&
 		     !BPF_CORE_READ_BITFIELD_PROBED(tp, tcp_usec_ts) ? 1000 : 0;
-	clamp = drwa_window(p->drwa_cwnd_est, s->floor_us, rtt_us, drwa_lambda_x256,
+	clamp = drwa_window(p->drwa_rcvd_rtt, s->floor_us, rtt_us, drwa_lambda_x256,
 			    2 * (mss ? mss : 1460), resolution);
 	if (!(p->flags & BLOATD_POL_DRWA_CLAMPED))
 		p->drwa_orig_clamp = tp->window_clamp;

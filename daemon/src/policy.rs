@@ -553,7 +553,6 @@ pub fn socket_policy(rec: &BloatdSock, names: &[String]) -> Option<SocketPolicy>
             clamp_bytes: clamp,
             clamp_segments: clamp.div_ceil(mss),
             rcvd_per_rtt_bytes: p.drwa_rcvd_rtt,
-            cwnd_est_bytes: p.drwa_cwnd_est,
             rtt_us: p.drwa_rtt_us,
             floor_us: p.drwa_floor_us,
             rounds: p.drwa_rounds,
@@ -652,7 +651,6 @@ pub fn encode_metrics(
 #[cfg(test)]
 mod c {
     extern "C" {
-        pub fn bloatd_drwa_cwnd_est(prev: u32, rcvd: u64) -> u32;
         pub fn bloatd_drwa_window(
             cwnd_est: u32,
             floor_us: u32,
@@ -778,9 +776,11 @@ mod tests {
             // that reads 500 us is no queue of 12 floors.
             assert_eq!(c::bloatd_drwa_window(100_000, 40, 500, 768, 0, 1000), 300_000);
             assert_eq!(c::bloatd_drwa_window(100_000, 40, 500, 768, 0, 0), 24_000);
-            // Smoothing: the first round starts it, later ones weigh 1/8.
-            assert_eq!(c::bloatd_drwa_cwnd_est(0, 80_000), 80_000);
-            assert_eq!(c::bloatd_drwa_cwnd_est(80_000, 160_000), 90_000);
+            // A window-limited sender delivers its window per RTT: from any
+            // queue, one round lands on lambda x the BDP (16 Mbit/s x 80 ms
+            // = 160 kB): a 400 kB window, 200 ms RTT.
+            assert_eq!(c::bloatd_drwa_window(400_000, 80_000, 200_000, 768, 0, 0), 480_000);
+            assert_eq!(c::bloatd_drwa_window(1_000_000, 80_000, 500_000, 768, 0, 0), 480_000);
             // Given back: what autotuning made of the buffer, not less than before.
             assert_eq!(c::bloatd_drwa_restore_clamp(65_535, 20_000, 6_291_456, 128), 3_145_728);
             assert_eq!(c::bloatd_drwa_restore_clamp(65_535, 20_000, 0, 0), 65_535);

@@ -333,10 +333,9 @@ pub struct Drwa {
     /// drwa_min_bytes or switched off), and in segments of the peer's MSS.
     pub clamp_bytes: u32,
     pub clamp_segments: u32,
-    /// Bytes received in the last round (one RTT), and the sender's window
-    /// as DRWA estimates it (that, smoothed).
+    /// Bytes received in the last round (one RTT): the sender's window as
+    /// DRWA sees it.
     pub rcvd_per_rtt_bytes: u32,
-    pub cwnd_est_bytes: u32,
     /// The round's RTT (RTT_est) and the path's floor it was set against.
     pub rtt_us: u32,
     pub floor_us: u32,

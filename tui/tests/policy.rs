@@ -27,7 +27,6 @@ fn drwa_host(drwa: &str) -> Snapshot {
             clamp_bytes: 470_000,
             clamp_segments: 325,
             rcvd_per_rtt_bytes: 455_000,
-            cwnd_est_bytes: 462_000,
             rtt_us: 232_000,
             floor_us: 80_000,
             rounds: 212,

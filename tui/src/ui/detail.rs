@@ -162,9 +162,8 @@ fn policy_fields(s: &Socket) -> Vec<Vec<Span<'static>>> {
         fields.push(f);
         if d.rounds > 0 {
             fields.push(vec![Span::raw(format!(
-                "rcvd/RTT {} (est {})",
-                format::bytes(d.rcvd_per_rtt_bytes as u64),
-                format::bytes(d.cwnd_est_bytes as u64)
+                "rcvd/RTT {}",
+                format::bytes(d.rcvd_per_rtt_bytes as u64)
             ))]);
             fields.push(vec![Span::raw(format!(
                 "RTT {} floor {} · {} rounds",
