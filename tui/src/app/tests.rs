@@ -646,3 +646,42 @@ fn v_switches_to_the_paths_and_back() {
     app.handle_key(Key::Char('v'));
     assert_eq!(app.view(), View::Table);
 }
+
+#[test]
+fn the_source_sorts_and_filters_as_the_dashboard_would_for_every_key() {
+    // A host with ties, several processes, ports and congestion controls:
+    // every sort key and filter kind, server-side (`select_rows`, what the
+    // daemon runs) against the dashboard sorting the whole host itself.
+    let all: Vec<Socket> = (1..=200u64)
+        .map(|c| {
+            let comm = ["curl", "wget", "sshd", "firefox"][(c % 4) as usize];
+            let cc = ["cubic", "bbr", "bloatd_westwood"][(c % 3) as usize];
+            let mut s = sock(c, comm, cc, ((c * 37) % 500) as u32 * 1000);
+            s.srtt_us = ((c * 53) % 700) as u32 * 1000;
+            s.throughput_bps = (c * 7919) % 10_000;
+            s.cwnd = ((c * 13) % 90) as u32;
+            s.retrans = (c % 7) as u32;
+            s.remote_port = [443, 80, 22][(c % 3) as usize];
+            s
+        })
+        .collect();
+    for sort in SortKey::ALL {
+        for filter in ["", "cc:cubic", "comm:curl", "port:443", "wget", "cc:bloatd_westwood port:22"] {
+            let Ok(parsed) = Filter::parse(filter) else { continue };
+            let req = SnapshotRequest {
+                sort: Some(sort.label().into()),
+                filter: (!filter.is_empty()).then(|| filter.to_string()),
+                limit: Some(25),
+                ..Default::default()
+            };
+            let (rows, matched, _) = select_rows(all.clone(), &req, 100_000).unwrap();
+            let mut app = App::new();
+            app.set_sort(sort);
+            app.set_filter(parsed);
+            app.apply_snapshot(snap(1_000, all.clone()), 1_000);
+            assert_eq!(matched, app.row_count(), "{sort:?} {filter:?}: rows matched");
+            let server: Vec<u64> = rows.iter().map(|s| s.cookie).collect();
+            assert_eq!(server, visible_cookies(&mut app, 25), "{sort:?} {filter:?}: the same page");
+        }
+    }
+}
