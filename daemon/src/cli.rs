@@ -10,10 +10,15 @@ const ABOUT: &str = "Watch TCP bufferbloat form, per socket, with eBPF.
 
 bloatd attaches tracepoint probes to the kernel's TCP stack and keeps, for
 every TCP socket of every network namespace, its congestion window, smoothed
-RTT, minimum RTT and queueing delay (srtt - min RTT), and for downloads the
-receiver's RTT estimate. It serves Prometheus metrics, a JSON API on a Unix
-socket, and `bloatd top`, a live dashboard. It also registers Westwood+ and
-CUBIC as in-kernel BPF congestion controls (bloatd_westwood, bloatd_cubic).";
+RTT, minimum RTT and queueing delay: the RTT above its path's floor, the
+lowest RTT any socket toward the same peer saw over 30 minutes (a new flow
+behind a standing queue would otherwise count that queue as its minimum).
+For downloads it measures the receiver's RTT from the timestamps the data
+echoes. It serves Prometheus metrics, a JSON API on a Unix socket, and
+`bloatd top`, a live dashboard; it registers Westwood+ and CUBIC as
+in-kernel BPF congestion controls (bloatd_westwood, bloatd_cubic) and can
+act on bloat: congestion control rules per connection and DRWA, the
+receiver's window clamp (`bloatd policy`).";
 
 #[derive(Parser)]
 #[command(name = "bloatd", version, about = "Watch TCP bufferbloat form, per socket, with eBPF", long_about = ABOUT)]

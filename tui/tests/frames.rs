@@ -90,6 +90,28 @@ fn cubic_state_in_detail() {
 }
 
 #[test]
+fn a_senders_own_unsent_queue_is_in_its_detail() {
+    let mut app = app_with(cubic_download_host());
+    app.set_page_rows(10);
+    app.handle_key(Key::Down);
+    app.handle_key(Key::Enter);
+    let text = ui::buffer_text(draw(&mut app, 100, 30).backend().buffer());
+    assert!(!text.contains("unsent"), "nothing unsent, nothing shown: {text}");
+
+    let mut snap = cubic_download_host();
+    let upload = snap.sockets.iter_mut().find(|s| s.cc == "bloatd_cubic").unwrap();
+    upload.unsent_bytes = 2_400_000;
+    upload.unsent_delay_us = 1_200_000;
+    let mut app = app_with(snap);
+    app.set_page_rows(10);
+    app.handle_key(Key::Down);
+    app.handle_key(Key::Enter);
+    let t = draw(&mut app, 100, 30);
+    let text = ui::buffer_text(t.backend().buffer());
+    assert!(text.contains("unsent 2.4MB (1200ms)"), "{text}");
+}
+
+#[test]
 fn westwood_detail() {
     let mut snap = westwood_host();
     snap.series = vec![westwood_series()];

@@ -97,6 +97,16 @@ fn detail_lines(app: &App, s: &Socket, closed: bool, width: usize) -> Vec<Line<'
         s.ssthresh.map_or_else(|| "∞".into(), |v| v.to_string())
     )));
     fields.push(text(format!("inflight {}", s.inflight)));
+    if s.role == Role::Sender && s.unsent_bytes > 0 {
+        // The queue the sender keeps in its own socket: an upload's bloat
+        // often sits there, where the RTT cannot see it.
+        let mut unsent = format!("unsent {}", format::bytes(s.unsent_bytes as u64));
+        if s.unsent_delay_us > 0 {
+            unsent.push_str(&format!(" ({})", ms(s.unsent_delay_us)));
+        }
+        let style = if s.unsent_delay_us >= threshold_us { BLOATED } else { Style::new() };
+        fields.push(vec![Span::styled(unsent, style)]);
+    }
     if wide {
         fields.push(text(format!("mss {}", s.mss)));
     }
