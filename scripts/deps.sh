@@ -6,9 +6,10 @@ set -euo pipefail
 PKGS=(
 	# build: BPF C probes and struct_ops (CO-RE), libbpf-rs (vendored libbpf)
 	clang-19 llvm-19 libbpf-dev bpftool libelf-dev zlib1g-dev pkg-config make gcc
-	# lab and tests: namespaces, bottleneck, delay line, traffic, oracle
+	# lab and tests: namespaces, bottleneck, delay line, traffic, oracle, the
+	# vendored capacity traces (xz)
 	iproute2 iptables ethtool libnetfilter-queue-dev iperf3 iputils-ping procps psmisc
-	tmux curl ca-certificates
+	tmux curl ca-certificates xz-utils
 	# Prometheus server and promtool for the scrape test and the rules' tests
 	prometheus
 	# operator's kit: unit rating (systemd-analyze), capability bounds (setpriv),

@@ -538,7 +538,7 @@ def main():
     ap.add_argument("--analyze", metavar="DIR", help="only recompute table, plots and findings of DIR")
     ap.add_argument("--link", default="const", choices=sorted(LINKS),
                     help="link model: const (tbf at the papers' rates) or trace (measured "
-                         "cellular capacity, ../shared/traces); default %(default)s")
+                         "cellular capacity, ../shared/traces or scripts/lab/traces); default %(default)s")
     ap.add_argument("--profiles", help="comma list of the plan's profiles to run "
                     "(const: 3.5g,3g,4g; trace: lte,evdo; default all)")
     ap.add_argument("--runs", help="comma list among A,B,C,D (default: all)")

@@ -49,7 +49,8 @@ options for up:
   --trace T            instead of a constant rate, a link that follows a
                        Mahimahi trace: a name in the traces directory
                        (TMobile-LTE-short...; $BLOATD_TRACES, else
-                       ../shared/traces next to the repository) or a file;
+                       ../shared/traces next to the repository, else the
+                       copies in scripts/lab/traces/) or a file;
                        NAME.down drives the downlink and NAME.up, if it
                        exists, the uplink
   --buffer-bytes N     bottleneck buffer in bytes (tbf limit or the trace
@@ -130,12 +131,24 @@ evdo Verizon-EVDO-driving 150 1000000
 lte TMobile-LTE-short 80 1000000'
 
 # Where trace names are looked up.
+# $BLOATD_TRACES, else ../shared/traces next to the repository, else the
+# copies vendored in scripts/lab/traces/ (xz), decompressed once into
+# $LAB_RUN/traces.
 traces_dir() {
-	local d
+	local d f t out
 	for d in "${BLOATD_TRACES:-}" "$HERE/../../../shared/traces"; do
 		[[ -n $d && -d $d ]] && { (cd "$d" && pwd); return; }
 	done
-	die "no traces directory: set BLOATD_TRACES (../shared/traces next to the repository holds them)"
+	out=$LAB_RUN/traces
+	mkdir -p "$out"
+	for f in "$HERE"/traces/*.xz; do
+		[[ -e $f ]] || continue
+		d=$out/$(basename "$f" .xz)
+		[[ -s $d ]] && continue
+		t=$(mktemp "$d.XXXXXX") && xz -dc "$f" >"$t" && chmod 644 "$t" && mv "$t" "$d" ||
+			die "cannot decompress $f"
+	done
+	echo "$out"
 }
 
 # A trace name or file -> the downlink file's path.
