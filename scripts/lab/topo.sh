@@ -157,7 +157,8 @@ trace_file() {
 	if [[ $t == */* || -f $t ]]; then
 		f=$t
 	else
-		f=$(traces_dir)/$t.down
+		f=$(traces_dir) || exit 2
+		f=$f/$t.down
 	fi
 	[[ -f $f && -r $f ]] || die "trace '$t': no file $f (see ../shared/traces/README.md)"
 	echo "$f"
@@ -185,7 +186,7 @@ profile_fields() {
 		line=$(awk -v p="$1" '$1 == p {print $2, $3, $4}' <<<"$TRACE_PROFILES")
 		[[ -n $line ]] || die "unknown profile '$1' (3g, 3.5g, 4g, umts, evdo, lte, or custom with --rate/--trace/--delay-ms/--buffer-bytes)"
 		read -r t _ <<<"$line"
-		t=$(trace_file "$t")
+		t=$(trace_file "$t") || exit 2
 		line="$(trace_rate "$t") ${line#* } $t"
 	fi
 	echo "$line"
@@ -193,7 +194,7 @@ profile_fields() {
 
 profile() {
 	local f
-	f=$(profile_fields "$1")
+	f=$(profile_fields "$1") || exit 2
 	awk '{printf "rate=%s delay_ms=%s buffer_bytes=%s", $1, $2, $3
 	      if ($4 != "-") printf " trace=%s", $4
 	      printf "\n"}' <<<"$f"
@@ -342,12 +343,12 @@ up() {
 	done
 	if [[ $prof != custom ]]; then
 		local f
-		f=$(profile_fields "$prof")
+		f=$(profile_fields "$prof") || exit 2
 		read -r rate delay_ms buffer trace <<<"$f"
 	fi
 	[[ -n ${set[rate]:-} && -n ${set[trace]:-} ]] && die "--rate and --trace exclude each other"
 	[[ -n ${set[rate]:-} ]] && trace=-
-	[[ -n ${set[trace]:-} ]] && trace=$(trace_file "${set[trace]}")
+	[[ -n ${set[trace]:-} ]] && { trace=$(trace_file "${set[trace]}") || exit 2; }
 	[[ $trace != - ]] && rate=$(trace_rate "$trace")
 	rate=${set[rate]:-$rate} buffer=${set[buffer]:-$buffer} delay_ms=${set[delay_ms]:-$delay_ms}
 	[[ $buffer =~ ^[0-9]+$ && $buffer -ge 3000 ]] || die "--buffer-bytes must be an integer >= 3000"

@@ -13,7 +13,7 @@ import time
 import urllib.parse
 import urllib.request
 
-from bloatdtest import TestCase, free_port, main, run, wait_for
+from bloatdtest import SND4, TestCase, free_port, main, run, wait_for
 
 
 def histogram(text, name, labels):
@@ -83,15 +83,6 @@ class PrometheusScrape(TestCase):
         print(f"    cubic sender queueing delay buckets: {buckets}")
         self.assertIn("0.5", buckets)
         # Cumulative buckets never decrease.
-        # Every rate is bytes over the real time between its two readings:
-        # the flow's samples stay at the 10 Mbit/s link's rate (a recovery's
-        # cumulative ACK may exceed it once in a while, not typically).
-        rates = sorted(x["throughput_bps"] for x in samples)
-        med, p95 = rates[len(rates) // 2], rates[int(0.95 * (len(rates) - 1))]
-        print(f"    throughput of the samples: median {med / 1e6:.2f}, p95 {p95 / 1e6:.2f}, "
-              f"max {rates[-1] / 1e6:.2f} Mbit/s (link 10)")
-        self.assertGreater(med, 8e6, "the busy sender runs at the link's rate")
-        self.assertLess(p95, 11e6, "and not above it")
         les = sorted((float(k), v) for k, v in buckets.items())
         self.assertEqual([v for _, v in les], sorted(v for _, v in les))
         # A quantile over the histogram comes back too.
