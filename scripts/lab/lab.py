@@ -182,17 +182,9 @@ class Lab:
         self.procs = []
         self.server = None
 
-    def up(self, profile, ssthresh_cache=False):
+    def up(self, profile):
         subprocess.run([TOPO, "up", self.name, "--profile", profile.name], check=True,
                        stdout=subprocess.DEVNULL)
-        if ssthresh_cache:
-            # As the kernels of the papers' time did: a closing connection
-            # leaves its ssthresh in the TCP metrics cache and the next one
-            # to the same host starts slow start with it (6.x saves none by
-            # default, and topo.sh turns the cache off as Alfredsson did).
-            subprocess.run(["ip", "netns", "exec", f"{self.name}-snd", "sysctl", "-qw",
-                            "net.ipv4.tcp_no_metrics_save=0",
-                            "net.ipv4.tcp_no_ssthresh_metrics_save=0"], check=True)
         self.server = self.spawn("snd", [PY, FLOWS, "serve", "--port", str(PORT)])
         line = self.server.stdout.readline()
         if '"listening"' not in line:
@@ -426,7 +418,7 @@ def run_campaign(args):
     backend = pick_instrument(args.instrument)
     os.makedirs(args.out, exist_ok=True)
     meta = {"started": time.strftime("%Y-%m-%d %H:%M:%S"), "quick": args.quick,
-            "link": args.link, "roles": LINKS[args.link], "ssthresh_cache": args.ssthresh_cache,
+            "link": args.link, "roles": LINKS[args.link],
             "instrument": backend, "ccs": ccs, "missing_ccs": missing,
             "profiles": {p: profs[p].as_dict() for p in profiles},
             "kernel": os.uname().release}
@@ -466,7 +458,7 @@ def run_campaign(args):
                     if inst:
                         inst.stop()
                     lab.down()
-                    lab.up(prof, args.ssthresh_cache)
+                    lab.up(prof)
                     inst = instrument.Instrument(backend, f"{args.name}-snd", PORT,
                                                  0.05 if backend == "bloatd" else 0.1)
                     inst.start()
@@ -531,10 +523,6 @@ def main():
     ap.add_argument("--append", action="store_true",
                     help="add to the results already in --out (a campaign run in parts, "
                          "e.g. one --profiles at a time) instead of starting them over")
-    ap.add_argument("--ssthresh-cache", action="store_true",
-                    help="let each connection start with the ssthresh the last one to the same "
-                         "host left in the TCP metrics cache, as the papers' kernels did "
-                         "(default: no cache, as Alfredsson et al. flushed it)")
     ap.add_argument("--analyze", metavar="DIR", help="only recompute table, plots and findings of DIR")
     ap.add_argument("--link", default="const", choices=sorted(LINKS),
                     help="link model: const (tbf at the papers' rates) or trace (measured "
