@@ -92,11 +92,14 @@ b=$("$TOPO" backlog "$N")
 expect_clean "down of a trace link"
 
 # Interrupt `up` at increasing points of its work. Job control gives the
-# background job its own process group, so SIGINT is not ignored in it.
+# background job its own process group, so SIGINT is not ignored in it;
+# `env --default-signal=INT` undoes an ignored SIGINT inherited from whoever
+# started the suite (a background `make test` ignores it, and an ignored
+# signal can be neither trapped nor delivered).
 set -m
 interrupted=0
 for at in 0.01 0.03 0.05 0.08 0.12 0.2; do
-	"$TOPO" up "$N" --profile 3.5g >/dev/null 2>&1 &
+	env --default-signal=INT "$TOPO" up "$N" --profile 3.5g >/dev/null 2>&1 &
 	pid=$!
 	sleep "$at"
 	kill -INT "$pid" 2>/dev/null
@@ -112,7 +115,7 @@ for at in 0.01 0.03 0.05 0.08 0.12 0.2; do
 	fi
 done
 for at in 0.05 0.1 0.15 0.2 0.3 0.45; do
-	"$TOPO" up "$N" --profile lte >/dev/null 2>&1 &
+	env --default-signal=INT "$TOPO" up "$N" --profile lte >/dev/null 2>&1 &
 	pid=$!
 	sleep "$at"
 	kill -INT "$pid" 2>/dev/null
@@ -134,7 +137,7 @@ set +m
 # traffic stopped, lab removed, exit 130.
 OUT=$(mktemp -d /tmp/bloatd-lab-topo.XXXXXX)
 set -m
-/usr/bin/python3 scripts/lab/lab.py --name "$N" --instrument ss --profiles 3.5g --runs C \
+env --default-signal=INT /usr/bin/python3 scripts/lab/lab.py --name "$N" --instrument ss --profiles 3.5g --runs C \
 	--ccs cubic --shorts 3 --out "$OUT" >"$OUT/log" 2>&1 &
 pid=$!
 for ((i = 0; i < 100; i++)); do

@@ -96,7 +96,7 @@ class PrometheusScrape(TestCase):
         # Labels are bounded: no socket detail (addresses, ports, pids)
         # ever becomes a label; those stay in the API.
         keys = set(re.findall(r'[{,]([a-z_]+)="', text))
-        self.assertLessEqual(keys, {"cc", "role", "state", "probe", "reason", "le", "version"}, keys)
+        self.assertLessEqual(keys, {"cc", "role", "state", "probe", "reason", "le", "version", "action"}, keys)
 
 
     def test_kernel_histogram_counts_socket_time_as_the_samples_do(self):
