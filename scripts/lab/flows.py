@@ -96,8 +96,10 @@ def serve(args):
         threading.Thread(target=serve_one, args=(conn,), daemon=True).start()
 
 
-def fetch_one(addr, port, nbytes, cc, seconds, label):
-    """One transfer on its own connection; returns the 'done' record."""
+def fetch_one(addr, port, nbytes, cc, seconds, label, half_close=False):
+    """One transfer on its own connection; returns the 'done' record. With
+    half_close the client shuts its sending end after the request (as some
+    HTTP/1.0 clients do): the server sends the whole response in CLOSE_WAIT."""
     t0 = time.monotonic()
     wall0 = time.time()
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
@@ -108,6 +110,8 @@ def fetch_one(addr, port, nbytes, cc, seconds, label):
     print(json.dumps({"event": "open", "label": label, "cc": cc,
                       "local_port": local_port, "wall": wall0}), flush=True)
     sock.sendall(f"SEND {nbytes} {cc} {seconds}\n".encode())
+    if half_close:
+        sock.shutdown(socket.SHUT_WR)
     got, header, t_first = 0, b"", None
     buf = bytearray(CHUNK_BYTES)
     while True:
@@ -140,7 +144,7 @@ def fetch(args):
             time.sleep(args.gap)
         try:
             rec = fetch_one(args.addr, args.port, args.bytes, args.cc,
-                            args.seconds, args.label)
+                            args.seconds, args.label, args.half_close)
         except OSError as e:
             print(json.dumps({"event": "error", "label": args.label,
                               "cc": args.cc, "error": str(e)}), flush=True)
@@ -218,6 +222,9 @@ def main():
     f.add_argument("--count", type=int, default=1, help="sequential transfers")
     f.add_argument("--gap", type=float, default=1.0, help="seconds between transfers")
     f.add_argument("--label", default="")
+    f.add_argument("--half-close", action="store_true",
+                   help="shut the client's sending end after the request: the server "
+                        "sends its response in CLOSE_WAIT")
     b = sub.add_parser("udp-blast", help="UDP at a fixed packet rate (link measurements)")
     b.add_argument("--addr", required=True)
     b.add_argument("--port", type=int, default=9000)

@@ -103,24 +103,35 @@ class Floors(TestCase):
         return lab, idle
 
     def test_a_sender_that_closed_its_end_is_sampled_until_acknowledged(self):
+        """Two ways a sender keeps sending outside ESTABLISHED, where
+        tcp_probe never fires: it closed its own end (FIN_WAIT1, every
+        "Connection: close" response), or its peer closed its end first
+        (CLOSE_WAIT, a client that half-closes after its request)."""
         d = self.daemon("--no-cc")
         d.start()
         lab, _ = self.bloated_lab("bf2", d)
-        # The server writes 8 MB and shuts down its end (as every
-        # "Connection: close" response): FIN_WAIT1 while megabytes drain
-        # through a 1.5 MB bottleneck buffer at 8 Mbit/s.
+        # The server writes 8 MB and shuts down its end: FIN_WAIT1 while
+        # megabytes drain through a 1.5 MB bottleneck buffer at 8 Mbit/s;
+        # or the client shuts its end first and the server sends all 8 MB
+        # in CLOSE_WAIT.
+        for state, extra in (("FIN-WAIT-1", []), ("CLOSE-WAIT", ["--half-close"])):
+            with self.subTest(state=state):
+                self.closing_sender_is_sampled(d, lab, state, extra)
+
+    def closing_sender_is_sampled(self, d, lab, state, extra):
         fetch = subprocess.Popen(["ip", "netns", "exec", lab.ns("rcv"), sys.executable, FLOWS, "fetch",
-                                  "--addr", SND4, "--port", "8000", "--bytes", "8000000", "--cc", "cubic"],
-                                 stdout=subprocess.PIPE, text=True)
+                                  "--addr", SND4, "--port", "8000", "--bytes", "8000000", "--cc", "cubic",
+                                  *extra], stdout=subprocess.PIPE, text=True)
         lab.procs.append(fetch)
 
         def closing():
-            return [s for s in d.sockets() if s["local_port"] == 8000 and s["state"] == "FIN-WAIT-1"]
-        s = wait_for(closing, timeout=20, step=0.2, what="the server socket in FIN-WAIT-1, listed by default")[0]
+            return [s for s in d.sockets() if s["local_port"] == 8000 and s["state"] == state
+                    and s["inflight"] > 0]
+        s = wait_for(closing, timeout=20, step=0.2,
+                     what=f"the server socket in {state} with data in flight, listed by default")[0]
         closed_ms = time.time() * 1000
-        self.assertGreater(s["inflight"], 0)
-        ss = [x for x in lab.ss("snd") if x["local"][1] == 8000 and x["state"] == "FIN-WAIT-1"]
-        self.assertTrue(ss, "ss shows it in FIN-WAIT-1 too")
+        ss = [x for x in lab.ss("snd") if x["local"][1] == 8000 and x["state"] == state]
+        self.assertTrue(ss, f"ss shows it in {state} too")
         # Sampled by the probes (sock_ops RTT callbacks), not only read on
         # demand: its series grows after the close, until the socket goes.
         after = []
@@ -131,9 +142,9 @@ class Floors(TestCase):
                 break  # closed: the last ACK came
             after = [x for x in series if x["t_ms"] > closed_ms]
             time.sleep(0.3)
-        print(f"    FIN-WAIT-1: {len(after)} samples after the close, queue "
+        print(f"    {state}: {len(after)} samples after the close, queue "
               f"{[x['queue_delay_us'] // 1000 for x in after][:8]} ms", flush=True)
-        self.assertGreaterEqual(len(after), 5, "samples after FIN_WAIT1 began")
+        self.assertGreaterEqual(len(after), 5, f"samples after {state} began")
         self.assertGreater(max(x["queue_delay_us"] for x in after), 200_000, "it measures the queue it drains through")
         out, _ = fetch.communicate(timeout=60)
         done = [json.loads(line) for line in out.splitlines() if '"done"' in line]
