@@ -320,12 +320,7 @@ impl Core {
             floors: self.probes.floors_count().unwrap_or(0),
             cc_export_failures: self.cc.export_failures(),
             westwood_cwnd_pipe: self.cc.westwood_cwnd_pipe_ratio(),
-            policy: self
-                .probes
-                .policy
-                .counts()
-                .ok()
-                .map(|c| (crate::api::PolicyCounts::from_kernel(&c), self.drwa)),
+            policy: self.policy_counts().map(|c| (c, self.drwa)),
         }
     }
 
@@ -416,13 +411,13 @@ impl Core {
                 min_bytes: self.cfg.drwa_min_bytes,
             },
             rules,
-            counts: self
-                .probes
-                .policy
-                .counts()
-                .map(|c| crate::api::PolicyCounts::from_kernel(&c))
-                .unwrap_or_default(),
+            counts: self.policy_counts().unwrap_or_default(),
         }
+    }
+
+    /// The policy's counters, as the kernel keeps them.
+    fn policy_counts(&self) -> Option<crate::api::PolicyCounts> {
+        self.probes.policy.counts().ok().map(|c| crate::api::PolicyCounts::from_kernel(&c))
     }
 
     /// The policy's state in a snapshot: None when there is no policy.
@@ -430,7 +425,7 @@ impl Core {
         if self.policy.names.is_empty() && self.drwa == crate::policy::DrwaMode::Disabled {
             return None;
         }
-        let c = self.probes.policy.counts().map(|c| crate::api::PolicyCounts::from_kernel(&c)).unwrap_or_default();
+        let c = self.policy_counts().unwrap_or_default();
         Some(bloatd_tui::model::PolicyState {
             drwa: self.drwa.as_str().into(),
             rules: self.policy.names.len(),

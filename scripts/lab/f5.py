@@ -74,23 +74,10 @@ def steps_of(p, profiles, reps=1):
 
 
 def step_label(s):
-    n = 1 if s["run"] == "C" else 5
-    return f"F5 run {s['run']} {n} bulk cubic + {s['shorts']} short cubic, {ARM_LABEL[s['arm']]}"
+    return f"F5 {analysis.step_label(s)}, {ARM_LABEL[s['arm']]}"
 
 
 # ------------------------------------------------------------ the daemon
-
-def api_post(path, body):
-    conn = instrument._UnixHTTP(instrument.BLOATD_SOCK, timeout=5)
-    try:
-        conn.request("POST", path, body=json.dumps(body), headers={"Content-Type": "application/json"})
-        resp = conn.getresponse()
-        text = resp.read().decode(errors="replace")
-        if resp.status != 200:
-            raise RuntimeError(f"bloatd {path}: {text}")
-    finally:
-        conn.close()
-
 
 def check_daemon():
     """The running bloatd can switch the arms: DRWA armed, the bulk rule."""
@@ -103,8 +90,8 @@ def check_daemon():
 
 
 def set_arm(arm):
-    api_post("/v1/policy/drwa", {"on": arm == "drwa"})
-    api_post(f"/v1/policy/rules/{BULK_RULE}", {"enabled": arm == "westwood"})
+    instrument.bloatd_request("POST", "/v1/policy/drwa", {"on": arm == "drwa"})
+    instrument.bloatd_request("POST", f"/v1/policy/rules/{BULK_RULE}", {"enabled": arm == "westwood"})
 
 
 # ------------------------------------------------------------ measuring

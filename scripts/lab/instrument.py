@@ -45,18 +45,28 @@ class _UnixHTTP(http.client.HTTPConnection):
         self.sock = s
 
 
-def bloatd_get(path, sock_path=BLOATD_SOCK):
-    """GET path from bloatd's API; returns the decoded JSON."""
+def bloatd_request(method, path, body=None, sock_path=BLOATD_SOCK):
+    """One request to bloatd's API (a JSON body for POST); returns the
+    decoded JSON answer, or None for an empty one."""
     conn = _UnixHTTP(sock_path)
     try:
-        conn.request("GET", path)
+        if body is None:
+            conn.request(method, path)
+        else:
+            conn.request(method, path, body=json.dumps(body),
+                         headers={"Content-Type": "application/json"})
         resp = conn.getresponse()
-        body = resp.read()
+        data = resp.read()
         if resp.status != 200:
-            raise OSError(f"bloatd API {path}: HTTP {resp.status}: {body[:200]!r}")
-        return json.loads(body)
+            raise OSError(f"bloatd API {method} {path}: HTTP {resp.status}: {data[:200]!r}")
+        return json.loads(data) if data.strip() else None
     finally:
         conn.close()
+
+
+def bloatd_get(path, sock_path=BLOATD_SOCK):
+    """GET path from bloatd's API; returns the decoded JSON."""
+    return bloatd_request("GET", path, sock_path=sock_path)
 
 
 def bloatd_available(sock_path=BLOATD_SOCK):
