@@ -45,7 +45,12 @@ fn main() {
     // logic (floor_host.c), the histograms' buckets (stats_host.c), and
     // floor_host_env.c (the path refresh over a test's table), linked into
     // the unit tests only, as no other code references it.
-    for c in ["floor_host.c", "stats_host.c", "floor_host_env.c", "policy_host.c"] {
+    for c in [
+        "floor_host.c",
+        "stats_host.c",
+        "floor_host_env.c",
+        "policy_host.c",
+    ] {
         println!("cargo:rerun-if-changed={}", bpf.join(c).display());
     }
     cc::Build::new()

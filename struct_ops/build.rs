@@ -22,13 +22,24 @@ fn main() {
     }
     let mut code = bpf_build::rust_types(
         &out.join("westwood.bpf.o"),
-        &["bloatd_westwood_state", "bloatd_westwood_config", "bloatd_ratio_hist"],
+        &[
+            "bloatd_westwood_state",
+            "bloatd_westwood_config",
+            "bloatd_ratio_hist",
+        ],
         &["bloatd_ratio_le"],
     );
-    code += &bpf_build::rust_types(&out.join("cubic.bpf.o"), &["bloatd_cubic_state"], &["bloatd_hystart"]);
+    code += &bpf_build::rust_types(
+        &out.join("cubic.bpf.o"),
+        &["bloatd_cubic_state"],
+        &["bloatd_hystart"],
+    );
     // The algorithms copy whole structs from their stack into the maps:
     // a byte of padding would be uninitialised stack to the verifier.
-    assert!(!code.contains("_pad"), "cc_state.h: a struct has implicit padding:\n{code}");
+    assert!(
+        !code.contains("_pad"),
+        "cc_state.h: a struct has implicit padding:\n{code}"
+    );
     std::fs::write(out.join("cc_state.rs"), code).unwrap();
     // CUBIC's idle arithmetic, run on the host for src/algo.rs's test
     let idle = bpf_build::run_host_c(&here.join("idle_test.c"), &out, &[&here]);

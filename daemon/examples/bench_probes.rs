@@ -10,14 +10,23 @@ use std::io::Read;
 
 fn main() -> anyhow::Result<()> {
     let mut args = std::env::args().skip(1);
-    let obj = args.next().ok_or_else(|| anyhow::anyhow!("usage: bench_probes OBJECT TRACEPOINT [PROG...]"))?;
-    let tp = args.next().ok_or_else(|| anyhow::anyhow!("missing TRACEPOINT"))?;
+    let obj = args
+        .next()
+        .ok_or_else(|| anyhow::anyhow!("usage: bench_probes OBJECT TRACEPOINT [PROG...]"))?;
+    let tp = args
+        .next()
+        .ok_or_else(|| anyhow::anyhow!("missing TRACEPOINT"))?;
     let only: Vec<String> = args.collect();
     let btf = Btf::from_sys_fs()?;
-    static BASELINE: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/baseline.bpf.o"));
+    static BASELINE: &[u8] =
+        aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/baseline.bpf.o"));
     let mut loader = EbpfLoader::new();
     loader.btf(Some(&btf));
-    let mut ebpf = if obj == "baseline" { loader.load(BASELINE)? } else { loader.load_file(&obj)? };
+    let mut ebpf = if obj == "baseline" {
+        loader.load(BASELINE)?
+    } else {
+        loader.load_file(&obj)?
+    };
     let names: Vec<String> = ebpf.programs().map(|(n, _)| n.to_string()).collect();
     for name in names {
         if !only.is_empty() && !only.contains(&name) {

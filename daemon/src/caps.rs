@@ -46,10 +46,21 @@ fn mask(caps: &[u32]) -> u64 {
 }
 
 fn capset(effective: u64, permitted: u64) -> io::Result<()> {
-    let mut hdr = Header { version: VERSION_3, pid: 0 };
+    let mut hdr = Header {
+        version: VERSION_3,
+        pid: 0,
+    };
     let data = [
-        Data { effective: effective as u32, permitted: permitted as u32, inheritable: 0 },
-        Data { effective: (effective >> 32) as u32, permitted: (permitted >> 32) as u32, inheritable: 0 },
+        Data {
+            effective: effective as u32,
+            permitted: permitted as u32,
+            inheritable: 0,
+        },
+        Data {
+            effective: (effective >> 32) as u32,
+            permitted: (permitted >> 32) as u32,
+            inheritable: 0,
+        },
     ];
     // SAFETY: a version-3 header and two data structs, as capset(2) wants.
     if unsafe { libc::syscall(libc::SYS_capset, &mut hdr as *mut Header, data.as_ptr()) } != 0 {
@@ -60,7 +71,10 @@ fn capset(effective: u64, permitted: u64) -> io::Result<()> {
 
 /// (effective, permitted) of the calling thread.
 pub fn current() -> io::Result<(u64, u64)> {
-    let mut hdr = Header { version: VERSION_3, pid: 0 };
+    let mut hdr = Header {
+        version: VERSION_3,
+        pid: 0,
+    };
     let mut data = [Data::default(); 2];
     // SAFETY: as in capset.
     if unsafe { libc::syscall(libc::SYS_capget, &mut hdr as *mut Header, data.as_mut_ptr()) } != 0 {
@@ -71,7 +85,9 @@ pub fn current() -> io::Result<(u64, u64)> {
 }
 
 fn threads() -> usize {
-    std::fs::read_dir("/proc/self/task").map(|d| d.count()).unwrap_or(1)
+    std::fs::read_dir("/proc/self/task")
+        .map(|d| d.count())
+        .unwrap_or(1)
 }
 
 /// After start: keep only [`KEEP`], permitted but not effective; no
@@ -92,7 +108,13 @@ pub fn drop_after_start() -> io::Result<()> {
             return Err(io::Error::last_os_error());
         }
         // EINVAL on kernels without ambient capabilities: nothing to clear.
-        libc::prctl(libc::PR_CAP_AMBIENT, libc::PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0);
+        libc::prctl(
+            libc::PR_CAP_AMBIENT,
+            libc::PR_CAP_AMBIENT_CLEAR_ALL,
+            0,
+            0,
+            0,
+        );
     }
     let (_, permitted) = current()?;
     capset(0, permitted & mask(KEEP))
@@ -102,7 +124,9 @@ pub fn drop_after_start() -> io::Result<()> {
 /// defaults before the congestion controls go away). Threads spawned after
 /// this call inherit them.
 pub fn raise_for_stop() {
-    let Ok((_, permitted)) = current() else { return };
+    let Ok((_, permitted)) = current() else {
+        return;
+    };
     if let Err(e) = capset(permitted & mask(KEEP), permitted) {
         tracing::warn!("cannot raise CAP_SYS_ADMIN for the stop: {e}; namespaces defaulting to bloatd's algorithms may keep them");
     }
@@ -114,8 +138,14 @@ mod tests {
 
     /// What `bloatd start` may need (the module comment says why each):
     /// exactly the service's bounding set.
-    const START: &[&str] =
-        &["CAP_BPF", "CAP_PERFMON", "CAP_NET_ADMIN", "CAP_SYS_ADMIN", "CAP_SYS_PTRACE", "CAP_CHOWN"];
+    const START: &[&str] = &[
+        "CAP_BPF",
+        "CAP_PERFMON",
+        "CAP_NET_ADMIN",
+        "CAP_SYS_ADMIN",
+        "CAP_SYS_PTRACE",
+        "CAP_CHOWN",
+    ];
 
     #[test]
     fn masks_span_both_words() {
@@ -127,7 +157,10 @@ mod tests {
     #[test]
     fn the_unit_bounds_exactly_what_start_needs() {
         let unit = include_str!("../dist/bloatd.service");
-        let line = unit.lines().find_map(|l| l.strip_prefix("CapabilityBoundingSet=")).expect("a bounding set");
+        let line = unit
+            .lines()
+            .find_map(|l| l.strip_prefix("CapabilityBoundingSet="))
+            .expect("a bounding set");
         let mut unit_caps: Vec<&str> = line.split_whitespace().collect();
         let mut start = START.to_vec();
         unit_caps.sort();

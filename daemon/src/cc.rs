@@ -17,11 +17,19 @@ impl CcSet {
         let algos: Vec<Algo> = names
             .iter()
             .map(|n| {
-                Algo::from_name(n).ok_or_else(|| anyhow::anyhow!("unknown congestion control '{n}'"))
+                Algo::from_name(n)
+                    .ok_or_else(|| anyhow::anyhow!("unknown congestion control '{n}'"))
             })
             .collect::<anyhow::Result<_>>()?;
-        let reg = if algos.is_empty() { None } else { Some(Registration::register(&algos, opts)?) };
-        Ok(CcSet { reg, prev_default: None })
+        let reg = if algos.is_empty() {
+            None
+        } else {
+            Some(Registration::register(&algos, opts)?)
+        };
+        Ok(CcSet {
+            reg,
+            prev_default: None,
+        })
     }
 
     pub fn is_empty(&self) -> bool {
@@ -30,14 +38,20 @@ impl CcSet {
 
     pub fn names(&self) -> Vec<String> {
         match &self.reg {
-            Some(r) => r.registered().iter().map(|a| a.name().to_string()).collect(),
+            Some(r) => r
+                .registered()
+                .iter()
+                .map(|a| a.name().to_string())
+                .collect(),
             None => Vec::new(),
         }
     }
 
     /// Exported state of every socket using a bloatd algorithm, by cookie.
     pub fn states(&self) -> HashMap<u64, CcState> {
-        let Some(r) = &self.reg else { return HashMap::new() };
+        let Some(r) = &self.reg else {
+            return HashMap::new();
+        };
         match r.states() {
             Ok(states) => states.into_iter().map(|(c, s)| (c, view(&s))).collect(),
             Err(e) => {
@@ -49,9 +63,14 @@ impl CcSet {
 
     /// Per registered algorithm, state snapshots its map refused.
     pub fn export_failures(&self) -> Vec<(String, u64)> {
-        let Some(r) = &self.reg else { return Vec::new() };
+        let Some(r) = &self.reg else {
+            return Vec::new();
+        };
         match r.export_failures() {
-            Ok(v) => v.into_iter().map(|(a, n)| (a.name().to_string(), n)).collect(),
+            Ok(v) => v
+                .into_iter()
+                .map(|(a, n)| (a.name().to_string(), n))
+                .collect(),
             Err(e) => {
                 tracing::warn!("reading congestion control export failures: {e}");
                 Vec::new()
@@ -86,7 +105,9 @@ impl CcSet {
         if let Some(prev) = self.prev_default.take() {
             match bloatd_cc::set_kernel_default(&prev) {
                 Ok(()) => tracing::info!("restored default congestion control {prev}"),
-                Err(e) => tracing::warn!("could not restore default congestion control {prev}: {e}"),
+                Err(e) => {
+                    tracing::warn!("could not restore default congestion control {prev}: {e}")
+                }
             }
         }
     }

@@ -16,7 +16,10 @@ const KEYS: &[(&str, &str)] = &[
     ("run_dir", "a directory path"),
     ("interval_ms", "an integer (milliseconds)"),
     ("map_capacity", "an integer"),
-    ("map_entries", "an integer (deprecated name of map_capacity)"),
+    (
+        "map_entries",
+        "an integer (deprecated name of map_capacity)",
+    ),
     ("bloat_threshold_ms", "an integer (milliseconds)"),
     ("series_seconds", "an integer (seconds)"),
     ("cc", "a list of names, like [\"bloatd_westwood\"]"),
@@ -30,17 +33,31 @@ const KEYS: &[(&str, &str)] = &[
     ("bpf_stats", "true or false"),
     ("log", "a string, like \"info\""),
     ("api_group", "a group name, like \"bloatd\""),
-    ("policy", "a list of [[policy]] tables (README, \"Acting on bloat\")"),
+    (
+        "policy",
+        "a list of [[policy]] tables (README, \"Acting on bloat\")",
+    ),
     ("drwa", "\"on\", \"off\" or \"disabled\""),
-    ("drwa_lambda", "a number from 1.0 to 16.0 (the paper's lambda is 3)"),
-    ("drwa_min_bytes", "an integer (bytes a connection receives before DRWA acts on it)"),
+    (
+        "drwa_lambda",
+        "a number from 1.0 to 16.0 (the paper's lambda is 3)",
+    ),
+    (
+        "drwa_min_bytes",
+        "an integer (bytes a connection receives before DRWA acts on it)",
+    ),
 ];
 
 /// 1-based line and column of a byte offset.
 fn line_col(text: &str, offset: usize) -> (usize, usize) {
     let before = &text[..offset.min(text.len())];
     let line = before.matches('\n').count() + 1;
-    let col = before.rsplit('\n').next().map(|l| l.chars().count()).unwrap_or(0) + 1;
+    let col = before
+        .rsplit('\n')
+        .next()
+        .map(|l| l.chars().count())
+        .unwrap_or(0)
+        + 1;
     (line, col)
 }
 
@@ -48,7 +65,10 @@ fn line_col(text: &str, offset: usize) -> (usize, usize) {
 fn key_offset(text: &str, key: &str) -> usize {
     let mut off = 0;
     for l in text.split_inclusive('\n') {
-        let t = l.trim_start().trim_start_matches('[').trim_start_matches(['"', '\'']);
+        let t = l
+            .trim_start()
+            .trim_start_matches('[')
+            .trim_start_matches(['"', '\'']);
         if t.starts_with(key) {
             return off;
         }
@@ -64,7 +84,11 @@ pub(crate) fn edit_distance(a: &str, b: &str) -> usize {
     for (i, ca) in a.chars().enumerate() {
         let mut cur = vec![i + 1];
         for (j, cb) in b.iter().enumerate() {
-            cur.push((prev[j] + usize::from(ca != *cb)).min(prev[j + 1] + 1).min(cur[j] + 1));
+            cur.push(
+                (prev[j] + usize::from(ca != *cb))
+                    .min(prev[j + 1] + 1)
+                    .min(cur[j] + 1),
+            );
         }
         prev = cur;
     }
@@ -197,14 +221,19 @@ impl Config {
         for key in table.keys() {
             if !KEYS.iter().any(|(k, _)| k == key) {
                 let known: Vec<&str> = KEYS.iter().map(|(k, _)| *k).collect();
-                return Err(match KEYS.iter().find(|(k, _)| edit_distance(k, key) <= (k.len() / 6).clamp(1, 2)) {
-                    Some((k, _)) => format!("unknown key `{key}` (did you mean `{k}`?)"),
-                    None => format!(
-                        "unknown key at line {} (bloatd's keys: {})",
-                        line_col(text, key_offset(text, key)).0,
-                        known.join(", ")
-                    ),
-                });
+                return Err(
+                    match KEYS
+                        .iter()
+                        .find(|(k, _)| edit_distance(k, key) <= (k.len() / 6).clamp(1, 2))
+                    {
+                        Some((k, _)) => format!("unknown key `{key}` (did you mean `{k}`?)"),
+                        None => format!(
+                            "unknown key at line {} (bloatd's keys: {})",
+                            line_col(text, key_offset(text, key)).0,
+                            known.join(", ")
+                        ),
+                    },
+                );
             }
         }
         if let Some(rules) = table.get("policy") {
@@ -218,7 +247,11 @@ impl Config {
             for (key, value) in &table {
                 let one = toml::Table::from_iter([(key.clone(), value.clone())]);
                 if Config::deserialize(toml::Value::Table(one)).is_err() {
-                    let expects = KEYS.iter().find(|(k, _)| k == key).map(|(_, e)| *e).unwrap_or("?");
+                    let expects = KEYS
+                        .iter()
+                        .find(|(k, _)| k == key)
+                        .map(|(_, e)| *e)
+                        .unwrap_or("?");
                     return format!("`{key}` must be {expects}");
                 }
             }
@@ -272,7 +305,9 @@ impl Config {
             }
         }
         if self.series_seconds > 3600 {
-            return Err(ConfigError::Invalid("series_seconds must be at most 3600".into()));
+            return Err(ConfigError::Invalid(
+                "series_seconds must be at most 3600".into(),
+            ));
         }
         for name in &self.cc {
             if bloatd_cc::Algo::from_name(name).is_none() {
@@ -348,27 +383,46 @@ mod tests {
 
     #[test]
     fn out_of_range_and_unknown_cc_are_errors() {
-        assert!(Config::parse("interval_ms = 1\n").unwrap_err().contains("interval_ms"));
-        assert!(Config::parse("cc = [\"vegas\"]\n").unwrap_err().contains("vegas"));
+        assert!(Config::parse("interval_ms = 1\n")
+            .unwrap_err()
+            .contains("interval_ms"));
+        assert!(Config::parse("cc = [\"vegas\"]\n")
+            .unwrap_err()
+            .contains("vegas"));
         for t in [0, 60_001, u64::MAX / 1000] {
             let e = Config::parse(&format!("bloat_threshold_ms = {t}\n")).unwrap_err();
-            assert!(e.contains("bloat_threshold_ms") && e.contains("1..=60000"), "{e}");
+            assert!(
+                e.contains("bloat_threshold_ms") && e.contains("1..=60000"),
+                "{e}"
+            );
         }
         assert!(Config::parse("bloat_threshold_ms = 60000\n").is_ok());
         let e = Config::parse("westwood_ssthresh = \"reno\"\n").unwrap_err();
-        assert!(e.contains("westwood_ssthresh") && !e.contains("reno"), "{e}");
+        assert!(
+            e.contains("westwood_ssthresh") && !e.contains("reno"),
+            "{e}"
+        );
         let c = Config::parse("westwood_ssthresh = \"paper\"\n").unwrap();
-        assert_eq!(c.cc_options().westwood_ssthresh, bloatd_cc::WestwoodSsthresh::Paper);
+        assert_eq!(
+            c.cc_options().westwood_ssthresh,
+            bloatd_cc::WestwoodSsthresh::Paper
+        );
     }
 
     #[test]
     fn errors_quote_nothing_from_a_foreign_file() {
         let secret = "root:$y$j9T$hunter2:19000:0:99999:7:::\nalice:$y$XyZ:19001:0:99999:7:::\n";
         let e = Config::parse(secret).unwrap_err();
-        assert!(e.contains("line 1") && !e.contains("hunter2") && !e.contains("root"), "{e}");
+        assert!(
+            e.contains("line 1") && !e.contains("hunter2") && !e.contains("root"),
+            "{e}"
+        );
         // Valid TOML, foreign keys and values.
         let e = Config::parse("[database]\npassword = \"hunter2\"\n").unwrap_err();
-        assert!(!e.contains("hunter2") && !e.contains("database") && !e.contains("password"), "{e}");
+        assert!(
+            !e.contains("hunter2") && !e.contains("database") && !e.contains("password"),
+            "{e}"
+        );
         assert!(e.contains("line 1"), "{e}");
         let e = Config::parse("api_token = \"hunter2\"\n").unwrap_err();
         assert!(!e.contains("hunter2") && !e.contains("api_token"), "{e}");
@@ -376,12 +430,19 @@ mod tests {
         let e = Config::parse("listen = \"hunter2\"\n").unwrap_err();
         assert!(e.contains("listen") && !e.contains("hunter2"), "{e}");
         let e = Config::parse("interval_ms = \"hunter2\"\n").unwrap_err();
-        assert!(e.contains("`interval_ms` must be an integer") && !e.contains("hunter2"), "{e}");
+        assert!(
+            e.contains("`interval_ms` must be an integer") && !e.contains("hunter2"),
+            "{e}"
+        );
     }
 
     #[test]
     fn every_field_has_its_key_description() {
-        let mut fields: Vec<String> = toml::Table::try_from(Config::default()).unwrap().keys().cloned().collect();
+        let mut fields: Vec<String> = toml::Table::try_from(Config::default())
+            .unwrap()
+            .keys()
+            .cloned()
+            .collect();
         fields.push("api_group".into()); // None: not serialized
         fields.push("map_entries".into()); // the old name of map_capacity
         fields.sort();
@@ -392,8 +453,14 @@ mod tests {
 
     #[test]
     fn the_old_name_of_map_capacity_still_works_for_one_release() {
-        assert_eq!(Config::parse("map_entries = 128\n").unwrap().map_capacity, 128);
-        assert_eq!(Config::parse("map_capacity = 256\n").unwrap().map_capacity, 256);
+        assert_eq!(
+            Config::parse("map_entries = 128\n").unwrap().map_capacity,
+            128
+        );
+        assert_eq!(
+            Config::parse("map_capacity = 256\n").unwrap().map_capacity,
+            256
+        );
         let e = Config::parse("map_entries = 128\nmap_capacity = 256\n").unwrap_err();
         assert!(e.contains("old name"), "{e}");
     }
@@ -401,7 +468,10 @@ mod tests {
     #[test]
     fn a_typo_of_a_key_is_named_with_the_fix() {
         let e = Config::parse("bloat_treshold_ms = 10\n").unwrap_err();
-        assert!(e.contains("`bloat_treshold_ms`") && e.contains("`bloat_threshold_ms`"), "{e}");
+        assert!(
+            e.contains("`bloat_treshold_ms`") && e.contains("`bloat_threshold_ms`"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -4,11 +4,11 @@
 
 use crate::api::{CcInfo, FloorEntry, Floors, Status};
 use crate::cc::CcSet;
+use crate::clock::Clock;
 use crate::config::Config;
 use crate::metrics::{Metrics, Scrape};
-use crate::clock::Clock;
-use crate::tracker::Tracker;
 use crate::probes::{abi, abi::stat, ProbeConfig, Probes, TRACEPOINTS};
+use crate::tracker::Tracker;
 use bloatd_tui::model::{FloorSource, Health, Path, Series, Snapshot, SnapshotRequest, Socket};
 use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};
@@ -49,7 +49,8 @@ impl Core {
     /// Load the probes, read what exists, register the congestion controls.
     pub fn start(cfg: &Config, mode: &'static str, with_metrics: bool) -> anyhow::Result<Core> {
         use crate::policy::DrwaMode;
-        let policy = crate::policy::resolve(&cfg.policy, &cfg.cc).map_err(|e| anyhow::anyhow!(e))?;
+        let policy =
+            crate::policy::resolve(&cfg.policy, &cfg.cc).map_err(|e| anyhow::anyhow!(e))?;
         let probes = Probes::load(&ProbeConfig {
             policy: crate::probes::policy::PolicyConfig {
                 rules: policy.kernel.clone(),
@@ -250,7 +251,11 @@ impl Core {
         let clock = Clock::now();
         let threshold_us = (self.cfg.bloat_threshold_ms * 1000).min(u32::MAX as u64) as u32;
         let mut sockets = self.tracker.sockets(&clock, false);
-        let paths = if req.paths { crate::paths::paths_of(&sockets, None) } else { Vec::new() };
+        let paths = if req.paths {
+            crate::paths::paths_of(&sockets, None)
+        } else {
+            Vec::new()
+        };
         let (mut summary, mut matched) = (None, None);
         if req.limit.is_some() {
             let (rows, n, s) = bloatd_tui::app::select_rows(sockets, req, threshold_us)?;
@@ -360,7 +365,10 @@ impl Core {
     /// bloatd's algorithms, those it registered, and the kernel's.
     pub fn cc_info(&self) -> anyhow::Result<CcInfo> {
         Ok(CcInfo {
-            bloatd: bloatd_cc::Algo::ALL.iter().map(|a| a.name().to_string()).collect(),
+            bloatd: bloatd_cc::Algo::ALL
+                .iter()
+                .map(|a| a.name().to_string())
+                .collect(),
             registered: self.cc.names(),
             available: bloatd_cc::kernel_available()?,
             default: bloatd_cc::kernel_default()?,
@@ -393,11 +401,16 @@ impl Core {
                     selects: rule.as_ref().map(describe_selectors).unwrap_or_default(),
                     does: rule.as_ref().map(describe_actions).unwrap_or_default(),
                     enabled: self.probes.policy.enabled(i as u32),
-                    sockets: socks.iter().filter(|s| s.policy.as_ref().is_some_and(acts)).count(),
+                    sockets: socks
+                        .iter()
+                        .filter(|s| s.policy.as_ref().is_some_and(acts))
+                        .count(),
                     waiting: socks
                         .iter()
                         .filter(|s| {
-                            s.policy.as_ref().is_some_and(|p| p.bulk_waiting && p.bulk_rule.as_deref() == Some(name))
+                            s.policy.as_ref().is_some_and(|p| {
+                                p.bulk_waiting && p.bulk_rule.as_deref() == Some(name)
+                            })
                         })
                         .count(),
                     rule,
@@ -417,7 +430,11 @@ impl Core {
 
     /// The policy's counters, as the kernel keeps them.
     fn policy_counts(&self) -> Option<crate::api::PolicyCounts> {
-        self.probes.policy.counts().ok().map(|c| crate::api::PolicyCounts::from_kernel(&c))
+        self.probes
+            .policy
+            .counts()
+            .ok()
+            .map(|c| crate::api::PolicyCounts::from_kernel(&c))
     }
 
     /// The policy's state in a snapshot: None when there is no policy.
@@ -449,12 +466,30 @@ impl Core {
 
     /// A rule on or off, live. Err: no rule of that name.
     pub fn set_rule_enabled(&mut self, name: &str, enabled: bool) -> Result<(), String> {
-        let i = self.policy.names.iter().position(|n| n == name).ok_or_else(|| {
-            format!("no policy rule named '{}' (rules: {})", crate::text::printable(name),
-                if self.policy.names.is_empty() { "none".into() } else { self.policy.names.join(", ") })
-        })?;
-        self.probes.policy.set_enabled(i as u32, enabled).map_err(|e| e.to_string())?;
-        tracing::info!("policy rule {name} {}", if enabled { "enabled" } else { "disabled" });
+        let i = self
+            .policy
+            .names
+            .iter()
+            .position(|n| n == name)
+            .ok_or_else(|| {
+                format!(
+                    "no policy rule named '{}' (rules: {})",
+                    crate::text::printable(name),
+                    if self.policy.names.is_empty() {
+                        "none".into()
+                    } else {
+                        self.policy.names.join(", ")
+                    }
+                )
+            })?;
+        self.probes
+            .policy
+            .set_enabled(i as u32, enabled)
+            .map_err(|e| e.to_string())?;
+        tracing::info!(
+            "policy rule {name} {}",
+            if enabled { "enabled" } else { "disabled" }
+        );
         Ok(())
     }
 }

@@ -33,10 +33,12 @@ fn main() -> ExitCode {
     // definition so the pages and completions it writes show only commands.
     let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
     if args.len() == 3 && args[1] == "generate-docs" {
-        return cmd::docs::generate(Cli::command(), std::path::Path::new(&args[2])).unwrap_or_else(|e| {
-            eprintln!("bloatd: generate-docs: {e:#}");
-            ExitCode::FAILURE
-        });
+        return cmd::docs::generate(Cli::command(), std::path::Path::new(&args[2])).unwrap_or_else(
+            |e| {
+                eprintln!("bloatd: generate-docs: {e:#}");
+                ExitCode::FAILURE
+            },
+        );
     }
     let cli = Cli::parse();
     let cfg = match cli.config() {

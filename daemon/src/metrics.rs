@@ -41,13 +41,17 @@ fn bounds(n: u32, bound: impl Fn(u32) -> f64) -> Vec<f64> {
 /// Upper bounds of the delay buckets, seconds.
 fn delay_bounds_s() -> Vec<f64> {
     // SAFETY: a pure C function of an index below the bucket count.
-    bounds(limits::DELAY_BUCKETS, |i| unsafe { bloatd_delay_bound_us(i) } as f64 / 1e6)
+    bounds(
+        limits::DELAY_BUCKETS,
+        |i| unsafe { bloatd_delay_bound_us(i) } as f64 / 1e6,
+    )
 }
 
 /// Upper bounds of the cwnd buckets, segments.
 fn cwnd_bounds() -> Vec<f64> {
     // SAFETY: as above.
-    bounds(limits::CWND_BUCKETS, |i| unsafe { bloatd_cwnd_bound(i) } as f64)
+    bounds(limits::CWND_BUCKETS, |i| unsafe { bloatd_cwnd_bound(i) }
+        as f64)
 }
 
 /// Role labels in the kernel's order (`struct bloatd_cc_stats`: [0]
@@ -136,7 +140,9 @@ impl Metrics {
     pub fn new() -> Metrics {
         let mut registry = Registry::with_prefix("bloatd");
         let state = Arc::new(Mutex::new(State::default()));
-        registry.register_collector(Box::new(Collector { state: state.clone() }));
+        registry.register_collector(Box::new(Collector {
+            state: state.clone(),
+        }));
         Metrics { registry, state }
     }
 
@@ -258,8 +264,14 @@ impl prometheus_client::collector::Collector for Collector {
     fn encode(&self, mut e: DescriptorEncoder) -> Result<(), std::fmt::Error> {
         let state = self.state.lock().unwrap();
         // As a metric family would: nothing until the first observation.
-        if let Some(w) = state.scrape.westwood_cwnd_pipe.as_ref().filter(|w| w.count() > 0) {
-            let (sum, count, buckets) = histogram(&w.counts, &bloatd_cc::RatioHistogram::bounds(), w.sum);
+        if let Some(w) = state
+            .scrape
+            .westwood_cwnd_pipe
+            .as_ref()
+            .filter(|w| w.count() > 0)
+        {
+            let (sum, count, buckets) =
+                histogram(&w.counts, &bloatd_cc::RatioHistogram::bounds(), w.sum);
             e.encode_descriptor(
                 "westwood_cwnd_pipe_ratio",
                 "Westwood+ sockets: cwnd / (BWE x RTTmin / MSS), how far cwnd sits above the estimated pipe (one observation per socket per sampling interval in which it got ACKs, counted in the kernel).",
@@ -547,7 +559,12 @@ mod tests {
 
     #[test]
     fn policy_counts_encode_with_the_action_label_only() {
-        let counts = crate::api::PolicyCounts { cc_sockets: 2, drwa_sockets: 1, bulk_switched_total: 5, ..Default::default() };
+        let counts = crate::api::PolicyCounts {
+            cc_sockets: 2,
+            drwa_sockets: 1,
+            bulk_switched_total: 5,
+            ..Default::default()
+        };
         let text = Metrics::new().encode(Scrape {
             policy: Some((counts, crate::policy::DrwaMode::On)),
             ..view()
@@ -595,7 +612,10 @@ mod tests {
     fn westwood_ratio_is_the_kernels_histogram() {
         let m = Metrics::new();
         let text = m.encode(view());
-        assert!(!text.contains("westwood_cwnd_pipe_ratio"), "no observation, no series\n{text}");
+        assert!(
+            !text.contains("westwood_cwnd_pipe_ratio"),
+            "no observation, no series\n{text}"
+        );
         let text = m.encode(Scrape {
             westwood_cwnd_pipe: Some(bloatd_cc::RatioHistogram {
                 counts: vec![0, 0, 3, 1, 0, 0, 0, 0, 0, 0, 1],

@@ -14,11 +14,19 @@ const ACTIVE_MS: u64 = 1000;
 pub fn mask(addr: IpAddr, bits: u8) -> IpAddr {
     match addr {
         IpAddr::V4(a) => {
-            let m = if bits == 0 { 0 } else { u32::MAX << (32 - bits.min(32) as u32) };
+            let m = if bits == 0 {
+                0
+            } else {
+                u32::MAX << (32 - bits.min(32) as u32)
+            };
             IpAddr::V4((u32::from(a) & m).into())
         }
         IpAddr::V6(a) => {
-            let m = if bits == 0 { 0 } else { u128::MAX << (128 - bits.min(128) as u32) };
+            let m = if bits == 0 {
+                0
+            } else {
+                u128::MAX << (128 - bits.min(128) as u32)
+            };
             IpAddr::V6((u128::from(a) & m).into())
         }
     }
@@ -37,13 +45,20 @@ pub fn paths_of(socks: &[Socket], prefix: Option<(u8, u8)>) -> Vec<Path> {
             (None, _) => full,
         };
         groups
-            .entry((s.netns, mask(s.remote_addr, bits), bits, s.interface.as_str()))
+            .entry((
+                s.netns,
+                mask(s.remote_addr, bits),
+                bits,
+                s.interface.as_str(),
+            ))
             .or_default()
             .push(s);
     }
     let mut paths: Vec<Path> = groups
         .into_iter()
-        .map(|((netns, peer, prefix_len, interface), members)| path_of(netns, peer, prefix_len, interface, &members))
+        .map(|((netns, peer, prefix_len, interface), members)| {
+            path_of(netns, peer, prefix_len, interface, &members)
+        })
         .collect();
     paths.sort_by(|a, b| {
         b.queue_delay_p50_us
@@ -62,12 +77,23 @@ fn path_of(netns: u32, peer: IpAddr, prefix_len: u8, interface: &str, members: &
         .filter(|s| s.floor_us > 0)
         .min_by_key(|s| s.floor_us)
         .map(|s| (s.floor_us, s.floor_source.unwrap_or(FloorSource::Socket)));
-    let measured: Vec<&&Socket> = members.iter().filter(|s| s.view_rtt_us() > 0 && s.floor_us > 0).collect();
-    let active: Vec<&&Socket> = measured.iter().copied().filter(|s| s.idle_ms <= ACTIVE_MS).collect();
-    let mut delays: Vec<u32> = if active.is_empty() { &measured } else { &active }
+    let measured: Vec<&&Socket> = members
         .iter()
-        .map(|s| s.view_queue_delay_us())
+        .filter(|s| s.view_rtt_us() > 0 && s.floor_us > 0)
         .collect();
+    let active: Vec<&&Socket> = measured
+        .iter()
+        .copied()
+        .filter(|s| s.idle_ms <= ACTIVE_MS)
+        .collect();
+    let mut delays: Vec<u32> = if active.is_empty() {
+        &measured
+    } else {
+        &active
+    }
+    .iter()
+    .map(|s| s.view_queue_delay_us())
+    .collect();
     delays.sort_unstable();
     let mut ccs: Vec<String> = members.iter().map(|s| s.cc.clone()).collect();
     ccs.sort();
@@ -79,7 +105,10 @@ fn path_of(netns: u32, peer: IpAddr, prefix_len: u8, interface: &str, members: &
         interface: interface.to_string(),
         floor_us: floor.map_or(0, |f| f.0),
         floor_source: floor.map_or(FloorSource::Socket, |f| f.1),
-        queue_delay_p50_us: delays.get(delays.len().saturating_sub(1) / 2).copied().unwrap_or(0),
+        queue_delay_p50_us: delays
+            .get(delays.len().saturating_sub(1) / 2)
+            .copied()
+            .unwrap_or(0),
         queue_delay_max_us: delays.last().copied().unwrap_or(0),
         sockets: members.len() as u32,
         throughput_bps: members.iter().map(|s| s.throughput_bps).sum(),
@@ -93,10 +122,20 @@ pub(crate) mod tests {
     use crate::fixtures;
 
     /// A sender toward `peer` with a floor and a queue, through wlan0.
-    pub(crate) fn sock(cookie: u64, peer: &str, floor_ms: u32, queue_ms: u32, idle_ms: u64) -> Socket {
+    pub(crate) fn sock(
+        cookie: u64,
+        peer: &str,
+        floor_ms: u32,
+        queue_ms: u32,
+        idle_ms: u64,
+    ) -> Socket {
         let mut s = fixtures::sending(fixtures::socket(cookie), floor_ms * 1000, queue_ms * 1000);
         s.remote_addr = peer.parse().unwrap();
-        s.cc = if cookie % 2 == 0 { "cubic".into() } else { "bbr".into() };
+        s.cc = if cookie % 2 == 0 {
+            "cubic".into()
+        } else {
+            "bbr".into()
+        };
         s.floor_source = Some(FloorSource::Peer);
         s.interface = "wlan0".into();
         s.throughput_bps = 1_000_000;
@@ -115,8 +154,14 @@ pub(crate) mod tests {
         let paths = paths_of(&socks, None);
         assert_eq!(paths.len(), 2);
         let p = &paths[0];
-        assert_eq!((p.peer.to_string(), p.sockets, p.floor_us), ("93.184.216.34".into(), 3, 40_000));
-        assert_eq!((p.queue_delay_p50_us, p.queue_delay_max_us), (450_000, 460_000));
+        assert_eq!(
+            (p.peer.to_string(), p.sockets, p.floor_us),
+            ("93.184.216.34".into(), 3, 40_000)
+        );
+        assert_eq!(
+            (p.queue_delay_p50_us, p.queue_delay_max_us),
+            (450_000, 460_000)
+        );
         assert_eq!(p.throughput_bps, 3_000_000);
         assert_eq!(p.ccs, vec!["bbr", "cubic"]);
         assert_eq!((p.grade(), p.rpm()), ("F", 122)); // 60000 / 490 ms
@@ -125,23 +170,47 @@ pub(crate) mod tests {
 
     #[test]
     fn idle_sockets_do_not_speak_for_the_queue_now() {
-        let paths = paths_of(&[sock(1, "10.9.2.2", 40, 900, 30_000), sock(2, "10.9.2.2", 40, 100, 0)], None);
+        let paths = paths_of(
+            &[
+                sock(1, "10.9.2.2", 40, 900, 30_000),
+                sock(2, "10.9.2.2", 40, 100, 0),
+            ],
+            None,
+        );
         assert_eq!(paths[0].queue_delay_p50_us, 100_000);
     }
 
     #[test]
     fn by_prefix_groups_neighbours() {
-        let socks = vec![sock(1, "10.9.2.2", 40, 100, 0), sock(2, "10.9.2.77", 41, 120, 0), sock(3, "fd00::1", 5, 0, 0)];
+        let socks = vec![
+            sock(1, "10.9.2.2", 40, 100, 0),
+            sock(2, "10.9.2.77", 41, 120, 0),
+            sock(3, "fd00::1", 5, 0, 0),
+        ];
         let paths = paths_of(&socks, Some((24, 64)));
         assert_eq!(paths.len(), 2);
-        assert_eq!((paths[0].peer, paths[0].prefix_len), ("10.9.2.0".parse().unwrap(), 24));
+        assert_eq!(
+            (paths[0].peer, paths[0].prefix_len),
+            ("10.9.2.0".parse().unwrap(), 24)
+        );
         assert_eq!((paths[0].sockets, paths[0].floor_us), (2, 40_000));
-        assert_eq!((paths[1].peer, paths[1].prefix_len), ("fd00::".parse().unwrap(), 64));
+        assert_eq!(
+            (paths[1].peer, paths[1].prefix_len),
+            ("fd00::".parse().unwrap(), 64)
+        );
     }
 
     #[test]
     fn grades_follow_the_tests_people_know() {
-        for (ms, g) in [(4, "A+"), (5, "A"), (29, "A"), (59, "B"), (199, "C"), (399, "D"), (400, "F")] {
+        for (ms, g) in [
+            (4, "A+"),
+            (5, "A"),
+            (29, "A"),
+            (59, "B"),
+            (199, "C"),
+            (399, "D"),
+            (400, "F"),
+        ] {
             assert_eq!(bloatd_tui::model::grade(ms * 1000), g, "{ms} ms");
         }
     }

@@ -29,13 +29,31 @@ const CC_NAME_MAX: usize = 15;
 
 /// Every key of a `[[policy]]` table, and what its value must be.
 pub const RULE_KEYS: &[(&str, &str)] = &[
-    ("name", "a name of letters, digits, '-', '_' or '.', like \"bulk-westwood\""),
-    ("dport", "a port or a range, like 443 or \"8000-8099\" (the peer's port)"),
-    ("sport", "a port or a range, like 5201 or \"8000-8099\" (our port)"),
-    ("cgroup", "a cgroup v2 path, like \"system.slice/backup.service\""),
-    ("bulk_bytes", "bytes, like 1000000 or \"1M\" (switch once the connection has sent them)"),
+    (
+        "name",
+        "a name of letters, digits, '-', '_' or '.', like \"bulk-westwood\"",
+    ),
+    (
+        "dport",
+        "a port or a range, like 443 or \"8000-8099\" (the peer's port)",
+    ),
+    (
+        "sport",
+        "a port or a range, like 5201 or \"8000-8099\" (our port)",
+    ),
+    (
+        "cgroup",
+        "a cgroup v2 path, like \"system.slice/backup.service\"",
+    ),
+    (
+        "bulk_bytes",
+        "bytes, like 1000000 or \"1M\" (switch once the connection has sent them)",
+    ),
     ("cc", "a congestion control name, like \"bloatd_westwood\""),
-    ("drwa", "true or false (DRWA on the connections the rule selects)"),
+    (
+        "drwa",
+        "true or false (DRWA on the connections the rule selects)",
+    ),
     ("enabled", "true or false"),
 ];
 
@@ -55,7 +73,10 @@ impl PortRange {
             }
         };
         let r = match s.split_once('-') {
-            Some((a, b)) => PortRange { lo: port(a)?, hi: port(b)? },
+            Some((a, b)) => PortRange {
+                lo: port(a)?,
+                hi: port(b)?,
+            },
             None => {
                 let p = port(s)?;
                 PortRange { lo: p, hi: p }
@@ -118,11 +139,21 @@ impl Bytes {
     fn parse(s: &str) -> Result<Bytes, String> {
         let t = s.trim();
         let t = t.strip_suffix('B').unwrap_or(t);
-        let (num, mult) = [("Ki", 1u64 << 10), ("Mi", 1 << 20), ("Gi", 1 << 30), ("k", 1000), ("K", 1000), ("M", 1_000_000), ("G", 1_000_000_000)]
-            .iter()
-            .find_map(|(suf, m)| t.strip_suffix(suf).map(|n| (n, *m)))
-            .unwrap_or((t, 1));
-        let v: f64 = num.trim().parse().map_err(|_| "a byte count is a number with an optional unit (k, M, G, Ki, Mi, Gi)".to_string())?;
+        let (num, mult) = [
+            ("Ki", 1u64 << 10),
+            ("Mi", 1 << 20),
+            ("Gi", 1 << 30),
+            ("k", 1000),
+            ("K", 1000),
+            ("M", 1_000_000),
+            ("G", 1_000_000_000),
+        ]
+        .iter()
+        .find_map(|(suf, m)| t.strip_suffix(suf).map(|n| (n, *m)))
+        .unwrap_or((t, 1));
+        let v: f64 = num.trim().parse().map_err(|_| {
+            "a byte count is a number with an optional unit (k, M, G, Ki, Mi, Gi)".to_string()
+        })?;
         if !(v > 0.0) || v * mult as f64 > 1e15 {
             return Err("a byte count is above 0 and below 10^15".into());
         }
@@ -227,16 +258,21 @@ impl<'de> Deserialize<'de> for DrwaMode {
 
 /// A rule's name: its own, else `rule<N>` by its place.
 pub fn rule_name(rule: &Rule, index: usize) -> String {
-    rule.name.clone().unwrap_or_else(|| format!("rule{}", index + 1))
+    rule.name
+        .clone()
+        .unwrap_or_else(|| format!("rule{}", index + 1))
 }
 
 /// `--policy KEY=VALUE,...`: the keys of a `[[policy]]` table.
 pub fn parse_flag(spec: &str) -> Result<Rule, String> {
     let mut table = toml::Table::new();
     for part in spec.split(',').map(str::trim).filter(|p| !p.is_empty()) {
-        let (k, v) = part
-            .split_once('=')
-            .ok_or_else(|| format!("--policy {spec:?}: `{part}` is not KEY=VALUE (keys: {})", rule_keys()))?;
+        let (k, v) = part.split_once('=').ok_or_else(|| {
+            format!(
+                "--policy {spec:?}: `{part}` is not KEY=VALUE (keys: {})",
+                rule_keys()
+            )
+        })?;
         let (k, v) = (k.trim(), v.trim());
         let value = match k {
             "drwa" | "enabled" => match v {
@@ -259,7 +295,11 @@ pub fn parse_flag(spec: &str) -> Result<Rule, String> {
 }
 
 fn rule_keys() -> String {
-    RULE_KEYS.iter().map(|(k, _)| *k).collect::<Vec<_>>().join(", ")
+    RULE_KEYS
+        .iter()
+        .map(|(k, _)| *k)
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 /// A rule from a TOML table, with errors that name the key and what it
@@ -267,7 +307,9 @@ fn rule_keys() -> String {
 pub fn rule_from_table(table: &toml::Table) -> Result<Rule, String> {
     for key in table.keys() {
         if !RULE_KEYS.iter().any(|(k, _)| k == key) {
-            let near = RULE_KEYS.iter().find(|(k, _)| crate::config::edit_distance(k, key) <= 2);
+            let near = RULE_KEYS
+                .iter()
+                .find(|(k, _)| crate::config::edit_distance(k, key) <= 2);
             return Err(match near {
                 Some((k, _)) => format!("unknown key `{key}` (did you mean `{k}`?)"),
                 None => format!("unknown key (a rule's keys: {})", rule_keys()),
@@ -278,7 +320,11 @@ pub fn rule_from_table(table: &toml::Table) -> Result<Rule, String> {
         for (key, value) in table {
             let one = toml::Table::from_iter([(key.clone(), value.clone())]);
             if Rule::deserialize(toml::Value::Table(one)).is_err() {
-                let expects = RULE_KEYS.iter().find(|(k, _)| k == key).map(|(_, e)| *e).unwrap_or("?");
+                let expects = RULE_KEYS
+                    .iter()
+                    .find(|(k, _)| k == key)
+                    .map(|(_, e)| *e)
+                    .unwrap_or("?");
                 return format!("`{key}` must be {expects}");
             }
         }
@@ -309,7 +355,10 @@ fn cgroup_rel(path: &str, root: &Path) -> String {
     let s = rel.to_string_lossy();
     let s = s.trim_matches('/');
     // Without a mount to compare with, /sys/fs/cgroup is the usual root.
-    s.strip_prefix("sys/fs/cgroup").map(|r| r.trim_start_matches('/')).unwrap_or(s).to_string()
+    s.strip_prefix("sys/fs/cgroup")
+        .map(|r| r.trim_start_matches('/'))
+        .unwrap_or(s)
+        .to_string()
 }
 
 fn cgroup_covers(a: &str, b: &str) -> bool {
@@ -379,10 +428,15 @@ pub fn fmt_bytes(b: u64) -> String {
 /// names unique, no rule shadowed by an earlier one.
 pub fn validate(rules: &[Rule], drwa_lambda: f64, drwa_min_bytes: u64) -> Result<(), String> {
     if rules.len() > MAX_RULES {
-        return Err(format!("policy: {} rules, at most {MAX_RULES}", rules.len()));
+        return Err(format!(
+            "policy: {} rules, at most {MAX_RULES}",
+            rules.len()
+        ));
     }
     if !(1.0..=16.0).contains(&drwa_lambda) {
-        return Err(format!("drwa_lambda = {drwa_lambda} is out of range (1.0..=16.0; the paper's is 3)"));
+        return Err(format!(
+            "drwa_lambda = {drwa_lambda} is out of range (1.0..=16.0; the paper's is 3)"
+        ));
     }
     if drwa_min_bytes > 1 << 40 {
         return Err("drwa_min_bytes must be at most 2^40".into());
@@ -393,12 +447,20 @@ pub fn validate(rules: &[Rule], drwa_lambda: f64, drwa_min_bytes: u64) -> Result
         let name = rule_name(r, i);
         let bad_name = name.is_empty()
             || name.len() > 32
-            || !name.chars().all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c));
+            || !name
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c));
         if bad_name {
-            return Err(format!("policy rule {}: `name` must be {}", i + 1, RULE_KEYS[0].1));
+            return Err(format!(
+                "policy rule {}: `name` must be {}",
+                i + 1,
+                RULE_KEYS[0].1
+            ));
         }
         if names.contains(&name) {
-            return Err(format!("policy: two rules are named '{name}': names must be unique"));
+            return Err(format!(
+                "policy: two rules are named '{name}': names must be unique"
+            ));
         }
         names.push(name.clone());
         if r.cc.is_none() && !r.drwa {
@@ -407,7 +469,10 @@ pub fn validate(rules: &[Rule], drwa_lambda: f64, drwa_min_bytes: u64) -> Result
             ));
         }
         if let Some(cc) = &r.cc {
-            if cc.is_empty() || cc.len() > CC_NAME_MAX || !cc.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
+            if cc.is_empty()
+                || cc.len() > CC_NAME_MAX
+                || !cc.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+            {
                 return Err(format!(
                     "policy rule '{name}': unknown congestion control (a name of at most {CC_NAME_MAX} letters, digits and '_', like bloatd_westwood)"
                 ));
@@ -420,7 +485,10 @@ pub fn validate(rules: &[Rule], drwa_lambda: f64, drwa_min_bytes: u64) -> Result
         }
         if let Some(c) = &r.cgroup {
             if c.trim_matches('/').is_empty() && c != "/" || c.split('/').any(|p| p == "..") {
-                return Err(format!("policy rule '{name}': `cgroup` must be {}", RULE_KEYS[3].1));
+                return Err(format!(
+                    "policy rule '{name}': `cgroup` must be {}",
+                    RULE_KEYS[3].1
+                ));
             }
         }
         for (j, earlier) in rules[..i].iter().enumerate() {
@@ -428,7 +496,11 @@ pub fn validate(rules: &[Rule], drwa_lambda: f64, drwa_min_bytes: u64) -> Result
                 continue;
             }
             let other = rule_name(earlier, j);
-            let stage = if r.bulk_bytes.is_some() { "bulk rule" } else { "rule" };
+            let stage = if r.bulk_bytes.is_some() {
+                "bulk rule"
+            } else {
+                "rule"
+            };
             if covers(r, earlier, root)
                 && r.bulk_bytes == earlier.bulk_bytes
                 && describe_actions(r) != describe_actions(earlier)
@@ -465,16 +537,29 @@ pub fn resolve_cgroup(path: &str, root: &Path) -> Result<(u64, u32), String> {
         root.join(cgroup_rel(path, root))
     };
     let canon = full.canonicalize().map_err(|_| {
-        format!("no cgroup '{path}' (looked for {}): create it, or name one under {}", full.display(), root.display())
+        format!(
+            "no cgroup '{path}' (looked for {}): create it, or name one under {}",
+            full.display(),
+            root.display()
+        )
     })?;
     if !canon.starts_with(root) {
-        return Err(format!("cgroup '{path}' is not under the cgroup v2 root {}", root.display()));
+        return Err(format!(
+            "cgroup '{path}' is not under the cgroup v2 root {}",
+            root.display()
+        ));
     }
     let meta = std::fs::metadata(&canon).map_err(|e| format!("cgroup '{path}': {e}"))?;
     if !meta.is_dir() || !canon.join("cgroup.procs").exists() {
-        return Err(format!("'{path}' ({}) is not a cgroup v2 directory", canon.display()));
+        return Err(format!(
+            "'{path}' ({}) is not a cgroup v2 directory",
+            canon.display()
+        ));
     }
-    let level = canon.strip_prefix(root).map(|r| r.components().count()).unwrap_or(0);
+    let level = canon
+        .strip_prefix(root)
+        .map(|r| r.components().count())
+        .unwrap_or(0);
     Ok((meta.ino(), level as u32))
 }
 
@@ -490,7 +575,10 @@ pub fn resolve(rules: &[Rule], registered: &[String]) -> Result<Resolved, String
     let root = crate::probes::cgroup2_root();
     for (i, r) in rules.iter().enumerate() {
         let name = rule_name(r, i);
-        let mut k = BloatdPolicyRule { enabled: r.enabled as u8, ..Default::default() };
+        let mut k = BloatdPolicyRule {
+            enabled: r.enabled as u8,
+            ..Default::default()
+        };
         if let Some(cc) = &r.cc {
             let ours = bloatd_cc::Algo::from_name(cc).is_some();
             if ours && !registered.iter().any(|x| x == cc) && !available.iter().any(|x| x == cc) {
@@ -521,9 +609,12 @@ pub fn resolve(rules: &[Rule], registered: &[String]) -> Result<Resolved, String
         }
         if let Some(c) = &r.cgroup {
             let root = root.as_deref().ok_or_else(|| {
-                format!("policy rule '{name}' selects a cgroup, but no cgroup v2 hierarchy is mounted")
+                format!(
+                    "policy rule '{name}' selects a cgroup, but no cgroup v2 hierarchy is mounted"
+                )
             })?;
-            let (id, level) = resolve_cgroup(c, root).map_err(|e| format!("policy rule '{name}': {e}"))?;
+            let (id, level) =
+                resolve_cgroup(c, root).map_err(|e| format!("policy rule '{name}': {e}"))?;
             k.selectors |= policy_match::CGROUP as u8;
             (k.cgroup_id, k.cgroup_level) = (id, level);
         }
@@ -542,22 +633,29 @@ pub fn socket_policy(rec: &BloatdSock, names: &[String]) -> Option<SocketPolicy>
     let p = &rec.pol;
     let flags = p.flags as u32;
     let name = |i: u8| -> Option<String> {
-        (i > 0).then(|| names.get(i as usize - 1).cloned().unwrap_or_else(|| format!("rule{i}")))
+        (i > 0).then(|| {
+            names
+                .get(i as usize - 1)
+                .cloned()
+                .unwrap_or_else(|| format!("rule{i}"))
+        })
     };
     let clamped = flags & policy_flag::DRWA_CLAMPED != 0;
-    let drwa = (clamped || p.drwa_rounds > 0 || (p.drwa_rule > 0 && flags & policy_flag::DRWA_ARMED != 0)).then(|| {
-        let mss = if rec.mss > 0 { rec.mss } else { 1448 };
-        let clamp = if clamped { p.drwa_clamp } else { 0 };
-        Drwa {
-            by: name(p.drwa_rule).unwrap_or_else(|| "switch".into()),
-            clamp_bytes: clamp,
-            clamp_segments: clamp.div_ceil(mss),
-            rcvd_per_rtt_bytes: p.drwa_rcvd_rtt,
-            rtt_us: p.drwa_rtt_us,
-            floor_us: p.drwa_floor_us,
-            rounds: p.drwa_rounds,
-        }
-    });
+    let drwa =
+        (clamped || p.drwa_rounds > 0 || (p.drwa_rule > 0 && flags & policy_flag::DRWA_ARMED != 0))
+            .then(|| {
+                let mss = if rec.mss > 0 { rec.mss } else { 1448 };
+                let clamp = if clamped { p.drwa_clamp } else { 0 };
+                Drwa {
+                    by: name(p.drwa_rule).unwrap_or_else(|| "switch".into()),
+                    clamp_bytes: clamp,
+                    clamp_segments: clamp.div_ceil(mss),
+                    rcvd_per_rtt_bytes: p.drwa_rcvd_rtt,
+                    rtt_us: p.drwa_rtt_us,
+                    floor_us: p.drwa_floor_us,
+                    rounds: p.drwa_rounds,
+                }
+            });
     let sp = SocketPolicy {
         cc_rule: name(p.cc_rule),
         bulk_rule: name(p.bulk_rule),
@@ -611,7 +709,11 @@ pub fn encode_metrics(
         None,
         MetricType::Gauge,
     )?;
-    for (action, v) in [("cc", c.cc_sockets), ("bulk", c.bulk_sockets), ("drwa", c.drwa_sockets)] {
+    for (action, v) in [
+        ("cc", c.cc_sockets),
+        ("bulk", c.bulk_sockets),
+        ("drwa", c.drwa_sockets),
+    ] {
         m.encode_family(&Action { action })?.encode_gauge(&v)?;
     }
     let mut m = e.encode_descriptor(
@@ -626,7 +728,8 @@ pub fn encode_metrics(
         ("drwa", c.drwa_rounds_total),
         ("drwa_restore", c.drwa_restored_total),
     ] {
-        m.encode_family(&Action { action })?.encode_counter::<NoLabelSet, _, u64>(&v, None)?;
+        m.encode_family(&Action { action })?
+            .encode_counter::<NoLabelSet, _, u64>(&v, None)?;
     }
     let mut m = e.encode_descriptor(
         "policy_failures",
@@ -635,7 +738,8 @@ pub fn encode_metrics(
         MetricType::Counter,
     )?;
     for (action, v) in [("cc", c.cc_failed_total), ("drwa", c.drwa_failed_total)] {
-        m.encode_family(&Action { action })?.encode_counter::<NoLabelSet, _, u64>(&v, None)?;
+        m.encode_family(&Action { action })?
+            .encode_counter::<NoLabelSet, _, u64>(&v, None)?;
     }
     e.encode_descriptor(
         "drwa_enabled",
@@ -659,8 +763,17 @@ mod c {
             min_bytes: u32,
             resolution_us: u32,
         ) -> u32;
-        pub fn bloatd_drwa_restore_clamp(orig: u32, now: u32, rcvbuf: u32, scaling_ratio: u32) -> u32;
-        pub fn bloatd_policy_ports_match(r: *const super::BloatdPolicyRule, sport: u16, dport: u16) -> i32;
+        pub fn bloatd_drwa_restore_clamp(
+            orig: u32,
+            now: u32,
+            rcvbuf: u32,
+            scaling_ratio: u32,
+        ) -> u32;
+        pub fn bloatd_policy_ports_match(
+            r: *const super::BloatdPolicyRule,
+            sport: u16,
+            dport: u16,
+        ) -> i32;
     }
 }
 
@@ -679,7 +792,9 @@ mod tests {
 
     #[test]
     fn ports_bytes_and_modes_parse() {
-        let r = rule("dport = 443\nsport = \"8000-8099\"\nbulk_bytes = \"1.5M\"\ncc = \"bloatd_westwood\"");
+        let r = rule(
+            "dport = 443\nsport = \"8000-8099\"\nbulk_bytes = \"1.5M\"\ncc = \"bloatd_westwood\"",
+        );
         assert_eq!(r.dport, Some(PortRange { lo: 443, hi: 443 }));
         assert_eq!(r.sport, Some(PortRange { lo: 8000, hi: 8099 }));
         assert_eq!(r.bulk_bytes, Some(Bytes(1_500_000)));
@@ -689,7 +804,11 @@ mod tests {
         assert!(Bytes::parse("-1").is_err() && Bytes::parse("lots").is_err());
         assert!(PortRange::parse("0").is_err() && PortRange::parse("90-80").is_err());
         assert!(PortRange::parse("70000").is_err());
-        for (s, m) in [("on", DrwaMode::On), ("off", DrwaMode::Off), ("disabled", DrwaMode::Disabled)] {
+        for (s, m) in [
+            ("on", DrwaMode::On),
+            ("off", DrwaMode::Off),
+            ("disabled", DrwaMode::Disabled),
+        ] {
             assert_eq!(DrwaMode::from_name(s), Some(m));
         }
     }
@@ -710,52 +829,106 @@ mod tests {
 
     #[test]
     fn a_rule_must_do_something_and_bulk_cannot_carry_drwa() {
-        assert!(check(&["dport = 443"]).unwrap_err().contains("does nothing"));
-        assert!(check(&["bulk_bytes = 1000\ndrwa = true"]).unwrap_err().contains("DRWA"));
-        assert!(check(&["cc = \"a name far too long\""]).unwrap_err().contains("unknown congestion control"));
-        assert!(check(&["name = \"x y\"\ncc = \"cubic\""]).unwrap_err().contains("`name`"));
-        assert!(check(&["name = \"a\"\ncc = \"cubic\"", "name = \"a\"\ndport = 1\ncc = \"reno\""])
+        assert!(check(&["dport = 443"])
             .unwrap_err()
-            .contains("unique"));
+            .contains("does nothing"));
+        assert!(check(&["bulk_bytes = 1000\ndrwa = true"])
+            .unwrap_err()
+            .contains("DRWA"));
+        assert!(check(&["cc = \"a name far too long\""])
+            .unwrap_err()
+            .contains("unknown congestion control"));
+        assert!(check(&["name = \"x y\"\ncc = \"cubic\""])
+            .unwrap_err()
+            .contains("`name`"));
+        assert!(check(&[
+            "name = \"a\"\ncc = \"cubic\"",
+            "name = \"a\"\ndport = 1\ncc = \"reno\""
+        ])
+        .unwrap_err()
+        .contains("unique"));
     }
 
     #[test]
     fn rules_an_earlier_rule_hides_are_conflicts() {
         // The same connections, two algorithms.
-        let e = check(&["sport = 5201\ncc = \"cubic\"", "sport = 5201\ncc = \"bloatd_westwood\""]).unwrap_err();
-        assert!(e.contains("conflict") && e.contains("rule1") && e.contains("rule2"), "{e}");
+        let e = check(&[
+            "sport = 5201\ncc = \"cubic\"",
+            "sport = 5201\ncc = \"bloatd_westwood\"",
+        ])
+        .unwrap_err();
+        assert!(
+            e.contains("conflict") && e.contains("rule1") && e.contains("rule2"),
+            "{e}"
+        );
         // A wider rule first hides a narrower one.
-        let e = check(&["dport = \"1-1024\"\ncc = \"cubic\"", "dport = 443\ncc = \"reno\""]).unwrap_err();
+        let e = check(&[
+            "dport = \"1-1024\"\ncc = \"cubic\"",
+            "dport = 443\ncc = \"reno\"",
+        ])
+        .unwrap_err();
         assert!(e.contains("can never apply"), "{e}");
-        let e = check(&["cgroup = \"system.slice\"\ncc = \"cubic\"", "cgroup = \"/sys/fs/cgroup/system.slice/x.service\"\ncc = \"reno\""])
-            .unwrap_err();
+        let e = check(&[
+            "cgroup = \"system.slice\"\ncc = \"cubic\"",
+            "cgroup = \"/sys/fs/cgroup/system.slice/x.service\"\ncc = \"reno\"",
+        ])
+        .unwrap_err();
         assert!(e.contains("can never apply"), "{e}");
-        let e = check(&["bulk_bytes = 1000\ncc = \"cubic\"", "bulk_bytes = 5000\ncc = \"reno\""]).unwrap_err();
-        assert!(e.contains("bulk rule") && e.contains("can never apply"), "{e}");
+        let e = check(&[
+            "bulk_bytes = 1000\ncc = \"cubic\"",
+            "bulk_bytes = 5000\ncc = \"reno\"",
+        ])
+        .unwrap_err();
+        assert!(
+            e.contains("bulk rule") && e.contains("can never apply"),
+            "{e}"
+        );
         // Narrow first, then wide; different stages; disjoint: all fine.
-        check(&["dport = 443\ncc = \"reno\"", "dport = \"1-1024\"\ncc = \"cubic\""]).unwrap();
-        check(&["sport = 8000\ncc = \"cubic\"", "bulk_bytes = 1000\ncc = \"bloatd_westwood\""]).unwrap();
-        check(&["cgroup = \"a\"\ncc = \"cubic\"", "cgroup = \"ab\"\ncc = \"reno\""]).unwrap();
+        check(&[
+            "dport = 443\ncc = \"reno\"",
+            "dport = \"1-1024\"\ncc = \"cubic\"",
+        ])
+        .unwrap();
+        check(&[
+            "sport = 8000\ncc = \"cubic\"",
+            "bulk_bytes = 1000\ncc = \"bloatd_westwood\"",
+        ])
+        .unwrap();
+        check(&[
+            "cgroup = \"a\"\ncc = \"cubic\"",
+            "cgroup = \"ab\"\ncc = \"reno\"",
+        ])
+        .unwrap();
         check(&["drwa = true\ndport = 80", "dport = 443\ncc = \"reno\""]).unwrap();
     }
 
     #[test]
     fn the_records_policy_reaches_the_view() {
         let names = vec!["web".to_string(), "bulk".to_string()];
-        let mut rec = BloatdSock { mss: 1000, ..Default::default() };
+        let mut rec = BloatdSock {
+            mss: 1000,
+            ..Default::default()
+        };
         assert_eq!(socket_policy(&rec, &names), None);
         rec.pol.cc_rule = 1;
         rec.pol.bulk_rule = 2;
         rec.pol.flags = policy_flag::BULK_WAIT as u8;
         let p = socket_policy(&rec, &names).unwrap();
-        assert_eq!((p.cc_rule.as_deref(), p.chose_cc(), p.mark().as_str()), (Some("web"), Some("web"), "R"));
-        rec.pol.flags = (policy_flag::BULK_DONE | policy_flag::DRWA_CLAMPED | policy_flag::DRWA_ARMED) as u8;
+        assert_eq!(
+            (p.cc_rule.as_deref(), p.chose_cc(), p.mark().as_str()),
+            (Some("web"), Some("web"), "R")
+        );
+        rec.pol.flags =
+            (policy_flag::BULK_DONE | policy_flag::DRWA_CLAMPED | policy_flag::DRWA_ARMED) as u8;
         rec.pol.drwa_clamp = 10_500;
         rec.pol.drwa_rounds = 3;
         let p = socket_policy(&rec, &names).unwrap();
         assert_eq!((p.chose_cc(), p.mark().as_str()), (Some("bulk"), "BD"));
         let d = p.drwa.unwrap();
-        assert_eq!((d.by.as_str(), d.clamp_bytes, d.clamp_segments), ("switch", 10_500, 11));
+        assert_eq!(
+            (d.by.as_str(), d.clamp_bytes, d.clamp_segments),
+            ("switch", 10_500, 11)
+        );
     }
 
     #[test]
@@ -763,26 +936,53 @@ mod tests {
         // SAFETY: pure C functions of plain integers.
         unsafe {
             // No queue (RTT at the floor): lambda x what arrived.
-            assert_eq!(c::bloatd_drwa_window(100_000, 80_000, 80_000, 768, 5_000, 0), 300_000);
+            assert_eq!(
+                c::bloatd_drwa_window(100_000, 80_000, 80_000, 768, 5_000, 0),
+                300_000
+            );
             // A queue of 2 floors (RTT = 3 x floor): the window holds.
-            assert_eq!(c::bloatd_drwa_window(300_000, 80_000, 240_000, 768, 5_000, 0), 300_000);
+            assert_eq!(
+                c::bloatd_drwa_window(300_000, 80_000, 240_000, 768, 5_000, 0),
+                300_000
+            );
             // A deep queue shrinks it, never below the minimum.
-            assert_eq!(c::bloatd_drwa_window(300_000, 80_000, 960_000, 768, 5_000, 0), 75_000);
-            assert_eq!(c::bloatd_drwa_window(1_000, 80_000, 960_000, 768, 5_000, 0), 5_000);
+            assert_eq!(
+                c::bloatd_drwa_window(300_000, 80_000, 960_000, 768, 5_000, 0),
+                75_000
+            );
+            assert_eq!(
+                c::bloatd_drwa_window(1_000, 80_000, 960_000, 768, 5_000, 0),
+                5_000
+            );
             // A floor above the RTT (a stale floor) counts as the RTT.
-            assert_eq!(c::bloatd_drwa_window(100_000, 90_000, 80_000, 768, 0, 0), 300_000);
+            assert_eq!(
+                c::bloatd_drwa_window(100_000, 90_000, 80_000, 768, 0, 0),
+                300_000
+            );
             assert_eq!(c::bloatd_drwa_window(100_000, 80_000, 0, 768, 0, 0), 0);
             // Millisecond timestamps on a LAN: a 40 us floor against an RTT
             // that reads 500 us is no queue of 12 floors.
-            assert_eq!(c::bloatd_drwa_window(100_000, 40, 500, 768, 0, 1000), 300_000);
+            assert_eq!(
+                c::bloatd_drwa_window(100_000, 40, 500, 768, 0, 1000),
+                300_000
+            );
             assert_eq!(c::bloatd_drwa_window(100_000, 40, 500, 768, 0, 0), 24_000);
             // A window-limited sender delivers its window per RTT: from any
             // queue, one round lands on lambda x the BDP (16 Mbit/s x 80 ms
             // = 160 kB): a 400 kB window, 200 ms RTT.
-            assert_eq!(c::bloatd_drwa_window(400_000, 80_000, 200_000, 768, 0, 0), 480_000);
-            assert_eq!(c::bloatd_drwa_window(1_000_000, 80_000, 500_000, 768, 0, 0), 480_000);
+            assert_eq!(
+                c::bloatd_drwa_window(400_000, 80_000, 200_000, 768, 0, 0),
+                480_000
+            );
+            assert_eq!(
+                c::bloatd_drwa_window(1_000_000, 80_000, 500_000, 768, 0, 0),
+                480_000
+            );
             // Given back: what autotuning made of the buffer, not less than before.
-            assert_eq!(c::bloatd_drwa_restore_clamp(65_535, 20_000, 6_291_456, 128), 3_145_728);
+            assert_eq!(
+                c::bloatd_drwa_restore_clamp(65_535, 20_000, 6_291_456, 128),
+                3_145_728
+            );
             assert_eq!(c::bloatd_drwa_restore_clamp(65_535, 20_000, 0, 0), 65_535);
         }
     }
@@ -810,8 +1010,14 @@ mod tests {
         let e = resolve(&r, &[]).unwrap_err();
         assert!(e.contains("unknown congestion control 'vegas_nope'"), "{e}");
         let r = vec![rule("cc = \"bloatd_westwood\"")];
-        if !bloatd_cc::kernel_available().unwrap_or_default().iter().any(|a| a == "bloatd_westwood") {
-            assert!(resolve(&r, &[]).unwrap_err().contains("only when it is in `cc`"));
+        if !bloatd_cc::kernel_available()
+            .unwrap_or_default()
+            .iter()
+            .any(|a| a == "bloatd_westwood")
+        {
+            assert!(resolve(&r, &[])
+                .unwrap_err()
+                .contains("only when it is in `cc`"));
         }
         assert!(resolve(&r, &["bloatd_westwood".into()]).is_ok());
         let r = vec![rule("cgroup = \"no/such/cgroup/here\"\ncc = \"reno\"")];

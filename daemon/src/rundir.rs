@@ -26,7 +26,8 @@ pub fn group_id(name: &str) -> Option<libc::gid_t> {
     let mut buf = vec![0 as libc::c_char; 16384];
     let mut out: *mut libc::group = std::ptr::null_mut();
     // SAFETY: getgrnam_r with valid buffers; the result points into them.
-    let rc = unsafe { libc::getgrnam_r(c.as_ptr(), &mut grp, buf.as_mut_ptr(), buf.len(), &mut out) };
+    let rc =
+        unsafe { libc::getgrnam_r(c.as_ptr(), &mut grp, buf.as_mut_ptr(), buf.len(), &mut out) };
     (rc == 0 && !out.is_null()).then_some(grp.gr_gid)
 }
 
@@ -41,7 +42,11 @@ pub fn group_name(gid: libc::gid_t) -> Option<String> {
         return None;
     }
     // SAFETY: gr_name is a NUL-terminated string inside buf.
-    Some(unsafe { std::ffi::CStr::from_ptr(grp.gr_name) }.to_string_lossy().into_owned())
+    Some(
+        unsafe { std::ffi::CStr::from_ptr(grp.gr_name) }
+            .to_string_lossy()
+            .into_owned(),
+    )
 }
 
 fn cstring(s: &str) -> CString {
@@ -66,7 +71,12 @@ impl RunDir {
     pub fn open(path: &Path) -> std::io::Result<RunDir> {
         let c = CString::new(path.as_os_str().as_bytes()).map_err(std::io::Error::other)?;
         // SAFETY: open(2) with a valid C string.
-        let fd = unsafe { libc::open(c.as_ptr(), libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC) };
+        let fd = unsafe {
+            libc::open(
+                c.as_ptr(),
+                libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC,
+            )
+        };
         if fd < 0 {
             let e = errno();
             if e.raw_os_error() == Some(libc::ELOOP) || e.raw_os_error() == Some(libc::ENOTDIR) {
@@ -78,7 +88,10 @@ impl RunDir {
             return Err(e);
         }
         // SAFETY: open returned a new descriptor that we own.
-        let dir = RunDir { fd: unsafe { OwnedFd::from_raw_fd(fd) }, path: path.to_path_buf() };
+        let dir = RunDir {
+            fd: unsafe { OwnedFd::from_raw_fd(fd) },
+            path: path.to_path_buf(),
+        };
         let m = File::from(dir.fd.try_clone()?).metadata()?;
         // SAFETY: geteuid has no preconditions.
         let euid = unsafe { libc::geteuid() };
@@ -103,15 +116,25 @@ impl RunDir {
         }
         let c = CString::new(path.as_os_str().as_bytes())?;
         // SAFETY: mkdir(2) with a valid C string; the umask is 077 here.
-        if unsafe { libc::mkdir(c.as_ptr(), mode) } != 0 && errno().kind() != std::io::ErrorKind::AlreadyExists {
-            anyhow::bail!("cannot create run directory {}: {}", path.display(), errno());
+        if unsafe { libc::mkdir(c.as_ptr(), mode) } != 0
+            && errno().kind() != std::io::ErrorKind::AlreadyExists
+        {
+            anyhow::bail!(
+                "cannot create run directory {}: {}",
+                path.display(),
+                errno()
+            );
         }
         let dir = RunDir::open(path)?;
         // SAFETY: fchown/fchmod on our descriptor.
         unsafe {
             if let Some(g) = gid {
                 if libc::fchown(dir.fd.as_raw_fd(), u32::MAX, g) != 0 {
-                    anyhow::bail!("cannot give {} to the API group: {}", path.display(), errno());
+                    anyhow::bail!(
+                        "cannot give {} to the API group: {}",
+                        path.display(),
+                        errno()
+                    );
                 }
             }
             if libc::fchmod(dir.fd.as_raw_fd(), mode) != 0 {
@@ -122,11 +145,21 @@ impl RunDir {
     }
 
     /// openat(2) in this directory, never following a symlink.
-    pub fn open_file(&self, name: &str, flags: libc::c_int, mode: libc::mode_t) -> std::io::Result<File> {
+    pub fn open_file(
+        &self,
+        name: &str,
+        flags: libc::c_int,
+        mode: libc::mode_t,
+    ) -> std::io::Result<File> {
         let c = cstring(name);
         // SAFETY: openat(2) with our directory descriptor and a valid C string.
         let fd = unsafe {
-            libc::openat(self.fd.as_raw_fd(), c.as_ptr(), flags | libc::O_NOFOLLOW | libc::O_CLOEXEC, mode as libc::c_uint)
+            libc::openat(
+                self.fd.as_raw_fd(),
+                c.as_ptr(),
+                flags | libc::O_NOFOLLOW | libc::O_CLOEXEC,
+                mode as libc::c_uint,
+            )
         };
         if fd < 0 {
             return Err(errno());
@@ -151,7 +184,10 @@ impl RunDir {
     /// Create the API socket: bound with umask 177 (so it exists as 0600
     /// root:root), then given its group and mode 0660. It is never more
     /// open than intended, not even between bind and chmod.
-    pub fn bind_socket(&self, gid: Option<libc::gid_t>) -> anyhow::Result<std::os::unix::net::UnixListener> {
+    pub fn bind_socket(
+        &self,
+        gid: Option<libc::gid_t>,
+    ) -> anyhow::Result<std::os::unix::net::UnixListener> {
         let sock = self.path.join(SOCKET);
         // We hold the lock, so a socket file left here belongs to a dead daemon.
         self.unlink(SOCKET);
@@ -160,13 +196,25 @@ impl RunDir {
         let bound = std::os::unix::net::UnixListener::bind(self.fd_path(SOCKET));
         // SAFETY: as above.
         unsafe { libc::umask(old) };
-        let unix = bound.map_err(|e| anyhow::anyhow!("cannot create API socket {}: {e}", sock.display()))?;
+        let unix = bound
+            .map_err(|e| anyhow::anyhow!("cannot create API socket {}: {e}", sock.display()))?;
         let c = cstring(SOCKET);
         // SAFETY: fchownat/fchmodat in our directory on the socket just made.
         unsafe {
             if let Some(g) = gid {
-                if libc::fchownat(self.fd.as_raw_fd(), c.as_ptr(), u32::MAX, g, libc::AT_SYMLINK_NOFOLLOW) != 0 {
-                    anyhow::bail!("cannot give {} to the API group: {}", sock.display(), errno());
+                if libc::fchownat(
+                    self.fd.as_raw_fd(),
+                    c.as_ptr(),
+                    u32::MAX,
+                    g,
+                    libc::AT_SYMLINK_NOFOLLOW,
+                ) != 0
+                {
+                    anyhow::bail!(
+                        "cannot give {} to the API group: {}",
+                        sock.display(),
+                        errno()
+                    );
                 }
             }
             if libc::fchmodat(self.fd.as_raw_fd(), c.as_ptr(), 0o660, 0) != 0 {
@@ -212,14 +260,23 @@ pub fn lock_state(run_dir: &Path) -> anyhow::Result<(LockState, Option<RunDir>)>
     let dir = match RunDir::open(run_dir) {
         Ok(d) => d,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok((LockState::Free, None)),
-        Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => return Ok((LockState::NoAccess, None)),
+        Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => {
+            return Ok((LockState::NoAccess, None))
+        }
         Err(e) => return Err(e.into()),
     };
     let f = match dir.open_file(PID_FILE, libc::O_RDONLY, 0) {
         Ok(f) => f,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok((LockState::Free, Some(dir))),
-        Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => return Ok((LockState::NoAccess, Some(dir))),
-        Err(e) => anyhow::bail!("cannot open pid file {}: {e}", run_dir.join(PID_FILE).display()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            return Ok((LockState::Free, Some(dir)))
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => {
+            return Ok((LockState::NoAccess, Some(dir)))
+        }
+        Err(e) => anyhow::bail!(
+            "cannot open pid file {}: {e}",
+            run_dir.join(PID_FILE).display()
+        ),
     };
     if flock(&f, libc::LOCK_SH | libc::LOCK_NB) {
         return Ok((LockState::Free, Some(dir)));

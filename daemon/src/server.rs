@@ -2,15 +2,16 @@
 //! live here only) and Prometheus /metrics over TCP: they route the
 //! requests of the contract (api/mod.rs) to the engine (core.rs).
 
+use crate::api::{
+    route, DefaultReq, DefaultResp, DrwaReq, PathsQuery, RuleReq, SeriesQuery, SnapshotQuery,
+    SocketsQuery,
+};
 use crate::core::Core;
 use axum::extract::{Path, Query, State};
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
-use crate::api::{
-    route, DefaultReq, DefaultResp, DrwaReq, PathsQuery, RuleReq, SeriesQuery, SnapshotQuery, SocketsQuery,
-};
 use std::collections::BTreeMap;
 use std::future::Future;
 use std::sync::{Arc, Mutex};
@@ -112,7 +113,10 @@ pub fn metrics_router(core: Shared) -> Router {
             get(|State(c): State<Shared>| async move {
                 let body = c.lock().unwrap().metrics_text();
                 (
-                    [(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")],
+                    [(
+                        header::CONTENT_TYPE,
+                        "text/plain; version=0.0.4; charset=utf-8",
+                    )],
                     body,
                 )
             }),
@@ -135,7 +139,10 @@ pub struct Limits {
 }
 
 impl Limits {
-    pub const DEFAULT: Limits = Limits { header_timeout: Duration::from_secs(10), max_connections: 256 };
+    pub const DEFAULT: Limits = Limits {
+        header_timeout: Duration::from_secs(10),
+        max_connections: 256,
+    };
 }
 
 /// A listening socket (TCP for /metrics, Unix for the API).
@@ -174,7 +181,11 @@ impl Drop for Slot {
 }
 
 /// Serve `router` on `listener` over HTTP/1.1 within `limits`.
-pub async fn serve<L: Listener>(listener: L, router: Router, limits: Limits) -> std::io::Result<()> {
+pub async fn serve<L: Listener>(
+    listener: L,
+    router: Router,
+    limits: Limits,
+) -> std::io::Result<()> {
     let open: Open = Arc::default();
     let mut next_id = 0u64;
     loop {
@@ -198,7 +209,10 @@ pub async fn serve<L: Listener>(listener: L, router: Router, limits: Limits) -> 
             oldest.abort();
         }
         let service = hyper_util::service::TowerToHyperService::new(router.clone());
-        let slot = Slot { open: open.clone(), id };
+        let slot = Slot {
+            open: open.clone(),
+            id,
+        };
         let task = tokio::spawn(async move {
             let _slot = slot;
             let _ = hyper::server::conn::http1::Builder::new()

@@ -8,7 +8,15 @@
 /// sequence, CR and BS overwrite what was printed) and every bidirectional
 /// formatting character (which reorders what a reader sees) replaced by `?`.
 pub fn printable(s: &str) -> String {
-    s.chars().map(|c| if c.is_control() || is_bidi_control(c) { '?' } else { c }).collect()
+    s.chars()
+        .map(|c| {
+            if c.is_control() || is_bidi_control(c) {
+                '?'
+            } else {
+                c
+            }
+        })
+        .collect()
 }
 
 fn is_bidi_control(c: char) -> bool {

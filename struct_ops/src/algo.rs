@@ -139,7 +139,10 @@ pub struct Options {
 
 impl Default for Options {
     fn default() -> Options {
-        Options { westwood_ssthresh: WestwoodSsthresh::default(), ratio_interval_us: 100_000 }
+        Options {
+            westwood_ssthresh: WestwoodSsthresh::default(),
+            ratio_interval_us: 100_000,
+        }
     }
 }
 

@@ -22,8 +22,8 @@ mod state;
 pub use algo::{Algo, Options, WestwoodSsthresh};
 pub use error::CcError;
 pub use kernel::{
-    kernel_available, kernel_default, network_namespaces, retire_netns_defaults, set_kernel_default,
-    NetnsDefaultChange,
+    kernel_available, kernel_default, network_namespaces, retire_netns_defaults,
+    set_kernel_default, NetnsDefaultChange,
 };
 pub use registration::Registration;
 pub use state::{AlgoState, CubicState, RatioHistogram, WestwoodState};

@@ -20,7 +20,9 @@ use libbpf_rs::{
 use crate::kernel::{
     adopt_netns_defaults, kernel_available, retire_netns_defaults, NetnsDefaultChange,
 };
-use crate::state::{decode, monotonic_us, value_size, RatioHistogram, RawRatioHist, RawWestwoodConfig};
+use crate::state::{
+    decode, monotonic_us, value_size, RatioHistogram, RawRatioHist, RawWestwoodConfig,
+};
 use crate::{Algo, AlgoState, CcError, Options, WestwoodSsthresh};
 
 /// bloatd's congestion controls registered by this process. Dropping it
@@ -123,11 +125,19 @@ impl Registration {
                 let per_cpu = l
                     .failures
                     .lookup_percpu(&0u32.to_ne_bytes(), MapFlags::ANY)
-                    .map_err(|e| CcError::io("reading export_failures", std::io::Error::other(e.to_string())))?
+                    .map_err(|e| {
+                        CcError::io(
+                            "reading export_failures",
+                            std::io::Error::other(e.to_string()),
+                        )
+                    })?
                     .unwrap_or_default();
                 let n = per_cpu
                     .iter()
-                    .filter_map(|v| v.get(..8).map(|b| u64::from_ne_bytes(b.try_into().unwrap())))
+                    .filter_map(|v| {
+                        v.get(..8)
+                            .map(|b| u64::from_ne_bytes(b.try_into().unwrap()))
+                    })
                     .sum();
                 Ok((l.algo, n))
             })
@@ -140,10 +150,18 @@ impl Registration {
         let Some(l) = self.loaded.iter().find(|l| l.algo == Algo::Westwood) else {
             return Ok(None);
         };
-        let ratio = l.ratio.as_ref().expect("bloatd_westwood has cwnd_pipe_ratio");
+        let ratio = l
+            .ratio
+            .as_ref()
+            .expect("bloatd_westwood has cwnd_pipe_ratio");
         let per_cpu = ratio
             .lookup_percpu(&0u32.to_ne_bytes(), MapFlags::ANY)
-            .map_err(|e| CcError::io("reading cwnd_pipe_ratio", std::io::Error::other(e.to_string())))?
+            .map_err(|e| {
+                CcError::io(
+                    "reading cwnd_pipe_ratio",
+                    std::io::Error::other(e.to_string()),
+                )
+            })?
             .unwrap_or_default();
         let size = std::mem::size_of::<RawRatioHist>();
         let cpus: Vec<RawRatioHist> = per_cpu
@@ -250,7 +268,10 @@ fn load(algo: Algo, opts: &Options) -> Result<Loaded, CcError> {
     result.map_err(|(step, e)| classify(algo, step, e, &log))
 }
 
-fn open_load_attach(algo: Algo, opts: &Options) -> Result<Loaded, (&'static str, libbpf_rs::Error)> {
+fn open_load_attach(
+    algo: Algo,
+    opts: &Options,
+) -> Result<Loaded, (&'static str, libbpf_rs::Error)> {
     let mut open = ObjectBuilder::default()
         .open_memory(algo.object())
         .map_err(|e| ("open", e))?;
@@ -264,11 +285,15 @@ fn open_load_attach(algo: Algo, opts: &Options) -> Result<Loaded, (&'static str,
             .maps_mut()
             .find(|m| m.name() == ".rodata.westwood")
             .expect(".rodata.westwood is in the object");
-        let bytes = data.initial_value_mut().expect(".rodata.westwood has a value");
+        let bytes = data
+            .initial_value_mut()
+            .expect(".rodata.westwood has a value");
         let size = std::mem::size_of::<RawWestwoodConfig>();
         assert!(bytes.len() >= size, ".rodata.westwood holds the config");
         // SAFETY: RawWestwoodConfig is plain old data of `size` bytes
-        let raw = unsafe { std::slice::from_raw_parts((&cfg as *const RawWestwoodConfig).cast::<u8>(), size) };
+        let raw = unsafe {
+            std::slice::from_raw_parts((&cfg as *const RawWestwoodConfig).cast::<u8>(), size)
+        };
         bytes[..size].copy_from_slice(raw);
     }
     let mut object = open.load().map_err(|e| ("load", e))?;

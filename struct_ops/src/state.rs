@@ -45,7 +45,10 @@ impl RatioHistogram {
     }
 
     pub(crate) fn from_cpus(cpus: &[RawRatioHist]) -> RatioHistogram {
-        let mut h = RatioHistogram { counts: vec![0; abi::ratio_le::BUCKETS as usize], sum: 0.0 };
+        let mut h = RatioHistogram {
+            counts: vec![0; abi::ratio_le::BUCKETS as usize],
+            sum: 0.0,
+        };
         let mut sum_milli = 0u64;
         for c in cpus {
             for (i, n) in c.count.iter().enumerate() {
@@ -268,7 +271,19 @@ mod tests {
     fn ratio_histogram_sums_cpus_with_the_c_bounds() {
         assert_eq!(
             RatioHistogram::bounds(),
-            vec![0.5, 0.75, 1.0, 1.25, 1.5, 2.0, 3.0, 5.0, 10.0, 20.0, f64::INFINITY]
+            vec![
+                0.5,
+                0.75,
+                1.0,
+                1.25,
+                1.5,
+                2.0,
+                3.0,
+                5.0,
+                10.0,
+                20.0,
+                f64::INFINITY
+            ]
         );
         let mut a = RawRatioHist::default();
         let mut b = RawRatioHist::default();

@@ -30,7 +30,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use bloatd_cc::{Algo, AlgoState, CubicState, Options, Registration, WestwoodSsthresh, WestwoodState};
+use bloatd_cc::{
+    Algo, AlgoState, CubicState, Options, Registration, WestwoodSsthresh, WestwoodState,
+};
 use common::*;
 
 const LAB: &str = "bcl";
@@ -262,7 +264,9 @@ fn check_recovery_ssthresh(run: &Run, variant: WestwoodSsthresh) -> Vec<String> 
         }
     }
     if entries == 0 {
-        failures.push(format!("westwood ({variant}): no fast recovery after the warm-up"));
+        failures.push(format!(
+            "westwood ({variant}): no fast recovery after the warm-up"
+        ));
     }
     failures
 }
@@ -272,11 +276,16 @@ fn check_recovery_ssthresh(run: &Run, variant: WestwoodSsthresh) -> Vec<String> 
 /// exported state shows (sampled every 50 ms beside it).
 fn check_ratio_histogram(run: &Run, reg: &Registration) -> Vec<String> {
     let mut failures = Vec::new();
-    let h = reg.westwood_cwnd_pipe_ratio().unwrap().expect("bloatd_westwood is registered");
+    let h = reg
+        .westwood_cwnd_pipe_ratio()
+        .unwrap()
+        .expect("bloatd_westwood is registered");
     let ratios: Vec<f64> = run
         .samples
         .iter()
-        .filter_map(|s| westwood(s).map(|w| f64::from(s.info.snd_cwnd) / f64::from(w.pipe_segments().max(1))))
+        .filter_map(|s| {
+            westwood(s).map(|w| f64::from(s.info.snd_cwnd) / f64::from(w.pipe_segments().max(1)))
+        })
         .collect();
     let secs = run.samples.last().map_or(0.0, |s| s.t_s);
     let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len().max(1) as f64;
@@ -290,7 +299,9 @@ fn check_ratio_histogram(run: &Run, reg: &Registration) -> Vec<String> {
     );
     let n = h.count() as f64;
     if n < 0.85 * want || n > 1.05 * want {
-        failures.push(format!("cwnd/pipe histogram: {n} observations for a {secs:.0} s flow"));
+        failures.push(format!(
+            "cwnd/pipe histogram: {n} observations for a {secs:.0} s flow"
+        ));
     }
     if (mean_h - mean(&ratios)).abs() > 0.15 * mean(&ratios) {
         failures.push(format!(
@@ -677,7 +688,10 @@ fn lab_behaviour() {
     reg.unregister(Algo::Westwood).unwrap();
     let paper = register(
         &[Algo::Westwood],
-        &Options { westwood_ssthresh: WestwoodSsthresh::Paper, ..Options::default() },
+        &Options {
+            westwood_ssthresh: WestwoodSsthresh::Paper,
+            ..Options::default()
+        },
     );
     let pw = run_flow(&lab, &paper, "bloatd_westwood", PAPER_SECS);
     println!("{} (ssthresh: paper)", pw.summary());

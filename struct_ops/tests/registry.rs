@@ -9,7 +9,9 @@ use std::os::fd::AsRawFd;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use bloatd_cc::{kernel_default, set_kernel_default, Algo, CcError, AlgoState, Options, Registration};
+use bloatd_cc::{
+    kernel_default, set_kernel_default, Algo, AlgoState, CcError, Options, Registration,
+};
 use common::*;
 
 fn listed(name: &str) -> bool {
@@ -72,7 +74,9 @@ fn names_appear_select_and_disappear() {
         assert!((536..=65535).contains(&st.mss()), "{st:?}");
         assert!(st.cwnd() >= 2 && st.age_us() < 5_000_000, "{st:?}");
         match &st {
-            AlgoState::Westwood(w) => assert!(w.min_rtt_us > 0 && w.min_rtt_us < 1_000_000, "{w:?}"),
+            AlgoState::Westwood(w) => {
+                assert!(w.min_rtt_us > 0 && w.min_rtt_us < 1_000_000, "{w:?}")
+            }
             AlgoState::Cubic(c) => assert!(c.min_rtt_us > 0 && c.hystart_round >= 1, "{c:?}"),
         }
 

@@ -111,8 +111,14 @@ fn run_api(
     let mut terminal = Terminal::new(TestBackend::new(width, height)).unwrap();
     bloatd_tui::draw(&mut terminal, &mut app).unwrap();
     let (mut daemon, mut client) = (
-        Timing { update: Vec::new(), render: Vec::new() },
-        Timing { update: Vec::new(), render: Vec::new() },
+        Timing {
+            update: Vec::new(),
+            render: Vec::new(),
+        },
+        Timing {
+            update: Vec::new(),
+            render: Vec::new(),
+        },
     );
     let mut bytes = 0;
     for (i, snap) in snapshots.iter().enumerate() {
@@ -189,17 +195,32 @@ fn main() {
 
     println!("\nover the API: the daemon selects the rows, the dashboard decodes them");
     for (name, w, h, setup) in [
-        ("table, 80x24, sort by queueing delay", 80u16, 24u16, &(|_: &mut App| {}) as &dyn Fn(&mut App)),
-        ("table, 200x60, sort by process name, filter cc:cubic", 200, 60, &|app: &mut App| {
-            app.set_sort(SortKey::Process);
-            app.set_filter(Filter::parse("cc:cubic").unwrap());
+        (
+            "table, 80x24, sort by queueing delay",
+            80u16,
+            24u16,
+            &(|_: &mut App| {}) as &dyn Fn(&mut App),
+        ),
+        (
+            "table, 200x60, sort by process name, filter cc:cubic",
+            200,
+            60,
+            &|app: &mut App| {
+                app.set_sort(SortKey::Process);
+                app.set_filter(Filter::parse("cc:cubic").unwrap());
+            },
+        ),
+        ("detail view, 200x60", 200, 60, &|app: &mut App| {
+            app.handle_key(Key::Enter)
         }),
-        ("detail view, 200x60", 200, 60, &|app: &mut App| app.handle_key(Key::Enter)),
     ] {
         let (daemon, client, bytes) = run_api(&snapshots, w, h, setup);
         println!("{name}: snapshot {} kB", bytes / 1000);
         report("  daemon: select (update) + JSON encode (render)", &daemon);
-        report("  dashboard: JSON decode + update (update) + render", &client);
+        report(
+            "  dashboard: JSON decode + update (update) + render",
+            &client,
+        );
     }
 
     // What a daemon client pays before the dashboard sees the snapshot.

@@ -91,7 +91,9 @@ pub fn render_once(snapshot: &Snapshot, width: u16, height: u16) -> String {
 /// One frame: the terminal's size goes into the state (how many rows a
 /// page holds, as the screen's layout says), then the state is drawn.
 pub fn draw<B: Backend>(terminal: &mut Terminal<B>, app: &mut App) -> io::Result<()> {
-    let size = terminal.size().map_err(|e| io::Error::other(e.to_string()))?;
+    let size = terminal
+        .size()
+        .map_err(|e| io::Error::other(e.to_string()))?;
     app.set_page_rows(ui::page_rows(Rect::new(0, 0, size.width, size.height)));
     terminal
         .draw(|frame| ui::draw(frame, app))

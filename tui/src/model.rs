@@ -132,7 +132,11 @@ impl Path {
 /// flows wait behind it. None when nothing queues (60 ms, grade C, or more).
 pub fn worst_path_sentence(paths: &[Path]) -> Option<String> {
     let p = paths.first().filter(|p| p.queue_delay_p50_us >= 60_000)?;
-    let flows = if p.sockets == 1 { "1 flow waits".to_string() } else { format!("{} flows wait", p.sockets) };
+    let flows = if p.sockets == 1 {
+        "1 flow waits".to_string()
+    } else {
+        format!("{} flows wait", p.sockets)
+    };
     Some(format!(
         "the link to {} ({}) holds {} of queue, {flows} behind it: grade {}, {} RPM (passive loaded estimate)",
         p.peer_text(),

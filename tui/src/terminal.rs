@@ -54,7 +54,11 @@ fn catch_terminate_signals() {
     // in its foreground group): watch for the hangup on stdin.
     std::thread::spawn(|| loop {
         std::thread::sleep(std::time::Duration::from_millis(500));
-        let mut pfd = libc::pollfd { fd: libc::STDIN_FILENO, events: 0, revents: 0 };
+        let mut pfd = libc::pollfd {
+            fd: libc::STDIN_FILENO,
+            events: 0,
+            revents: 0,
+        };
         // SAFETY: one valid pollfd.
         let n = unsafe { libc::poll(&mut pfd, 1, 0) };
         if n > 0 && pfd.revents & (libc::POLLHUP | libc::POLLNVAL) != 0 {

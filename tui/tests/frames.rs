@@ -96,10 +96,17 @@ fn a_senders_own_unsent_queue_is_in_its_detail() {
     app.handle_key(Key::Down);
     app.handle_key(Key::Enter);
     let text = ui::buffer_text(draw(&mut app, 100, 30).backend().buffer());
-    assert!(!text.contains("unsent"), "nothing unsent, nothing shown: {text}");
+    assert!(
+        !text.contains("unsent"),
+        "nothing unsent, nothing shown: {text}"
+    );
 
     let mut snap = cubic_download_host();
-    let upload = snap.sockets.iter_mut().find(|s| s.cc == "bloatd_cubic").unwrap();
+    let upload = snap
+        .sockets
+        .iter_mut()
+        .find(|s| s.cc == "bloatd_cubic")
+        .unwrap();
     upload.unsent_bytes = 2_400_000;
     upload.unsent_delay_us = 1_200_000;
     let mut app = app_with(snap);
@@ -244,7 +251,10 @@ fn paths_view() {
     let mut app = app_with(cubic_download_host());
     app.handle_key(Key::Char('v'));
     assert_eq!(app.view(), View::Paths);
-    assert!(app.snapshot_request().paths, "the paths view asks the source for paths");
+    assert!(
+        app.snapshot_request().paths,
+        "the paths view asks the source for paths"
+    );
     let mut snap = cubic_download_host();
     snap.paths = cubic_download_paths();
     app.apply_snapshot(snap.clone(), snap.taken_ms);

@@ -37,7 +37,10 @@ fn drwa_host(drwa: &str) -> Snapshot {
     tx.comm = Some("nginx".into());
     tx.cc = "bloatd_westwood".into();
     tx.local_port = 443;
-    tx.policy = Some(SocketPolicy { cc_rule: Some("web".into()), ..Default::default() });
+    tx.policy = Some(SocketPolicy {
+        cc_rule: Some("web".into()),
+        ..Default::default()
+    });
     let mut snap = host(vec![rx, tx]);
     snap.policy = Some(PolicyState {
         drwa: drwa.into(),
@@ -60,7 +63,11 @@ fn drwa_series() -> Series {
                 let on = i >= 120;
                 let (clamp, rcvd, queue) = if on {
                     let k = (i - 120).min(20) as u32;
-                    (Some(1_150_000 - k * 34_000), Some(1_120_000 - k * 33_250), 500_000 - k * 17_500)
+                    (
+                        Some(1_150_000 - k * 34_000),
+                        Some(1_120_000 - k * 33_250),
+                        500_000 - k * 17_500,
+                    )
                 } else {
                     (None, None, 500_000)
                 };
@@ -104,16 +111,29 @@ fn the_table_marks_what_the_policy_acts_on() {
     insta::assert_snapshot!(screen);
     assert!(screen.contains("DRWA on (1 clamped)"), "{screen}");
     assert!(screen.contains("1 rule: 1 cc, 0 bulk"), "{screen}");
-    let row = |needle: &str| screen.lines().find(|l| l.contains(needle)).unwrap().to_string();
+    let row = |needle: &str| {
+        screen
+            .lines()
+            .find(|l| l.contains(needle))
+            .unwrap()
+            .to_string()
+    };
     assert!(row("1301").contains(" D "), "DRWA's mark: {}", row("1301"));
-    assert!(row("nginx").contains(" R "), "the rule's mark: {}", row("nginx"));
+    assert!(
+        row("nginx").contains(" R "),
+        "the rule's mark: {}",
+        row("nginx")
+    );
 }
 
 #[test]
 fn without_a_policy_there_is_no_act_column() {
     let mut app = app_with(cubic_download_host());
     let screen = text(&mut app, 140, 12);
-    assert!(!screen.contains("ACT") && !screen.contains("DRWA"), "{screen}");
+    assert!(
+        !screen.contains("ACT") && !screen.contains("DRWA"),
+        "{screen}"
+    );
 }
 
 #[test]
@@ -128,7 +148,10 @@ fn a_drwa_receivers_detail_draws_the_clamp_beside_the_data_per_rtt() {
     assert!(screen.contains("DRWA clamp 470"), "{screen}");
     assert!(screen.contains("325 seg"), "{screen}");
     assert!(screen.contains("DRWA window, kB"), "{screen}");
-    assert!(screen.contains("─clamp") && screen.contains("─rcvd/RTT"), "{screen}");
+    assert!(
+        screen.contains("─clamp") && screen.contains("─rcvd/RTT"),
+        "{screen}"
+    );
 }
 
 #[test]
@@ -146,7 +169,10 @@ fn the_d_key_asks_the_source_to_switch_drwa() {
     assert_eq!(app.take_drwa_request(), None);
     assert!(app.status().unwrap().contains("--drwa=off"));
     let screen = text(&mut app, 120, 24);
-    assert!(screen.contains("DRWA is disabled in this bloatd"), "{screen}");
+    assert!(
+        screen.contains("DRWA is disabled in this bloatd"),
+        "{screen}"
+    );
     // The answer goes after a while.
     app.tick(T0_MS + 10_000);
     assert!(app.status().is_none());

@@ -3,8 +3,8 @@
 //! and `bloatd top` (scripts can use `curl --unix-socket`).
 
 use super::{
-    route, CcInfo, DefaultReq, DefaultResp, DrwaReq, Floors, Path as NetPath, PathsQuery, PolicyInfo, RuleReq,
-    Snapshot, SnapshotQuery, SnapshotRequest, Socket, SocketsQuery, Status,
+    route, CcInfo, DefaultReq, DefaultResp, DrwaReq, Floors, Path as NetPath, PathsQuery,
+    PolicyInfo, RuleReq, Snapshot, SnapshotQuery, SnapshotRequest, Socket, SocketsQuery, Status,
 };
 use serde::de::DeserializeOwned;
 use serde::Serialize;
@@ -34,7 +34,10 @@ pub struct Client {
 
 impl Client {
     pub fn new(path: &Path) -> Client {
-        Client { path: path.to_path_buf(), timeout: Duration::from_secs(10) }
+        Client {
+            path: path.to_path_buf(),
+            timeout: Duration::from_secs(10),
+        }
     }
 
     fn connect(&self) -> Result<UnixStream, ClientError> {
@@ -43,12 +46,23 @@ impl Client {
                 ClientError::NotRunning(self.path.clone())
             }
             std::io::ErrorKind::PermissionDenied => ClientError::Permission(self.path.clone()),
-            _ => ClientError::Io { path: self.path.clone(), err },
+            _ => ClientError::Io {
+                path: self.path.clone(),
+                err,
+            },
         })
     }
 
-    fn request(&self, method: &str, target: &str, body: Option<&str>) -> Result<String, ClientError> {
-        let io = |err| ClientError::Io { path: self.path.clone(), err };
+    fn request(
+        &self,
+        method: &str,
+        target: &str,
+        body: Option<&str>,
+    ) -> Result<String, ClientError> {
+        let io = |err| ClientError::Io {
+            path: self.path.clone(),
+            err,
+        };
         let mut s = self.connect()?;
         s.set_read_timeout(Some(self.timeout)).map_err(io)?;
         let body = body.unwrap_or("");
@@ -73,26 +87,47 @@ impl Client {
             let l = l.to_ascii_lowercase();
             l.starts_with("transfer-encoding:") && l.contains("chunked")
         });
-        let body = if chunked { dechunk(rest)? } else { rest.to_string() };
+        let body = if chunked {
+            dechunk(rest)?
+        } else {
+            rest.to_string()
+        };
         if status != 200 {
-            return Err(ClientError::Status { status, body: body.trim().to_string() });
+            return Err(ClientError::Status {
+                status,
+                body: body.trim().to_string(),
+            });
         }
         Ok(body)
     }
 
     /// `GET route?query`, the answer's body as it came.
     fn get_text(&self, route: &str, query: &impl Serialize) -> Result<String, ClientError> {
-        let query = serde_urlencoded::to_string(query).map_err(|e| ClientError::Malformed(e.to_string()))?;
-        let target = if query.is_empty() { route.to_string() } else { format!("{route}?{query}") };
+        let query = serde_urlencoded::to_string(query)
+            .map_err(|e| ClientError::Malformed(e.to_string()))?;
+        let target = if query.is_empty() {
+            route.to_string()
+        } else {
+            format!("{route}?{query}")
+        };
         self.request("GET", &target, None)
     }
 
-    fn get<T: DeserializeOwned>(&self, route: &str, query: &impl Serialize) -> Result<T, ClientError> {
+    fn get<T: DeserializeOwned>(
+        &self,
+        route: &str,
+        query: &impl Serialize,
+    ) -> Result<T, ClientError> {
         decode(&self.get_text(route, query)?)
     }
 
-    fn post<T: DeserializeOwned>(&self, route: &str, body: &impl Serialize) -> Result<T, ClientError> {
-        let body = serde_json::to_string(body).map_err(|e| ClientError::Malformed(e.to_string()))?;
+    fn post<T: DeserializeOwned>(
+        &self,
+        route: &str,
+        body: &impl Serialize,
+    ) -> Result<T, ClientError> {
+        let body =
+            serde_json::to_string(body).map_err(|e| ClientError::Malformed(e.to_string()))?;
         decode(&self.request("POST", route, Some(&body))?)
     }
 
@@ -117,7 +152,12 @@ impl Client {
 
     /// Sockets grouped by peer (or by prefix).
     pub fn paths(&self, prefix: bool) -> Result<Vec<NetPath>, ClientError> {
-        self.get(route::PATHS, &PathsQuery { prefix: prefix.into() })
+        self.get(
+            route::PATHS,
+            &PathsQuery {
+                prefix: prefix.into(),
+            },
+        )
     }
 
     pub fn floors(&self) -> Result<Floors, ClientError> {
@@ -130,7 +170,12 @@ impl Client {
 
     /// Set the host's default congestion control (restored at stop).
     pub fn set_default_cc(&self, name: &str) -> Result<DefaultResp, ClientError> {
-        self.post(route::CC_DEFAULT, &DefaultReq { name: name.to_string() })
+        self.post(
+            route::CC_DEFAULT,
+            &DefaultReq {
+                name: name.to_string(),
+            },
+        )
     }
 
     /// The policy's rules, DRWA and counters.
@@ -145,7 +190,10 @@ impl Client {
 
     /// A rule on or off, live.
     pub fn set_rule_enabled(&self, name: &str, enabled: bool) -> Result<RuleReq, ClientError> {
-        self.post(&route::POLICY_RULE.replace("{name}", name), &RuleReq { enabled })
+        self.post(
+            &route::POLICY_RULE.replace("{name}", name),
+            &RuleReq { enabled },
+        )
     }
 }
 
@@ -157,7 +205,10 @@ fn decode<T: DeserializeOwned>(body: &str) -> Result<T, ClientError> {
 /// user outside that group cannot even look into).
 fn permission_hint(socket: &Path) -> String {
     use std::os::unix::fs::MetadataExt;
-    let gid = socket.parent().and_then(|d| std::fs::metadata(d).ok()).map(|m| m.gid());
+    let gid = socket
+        .parent()
+        .and_then(|d| std::fs::metadata(d).ok())
+        .map(|m| m.gid());
     match gid.filter(|&g| g != 0).and_then(crate::rundir::group_name) {
         Some(group) => format!(
             "run it with sudo, or join group {group} (`sudo usermod -aG {group} $USER`, then log in again)"
@@ -191,6 +242,9 @@ fn dechunk(mut s: &str) -> Result<String, ClientError> {
 mod tests {
     #[test]
     fn dechunk_joins_chunks() {
-        assert_eq!(super::dechunk("3\r\nabc\r\n2\r\nde\r\n0\r\n\r\n").unwrap(), "abcde");
+        assert_eq!(
+            super::dechunk("3\r\nabc\r\n2\r\nde\r\n0\r\n\r\n").unwrap(),
+            "abcde"
+        );
     }
 }

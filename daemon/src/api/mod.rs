@@ -276,9 +276,21 @@ mod tests {
         assert_eq!((back.request(), back.fresh.is_set()), (req, false));
         let fresh = SnapshotQuery::new(&SnapshotRequest::default(), true);
         assert_eq!(serde_urlencoded::to_string(&fresh).unwrap(), "fresh=1");
-        assert_eq!(serde_urlencoded::to_string(SocketsQuery { all: false.into() }).unwrap(), "");
-        assert_eq!(serde_urlencoded::to_string(SocketsQuery { all: true.into() }).unwrap(), "all=1");
-        assert_eq!(serde_urlencoded::to_string(PathsQuery { prefix: true.into() }).unwrap(), "prefix=1");
+        assert_eq!(
+            serde_urlencoded::to_string(SocketsQuery { all: false.into() }).unwrap(),
+            ""
+        );
+        assert_eq!(
+            serde_urlencoded::to_string(SocketsQuery { all: true.into() }).unwrap(),
+            "all=1"
+        );
+        assert_eq!(
+            serde_urlencoded::to_string(PathsQuery {
+                prefix: true.into()
+            })
+            .unwrap(),
+            "prefix=1"
+        );
         let q: PathsQuery = serde_urlencoded::from_str("prefix=0").unwrap();
         assert!(!q.prefix.is_set());
         let q: SocketsQuery = serde_urlencoded::from_str("").unwrap();

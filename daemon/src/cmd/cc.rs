@@ -1,8 +1,8 @@
 //! `bloatd cc list|default NAME`: bloatd's congestion controls and the
 //! host's default.
 
-use crate::cc;
 use crate::api::client::{self, Client};
+use crate::cc;
 use crate::config::Config;
 use clap::{Args, Subcommand};
 use std::process::ExitCode;
@@ -60,12 +60,17 @@ fn default(cfg: &Config, name: &str) -> anyhow::Result<ExitCode> {
     let client = Client::new(&cfg.socket_path());
     match client.set_default_cc(name) {
         Ok(r) => {
-            println!("default congestion control: {} (was {}; `bloatd stop` restores the original)", r.default, r.previous);
+            println!(
+                "default congestion control: {} (was {}; `bloatd stop` restores the original)",
+                r.default, r.previous
+            );
             Ok(ExitCode::SUCCESS)
         }
         Err(client::ClientError::NotRunning(_)) => {
             if bloatd_cc::Algo::from_name(name).is_some() {
-                anyhow::bail!("{name} is registered only while bloatd runs: `sudo bloatd start` first");
+                anyhow::bail!(
+                    "{name} is registered only while bloatd runs: `sudo bloatd start` first"
+                );
             }
             let prev = cc::set_default(name)?;
             println!("default congestion control: {name} (was {prev}; bloatd is not running, so nothing will restore it)");

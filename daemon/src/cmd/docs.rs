@@ -11,7 +11,11 @@ pub fn generate(cmd: clap::Command, dir: &std::path::Path) -> anyhow::Result<Exi
     clap_mangen::generate_to(cmd.clone(), &man)?;
     let completions = dir.join("completions");
     std::fs::create_dir_all(&completions)?;
-    for shell in [clap_complete::Shell::Bash, clap_complete::Shell::Zsh, clap_complete::Shell::Fish] {
+    for shell in [
+        clap_complete::Shell::Bash,
+        clap_complete::Shell::Zsh,
+        clap_complete::Shell::Fish,
+    ] {
         clap_complete::generate_to(shell, &mut cmd.clone(), "bloatd", &completions)?;
     }
     Ok(ExitCode::SUCCESS)

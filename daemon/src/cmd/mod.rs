@@ -19,5 +19,9 @@ pub fn init_logging(filter: &str) {
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(filter));
     // SAFETY: isatty has no preconditions.
     let tty = unsafe { libc::isatty(libc::STDERR_FILENO) } == 1;
-    tracing_subscriber::fmt().with_env_filter(filter).with_ansi(tty).with_writer(std::io::stderr).init();
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_ansi(tty)
+        .with_writer(std::io::stderr)
+        .init();
 }

@@ -40,7 +40,10 @@ pub fn run(cfg: &Config, args: &PathsArgs) -> anyhow::Result<ExitCode> {
             f.created,
             f.evicted
         );
-        println!("{:<10} {:<44} {:>10} {:<8} {:>8}", "NETNS", "PEER/PREFIX", "FLOOR", "SOURCE", "FED");
+        println!(
+            "{:<10} {:<44} {:>10} {:<8} {:>8}",
+            "NETNS", "PEER/PREFIX", "FLOOR", "SOURCE", "FED"
+        );
         for e in &f.floors {
             println!(
                 "{:<10} {:<44} {:>10} {:<8} {:>7}s",
@@ -68,7 +71,17 @@ fn paths_table(paths: &[Path]) -> String {
     let _ = writeln!(
         out,
         "{:<10} {:<28} {:<10} {:>9} {:<8} {:>9} {:>9} {:<5} {:>6} {:>5} {:>12}  CC",
-        "NETNS", "PEER", "IFACE", "FLOOR", "SOURCE", "QUEUE", "QMAX", "GRADE", "RPM", "SOCKS", "THROUGHPUT"
+        "NETNS",
+        "PEER",
+        "IFACE",
+        "FLOOR",
+        "SOURCE",
+        "QUEUE",
+        "QMAX",
+        "GRADE",
+        "RPM",
+        "SOCKS",
+        "THROUGHPUT"
     );
     for p in paths {
         let _ = writeln!(
@@ -76,7 +89,11 @@ fn paths_table(paths: &[Path]) -> String {
             "{:<10} {:<28} {:<10} {:>9} {:<8} {:>9} {:>9} {:<5} {:>6} {:>5} {:>12}  {}",
             p.netns,
             p.peer_text(),
-            if p.interface.is_empty() { "-" } else { &p.interface },
+            if p.interface.is_empty() {
+                "-"
+            } else {
+                &p.interface
+            },
             format::ms(p.floor_us as u64),
             p.floor_source.as_str(),
             format::ms(p.queue_delay_p50_us as u64),
@@ -97,8 +114,8 @@ fn paths_table(paths: &[Path]) -> String {
 #[cfg(test)]
 mod tests {
     use crate::paths::paths_of;
-    use bloatd_tui::model::worst_path_sentence;
     use crate::paths::tests::sock;
+    use bloatd_tui::model::worst_path_sentence;
 
     #[test]
     fn the_worst_path_in_one_sentence() {
@@ -109,8 +126,16 @@ mod tests {
             sock(4, "1.1.1.1", 10, 2, 0),
         ];
         let s = worst_path_sentence(&paths_of(&socks, None)).unwrap();
-        assert!(s.starts_with("the link to 93.184.216.34 (wlan0) holds 450ms of queue, 3 flows wait behind it"), "{s}");
-        assert!(worst_path_sentence(&paths_of(&[sock(1, "10.9.2.2", 40, 10, 0)], None)).is_none(), "no queue, no sentence");
+        assert!(
+            s.starts_with(
+                "the link to 93.184.216.34 (wlan0) holds 450ms of queue, 3 flows wait behind it"
+            ),
+            "{s}"
+        );
+        assert!(
+            worst_path_sentence(&paths_of(&[sock(1, "10.9.2.2", 40, 10, 0)], None)).is_none(),
+            "no queue, no sentence"
+        );
     }
 
     #[test]

@@ -82,7 +82,10 @@ pub fn list_text(info: &PolicyInfo) -> String {
     if info.rules.is_empty() {
         out += "no congestion control rules ([[policy]] in the config, or start --policy)\n";
     } else {
-        out += &format!("{:<3} {:<16} {:<8} {:<34} {:<24} {:>7} {:>7}\n", "#", "RULE", "STATE", "SELECTS", "DOES", "SOCKETS", "WAITING");
+        out += &format!(
+            "{:<3} {:<16} {:<8} {:<34} {:<24} {:>7} {:>7}\n",
+            "#", "RULE", "STATE", "SELECTS", "DOES", "SOCKETS", "WAITING"
+        );
         for (i, r) in info.rules.iter().enumerate() {
             out += &format!(
                 "{:<3} {:<16} {:<8} {:<34} {:<24} {:>7} {:>7}\n",

@@ -46,7 +46,9 @@ fn ms(us: u32) -> String {
 /// rule waiting for its bytes (`wait:NAME`), DRWA's clamp (`drwa:470kB`), or
 /// "-".
 fn policy_text(s: &Socket) -> String {
-    let Some(p) = &s.policy else { return "-".into() };
+    let Some(p) = &s.policy else {
+        return "-".into();
+    };
     let mut parts = Vec::new();
     if let Some(r) = p.chose_cc() {
         let bulk = p.bulk_rule.as_deref() == Some(r) && !p.bulk_waiting;
@@ -76,16 +78,31 @@ fn policy_text(s: &Socket) -> String {
 fn cc_state_text(s: &Socket) -> String {
     use bloatd_tui::model::CcState;
     match &s.cc_state {
-        Some(CcState::Westwood { bwe_bytes_per_s, min_rtt_us, pipe_segments, .. }) => format!(
+        Some(CcState::Westwood {
+            bwe_bytes_per_s,
+            min_rtt_us,
+            pipe_segments,
+            ..
+        }) => format!(
             "bwe={:.2}Mbit/s rttmin={} pipe={}",
             *bwe_bytes_per_s as f64 * 8.0 / 1e6,
             ms(*min_rtt_us),
             pipe_segments
         ),
-        Some(CcState::Cubic { w_max_segments, k_ms, epoch_age_ms, min_rtt_us, hystart_round, hystart_found, .. }) => {
+        Some(CcState::Cubic {
+            w_max_segments,
+            k_ms,
+            epoch_age_ms,
+            min_rtt_us,
+            hystart_round,
+            hystart_found,
+            ..
+        }) => {
             format!(
                 "wmax={w_max_segments} K={k_ms}ms epoch={} delaymin={} hystart={}{}",
-                epoch_age_ms.map(|a| format!("{a}ms")).unwrap_or_else(|| "-".into()),
+                epoch_age_ms
+                    .map(|a| format!("{a}ms"))
+                    .unwrap_or_else(|| "-".into()),
                 ms(*min_rtt_us),
                 hystart_round,
                 if *hystart_found { "/exit" } else { "" }
@@ -99,7 +116,9 @@ fn cc_state_text(s: &Socket) -> String {
 /// kernel record (times in ms), and the inner state of bloatd's algorithms.
 fn sockets_table(socks: &[Socket]) -> String {
     /// Column widths; negative means left-aligned. The last column is free.
-    const WIDTHS: [i32; 18] = [-18, 10, -24, -24, -15, -4, 6, 6, 9, 9, 9, 9, 14, 9, 9, 7, -8, -20];
+    const WIDTHS: [i32; 18] = [
+        -18, 10, -24, -24, -15, -4, 6, 6, 9, 9, 9, 9, 14, 9, 9, 7, -8, -20,
+    ];
     fn row(out: &mut String, cells: [String; 19]) {
         let mut line = String::new();
         for (cell, &w) in cells.iter().zip(WIDTHS.iter().chain(std::iter::once(&0))) {
@@ -114,8 +133,8 @@ fn sockets_table(socks: &[Socket]) -> String {
     }
     let mut out = String::new();
     let header = [
-        "PROCESS", "NETNS", "LOCAL", "REMOTE", "CC", "ROLE", "CWND", "INFL", "SRTT", "MINRTT", "FLOOR",
-        "QDELAY", "UNSENT", "RCVRTT", "RCVQDLY", "RETRANS", "CA", "POLICY", "CCSTATE",
+        "PROCESS", "NETNS", "LOCAL", "REMOTE", "CC", "ROLE", "CWND", "INFL", "SRTT", "MINRTT",
+        "FLOOR", "QDELAY", "UNSENT", "RCVRTT", "RCVQDLY", "RETRANS", "CA", "POLICY", "CCSTATE",
     ];
     row(&mut out, header.map(String::from));
     let ep = |a: &std::net::IpAddr, p: u16| match a {
@@ -149,7 +168,11 @@ fn sockets_table(socks: &[Socket]) -> String {
                 if s.unsent_bytes == 0 {
                     "-".into()
                 } else {
-                    format!("{} {}", bloatd_tui::format::bytes(s.unsent_bytes as u64), ms(s.unsent_delay_us))
+                    format!(
+                        "{} {}",
+                        bloatd_tui::format::bytes(s.unsent_bytes as u64),
+                        ms(s.unsent_delay_us)
+                    )
                 },
                 ms(s.rcv_ts_rtt_us.unwrap_or(s.rcv_rtt_us)),
                 ms(s.rcv_queue_delay_us),

@@ -2,12 +2,12 @@
 //! serve /metrics and the API; in the background (the default: returns once
 //! everything is up) or in the foreground (systemd).
 
-use crate::server;
-use crate::caps;
 use crate::api::client::Client;
+use crate::caps;
 use crate::config::Config;
 use crate::core::Core;
 use crate::rundir::{lock_state, take_lock, LockState, PidLock, RunDir, LOG, PID_FILE, SOCKET};
+use crate::server;
 use clap::Args;
 use std::fs::File;
 use std::io::{Read, Write};
@@ -44,7 +44,12 @@ pub struct StartArgs {
     pub bloat_threshold: Option<u64>,
     /// Congestion controls to register, comma separated
     /// [default: bloatd_westwood,bloatd_cubic]
-    #[arg(long, value_name = "LIST", value_delimiter = ',', conflicts_with = "no_cc")]
+    #[arg(
+        long,
+        value_name = "LIST",
+        value_delimiter = ',',
+        conflicts_with = "no_cc"
+    )]
     pub cc: Option<Vec<String>>,
     /// Register no congestion control.
     #[arg(long)]
@@ -109,9 +114,15 @@ impl StartArgs {
             cfg.bpf_stats = true;
         }
         for spec in &self.policy {
-            cfg.policy.push(crate::policy::parse_flag(spec).map_err(crate::config::ConfigError::Invalid)?);
+            cfg.policy.push(
+                crate::policy::parse_flag(spec).map_err(crate::config::ConfigError::Invalid)?,
+            );
         }
-        if let Some(m) = self.drwa.as_deref().and_then(crate::policy::DrwaMode::from_name) {
+        if let Some(m) = self
+            .drwa
+            .as_deref()
+            .and_then(crate::policy::DrwaMode::from_name)
+        {
             cfg.drwa = m;
         }
         Ok(())
@@ -193,11 +204,21 @@ fn start_background(cfg: &Config, args: &[String]) -> anyhow::Result<ExitCode> {
     }
     if msg.is_empty() && child.try_wait()?.is_none() {
         let _ = child.kill();
-        anyhow::bail!("bloatd did not get ready within {}s; see {}", READY_TIMEOUT.as_secs(), cfg.log_file().display());
+        anyhow::bail!(
+            "bloatd did not get ready within {}s; see {}",
+            READY_TIMEOUT.as_secs(),
+            cfg.log_file().display()
+        );
     }
-    let reason = msg.strip_prefix("err ").map(str::to_string).unwrap_or_else(|| {
-        format!("bloatd exited during start; see {}", cfg.log_file().display())
-    });
+    let reason = msg
+        .strip_prefix("err ")
+        .map(str::to_string)
+        .unwrap_or_else(|| {
+            format!(
+                "bloatd exited during start; see {}",
+                cfg.log_file().display()
+            )
+        });
     let _ = child.wait();
     anyhow::bail!("{reason}")
 }
@@ -212,7 +233,11 @@ fn read_with_timeout(mut f: File, timeout: Duration) -> String {
         if left.is_zero() {
             break;
         }
-        let mut pfd = libc::pollfd { fd: f.as_raw_fd(), events: libc::POLLIN, revents: 0 };
+        let mut pfd = libc::pollfd {
+            fd: f.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
         // SAFETY: one valid pollfd.
         let n = unsafe { libc::poll(&mut pfd, 1, left.as_millis().min(i32::MAX as u128) as i32) };
         if n < 0 && std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted {
@@ -235,7 +260,9 @@ fn notify_ready(result: &Result<(), String>) {
     if let (Ok(()), Some(path)) = (result, std::env::var_os("NOTIFY_SOCKET")) {
         sd_notify(&path, "READY=1\n");
     }
-    let Ok(fd) = std::env::var(READY_ENV) else { return };
+    let Ok(fd) = std::env::var(READY_ENV) else {
+        return;
+    };
     let Ok(fd) = fd.parse::<RawFd>() else { return };
     // SAFETY: our parent passed us this pipe's write end; we take it once.
     let mut f = unsafe { File::from_raw_fd(fd) };
@@ -283,7 +310,9 @@ fn run_foreground(cfg: &Config) -> anyhow::Result<ExitCode> {
         }
     );
     let core = Arc::new(Mutex::new(core));
-    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
     let interval = Duration::from_millis(cfg.interval_ms);
     let result = rt.block_on(async {
         let tcp = tokio::net::TcpListener::from_std(tcp)?;
@@ -299,8 +328,16 @@ fn run_foreground(cfg: &Config) -> anyhow::Result<ExitCode> {
                 }
             }
         };
-        let metrics = server::serve(tcp, server::metrics_router(core.clone()), server::Limits::DEFAULT);
-        let api_srv = server::serve(unix, server::api_router(core.clone()), server::Limits::DEFAULT);
+        let metrics = server::serve(
+            tcp,
+            server::metrics_router(core.clone()),
+            server::Limits::DEFAULT,
+        );
+        let api_srv = server::serve(
+            unix,
+            server::api_router(core.clone()),
+            server::Limits::DEFAULT,
+        );
         notify_ready(&Ok(()));
         use tokio::signal::unix::{signal, SignalKind};
         let mut term = signal(SignalKind::terminate())?;
@@ -333,7 +370,13 @@ fn run_foreground(cfg: &Config) -> anyhow::Result<ExitCode> {
     result.map(|_| ExitCode::SUCCESS)
 }
 
-type Setup = (RunDir, PidLock, std::net::TcpListener, std::os::unix::net::UnixListener, Core);
+type Setup = (
+    RunDir,
+    PidLock,
+    std::net::TcpListener,
+    std::os::unix::net::UnixListener,
+    Core,
+);
 
 fn setup(cfg: &Config) -> anyhow::Result<Setup> {
     crate::probes::preflight()?;
@@ -352,6 +395,7 @@ fn setup(cfg: &Config) -> anyhow::Result<Setup> {
     let core = Core::start(cfg, "daemon", true)?;
     // Everything is loaded and attached: from here on bloatd works on the
     // descriptors it holds (see caps.rs for what it keeps, and why).
-    caps::drop_after_start().map_err(|e| anyhow::anyhow!("cannot drop capabilities after start: {e}"))?;
+    caps::drop_after_start()
+        .map_err(|e| anyhow::anyhow!("cannot drop capabilities after start: {e}"))?;
     Ok((dir, lock, tcp, unix, core))
 }

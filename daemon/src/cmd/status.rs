@@ -2,8 +2,8 @@
 
 use super::EXIT_NOT_RUNNING;
 use crate::api::client::{Client, ClientError};
-use crate::config::Config;
 use crate::api::Status;
+use crate::config::Config;
 use crate::rundir::{lock_state, LockState};
 use clap::Args;
 use std::process::ExitCode;
@@ -23,7 +23,10 @@ pub fn run(cfg: &Config, args: &StatusArgs) -> anyhow::Result<ExitCode> {
         LockState::Free => {
             let stale = cfg.pid_file().exists() || cfg.socket_path().exists();
             if json {
-                println!("{}", serde_json::json!({"running": false, "stale_files": stale}));
+                println!(
+                    "{}",
+                    serde_json::json!({"running": false, "stale_files": stale})
+                );
             } else if stale {
                 println!("bloatd is not running (stale files in {} from an earlier run; the next start replaces them)", cfg.run_dir.display());
             } else {
@@ -42,7 +45,10 @@ pub fn run(cfg: &Config, args: &StatusArgs) -> anyhow::Result<ExitCode> {
             return Ok(ExitCode::from(EXIT_NOT_RUNNING));
         }
         Err(ClientError::NotRunning(_)) => {
-            println!("bloatd (pid {}) is starting or stuck: its API socket is not up", pid.unwrap_or(0));
+            println!(
+                "bloatd (pid {}) is starting or stuck: its API socket is not up",
+                pid.unwrap_or(0)
+            );
             return Ok(ExitCode::from(1));
         }
         Err(e) => return Err(e.into()),
@@ -56,21 +62,36 @@ pub fn run(cfg: &Config, args: &StatusArgs) -> anyhow::Result<ExitCode> {
 }
 
 fn print_status(s: &Status) {
-    let up_s = crate::clock::Clock::now().unix_ms.saturating_sub(s.started_unix_ms) / 1000;
-    println!("bloatd {} running (pid {}, up {}s, {} mode)", s.version, s.pid, up_s, s.mode);
+    let up_s = crate::clock::Clock::now()
+        .unix_ms
+        .saturating_sub(s.started_unix_ms)
+        / 1000;
+    println!(
+        "bloatd {} running (pid {}, up {}s, {} mode)",
+        s.version, s.pid, up_s, s.mode
+    );
     println!("  probes:      {}", s.probes.join(" "));
     println!(
         "  cc:          {} (host default: {})",
-        if s.cc_registered.is_empty() { "none registered".into() } else { s.cc_registered.join(" ") },
+        if s.cc_registered.is_empty() {
+            "none registered".into()
+        } else {
+            s.cc_registered.join(" ")
+        },
         s.default_cc.as_deref().unwrap_or("?")
     );
     if let Some(l) = &s.listen {
         println!("  metrics:     http://{l}/metrics");
     }
     if let Some(e) = &s.sockops_error {
-        println!("  sock_ops:    not attached ({e}): senders that closed their end are not sampled");
+        println!(
+            "  sock_ops:    not attached ({e}): senders that closed their end are not sampled"
+        );
     }
-    println!("  sockets:     {} tracked (interval {} ms)", s.sockets, s.interval_ms);
+    println!(
+        "  sockets:     {} tracked (interval {} ms)",
+        s.sockets, s.interval_ms
+    );
     let h = &s.health;
     println!(
         "  health:      {} events, {} dropped, socket map {}/{} ({:.1}%)",

@@ -17,13 +17,24 @@ const PID_MAX_LIMIT: u32 = 4_194_304;
 /// kill(-1): both refused, as is any process that is not the daemon.
 fn daemon_pid(dir: &RunDir, cfg: &Config, pid: Option<u32>) -> anyhow::Result<i32> {
     let file = cfg.pid_file();
-    let pid = pid.ok_or_else(|| anyhow::anyhow!("pid file {} is locked but holds no pid", file.display()))?;
+    let pid = pid
+        .ok_or_else(|| anyhow::anyhow!("pid file {} is locked but holds no pid", file.display()))?;
     if pid == 0 || pid > PID_MAX_LIMIT {
-        anyhow::bail!("pid file {} names pid {pid}, which no process can have: refusing to signal it", file.display());
+        anyhow::bail!(
+            "pid file {} names pid {pid}, which no process can have: refusing to signal it",
+            file.display()
+        );
     }
-    let exe = std::fs::read_link(format!("/proc/{pid}/exe"))
-        .map_err(|e| anyhow::anyhow!("pid {pid} named by {}: {e}: refusing to signal it", file.display()))?;
-    let name = exe.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    let exe = std::fs::read_link(format!("/proc/{pid}/exe")).map_err(|e| {
+        anyhow::anyhow!(
+            "pid {pid} named by {}: {e}: refusing to signal it",
+            file.display()
+        )
+    })?;
+    let name = exe
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
     if name.trim_end_matches(" (deleted)") != "bloatd" {
         anyhow::bail!(
             "pid {pid} named by {} is {}, not bloatd: refusing to signal it",
@@ -33,7 +44,10 @@ fn daemon_pid(dir: &RunDir, cfg: &Config, pid: Option<u32>) -> anyhow::Result<i3
     }
     let m = dir.open_file(PID_FILE, libc::O_RDONLY, 0)?.metadata()?;
     if !holds_flock(pid, m.dev(), m.ino()) {
-        anyhow::bail!("pid {pid} does not hold the lock on {}: refusing to signal it", file.display());
+        anyhow::bail!(
+            "pid {pid} does not hold the lock on {}: refusing to signal it",
+            file.display()
+        );
     }
     Ok(pid as i32)
 }
@@ -42,10 +56,16 @@ fn daemon_pid(dir: &RunDir, cfg: &Config, pid: Option<u32>) -> anyhow::Result<i3
 /// "1: FLOCK  ADVISORY  WRITE 1234 00:19:5678 0 EOF".
 fn holds_flock(pid: u32, dev: u64, ino: u64) -> bool {
     let want = format!("{:02x}:{:02x}:{ino}", libc::major(dev), libc::minor(dev));
-    let Ok(locks) = std::fs::read_to_string("/proc/locks") else { return false };
+    let Ok(locks) = std::fs::read_to_string("/proc/locks") else {
+        return false;
+    };
     locks.lines().any(|l| {
         let f: Vec<&str> = l.split_whitespace().collect();
-        f.len() >= 6 && f[1] == "FLOCK" && f[3] == "WRITE" && f[4] == pid.to_string() && f[5] == want
+        f.len() >= 6
+            && f[1] == "FLOCK"
+            && f[3] == "WRITE"
+            && f[4] == pid.to_string()
+            && f[5] == want
     })
 }
 
@@ -57,7 +77,10 @@ pub fn run(cfg: &Config) -> anyhow::Result<ExitCode> {
             return Ok(ExitCode::from(EXIT_NOT_RUNNING));
         }
         (LockState::NoAccess, _) => {
-            anyhow::bail!("permission denied on {}: `bloatd stop` needs root (run it with sudo)", cfg.run_dir.display())
+            anyhow::bail!(
+                "permission denied on {}: `bloatd stop` needs root (run it with sudo)",
+                cfg.run_dir.display()
+            )
         }
         (LockState::Held(pid), Some(dir)) => daemon_pid(&dir, cfg, pid)?,
         (LockState::Held(_), None) => unreachable!("a held lock is read through the run directory"),
@@ -69,7 +92,9 @@ pub fn run(cfg: &Config) -> anyhow::Result<ExitCode> {
     let deadline = Instant::now() + Duration::from_secs(15);
     while Instant::now() < deadline {
         if matches!(lock_state(&cfg.run_dir), Ok((LockState::Free, _))) {
-            println!("bloatd stopped (pid {pid}): probes detached, congestion controls unregistered");
+            println!(
+                "bloatd stopped (pid {pid}): probes detached, congestion controls unregistered"
+            );
             return Ok(ExitCode::SUCCESS);
         }
         std::thread::sleep(Duration::from_millis(50));

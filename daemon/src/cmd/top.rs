@@ -44,15 +44,13 @@ impl Source for Backend {
     /// retrying, so a restarted daemon is picked up again.
     fn snapshot(&mut self, req: &SnapshotRequest) -> Result<Snapshot, String> {
         match self {
-            Backend::Api(client) => {
-                client.snapshot(req, false).map_err(|e| match e {
-                    ClientError::NotRunning(p) => format!(
-                        "bloatd daemon not reachable at {}: retrying… (sudo bloatd start)",
-                        p.display()
-                    ),
-                    e => e.to_string(),
-                })
-            }
+            Backend::Api(client) => client.snapshot(req, false).map_err(|e| match e {
+                ClientError::NotRunning(p) => format!(
+                    "bloatd daemon not reachable at {}: retrying… (sudo bloatd start)",
+                    p.display()
+                ),
+                e => e.to_string(),
+            }),
             Backend::Embedded(core) => {
                 core.tick();
                 core.snapshot(req, false)
@@ -106,9 +104,9 @@ impl Backend {
     fn fresh(&mut self) -> anyhow::Result<Snapshot> {
         match self {
             Backend::Api(client) => Ok(client.snapshot(&SnapshotRequest::default(), true)?),
-            Backend::Embedded(core) => {
-                core.snapshot(&SnapshotRequest::default(), true).map_err(anyhow::Error::msg)
-            }
+            Backend::Embedded(core) => core
+                .snapshot(&SnapshotRequest::default(), true)
+                .map_err(anyhow::Error::msg),
         }
     }
 }
@@ -126,7 +124,10 @@ pub fn run(cfg: &Config, opts: &TopArgs) -> anyhow::Result<ExitCode> {
     if !opts.once {
         bloatd_tui::run(
             &mut backend,
-            &bloatd_tui::Options { refresh: Duration::from_millis(opts.refresh.max(50)), ..Default::default() },
+            &bloatd_tui::Options {
+                refresh: Duration::from_millis(opts.refresh.max(50)),
+                ..Default::default()
+            },
         )?;
         return Ok(ExitCode::SUCCESS);
     }

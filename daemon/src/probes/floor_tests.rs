@@ -2,7 +2,9 @@
 //! probes run, compiled for the host (bpf/floor_host.c), over a table that
 //! stands in for the kernel's `floors` LRU map. No root, no kernel.
 
-use super::abi::{floor_source, stat, BloatdFloor, BloatdFloorCfg, BloatdFloorSubject, BloatdPathKey};
+use super::abi::{
+    floor_source, stat, BloatdFloor, BloatdFloorCfg, BloatdFloorSubject, BloatdPathKey,
+};
 use std::collections::HashMap;
 use std::ffi::c_void;
 
@@ -36,7 +38,14 @@ fn key_bytes(k: &BloatdPathKey) -> [u8; 24] {
 
 impl Env {
     fn new(bound: usize) -> Box<Env> {
-        Box::new(Env { floors: HashMap::new(), used: Vec::new(), bound, evicted: 0, counts: HashMap::new(), infer: 0 })
+        Box::new(Env {
+            floors: HashMap::new(),
+            used: Vec::new(),
+            bound,
+            evicted: 0,
+            counts: HashMap::new(),
+            infer: 0,
+        })
     }
 
     fn touch(&mut self, k: [u8; 24]) {
@@ -50,7 +59,10 @@ impl Env {
 }
 
 #[no_mangle]
-extern "C" fn bloatd_test_floor_lookup(env: *mut c_void, key: *const BloatdPathKey) -> *mut BloatdFloor {
+extern "C" fn bloatd_test_floor_lookup(
+    env: *mut c_void,
+    key: *const BloatdPathKey,
+) -> *mut BloatdFloor {
     // SAFETY: the test passes its own Env; the key points at a live key.
     let (env, k) = unsafe { (&mut *(env as *mut Env), key_bytes(&*key)) };
     if !env.floors.contains_key(&k) {
@@ -61,7 +73,11 @@ extern "C" fn bloatd_test_floor_lookup(env: *mut c_void, key: *const BloatdPathK
 }
 
 #[no_mangle]
-extern "C" fn bloatd_test_floor_insert(env: *mut c_void, key: *const BloatdPathKey, f: *const BloatdFloor) -> i32 {
+extern "C" fn bloatd_test_floor_insert(
+    env: *mut c_void,
+    key: *const BloatdPathKey,
+    f: *const BloatdFloor,
+) -> i32 {
     // SAFETY: as above.
     let (env, k, f) = unsafe { (&mut *(env as *mut Env), key_bytes(&*key), *f) };
     if env.floors.contains_key(&k) {
@@ -86,31 +102,55 @@ extern "C" fn bloatd_test_floor_infer(env: *mut c_void, _own_us: u32) -> u32 {
 #[no_mangle]
 extern "C" fn bloatd_test_floor_count(env: *mut c_void, s: u32) {
     // SAFETY: as above.
-    *unsafe { &mut *(env as *mut Env) }.counts.entry(s).or_default() += 1;
+    *unsafe { &mut *(env as *mut Env) }
+        .counts
+        .entry(s)
+        .or_default() += 1;
 }
 
 const WINDOW_S: u32 = 1800;
 
 fn cfg() -> BloatdFloorCfg {
-    BloatdFloorCfg { window_s: WINDOW_S, prefix_v4: 24, prefix_v6: 64, infer: 1 }
+    BloatdFloorCfg {
+        window_s: WINDOW_S,
+        prefix_v4: 24,
+        prefix_v6: 64,
+        infer: 1,
+    }
 }
 
 fn v4(a: [u8; 4], own_us: u32) -> BloatdFloorSubject {
     let mut daddr = [0u8; 16];
     daddr[..4].copy_from_slice(&a);
-    BloatdFloorSubject { netns: 1, route_id: 7, own_us, family: 2, pad: 0, daddr }
+    BloatdFloorSubject {
+        netns: 1,
+        route_id: 7,
+        own_us,
+        family: 2,
+        pad: 0,
+        daddr,
+    }
 }
 
 fn v6(a: &str, own_us: u32) -> BloatdFloorSubject {
     let ip: std::net::Ipv6Addr = a.parse().unwrap();
-    BloatdFloorSubject { netns: 1, route_id: 7, own_us, family: 10, pad: 0, daddr: ip.octets() }
+    BloatdFloorSubject {
+        netns: 1,
+        route_id: 7,
+        own_us,
+        family: 10,
+        pad: 0,
+        daddr: ip.octets(),
+    }
 }
 
 /// One socket's floor refresh at `now_s`: (floor, source).
 fn refresh(env: &mut Env, cfg: &BloatdFloorCfg, s: &BloatdFloorSubject, now_s: u32) -> (u32, u32) {
     let mut source = 0;
     // SAFETY: the C code calls back into the env above with this pointer.
-    let floor = unsafe { bloatd_floor_path_refresh(env as *mut Env as *mut c_void, cfg, s, now_s, &mut source) };
+    let floor = unsafe {
+        bloatd_floor_path_refresh(env as *mut Env as *mut c_void, cfg, s, now_s, &mut source)
+    };
     (floor, source)
 }
 
@@ -118,17 +158,29 @@ fn refresh(env: &mut Env, cfg: &BloatdFloorCfg, s: &BloatdFloorSubject, now_s: u
 fn a_flow_behind_a_queue_gets_the_floor_earlier_sockets_saw() {
     let mut env = Env::new(64);
     // A bulk download starts on an empty path: 40 ms.
-    assert_eq!(refresh(&mut env, &cfg(), &v4([10, 0, 0, 2], 40_000), 100), (40_000, floor_source::SOCKET));
+    assert_eq!(
+        refresh(&mut env, &cfg(), &v4([10, 0, 0, 2], 40_000), 100),
+        (40_000, floor_source::SOCKET)
+    );
     // A web fetch to the same host opens behind 1.4 s of queue.
-    assert_eq!(refresh(&mut env, &cfg(), &v4([10, 0, 0, 2], 1_440_000), 112), (40_000, floor_source::PEER));
+    assert_eq!(
+        refresh(&mut env, &cfg(), &v4([10, 0, 0, 2], 1_440_000), 112),
+        (40_000, floor_source::PEER)
+    );
 }
 
 #[test]
 fn a_lower_minimum_replaces_a_higher_floor() {
     let mut env = Env::new(64);
     refresh(&mut env, &cfg(), &v4([10, 0, 0, 2], 50_000), 100);
-    assert_eq!(refresh(&mut env, &cfg(), &v4([10, 0, 0, 2], 40_000), 101), (40_000, floor_source::SOCKET));
-    assert_eq!(refresh(&mut env, &cfg(), &v4([10, 0, 0, 2], 60_000), 102), (40_000, floor_source::PEER));
+    assert_eq!(
+        refresh(&mut env, &cfg(), &v4([10, 0, 0, 2], 40_000), 101),
+        (40_000, floor_source::SOCKET)
+    );
+    assert_eq!(
+        refresh(&mut env, &cfg(), &v4([10, 0, 0, 2], 60_000), 102),
+        (40_000, floor_source::PEER)
+    );
 }
 
 #[test]
@@ -139,52 +191,100 @@ fn a_floor_expires_after_the_window() {
     // Only higher RTTs since (a standing queue): the floor holds for the
     // whole window...
     assert_eq!(refresh(&mut env, &cfg(), &peer(900_000), 1000).0, 40_000);
-    assert_eq!(refresh(&mut env, &cfg(), &peer(950_000), 100 + WINDOW_S).0, 40_000);
+    assert_eq!(
+        refresh(&mut env, &cfg(), &peer(950_000), 100 + WINDOW_S).0,
+        40_000
+    );
     // ...and then the best of the later ones takes over: a route that
     // really got longer is believed after one window.
-    assert_eq!(refresh(&mut env, &cfg(), &peer(950_000), 101 + WINDOW_S).0, 900_000);
+    assert_eq!(
+        refresh(&mut env, &cfg(), &peer(950_000), 101 + WINDOW_S).0,
+        900_000
+    );
     // Nothing seen for a whole window: no history, the socket's own.
-    assert_eq!(refresh(&mut env, &cfg(), &peer(980_000), 102 + 3 * WINDOW_S), (980_000, floor_source::SOCKET));
-    assert_eq!(refresh(&mut env, &cfg(), &peer(990_000), 103 + 3 * WINDOW_S), (980_000, floor_source::PEER));
+    assert_eq!(
+        refresh(&mut env, &cfg(), &peer(980_000), 102 + 3 * WINDOW_S),
+        (980_000, floor_source::SOCKET)
+    );
+    assert_eq!(
+        refresh(&mut env, &cfg(), &peer(990_000), 103 + 3 * WINDOW_S),
+        (980_000, floor_source::PEER)
+    );
 }
 
 #[test]
 fn a_peer_without_history_takes_its_prefix_floor() {
     let mut env = Env::new(64);
     refresh(&mut env, &cfg(), &v4([10, 0, 0, 2], 40_000), 100);
-    assert_eq!(refresh(&mut env, &cfg(), &v4([10, 0, 0, 77], 600_000), 101), (40_000, floor_source::PREFIX));
+    assert_eq!(
+        refresh(&mut env, &cfg(), &v4([10, 0, 0, 77], 600_000), 101),
+        (40_000, floor_source::PREFIX)
+    );
     // The provenance stays with the peer's floor for its next sockets.
-    assert_eq!(refresh(&mut env, &cfg(), &v4([10, 0, 0, 77], 620_000), 102), (40_000, floor_source::PREFIX));
+    assert_eq!(
+        refresh(&mut env, &cfg(), &v4([10, 0, 0, 77], 620_000), 102),
+        (40_000, floor_source::PREFIX)
+    );
     // Another /24: no history there.
-    assert_eq!(refresh(&mut env, &cfg(), &v4([10, 0, 1, 2], 600_000), 103), (600_000, floor_source::SOCKET));
+    assert_eq!(
+        refresh(&mut env, &cfg(), &v4([10, 0, 1, 2], 600_000), 103),
+        (600_000, floor_source::SOCKET)
+    );
     // Prefix length 0 turns the fallback off.
-    let off = BloatdFloorCfg { prefix_v4: 0, ..cfg() };
-    assert_eq!(refresh(&mut Env::new(64), &off, &v4([10, 0, 0, 2], 40_000), 100).1, floor_source::SOCKET);
+    let off = BloatdFloorCfg {
+        prefix_v4: 0,
+        ..cfg()
+    };
+    assert_eq!(
+        refresh(&mut Env::new(64), &off, &v4([10, 0, 0, 2], 40_000), 100).1,
+        floor_source::SOCKET
+    );
 }
 
 #[test]
 fn ipv6_peers_use_their_64_and_v4_mapped_peers_are_ipv4() {
     let mut env = Env::new(64);
     refresh(&mut env, &cfg(), &v6("fd00:1:2:3::10", 30_000), 100);
-    assert_eq!(refresh(&mut env, &cfg(), &v6("fd00:1:2:3::99", 500_000), 101), (30_000, floor_source::PREFIX));
-    assert_eq!(refresh(&mut env, &cfg(), &v6("fd00:1:2:4::10", 500_000), 101).1, floor_source::SOCKET);
+    assert_eq!(
+        refresh(&mut env, &cfg(), &v6("fd00:1:2:3::99", 500_000), 101),
+        (30_000, floor_source::PREFIX)
+    );
+    assert_eq!(
+        refresh(&mut env, &cfg(), &v6("fd00:1:2:4::10", 500_000), 101).1,
+        floor_source::SOCKET
+    );
     // A dual-stack socket holds an IPv4 peer as ::ffff:10.0.0.2: same floor.
     refresh(&mut env, &cfg(), &v4([10, 0, 0, 2], 40_000), 102);
-    assert_eq!(refresh(&mut env, &cfg(), &v6("::ffff:10.0.0.2", 700_000), 103), (40_000, floor_source::PEER));
+    assert_eq!(
+        refresh(&mut env, &cfg(), &v6("::ffff:10.0.0.2", 700_000), 103),
+        (40_000, floor_source::PEER)
+    );
 }
 
 #[test]
 fn a_new_peer_behind_a_queue_is_inferred_and_keeps_its_provenance() {
     let mut env = Env::new(64);
     env.infer = 41_000; // the handshake took 1.44 s through a 1.4 s queue
-    assert_eq!(refresh(&mut env, &cfg(), &v4([10, 9, 4, 2], 1_440_000), 100), (41_000, floor_source::INFERRED));
+    assert_eq!(
+        refresh(&mut env, &cfg(), &v4([10, 9, 4, 2], 1_440_000), 100),
+        (41_000, floor_source::INFERRED)
+    );
     assert_eq!(env.count(stat::FLOOR_INFERRED), 1);
     env.infer = 0;
-    assert_eq!(refresh(&mut env, &cfg(), &v4([10, 9, 4, 2], 1_300_000), 101), (41_000, floor_source::INFERRED));
+    assert_eq!(
+        refresh(&mut env, &cfg(), &v4([10, 9, 4, 2], 1_300_000), 101),
+        (41_000, floor_source::INFERRED)
+    );
     // Its prefix started from the inferred floor too, not from the queue.
-    assert_eq!(refresh(&mut env, &cfg(), &v4([10, 9, 4, 9], 1_300_000), 102), (41_000, floor_source::PREFIX));
+    assert_eq!(
+        refresh(&mut env, &cfg(), &v4([10, 9, 4, 9], 1_300_000), 102),
+        (41_000, floor_source::PREFIX)
+    );
     // Once a socket measures below it, the floor is observed.
-    assert_eq!(refresh(&mut env, &cfg(), &v4([10, 9, 4, 2], 39_000), 103), (39_000, floor_source::SOCKET));
+    assert_eq!(
+        refresh(&mut env, &cfg(), &v4([10, 9, 4, 2], 39_000), 103),
+        (39_000, floor_source::SOCKET)
+    );
 }
 
 #[test]
@@ -192,7 +292,11 @@ fn inference_needs_a_queue_and_stays_above_the_route_floor() {
     // SAFETY: pure function.
     let infer = |own, queue, route| unsafe { bloatd_floor_infer(own, queue, route) };
     assert_eq!(infer(1_440_000, 1_400_000, 38_000), 40_000);
-    assert_eq!(infer(45_000, 500, 40_000), 0, "no queue to speak of: the handshake is the floor");
+    assert_eq!(
+        infer(45_000, 500, 40_000),
+        0,
+        "no queue to speak of: the handshake is the floor"
+    );
     // The queue read as large as the handshake (it drained a little in
     // between): no lower than the floor of the sockets that measured it.
     assert_eq!(infer(1_300_000, 1_350_000, 40_000), 40_000);
@@ -205,28 +309,48 @@ fn a_new_route_starts_the_floor_over() {
     refresh(&mut env, &cfg(), &v4([10, 0, 0, 2], 40_000), 100);
     let mut moved = v4([10, 0, 0, 2], 90_000);
     moved.route_id = 8; // another gateway
-    assert_eq!(refresh(&mut env, &cfg(), &moved, 101), (90_000, floor_source::SOCKET));
+    assert_eq!(
+        refresh(&mut env, &cfg(), &moved, 101),
+        (90_000, floor_source::SOCKET)
+    );
     assert_eq!(env.count(stat::FLOOR_ROUTE), 1);
 }
 
 #[test]
 fn the_floor_table_is_bounded_and_counts_what_it_creates() {
     // Prefixes off: one entry per peer.
-    let cfg = BloatdFloorCfg { prefix_v4: 0, ..cfg() };
+    let cfg = BloatdFloorCfg {
+        prefix_v4: 0,
+        ..cfg()
+    };
     let mut env = Env::new(4);
     for i in 0..10u8 {
-        refresh(&mut env, &cfg, &v4([10, 0, 0, i], 40_000 + i as u32), 100 + i as u32);
+        refresh(
+            &mut env,
+            &cfg,
+            &v4([10, 0, 0, i], 40_000 + i as u32),
+            100 + i as u32,
+        );
     }
     assert_eq!(env.floors.len(), 4);
     assert_eq!(env.count(stat::FLOOR_NEW), 10);
     // The daemon's count of what the bound dropped: created - present.
-    assert_eq!(super::floor_evictions(env.count(stat::FLOOR_NEW), env.floors.len() as u64), 6);
+    assert_eq!(
+        super::floor_evictions(env.count(stat::FLOOR_NEW), env.floors.len() as u64),
+        6
+    );
     assert_eq!(env.evicted, 6);
     // The least recently used went: the first peers have no history now.
-    assert_eq!(refresh(&mut env, &cfg, &v4([10, 0, 0, 0], 700_000), 200).1, floor_source::SOCKET);
+    assert_eq!(
+        refresh(&mut env, &cfg, &v4([10, 0, 0, 0], 700_000), 200).1,
+        floor_source::SOCKET
+    );
 }
 
 #[test]
 fn no_rtt_sample_no_floor() {
-    assert_eq!(refresh(&mut Env::new(4), &cfg(), &v4([10, 0, 0, 2], 0), 100), (0, floor_source::NONE));
+    assert_eq!(
+        refresh(&mut Env::new(4), &cfg(), &v4([10, 0, 0, 2], 0), 100),
+        (0, floor_source::NONE)
+    );
 }

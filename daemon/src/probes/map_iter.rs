@@ -40,14 +40,18 @@ pub struct MapIter {
 
 impl MapIter {
     pub fn attach(prog: BorrowedFd<'_>, map: BorrowedFd<'_>) -> io::Result<MapIter> {
-        let info = IterLinkInfoMap { map_fd: map.as_raw_fd() as u32 };
+        let info = IterLinkInfoMap {
+            map_fd: map.as_raw_fd() as u32,
+        };
         // SAFETY: all-zero is a valid bpf_attr.
         let mut attr: bpf_attr = unsafe { std::mem::zeroed() };
         attr.link_create.__bindgen_anon_1.prog_fd = prog.as_raw_fd() as u32;
         attr.link_create.attach_type = bpf_attach_type::BPF_TRACE_ITER as u32;
         attr.link_create.__bindgen_anon_3.__bindgen_anon_1.iter_info = &info as *const _ as u64;
-        attr.link_create.__bindgen_anon_3.__bindgen_anon_1.iter_info_len =
-            std::mem::size_of::<IterLinkInfoMap>() as u32;
+        attr.link_create
+            .__bindgen_anon_3
+            .__bindgen_anon_1
+            .iter_info_len = std::mem::size_of::<IterLinkInfoMap>() as u32;
         let link = sys_bpf(bpf_cmd::BPF_LINK_CREATE, &mut attr)?;
         Ok(MapIter { link })
     }
@@ -87,7 +91,11 @@ pub struct Slots {
 
 impl Slots {
     pub fn new(map: BorrowedFd<'_>, value_size: usize, slots: usize) -> io::Result<Slots> {
-        Ok(Slots { map: map.try_clone_to_owned()?, value_size, slots })
+        Ok(Slots {
+            map: map.try_clone_to_owned()?,
+            value_size,
+            slots,
+        })
     }
 
     pub fn slots(&self) -> usize {

@@ -130,7 +130,9 @@ impl Drop for Probes {
     fn drop(&mut self) {
         let left = self.policy.release_windows(Duration::from_secs(2));
         if left > 0 {
-            tracing::warn!("{left} idle receivers keep DRWA's window clamp until their buffer grows");
+            tracing::warn!(
+                "{left} idle receivers keep DRWA's window clamp until their buffer grows"
+            );
         }
     }
 }
@@ -195,7 +197,10 @@ impl Counters {
 
     /// Events seen by the tracepoint probes.
     pub fn events(&self) -> u64 {
-        [stat::PROBE, stat::STATE, stat::RETRANS, stat::CONG].iter().map(|&s| self.get(s)).sum()
+        [stat::PROBE, stat::STATE, stat::RETRANS, stat::CONG]
+            .iter()
+            .map(|&s| self.get(s))
+            .sum()
     }
 
     /// Updates lost: sockets not tracked (full map), samples lost (full
@@ -206,7 +211,8 @@ impl Counters {
 
     /// Records in the socket map now: created minus deleted.
     pub fn map_entries(&self) -> u64 {
-        self.get(stat::CREATED).saturating_sub(self.get(stat::DELETED))
+        self.get(stat::CREATED)
+            .saturating_sub(self.get(stat::DELETED))
     }
 
     /// Floors the bound pushed out, with `present` floors in the map.
@@ -271,15 +277,29 @@ fn attach_sock_ops(ebpf: &mut Ebpf) -> Result<(), String> {
 
 /// Load the iterator program `name` (target `target`, over no map) and
 /// attach it, for reads from any network namespace.
-fn iter_unbound(ebpf: &mut Ebpf, btf: &Btf, name: &'static str, target: &str) -> Result<MapIter, ProbeError> {
+fn iter_unbound(
+    ebpf: &mut Ebpf,
+    btf: &Btf,
+    name: &'static str,
+    target: &str,
+) -> Result<MapIter, ProbeError> {
     let prog: &mut Iter = ebpf
         .program_mut(name)
         .ok_or_else(|| ProbeError::Object(format!("program {name} missing from object")))?
         .try_into()
         .map_err(|e| ProbeError::Object(errstr(e)))?;
-    prog.load(target, btf).map_err(|e| ProbeError::Load { name, detail: errstr(e) })?;
-    let prog_fd = prog.fd().map_err(|e| ProbeError::Load { name, detail: errstr(e) })?;
-    MapIter::attach_unbound(prog_fd.as_fd()).map_err(|e| ProbeError::Attach { name, detail: e.to_string() })
+    prog.load(target, btf).map_err(|e| ProbeError::Load {
+        name,
+        detail: errstr(e),
+    })?;
+    let prog_fd = prog.fd().map_err(|e| ProbeError::Load {
+        name,
+        detail: errstr(e),
+    })?;
+    MapIter::attach_unbound(prog_fd.as_fd()).map_err(|e| ProbeError::Attach {
+        name,
+        detail: e.to_string(),
+    })
 }
 
 /// Load the iterator program `name` and attach it to `map`.
@@ -415,9 +435,15 @@ impl Probes {
         // The rules are in their map before the program that reads them runs.
         let mut policy_maps = policy::PolicyMaps::load(&mut ebpf, &cfg.policy)?;
         let sockops_error = attach_sock_ops(&mut ebpf).err();
-        if let (Some(e), true) = (&sockops_error, !cfg.policy.rules.is_empty() || cfg.policy.drwa_armed) {
+        if let (Some(e), true) = (
+            &sockops_error,
+            !cfg.policy.rules.is_empty() || cfg.policy.drwa_armed,
+        ) {
             // Without the program no rule and no DRWA would act: refuse.
-            return Err(ProbeError::Attach { name: "sock_ops", detail: format!("{e} (the policy and DRWA need it)") });
+            return Err(ProbeError::Attach {
+                name: "sock_ops",
+                detail: format!("{e} (the policy and DRWA need it)"),
+            });
         }
         if let Some(e) = &sockops_error {
             tracing::warn!("{e}: senders that closed their end are not sampled");
@@ -439,7 +465,8 @@ impl Probes {
         })?;
         let dump = iter_attach(&mut ebpf, &btf, "dump_socks", "bpf_sk_storage_map", &socks)?;
         let floors = iter_attach(&mut ebpf, &btf, "dump_floors", "bpf_map_elem", &floors_map)?;
-        let floors_count = iter_attach(&mut ebpf, &btf, "count_floors", "bpf_map_elem", &floors_map)?;
+        let floors_count =
+            iter_attach(&mut ebpf, &btf, "count_floors", "bpf_map_elem", &floors_map)?;
 
         if cfg.policy.drwa_armed {
             let it = iter_unbound(&mut ebpf, &btf, "restore_windows", "tcp")?;
@@ -613,7 +640,10 @@ impl Probes {
             }
         };
         if n >= self.slots.slots() {
-            tracing::warn!("more socket records than the {} read slots: some not listed", n);
+            tracing::warn!(
+                "more socket records than the {} read slots: some not listed",
+                n
+            );
         }
         self.slots.read(n).map_err(|e| ProbeError::Map {
             map: "dump",
@@ -697,9 +727,16 @@ impl Probes {
             })
             .collect();
         if self.sockops_error.is_none() {
-            let prog: Option<&SockOps> = self.ebpf.program("sock_ops").and_then(|p| p.try_into().ok());
+            let prog: Option<&SockOps> = self
+                .ebpf
+                .program("sock_ops")
+                .and_then(|p| p.try_into().ok());
             if let Some(info) = prog.and_then(|p| p.info().ok()) {
-                runs.push(("sock_ops", info.run_time().as_nanos() as u64, info.run_count()));
+                runs.push((
+                    "sock_ops",
+                    info.run_time().as_nanos() as u64,
+                    info.run_count(),
+                ));
             }
         }
         runs

@@ -4,9 +4,9 @@
 use super::abi::{policy_count, BloatdPolicyCounts, BloatdPolicyCtl, BloatdPolicyRule};
 use super::map_iter::MapIter;
 use super::{errstr, ProbeError};
-use std::os::fd::AsRawFd;
 use aya::maps::{Array, MapData};
 use aya::Ebpf;
+use std::os::fd::AsRawFd;
 use std::time::{Duration, Instant};
 
 /// What the probes are loaded with.
@@ -33,7 +33,10 @@ pub struct PolicyMaps {
 }
 
 fn map_err(map: &'static str) -> impl Fn(aya::maps::MapError) -> ProbeError {
-    move |e| ProbeError::Map { map, detail: errstr(e) }
+    move |e| ProbeError::Map {
+        map,
+        detail: errstr(e),
+    }
 }
 
 impl PolicyMaps {
@@ -52,7 +55,9 @@ impl PolicyMaps {
             restore: None,
         };
         for (i, r) in cfg.rules.iter().enumerate() {
-            maps.rules.set(i as u32, *r, 0).map_err(map_err("policy_rules"))?;
+            maps.rules
+                .set(i as u32, *r, 0)
+                .map_err(map_err("policy_rules"))?;
         }
         maps.set_drwa(cfg.drwa_on)?;
         Ok(maps)
@@ -69,7 +74,10 @@ impl PolicyMaps {
 
     /// DRWA on or off for every armed receiver, now.
     pub fn set_drwa(&mut self, on: bool) -> Result<(), ProbeError> {
-        let ctl = BloatdPolicyCtl { drwa_on: on as u32, ..self.ctl()? };
+        let ctl = BloatdPolicyCtl {
+            drwa_on: on as u32,
+            ..self.ctl()?
+        };
         self.ctl.set(0, ctl, 0).map_err(map_err("policy_ctl"))
     }
 
@@ -81,7 +89,10 @@ impl PolicyMaps {
     }
 
     pub fn enabled(&self, index: u32) -> bool {
-        self.rules.get(&index, 0).map(|r| r.enabled != 0).unwrap_or(false)
+        self.rules
+            .get(&index, 0)
+            .map(|r| r.enabled != 0)
+            .unwrap_or(false)
     }
 
     pub fn counts(&self) -> Result<BloatdPolicyCounts, ProbeError> {
@@ -101,7 +112,11 @@ impl PolicyMaps {
         if let Ok(ctl) = self.ctl() {
             let _ = self.ctl.set(0, BloatdPolicyCtl { stopping: 1, ..ctl }, 0);
         }
-        let clamped = |m: &Self| m.counts().map(|c| c.n[policy_count::DRWA_SOCKETS as usize]).unwrap_or(0);
+        let clamped = |m: &Self| {
+            m.counts()
+                .map(|c| c.n[policy_count::DRWA_SOCKETS as usize])
+                .unwrap_or(0)
+        };
         let deadline = Instant::now() + timeout;
         while clamped(self) > 0 && Instant::now() < deadline {
             std::thread::sleep(Duration::from_millis(20));
@@ -125,7 +140,10 @@ fn restore_in_every_netns(it: &MapIter) {
             for (label, _, f) in namespaces {
                 // SAFETY: f is an open nsfs file; setns changes this thread only.
                 if unsafe { libc::setns(f.as_raw_fd(), libc::CLONE_NEWNET) } != 0 {
-                    tracing::debug!("restoring DRWA windows: cannot enter {label}: {}", std::io::Error::last_os_error());
+                    tracing::debug!(
+                        "restoring DRWA windows: cannot enter {label}: {}",
+                        std::io::Error::last_os_error()
+                    );
                     continue;
                 }
                 if let Err(e) = it.read() {

@@ -410,8 +410,14 @@ impl Lab {
             .args(args)
             .output()
             .expect("running scripts/lab/topo.sh");
-        assert!(out.status.success(), "topo.sh up: {}", String::from_utf8_lossy(&out.stderr));
-        Lab { name: name.to_string() }
+        assert!(
+            out.status.success(),
+            "topo.sh up: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        Lab {
+            name: name.to_string(),
+        }
     }
 
     /// The path of one of its network namespaces: snd, rtr or rcv.

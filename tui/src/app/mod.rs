@@ -43,7 +43,6 @@ const MIN_ROWS: usize = 100;
 /// How long the answer to a user's action (the D key) stays in the footer.
 pub const STATUS_TTL_MS: u64 = 5_000;
 
-
 /// A key press, already decoded from the terminal's events.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Key {
@@ -157,7 +156,8 @@ impl App {
     pub fn apply_snapshot(&mut self, mut snapshot: Snapshot, now_ms: u64) {
         self.now_ms = now_ms;
         self.link = Link::Up;
-        self.histories.feed(std::mem::take(&mut snapshot.series), snapshot.interval_ms);
+        self.histories
+            .feed(std::mem::take(&mut snapshot.series), snapshot.interval_ms);
         self.snapshot = snapshot;
         let (sockets, threshold_us) = (&self.snapshot.sockets, self.snapshot.bloat_threshold_us);
         self.notices.scan(sockets, threshold_us, now_ms);
@@ -166,7 +166,8 @@ impl App {
             Some(summary) => summary.clone(),
             None => summarize(sockets, threshold_us),
         };
-        self.histories.prune(sockets, self.detail.as_ref().map(|d| d.socket.cookie));
+        self.histories
+            .prune(sockets, self.detail.as_ref().map(|d| d.socket.cookie));
         self.table.rebuild(sockets);
         self.refresh_detail();
         self.tick(now_ms);

@@ -79,10 +79,16 @@ impl Notices {
         let mut fresh: Vec<Notice> = started
             .iter()
             .take(MAX_NOTICES)
-            .map(|s| Notice { event: Event::BloatStarted(Box::new((*s).clone())), at_ms: now_ms })
+            .map(|s| Notice {
+                event: Event::BloatStarted(Box::new((*s).clone())),
+                at_ms: now_ms,
+            })
             .collect();
         if started.len() > MAX_NOTICES {
-            fresh.push(Notice { event: Event::MoreBloatStarted(started.len() - MAX_NOTICES), at_ms: now_ms });
+            fresh.push(Notice {
+                event: Event::MoreBloatStarted(started.len() - MAX_NOTICES),
+                at_ms: now_ms,
+            });
         }
         for s in &started {
             self.last_notice_ms.insert(s.cookie, now_ms);
@@ -96,7 +102,8 @@ impl Notices {
 
     /// Expires notices and notice cooldowns.
     pub(super) fn expire(&mut self, now_ms: u64) {
-        self.active.retain(|n| now_ms.saturating_sub(n.at_ms) < NOTICE_TTL_MS);
+        self.active
+            .retain(|n| now_ms.saturating_sub(n.at_ms) < NOTICE_TTL_MS);
         self.last_notice_ms
             .retain(|_, at| now_ms.saturating_sub(*at) < NOTICE_COOLDOWN_MS);
     }

@@ -79,7 +79,10 @@ impl Table {
     }
 
     /// The rows on screen, in order.
-    pub(super) fn visible<'a>(&'a self, sockets: &'a [Socket]) -> impl Iterator<Item = &'a Socket> + 'a {
+    pub(super) fn visible<'a>(
+        &'a self,
+        sockets: &'a [Socket],
+    ) -> impl Iterator<Item = &'a Socket> + 'a {
         let end = (self.offset + self.page_rows).min(self.sorted_prefix);
         let start = self.offset.min(end);
         self.order[start..end].iter().map(|&i| &sockets[i as usize])

@@ -1,7 +1,7 @@
 //! The dashboard state, driven through its inputs.
 
-use super::*;
 use super::history::MAX_HISTORIES;
+use super::*;
 use crate::model::{Health, Role, Sample, Series};
 
 use crate::tests::fixtures;
@@ -58,7 +58,14 @@ fn visible_cookies(app: &mut App, rows: usize) -> Vec<u64> {
 #[test]
 fn the_source_selects_sorted_filtered_rows_and_summarises_all() {
     let all: Vec<Socket> = (1..=50u64)
-        .map(|c| sock(c, if c % 2 == 0 { "curl" } else { "wget" }, if c % 5 == 0 { "bbr" } else { "cubic" }, c as u32 * 10))
+        .map(|c| {
+            sock(
+                c,
+                if c % 2 == 0 { "curl" } else { "wget" },
+                if c % 5 == 0 { "bbr" } else { "cubic" },
+                c as u32 * 10,
+            )
+        })
         .collect();
     let req = SnapshotRequest {
         sort: Some("qdelay".into()),
@@ -71,7 +78,11 @@ fn the_source_selects_sorted_filtered_rows_and_summarises_all() {
     let (rows, matched, summary) = select_rows(all.clone(), &req, 100_000).unwrap();
     assert_eq!(matched, 40);
     let cookies: Vec<u64> = rows.iter().map(|s| s.cookie).collect();
-    assert_eq!(cookies, vec![49, 48, 47, 46, 44, 5], "the worst cubic first, then the pinned socket");
+    assert_eq!(
+        cookies,
+        vec![49, 48, 47, 46, 44, 5],
+        "the worst cubic first, then the pinned socket"
+    );
     // The summary covers every socket, filter or not.
     assert_eq!(summary, summarize(&all, 100_000));
     assert_eq!(summary.sockets, 50);
@@ -82,14 +93,31 @@ fn the_source_selects_sorted_filtered_rows_and_summarises_all() {
     app.apply_snapshot(snap(1_000, all), 1_000);
     assert_eq!(visible_cookies(&mut app, 5), vec![49, 48, 47, 46, 44]);
     // A socket beyond the limit that the dashboard watches comes along.
-    let req = SnapshotRequest { series: Some(1), filter: None, ..req };
-    let (rows, _, _) = select_rows((1..=50).map(|c| sock(c, "x", "cubic", c as u32)).collect(), &req, 0).unwrap();
+    let req = SnapshotRequest {
+        series: Some(1),
+        filter: None,
+        ..req
+    };
+    let (rows, _, _) = select_rows(
+        (1..=50).map(|c| sock(c, "x", "cubic", c as u32)).collect(),
+        &req,
+        0,
+    )
+    .unwrap();
     assert_eq!(rows.last().unwrap().cookie, 1);
     assert_eq!(rows.len(), 6);
     // Bad input is an error the API returns, not a panic.
-    let bad = SnapshotRequest { sort: Some("size".into()), ..Default::default() };
-    assert!(select_rows(Vec::new(), &bad, 0).unwrap_err().contains("qdelay"));
-    let bad = SnapshotRequest { filter: Some("port:x".into()), ..Default::default() };
+    let bad = SnapshotRequest {
+        sort: Some("size".into()),
+        ..Default::default()
+    };
+    assert!(select_rows(Vec::new(), &bad, 0)
+        .unwrap_err()
+        .contains("qdelay"));
+    let bad = SnapshotRequest {
+        filter: Some("port:x".into()),
+        ..Default::default()
+    };
     assert!(select_rows(Vec::new(), &bad, 0).is_err());
 }
 
@@ -569,7 +597,11 @@ fn a_burst_of_bloat_gives_the_worst_and_a_summary() {
         .collect();
     app.apply_snapshot(snap(0, sockets), 0);
     let cookies: Vec<Option<u64>> = app.notices().iter().map(Notice::cookie).collect();
-    assert_eq!(cookies, vec![Some(9), Some(8), Some(7), Some(6), None], "the worst first");
+    assert_eq!(
+        cookies,
+        vec![Some(9), Some(8), Some(7), Some(6), None],
+        "the worst first"
+    );
     assert_eq!(app.notices()[MAX_NOTICES].event, Event::MoreBloatStarted(6));
 }
 
@@ -666,8 +698,17 @@ fn the_source_sorts_and_filters_as_the_dashboard_would_for_every_key() {
         })
         .collect();
     for sort in SortKey::ALL {
-        for filter in ["", "cc:cubic", "comm:curl", "port:443", "wget", "cc:bloatd_westwood port:22"] {
-            let Ok(parsed) = Filter::parse(filter) else { continue };
+        for filter in [
+            "",
+            "cc:cubic",
+            "comm:curl",
+            "port:443",
+            "wget",
+            "cc:bloatd_westwood port:22",
+        ] {
+            let Ok(parsed) = Filter::parse(filter) else {
+                continue;
+            };
             let req = SnapshotRequest {
                 sort: Some(sort.label().into()),
                 filter: (!filter.is_empty()).then(|| filter.to_string()),
@@ -679,9 +720,17 @@ fn the_source_sorts_and_filters_as_the_dashboard_would_for_every_key() {
             app.set_sort(sort);
             app.set_filter(parsed);
             app.apply_snapshot(snap(1_000, all.clone()), 1_000);
-            assert_eq!(matched, app.row_count(), "{sort:?} {filter:?}: rows matched");
+            assert_eq!(
+                matched,
+                app.row_count(),
+                "{sort:?} {filter:?}: rows matched"
+            );
             let server: Vec<u64> = rows.iter().map(|s| s.cookie).collect();
-            assert_eq!(server, visible_cookies(&mut app, 25), "{sort:?} {filter:?}: the same page");
+            assert_eq!(
+                server,
+                visible_cookies(&mut app, 25),
+                "{sort:?} {filter:?}: the same page"
+            );
         }
     }
 }

@@ -23,7 +23,13 @@ struct Series {
     points: Vec<(f64, f64)>,
 }
 
-pub(super) fn render_charts(app: &App, s: &Socket, samples: &[&Sample], area: Rect, buf: &mut Buffer) {
+pub(super) fn render_charts(
+    app: &App,
+    s: &Socket,
+    samples: &[&Sample],
+    area: Rect,
+    buf: &mut Buffer,
+) {
     let columns: u16 = if area.width >= 60 { 2 } else { 1 };
     let rows = 4 / columns;
     if area.height / rows < 5 {

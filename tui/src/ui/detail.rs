@@ -104,7 +104,11 @@ fn detail_lines(app: &App, s: &Socket, closed: bool, width: usize) -> Vec<Line<'
         if s.unsent_delay_us > 0 {
             unsent.push_str(&format!(" ({})", ms(s.unsent_delay_us)));
         }
-        let style = if s.unsent_delay_us >= threshold_us { BLOATED } else { Style::new() };
+        let style = if s.unsent_delay_us >= threshold_us {
+            BLOATED
+        } else {
+            Style::new()
+        };
         fields.push(vec![Span::styled(unsent, style)]);
     }
     if wide {
@@ -162,7 +166,11 @@ fn policy_fields(s: &Socket) -> Vec<Vec<Span<'static>>> {
         let mut f = vec![Span::styled("DRWA", TITLE)];
         if d.clamp_bytes > 0 {
             f.push(Span::styled(
-                format!(" clamp {} ({} seg)", format::bytes(d.clamp_bytes as u64), d.clamp_segments),
+                format!(
+                    " clamp {} ({} seg)",
+                    format::bytes(d.clamp_bytes as u64),
+                    d.clamp_segments
+                ),
                 GOOD,
             ));
         } else {

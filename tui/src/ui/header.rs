@@ -58,7 +58,10 @@ pub(super) fn render_header(app: &App, area: Rect, notice_lines: u16, buf: &mut 
     if let Some(p) = &snap.policy {
         status.push(sep());
         let on = p.drwa == "on";
-        status.push(Span::styled(format!("DRWA {}", p.drwa), if on { GOOD } else { DIM }));
+        status.push(Span::styled(
+            format!("DRWA {}", p.drwa),
+            if on { GOOD } else { DIM },
+        ));
         if p.drwa_sockets > 0 {
             status.push(Span::raw(format!(" ({} clamped)", p.drwa_sockets)));
         }
@@ -227,7 +230,10 @@ mod tests {
     fn notices_in_words() {
         let mut rx = fixtures::receiving(fixtures::socket(5), 47_000, 420_000);
         rx.comm = Some("curl".into());
-        let bloat = |s: &crate::model::Socket| Notice { event: Event::BloatStarted(Box::new(s.clone())), at_ms: 0 };
+        let bloat = |s: &crate::model::Socket| Notice {
+            event: Event::BloatStarted(Box::new(s.clone())),
+            at_ms: 0,
+        };
         assert_eq!(
             notice_text(&bloat(&rx)),
             "receiver queue 420ms on 10.0.0.2:443 (curl): 9.9x its minimum RTT"
@@ -237,9 +243,15 @@ mod tests {
         tx.comm = None;
         assert_eq!(
             notice_text(&bloat(&tx)),
-            format!("sender queue 109ms on 10.0.0.2:443 (port {}): 3.7x its minimum RTT", tx.local_port)
+            format!(
+                "sender queue 109ms on 10.0.0.2:443 (port {}): 3.7x its minimum RTT",
+                tx.local_port
+            )
         );
-        let more = Notice { event: Event::MoreBloatStarted(6), at_ms: 0 };
+        let more = Notice {
+            event: Event::MoreBloatStarted(6),
+            at_ms: 0,
+        };
         assert_eq!(notice_text(&more), "…and 6 more sockets started bloating");
     }
 }

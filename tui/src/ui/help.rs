@@ -53,7 +53,11 @@ pub(super) fn render_footer(app: &App, area: Rect, buf: &mut Buffer) {
             ],
         };
         let mut spans = Vec::new();
-        let drwa = app.snapshot().policy.as_ref().is_some_and(|p| p.drwa != "disabled");
+        let drwa = app
+            .snapshot()
+            .policy
+            .as_ref()
+            .is_some_and(|p| p.drwa != "disabled");
         let drwa_key: &[(&str, &str)] = if drwa { &[("D", "DRWA on/off")] } else { &[] };
         for (key, what) in keys.iter().chain(drwa_key) {
             spans.push(Span::styled(format!(" {key}"), TITLE));
@@ -80,11 +84,17 @@ pub(super) fn help(app: &App, area: Rect, buf: &mut Buffer) {
             "Enter",
             "detail: last minute of RTT, queue, cwnd, throughput",
         ),
-        key("v", "paths: sockets grouped by peer, floor, queue, grade, RPM"),
+        key(
+            "v",
+            "paths: sockets grouped by peer, floor, queue, grade, RPM",
+        ),
         key("s", "next sort: qdelay rtt throughput cwnd retrans process"),
         key("f", "filter: cc:cubic comm:curl port:443 addr:10.0.0.2"),
         key("", "or plain text (process, cc or port); Esc cancels"),
-        key("p D", "pause / resume · DRWA on / off, live (bloatd --drwa[=off])"),
+        key(
+            "p D",
+            "pause / resume · DRWA on / off, live (bloatd --drwa[=off])",
+        ),
         key("Esc ?", "back / this help"),
         key("q", "quit"),
         Line::raw(""),

@@ -132,7 +132,12 @@ fn screen(area: Rect, interactive: bool) -> Screen {
         Constraint::Length(footer_lines),
     ])
     .areas(area);
-    Screen { header, notice_lines, body, footer }
+    Screen {
+        header,
+        notice_lines,
+        body,
+        footer,
+    }
 }
 
 /// The table fills the body: a line of column titles, then the rows.
@@ -152,7 +157,12 @@ fn render_screen(app: &App, area: Rect, buf: &mut Buffer, interactive: bool) {
         help::help(app, area, buf);
         return;
     }
-    let Screen { header, notice_lines, body, footer } = screen(area, interactive);
+    let Screen {
+        header,
+        notice_lines,
+        body,
+        footer,
+    } = screen(area, interactive);
     header::render_header(app, header, notice_lines, buf);
     match (app.link().clone(), interactive) {
         (Link::Down { message, since_ms }, true) => {

@@ -33,7 +33,11 @@ const COLUMNS: [(&str, u16, bool, u16); 12] = [
 fn cells(p: &Path) -> [String; 12] {
     [
         p.peer_text(),
-        if p.interface.is_empty() { "-".into() } else { p.interface.clone() },
+        if p.interface.is_empty() {
+            "-".into()
+        } else {
+            p.interface.clone()
+        },
         p.netns.to_string(),
         format::ms(p.floor_us as u64),
         p.floor_source.as_str().to_string(),
@@ -60,13 +64,23 @@ pub(super) fn render_paths(app: &App, area: Rect, buf: &mut Buffer) {
         None => ("no path holds a queue of 60 ms or more".to_string(), GOOD),
     };
     Paragraph::new(Line::styled(format!(" {line}"), style)).render(Rect { height: 1, ..area }, buf);
-    let rest = Rect { y: area.y + 1, height: area.height - 1, ..area };
+    let rest = Rect {
+        y: area.y + 1,
+        height: area.height - 1,
+        ..area
+    };
 
-    let shown: Vec<usize> = (0..COLUMNS.len()).filter(|&c| area.width >= COLUMNS[c].3).collect();
+    let shown: Vec<usize> = (0..COLUMNS.len())
+        .filter(|&c| area.width >= COLUMNS[c].3)
+        .collect();
     let cell = |c: usize, text: String| {
         let text: String = text.chars().take(COLUMNS[c].1 as usize).collect();
         let line = Line::from(text);
-        Cell::from(if COLUMNS[c].2 { line.alignment(Alignment::Right) } else { line })
+        Cell::from(if COLUMNS[c].2 {
+            line.alignment(Alignment::Right)
+        } else {
+            line
+        })
     };
     let header = Row::new(shown.iter().map(|&c| cell(c, COLUMNS[c].0.to_string())))
         .style(TITLE.add_modifier(Modifier::UNDERLINED));
@@ -83,12 +97,27 @@ pub(super) fn render_paths(app: &App, area: Rect, buf: &mut Buffer) {
             }
         })
         .collect();
-    let widths: Vec<Constraint> = shown.iter().map(|&c| Constraint::Length(COLUMNS[c].1)).collect();
-    Widget::render(Table::new(rows, widths).header(header).column_spacing(1), rest, buf);
+    let widths: Vec<Constraint> = shown
+        .iter()
+        .map(|&c| Constraint::Length(COLUMNS[c].1))
+        .collect();
+    Widget::render(
+        Table::new(rows, widths).header(header).column_spacing(1),
+        rest,
+        buf,
+    );
     if paths.is_empty() {
-        let below = Rect { y: rest.y + 1, height: rest.height.saturating_sub(1), ..rest };
+        let below = Rect {
+            y: rest.y + 1,
+            height: rest.height.saturating_sub(1),
+            ..rest
+        };
         // The first snapshot with paths comes at the next refresh.
-        let text = if app.snapshot().sockets.is_empty() { "no TCP paths" } else { "waiting for the paths…" };
+        let text = if app.snapshot().sockets.is_empty() {
+            "no TCP paths"
+        } else {
+            "waiting for the paths…"
+        };
         centered_message(text, DIM, below, buf);
     }
 }

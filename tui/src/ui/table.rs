@@ -180,7 +180,6 @@ impl Col {
     }
 }
 
-
 pub(super) fn ca_short(ca: CaState) -> &'static str {
     match ca {
         CaState::Open => "open",

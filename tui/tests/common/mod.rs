@@ -5,7 +5,9 @@
 //! tests (included by path).
 #![allow(dead_code)]
 
-use bloatd_tui::model::{CaState, CcState, FloorSource, Health, Path, Role, Sample, Series, Snapshot, Socket};
+use bloatd_tui::model::{
+    CaState, CcState, FloorSource, Health, Path, Role, Sample, Series, Snapshot, Socket,
+};
 use std::net::{IpAddr, Ipv4Addr};
 
 /// 2025-11-21 00:00:00 UTC: every fixture snapshot is taken then.
@@ -106,23 +108,54 @@ pub fn host(sockets: Vec<Socket>) -> Snapshot {
 /// The paths of `cubic_download_host` as the daemon groups them: the
 /// download's peer holds the queue, two flows wait behind it.
 pub fn cubic_download_paths() -> Vec<Path> {
-    let path = |peer: IpAddr, iface: &str, floor_us, source, p50, max, sockets, bps, ccs: &[&str]| Path {
-        netns: 4026531840,
-        peer,
-        prefix_len: 32,
-        interface: iface.into(),
-        floor_us,
-        floor_source: source,
-        queue_delay_p50_us: p50,
-        queue_delay_max_us: max,
-        sockets,
-        throughput_bps: bps,
-        ccs: ccs.iter().map(|c| c.to_string()).collect(),
-    };
+    let path =
+        |peer: IpAddr, iface: &str, floor_us, source, p50, max, sockets, bps, ccs: &[&str]| Path {
+            netns: 4026531840,
+            peer,
+            prefix_len: 32,
+            interface: iface.into(),
+            floor_us,
+            floor_source: source,
+            queue_delay_p50_us: p50,
+            queue_delay_max_us: max,
+            sockets,
+            throughput_bps: bps,
+            ccs: ccs.iter().map(|c| c.to_string()).collect(),
+        };
     vec![
-        path(v4(93, 184, 215, 14), "wlan0", 47_000, FloorSource::Peer, 420_000, 431_000, 2, 9_600_000, &["cubic"]),
-        path(v4(198, 51, 100, 7), "wlan0", 31_000, FloorSource::Inferred, 2_500, 2_500, 1, 12_000, &["cubic"]),
-        path(v4(1, 1, 1, 1), "wlan0", 9_000, FloorSource::Socket, 0, 0, 1, 0, &["bbr"]),
+        path(
+            v4(93, 184, 215, 14),
+            "wlan0",
+            47_000,
+            FloorSource::Peer,
+            420_000,
+            431_000,
+            2,
+            9_600_000,
+            &["cubic"],
+        ),
+        path(
+            v4(198, 51, 100, 7),
+            "wlan0",
+            31_000,
+            FloorSource::Inferred,
+            2_500,
+            2_500,
+            1,
+            12_000,
+            &["cubic"],
+        ),
+        path(
+            v4(1, 1, 1, 1),
+            "wlan0",
+            9_000,
+            FloorSource::Socket,
+            0,
+            0,
+            1,
+            0,
+            &["bbr"],
+        ),
     ]
 }
 
