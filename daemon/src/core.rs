@@ -207,8 +207,7 @@ impl Core {
                 })
             })
             .collect();
-        floors
-            .sort_by(|a, b| (a.netns, a.peer, a.prefix_len).cmp(&(b.netns, b.peer, b.prefix_len)));
+        floors.sort_by_key(|f| (f.netns, f.peer, f.prefix_len));
         Ok(Floors {
             window_s,
             capacity: self.cfg.floor_entries,

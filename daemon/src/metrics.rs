@@ -166,12 +166,15 @@ fn histogram(counts: &[u64], bounds: &[f64], sum: f64) -> (f64, u64, Vec<(f64, u
 /// One histogram family over (cc, role) from the kernel's statistics;
 /// label sets with no observation are left out, as a family that was never
 /// observed would be.
+/// A histogram as the encoder takes it: sum, count, (upper bound, cumulative count).
+type Hist = (f64, u64, Vec<(f64, u64)>);
+
 fn encode_histograms(
     encoder: &mut DescriptorEncoder,
     name: &str,
     help: &str,
     view: &Scrape,
-    pick: &dyn Fn(&BloatdRoleStats) -> Option<(f64, u64, Vec<(f64, u64)>)>,
+    pick: &dyn Fn(&BloatdRoleStats) -> Option<Hist>,
     roles: &[usize],
 ) -> Result<(), std::fmt::Error> {
     let mut m = encoder.encode_descriptor(name, help, None, MetricType::Histogram)?;
@@ -199,7 +202,7 @@ fn encode_histograms(
     Ok(())
 }
 
-fn delay_hist(h: u32) -> impl Fn(&BloatdRoleStats) -> Option<(f64, u64, Vec<(f64, u64)>)> {
+fn delay_hist(h: u32) -> impl Fn(&BloatdRoleStats) -> Option<Hist> {
     let bounds = delay_bounds_s();
     move |r: &BloatdRoleStats| {
         let h = h as usize;

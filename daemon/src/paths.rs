@@ -131,7 +131,7 @@ pub(crate) mod tests {
     ) -> Socket {
         let mut s = fixtures::sending(fixtures::socket(cookie), floor_ms * 1000, queue_ms * 1000);
         s.remote_addr = peer.parse().unwrap();
-        s.cc = if cookie % 2 == 0 {
+        s.cc = if cookie.is_multiple_of(2) {
             "cubic".into()
         } else {
             "bbr".into()

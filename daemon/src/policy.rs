@@ -154,7 +154,7 @@ impl Bytes {
         let v: f64 = num.trim().parse().map_err(|_| {
             "a byte count is a number with an optional unit (k, M, G, Ki, Mi, Gi)".to_string()
         })?;
-        if !(v > 0.0) || v * mult as f64 > 1e15 {
+        if v.is_nan() || v <= 0.0 || v * mult as f64 > 1e15 {
             return Err("a byte count is above 0 and below 10^15".into());
         }
         Ok(Bytes((v * mult as f64) as u64))

@@ -167,7 +167,7 @@ fn add_cc_stats(sum: &mut BloatdCcStats, x: &BloatdCcStats) {
         *a = a.wrapping_add(*b);
     }
 }
-const _: () = assert!(std::mem::size_of::<BloatdCcStats>() % 8 == 0);
+const _: () = assert!(std::mem::size_of::<BloatdCcStats>().is_multiple_of(8));
 
 /// Read slots beyond the bound: records the startup walk made for sockets
 /// that existed before (they are not refused) fit too.
