@@ -3,7 +3,7 @@
 //! congestion control, which `stop` puts back as it was.
 
 use bloatd_cc::{Algo, Registration};
-use bloatd_tui::model::CcState;
+use bloatd_model::CcState;
 use std::collections::HashMap;
 
 pub struct CcSet {

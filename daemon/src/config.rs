@@ -2,6 +2,7 @@
 //! present) with command-line flags overriding it. Unknown keys are errors:
 //! a typo must not silently fall back to a default.
 
+use crate::text::edit_distance;
 use serde::{Deserialize, Serialize};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -77,24 +78,6 @@ fn key_offset(text: &str, key: &str) -> usize {
     0
 }
 
-/// Levenshtein distance, for "did you mean".
-pub(crate) fn edit_distance(a: &str, b: &str) -> usize {
-    let b: Vec<char> = b.chars().collect();
-    let mut prev: Vec<usize> = (0..=b.len()).collect();
-    for (i, ca) in a.chars().enumerate() {
-        let mut cur = vec![i + 1];
-        for (j, cb) in b.iter().enumerate() {
-            cur.push(
-                (prev[j] + usize::from(ca != *cb))
-                    .min(prev[j + 1] + 1)
-                    .min(cur[j] + 1),
-            );
-        }
-        prev = cur;
-    }
-    prev[b.len()]
-}
-
 #[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
 pub struct Config {
@@ -142,10 +125,10 @@ pub struct Config {
     /// Congestion control rules (`[[policy]]` tables), applied by the
     /// sock_ops program in order: the first that selects a connection
     /// decides (policy.rs).
-    pub policy: Vec<crate::policy::Rule>,
+    pub policy: Vec<bloatd_model::policy::Rule>,
     /// The receiver's Dynamic Receive Window Adjustment: "disabled" (the
     /// kernel is asked for nothing), "off" (armed, switched on live) or "on".
-    pub drwa: crate::policy::DrwaMode,
+    pub drwa: bloatd_model::policy::DrwaMode,
     /// DRWA's lambda: the window is lambda x floor / RTT x data per RTT.
     pub drwa_lambda: f64,
     /// Bytes a connection receives before DRWA clamps its window.
@@ -173,7 +156,7 @@ impl Default for Config {
             log: "info".into(),
             api_group: None,
             policy: Vec::new(),
-            drwa: crate::policy::DrwaMode::Disabled,
+            drwa: bloatd_model::policy::DrwaMode::Disabled,
             drwa_lambda: 3.0,
             drwa_min_bytes: 65_536,
         }

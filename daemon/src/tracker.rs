@@ -12,7 +12,7 @@
 use crate::clock::Clock;
 use crate::probes::abi::{self, BloatdSample, BloatdSock};
 use crate::text::cstr;
-use bloatd_tui::model::{CaState, CcState, FloorSource, Role, Sample, Series, Socket};
+use bloatd_model::{CaState, CcState, FloorSource, Role, Sample, Series, Socket};
 use std::collections::{HashMap, VecDeque};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 

@@ -2,8 +2,8 @@
 //! serve /metrics and the API; in the background (the default: returns once
 //! everything is up) or in the foreground (systemd).
 
-use crate::api::client::Client;
 use crate::caps;
+use crate::client::Client;
 use crate::config::Config;
 use crate::core::Core;
 use crate::rundir::{lock_state, take_lock, LockState, PidLock, RunDir, LOG, PID_FILE, SOCKET};
@@ -121,7 +121,7 @@ impl StartArgs {
         if let Some(m) = self
             .drwa
             .as_deref()
-            .and_then(crate::policy::DrwaMode::from_name)
+            .and_then(bloatd_model::policy::DrwaMode::from_name)
         {
             cfg.drwa = m;
         }

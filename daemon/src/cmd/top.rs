@@ -5,10 +5,10 @@
 //! privilege, an engine running the probes inside this process (embedded
 //! mode), so one command is enough on a laptop.
 
-use crate::api::client::{Client, ClientError};
+use crate::client::{Client, ClientError};
 use crate::config::Config;
 use crate::core::Core;
-use bloatd_tui::model::{Snapshot, SnapshotRequest};
+use bloatd_model::{Snapshot, SnapshotRequest};
 use bloatd_tui::Source;
 use clap::Args;
 use std::process::ExitCode;
@@ -87,7 +87,7 @@ impl Backend {
                 let mut cfg = cfg.clone();
                 cfg.cc.clear();
                 cfg.policy.clear();
-                cfg.drwa = crate::policy::DrwaMode::Disabled;
+                cfg.drwa = bloatd_model::policy::DrwaMode::Disabled;
                 let mut core = Core::start(&cfg, "embedded", false)?;
                 // Probes started just now: give them a few intervals to see
                 // the traffic of other namespaces.

@@ -5,8 +5,8 @@
 //! tests (included by path).
 #![allow(dead_code)]
 
-use bloatd_tui::model::{
-    CaState, CcState, FloorSource, Health, Path, Role, Sample, Series, Snapshot, Socket,
+use bloatd_model::{
+    CaState, CcState, FloorSource, Health, NetPath, Role, Sample, Series, Snapshot, Socket,
 };
 use std::net::{IpAddr, Ipv4Addr};
 
@@ -107,20 +107,22 @@ pub fn host(sockets: Vec<Socket>) -> Snapshot {
 
 /// The paths of `cubic_download_host` as the daemon groups them: the
 /// download's peer holds the queue, two flows wait behind it.
-pub fn cubic_download_paths() -> Vec<Path> {
+pub fn cubic_download_paths() -> Vec<NetPath> {
     let path =
-        |peer: IpAddr, iface: &str, floor_us, source, p50, max, sockets, bps, ccs: &[&str]| Path {
-            netns: 4026531840,
-            peer,
-            prefix_len: 32,
-            interface: iface.into(),
-            floor_us,
-            floor_source: source,
-            queue_delay_p50_us: p50,
-            queue_delay_max_us: max,
-            sockets,
-            throughput_bps: bps,
-            ccs: ccs.iter().map(|c| c.to_string()).collect(),
+        |peer: IpAddr, iface: &str, floor_us, source, p50, max, sockets, bps, ccs: &[&str]| {
+            NetPath {
+                netns: 4026531840,
+                peer,
+                prefix_len: 32,
+                interface: iface.into(),
+                floor_us,
+                floor_source: source,
+                queue_delay_p50_us: p50,
+                queue_delay_max_us: max,
+                sockets,
+                throughput_bps: bps,
+                ccs: ccs.iter().map(|c| c.to_string()).collect(),
+            }
         };
     vec![
         path(
