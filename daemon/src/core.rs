@@ -2,6 +2,7 @@
 //! probes in the kernel, the socket tracker fed from them, the metrics, and
 //! the registered congestion controls.
 
+use crate::authority::Viewer;
 use crate::cc::CcSet;
 use crate::clock::Clock;
 use crate::config::Config;
@@ -17,11 +18,27 @@ use std::time::{Duration, Instant};
 /// API series request keeps its socket watched.
 const VIEWER_TTL: Duration = Duration::from_secs(10);
 const SERIES_TTL: Duration = Duration::from_secs(60);
+/// The watch list's shares of the probes' `watch` map (256 entries):
+/// sockets watched for API series requests, and dashboards (one detail
+/// socket each). Neither can take the other's share, so no loop of series
+/// requests pushes a dashboard's detail out; with the most queued while
+/// someone looks, 64 + 128 + 32 = 224.
+const SERIES_WATCH_MAX: usize = 64;
+const VIEWERS_MAX: usize = 128;
 /// While someone looks, the sockets with the longest queues have their
 /// series kept, so opening one shows its last minute at once.
 const WATCH_MOST_QUEUED: usize = 32;
 const WATCH_EVERY: Duration = Duration::from_secs(1);
 const HOUSEKEEPING_EVERY: Duration = Duration::from_secs(10);
+
+/// Why `GET /v1/series/{cookie}` has no answer.
+#[derive(Debug, thiserror::Error)]
+pub enum SeriesError {
+    #[error("no socket with cookie {0} (bloatd sockets --json lists the cookies)")]
+    Unknown(u64),
+    #[error("bloatd already keeps the series of {0} sockets for API clients (each for a minute after its last request): ask again later")]
+    Full(usize),
+}
 
 pub struct Core {
     probes: Probes,
@@ -36,9 +53,10 @@ pub struct Core {
     started_unix_ms: u64,
     /// When the tracker last read every record, if ever.
     last_read: Option<Instant>,
-    /// Sockets watched on request (the dashboard's detail socket, API
-    /// series requests), until when.
-    watch_until: HashMap<u64, Instant>,
+    /// Sockets watched for API series requests, until when.
+    series_watch: HashMap<u64, Instant>,
+    /// Each dashboard's detail socket, until when.
+    viewers: HashMap<Viewer, (u64, Instant)>,
     /// A dashboard asked for a snapshot until this long ago.
     viewer_until: Option<Instant>,
     last_watch: Instant,
@@ -84,7 +102,8 @@ impl Core {
             mode,
             started_unix_ms: Clock::now().unix_ms,
             last_read: None,
-            watch_until: HashMap::new(),
+            series_watch: HashMap::new(),
+            viewers: HashMap::new(),
             viewer_until: None,
             last_watch: Instant::now(),
             last_housekeeping: Instant::now(),
@@ -139,10 +158,16 @@ impl Core {
     fn watched(&self) -> HashSet<u64> {
         let now = Instant::now();
         let mut set: HashSet<u64> = self
-            .watch_until
+            .series_watch
             .iter()
             .filter(|(_, until)| **until > now)
             .map(|(c, _)| *c)
+            .chain(
+                self.viewers
+                    .values()
+                    .filter(|(_, until)| *until > now)
+                    .map(|(c, _)| *c),
+            )
             .collect();
         if self.viewer_until.is_some_and(|t| t > now) {
             set.extend(self.tracker.most_queued(WATCH_MOST_QUEUED));
@@ -152,18 +177,51 @@ impl Core {
 
     fn update_watch(&mut self) {
         let now = Instant::now();
-        self.watch_until.retain(|_, until| *until > now);
+        self.series_watch.retain(|_, until| *until > now);
+        self.viewers.retain(|_, (_, until)| *until > now);
         let set = self.watched();
         if let Err(e) = self.probes.set_watched(&set) {
             tracing::warn!("{e}");
         }
     }
 
-    /// Keep the series of `cookie` for `ttl` from now.
-    fn watch(&mut self, cookie: u64, ttl: Duration) {
-        let new = !self.watch_until.contains_key(&cookie);
-        self.watch_until.insert(cookie, Instant::now() + ttl);
+    /// Keep the series of `cookie` for an API client for a minute from
+    /// now. Err when the API's share of the watch list is taken by other
+    /// sockets (each for a minute after its last request).
+    fn watch_series(&mut self, cookie: u64) -> Result<(), SeriesError> {
+        let now = Instant::now();
+        let new = !self.series_watch.contains_key(&cookie);
         if new {
+            self.series_watch.retain(|_, until| *until > now);
+            if self.series_watch.len() >= SERIES_WATCH_MAX {
+                return Err(SeriesError::Full(SERIES_WATCH_MAX));
+            }
+        }
+        self.series_watch.insert(cookie, now + SERIES_TTL);
+        if new {
+            self.update_watch();
+        }
+        Ok(())
+    }
+
+    /// Keep `viewer`'s detail socket `cookie` watched while it looks; a
+    /// dashboard has one, so a new one replaces its last. Past
+    /// VIEWERS_MAX dashboards the one that asked least recently goes.
+    fn watch_for(&mut self, viewer: Viewer, cookie: u64) {
+        let now = Instant::now();
+        let changed = self.viewers.get(&viewer).is_none_or(|(c, _)| *c != cookie);
+        if !self.viewers.contains_key(&viewer) && self.viewers.len() >= VIEWERS_MAX {
+            let oldest = self
+                .viewers
+                .iter()
+                .min_by_key(|(_, (_, until))| *until)
+                .map(|(v, _)| *v);
+            if let Some(v) = oldest {
+                self.viewers.remove(&v);
+            }
+        }
+        self.viewers.insert(viewer, (cookie, now + VIEWER_TTL));
+        if changed {
             self.update_watch();
         }
     }
@@ -211,6 +269,7 @@ impl Core {
         Ok(Floors {
             window_s,
             capacity: self.cfg.floor_entries,
+            prefix_capacity: crate::probes::prefix_floor_entries(self.cfg.floor_entries),
             created: c.get(stat::FLOOR_NEW),
             evicted: c.floors_evicted(raw.len() as u64),
             floors,
@@ -234,7 +293,12 @@ impl Core {
     /// host's summary (`bloatd_model::select::select_rows`), plus the samples of
     /// one socket newer than `since_ms`. A dashboard asking counts as
     /// someone looking. Err: a bad sort key or filter.
-    pub fn snapshot(&mut self, req: &SnapshotRequest, fresh: bool) -> Result<Snapshot, String> {
+    pub fn snapshot(
+        &mut self,
+        req: &SnapshotRequest,
+        fresh: bool,
+        viewer: Viewer,
+    ) -> Result<Snapshot, String> {
         let first_look = self.viewer_until.is_none_or(|t| t <= Instant::now());
         self.viewer_until = Some(Instant::now() + VIEWER_TTL);
         if fresh {
@@ -242,8 +306,10 @@ impl Core {
         } else {
             self.read_if_stale();
         }
-        if let Some(c) = req.series {
-            self.watch(c, VIEWER_TTL);
+        // Only a socket the daemon knows is watched: a cookie made up
+        // would hold a place in the kernel's watch map for nothing.
+        if let Some(c) = req.series.filter(|&c| self.tracker.knows(c)) {
+            self.watch_for(viewer, c);
         } else if first_look {
             self.update_watch();
         }
@@ -279,11 +345,17 @@ impl Core {
     }
 
     /// One socket's samples newer than `since_ms` (API), and keep it watched
-    /// for a minute: the first request starts its series.
-    pub fn series(&mut self, cookie: u64, since_ms: u64) -> Option<Series> {
+    /// for a minute: the first request starts its series. Err: no such
+    /// socket (nothing is watched for it), or the API's share of the watch
+    /// list is full.
+    pub fn series(&mut self, cookie: u64, since_ms: u64) -> Result<Series, SeriesError> {
         self.read_if_stale();
-        self.watch(cookie, SERIES_TTL);
-        self.tracker.series(cookie, since_ms)
+        let series = self
+            .tracker
+            .series(cookie, since_ms)
+            .ok_or(SeriesError::Unknown(cookie))?;
+        self.watch_series(cookie)?;
+        Ok(series)
     }
 
     /// /metrics: the kernel's statistics of this moment. A few map reads,
@@ -448,23 +520,26 @@ impl Core {
             cc_sockets: c.cc_sockets,
             bulk_sockets: c.bulk_sockets,
             drwa_sockets: c.drwa_sockets,
+            refused: None, // the server's to say, per reader
         })
     }
 
-    /// DRWA on or off, live. Err: DRWA was not armed at start.
-    pub fn set_drwa(&mut self, on: bool) -> Result<(), String> {
+    /// DRWA on or off, live, as user `uid` asked. Err: DRWA was not armed
+    /// at start.
+    pub fn set_drwa(&mut self, on: bool, uid: u32) -> Result<(), String> {
         use bloatd_model::policy::DrwaMode;
         if self.drwa == DrwaMode::Disabled {
             return Err("DRWA is disabled in this bloatd: start it with --drwa=off (armed, switched on live) or --drwa, or drwa = \"off\" in the config".into());
         }
         self.probes.policy.set_drwa(on).map_err(|e| e.to_string())?;
         self.drwa = if on { DrwaMode::On } else { DrwaMode::Off };
-        tracing::info!("DRWA switched {}", self.drwa.as_str());
+        tracing::info!("DRWA switched {} (asked by uid {uid})", self.drwa.as_str());
         Ok(())
     }
 
-    /// A rule on or off, live. Err: no rule of that name.
-    pub fn set_rule_enabled(&mut self, name: &str, enabled: bool) -> Result<(), String> {
+    /// A rule on or off, live, as user `uid` asked. Err: no rule of that
+    /// name.
+    pub fn set_rule_enabled(&mut self, name: &str, enabled: bool, uid: u32) -> Result<(), String> {
         let i = self
             .policy
             .names
@@ -486,7 +561,7 @@ impl Core {
             .set_enabled(i as u32, enabled)
             .map_err(|e| e.to_string())?;
         tracing::info!(
-            "policy rule {name} {}",
+            "policy rule {name} {} (asked by uid {uid})",
             if enabled { "enabled" } else { "disabled" }
         );
         Ok(())

@@ -448,7 +448,7 @@ impl prometheus_client::collector::Collector for Collector {
         plain_counter(
             &mut e,
             "path_floors_evicted",
-            "Path floors the bound (floor_entries) pushed out, least recently used first",
+            "Path floors the bounds (floor_entries for peers, a quarter of it for prefixes) pushed out, least recently used first",
             c.floors_evicted(v.floors),
         )?;
         plain_counter(

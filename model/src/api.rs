@@ -177,7 +177,11 @@ pub struct FloorEntry {
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Floors {
     pub window_s: u32,
+    /// The bound of the peers' floors (`floor_entries`) and of the
+    /// prefixes' (a table of their own, so peers cannot push them out).
     pub capacity: u32,
+    #[serde(default)]
+    pub prefix_capacity: u32,
     /// Floors created since start, and those the LRU bound evicted.
     pub created: u64,
     pub evicted: u64,

@@ -53,7 +53,7 @@ impl Source for Backend {
             }),
             Backend::Embedded(core) => {
                 core.tick();
-                core.snapshot(req, false)
+                core.snapshot(req, false, me())
             }
         }
     }
@@ -65,7 +65,7 @@ impl Source for Backend {
                 ClientError::Status { body, .. } => body,
                 e => e.to_string(),
             }),
-            Backend::Embedded(core) => core.set_drwa(on),
+            Backend::Embedded(core) => core.set_drwa(on, me().uid),
         }
     }
 }
@@ -105,9 +105,18 @@ impl Backend {
         match self {
             Backend::Api(client) => Ok(client.snapshot(&SnapshotRequest::default(), true)?),
             Backend::Embedded(core) => core
-                .snapshot(&SnapshotRequest::default(), true)
+                .snapshot(&SnapshotRequest::default(), true, me())
                 .map_err(anyhow::Error::msg),
         }
+    }
+}
+
+/// The embedded dashboard is its own only viewer.
+fn me() -> crate::authority::Viewer {
+    let p = crate::authority::Peer::me();
+    crate::authority::Viewer {
+        uid: p.uid,
+        pid: p.pid,
     }
 }
 
@@ -119,7 +128,7 @@ fn terminal_size() -> Option<(u16, u16)> {
 }
 
 pub fn run(cfg: &Config, opts: &TopArgs) -> anyhow::Result<ExitCode> {
-    super::init_logging("warn");
+    super::init_logging("warn", &cfg.run_dir);
     let mut backend = Backend::open(cfg)?;
     if !opts.once {
         bloatd_tui::run(
