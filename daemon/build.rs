@@ -41,6 +41,12 @@ fn main() {
         ],
     );
     std::fs::write(out.join("abi.rs"), abi).unwrap();
+    // The feature probes loaded at start (src/kernel.rs).
+    bpf_build::compile(
+        &bpf.join("features.bpf.c"),
+        &out.join("features.bpf.o"),
+        &[],
+    );
     // The pure C the probes share with the daemon, for the host: the floor
     // logic (floor_host.c), the histograms' buckets (stats_host.c), and
     // floor_host_env.c (the path refresh over a test's table), linked into
