@@ -1,40 +1,96 @@
-// Shared by the build scripts of the `bloatd` and `bloatd-cc` crates (both
-// `include!` this file), so every BPF object is compiled the same way.
+// Shared by the build scripts of the crates that compile BPF or host C
+// (`include!`d by each), so every object is compiled the same way.
 //
-// clang-19 is the one compiler we use for BPF: Debian 12's clang-14 emits code
-// that the verifier rejects for some of our loops, and mixing two compilers
-// would give two sets of bugs. `BLOATD_CLANG` overrides the choice.
+// One clang compiles all of it, found rather than named: BLOATD_CLANG if
+// set, else the first of `clang`, `clang-30` ... `clang-19` on PATH whose
+// major version is at least 19. Debian 12's clang-14 emits code the
+// verifier rejects for some of our loops, and mixing two compilers would
+// give two sets of bugs.
 
 #[allow(dead_code)]
 mod bpf_build {
     use std::path::{Path, PathBuf};
     use std::process::Command;
 
-    /// The clang used for BPF objects.
+    /// The oldest clang whose BPF code our programs pass the verifier with.
+    const MIN_CLANG: u32 = 19;
+
+    /// The major version `clang --version` reports, if `name` runs.
+    fn clang_major(name: &str) -> Option<u32> {
+        let out = Command::new(name).arg("--version").output().ok()?;
+        let text = String::from_utf8_lossy(&out.stdout);
+        let after = text.split("clang version ").nth(1)?;
+        after.split('.').next()?.trim().parse().ok()
+    }
+
+    /// The clang used for BPF objects and host C (see the file's head),
+    /// looked for once per build script.
     pub fn clang() -> String {
+        static FOUND: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+        FOUND.get_or_init(find_clang).clone()
+    }
+
+    fn find_clang() -> String {
+        println!("cargo:rerun-if-env-changed=BLOATD_CLANG");
         if let Ok(c) = std::env::var("BLOATD_CLANG") {
             return c;
         }
-        "clang-19".to_string()
+        let candidates =
+            std::iter::once("clang".to_string()).chain((MIN_CLANG..=30).rev().map(|v| format!("clang-{v}")));
+        let mut seen = Vec::new();
+        for name in candidates {
+            match clang_major(&name) {
+                Some(v) if v >= MIN_CLANG => return name,
+                Some(v) => seen.push(format!("{name} is {v}")),
+                None => {}
+            }
+        }
+        panic!(
+            "no clang >= {MIN_CLANG} found on PATH ({}): install the build dependencies \
+             with `sudo make deps`, or set BLOATD_CLANG",
+            if seen.is_empty() { "none at all".to_string() } else { seen.join(", ") }
+        )
+    }
+
+    /// `__TARGET_ARCH_*` for the architecture being built for (bpf_tracing.h's
+    /// register macros need it; vmlinux.h is the x86_64 kernel's BTF, so other
+    /// architectures also need `make vmlinux` on their own kernel).
+    fn target_arch_define() -> String {
+        let arch = std::env::var("CARGO_CFG_TARGET_ARCH").unwrap_or_else(|_| "x86_64".into());
+        let name = match arch.as_str() {
+            "x86_64" | "x86" => "x86",
+            "aarch64" => "arm64",
+            "arm" => "arm",
+            "riscv64" => "riscv",
+            "s390x" => "s390",
+            "powerpc64" => "powerpc",
+            "loongarch64" => "loongarch",
+            other => panic!("no BPF target-arch define known for {other}"),
+        };
+        format!("-D__TARGET_ARCH_{name}")
     }
 
     /// The repository's bpf/ directory (vmlinux.h and shared headers).
     pub fn bpf_dir() -> PathBuf {
         let manifest = PathBuf::from(std::env::var("CARGO_MANIFEST_DIR").unwrap());
-        manifest.parent().unwrap().join("bpf")
+        manifest
+            .ancestors()
+            .map(|a| a.join("bpf"))
+            .find(|b| b.join("bloatd.h").exists())
+            .expect("bpf/bloatd.h above the crate")
     }
 
     /// Compile one `*.bpf.c` into a BPF object with CO-RE relocations and BTF.
     pub fn compile(src: &Path, out: &Path, extra_includes: &[&Path]) {
         println!("cargo:rerun-if-changed={}", src.display());
-        println!("cargo:rerun-if-env-changed=BLOATD_CLANG");
         let bpf = bpf_dir();
         for h in ["vmlinux.h", "bloatd.h", "floor.h", "floor_path.h", "stats.h", "policy.h", "policy_ops.h", "build_bpf.rs"] {
             println!("cargo:rerun-if-changed={}", bpf.join(h).display());
         }
         let clang = clang();
         let mut cmd = Command::new(&clang);
-        cmd.args(["-g", "-O2", "-target", "bpf", "-mcpu=v3", "-D__TARGET_ARCH_x86"])
+        cmd.args(["-g", "-O2", "-target", "bpf", "-mcpu=v3"])
+            .arg(target_arch_define())
             .arg("-Wall")
             .arg("-Werror")
             .arg(format!("-I{}", bpf.display()));
@@ -51,23 +107,6 @@ mod bpf_build {
             Err(e) => panic!("running {clang}: {e}"),
         };
         assert!(status.success(), "{clang} failed to compile {}", src.display());
-    }
-
-    /// Compile and run a host C program (C arithmetic whose output a Rust
-    /// test checks: struct_ops/idle_test.c); returns its standard output.
-    pub fn run_host_c(src: &Path, out_dir: &Path, extra_includes: &[&Path]) -> String {
-        println!("cargo:rerun-if-changed={}", src.display());
-        let exe = out_dir.join(src.file_stem().unwrap());
-        let mut cmd = Command::new(clang());
-        cmd.arg("-O0").arg(format!("-I{}", bpf_dir().display()));
-        for inc in extra_includes {
-            cmd.arg(format!("-I{}", inc.display()));
-        }
-        let status = cmd.arg(src).arg("-o").arg(&exe).status().expect("running clang for host");
-        assert!(status.success(), "host compile of {} failed", src.display());
-        let out = Command::new(&exe).output().expect("running layout program");
-        assert!(out.status.success());
-        String::from_utf8(out.stdout).unwrap()
     }
 
     /// Rust declarations of C types, generated from a BPF object's BTF (read

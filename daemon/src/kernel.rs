@@ -19,7 +19,7 @@ use crate::probes::{errstr, ProbeError};
 use aya::programs::BtfTracePoint;
 use aya::{Btf, EbpfLoader};
 use aya_obj::btf::BtfKind;
-use bloatd_tui::model::{Feature, FeatureState};
+use bloatd_model::{Feature, FeatureState};
 
 static FEATURES: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/features.bpf.o"));
 

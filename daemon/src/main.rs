@@ -2,10 +2,10 @@
 //!
 //! `main` parses the command line (cli.rs) and runs the command (cmd/).
 
-mod api;
 mod caps;
 mod cc;
 mod cli;
+mod client;
 mod clock;
 mod cmd;
 mod config;

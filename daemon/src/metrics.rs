@@ -20,7 +20,7 @@
 
 use crate::probes::abi::{hist, limits, stat, tcp_state_name, BloatdCcStats, BloatdRoleStats};
 use crate::probes::Counters;
-use bloatd_tui::model::Role;
+use bloatd_model::Role;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, NoLabelSet};
 use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::Registry;
@@ -113,12 +113,15 @@ pub struct Scrape {
     /// refused.
     pub cc_export_failures: Vec<(String, u64)>,
     /// The policy's counters and DRWA's state (policy.rs).
-    pub policy: Option<(crate::api::PolicyCounts, crate::policy::DrwaMode)>,
+    pub policy: Option<(
+        bloatd_model::api::PolicyCounts,
+        bloatd_model::policy::DrwaMode,
+    )>,
     /// bloatd_westwood's cwnd/pipe histogram as its struct_ops program
     /// counted it (None without bloatd_westwood).
     pub westwood_cwnd_pipe: Option<bloatd_cc::RatioHistogram>,
     /// What this kernel runs of the parts beyond the core (kernel.rs).
-    pub features: Vec<bloatd_tui::model::Feature>,
+    pub features: Vec<bloatd_model::Feature>,
 }
 
 /// What the collector encodes: the last scrape.
@@ -438,8 +441,8 @@ impl prometheus_client::collector::Collector for Collector {
             "Runs of each probe (kernel BPF stats; zero unless bpf_stats is enabled)",
             &runs,
         )?;
-        use bloatd_tui::model::FeatureState;
-        let feature = |f: &bloatd_tui::model::Feature, v: bool| {
+        use bloatd_model::FeatureState;
+        let feature = |f: &bloatd_model::Feature, v: bool| {
             (
                 FeatureLabel {
                     feature: f.name.clone(),
@@ -601,14 +604,14 @@ mod tests {
 
     #[test]
     fn policy_counts_encode_with_the_action_label_only() {
-        let counts = crate::api::PolicyCounts {
+        let counts = bloatd_model::api::PolicyCounts {
             cc_sockets: 2,
             drwa_sockets: 1,
             bulk_switched_total: 5,
             ..Default::default()
         };
         let text = Metrics::new().encode(Scrape {
-            policy: Some((counts, crate::policy::DrwaMode::On)),
+            policy: Some((counts, bloatd_model::policy::DrwaMode::On)),
             ..view()
         });
         for line in [

@@ -10,8 +10,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use bloatd_cc::{
-    kernel_default, set_kernel_default, Algo, AlgoState, CcError, Options, RegisterBy,
-    Registration,
+    kernel_default, set_kernel_default, Algo, AlgoState, CcError, Options, RegisterBy, Registration,
 };
 use common::*;
 

@@ -5,8 +5,8 @@
 
 mod common;
 
+use bloatd_model::Snapshot;
 use bloatd_tui::app::{App, Key, View};
-use bloatd_tui::model::Snapshot;
 use bloatd_tui::{render_once, ui};
 use common::*;
 use ratatui::backend::TestBackend;

@@ -2,8 +2,8 @@
 //! serve /metrics and the API; in the background (the default: returns once
 //! everything is up) or in the foreground (systemd).
 
-use crate::api::client::Client;
 use crate::caps;
+use crate::client::Client;
 use crate::config::Config;
 use crate::core::Core;
 use crate::rundir::{lock_state, take_lock, LockState, PidLock, RunDir, LOG, PID_FILE, SOCKET};
@@ -35,9 +35,8 @@ pub struct StartArgs {
     #[arg(long, value_name = "MS")]
     pub interval: Option<u64>,
     /// Sockets the kernel tracks at most (the socket map's bound; beyond
-    /// it new sockets are counted as dropped) [default: 65536]. The old
-    /// spelling --map-entries works for one more release.
-    #[arg(long, value_name = "N", alias = "map-entries")]
+    /// it new sockets are counted as dropped) [default: 65536].
+    #[arg(long, value_name = "N")]
     pub map_capacity: Option<u32>,
     /// Queueing delay (ms) from which a socket counts as bloated [default: 100]
     #[arg(long, value_name = "MS")]
@@ -121,7 +120,7 @@ impl StartArgs {
         if let Some(m) = self
             .drwa
             .as_deref()
-            .and_then(crate::policy::DrwaMode::from_name)
+            .and_then(bloatd_model::policy::DrwaMode::from_name)
         {
             cfg.drwa = m;
         }

@@ -1,10 +1,10 @@
 //! `bloatd status`: is the daemon running, and how healthy is it.
 
 use super::EXIT_NOT_RUNNING;
-use crate::api::client::{Client, ClientError};
-use crate::api::Status;
+use crate::client::{Client, ClientError};
 use crate::config::Config;
 use crate::rundir::{lock_state, LockState};
+use bloatd_model::api::Status;
 use clap::Args;
 use std::process::ExitCode;
 

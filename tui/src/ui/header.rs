@@ -5,8 +5,8 @@
 
 use super::{BLOATED, DIM, GOOD, TITLE, WARN};
 use crate::app::{App, CcDelay, Event, Link, Notice, SortKey};
-use crate::format;
-use crate::model::FeatureState;
+use bloatd_model::format;
+use bloatd_model::FeatureState;
 use ratatui::buffer::Buffer;
 use ratatui::layout::Rect;
 use ratatui::style::{Modifier, Style};
@@ -248,7 +248,7 @@ mod tests {
     fn notices_in_words() {
         let mut rx = fixtures::receiving(fixtures::socket(5), 47_000, 420_000);
         rx.comm = Some("curl".into());
-        let bloat = |s: &crate::model::Socket| Notice {
+        let bloat = |s: &bloatd_model::Socket| Notice {
             event: Event::BloatStarted(Box::new(s.clone())),
             at_ms: 0,
         };

@@ -77,7 +77,7 @@ impl FloorSource {
 /// One path: the sockets of one network namespace toward one peer (or one
 /// prefix) through one interface, with the queue they wait in.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct Path {
+pub struct NetPath {
     pub netns: u32,
     /// The peer, or the network address of the prefix.
     pub peer: IpAddr,
@@ -99,7 +99,7 @@ pub struct Path {
     pub ccs: Vec<String>,
 }
 
-impl Path {
+impl NetPath {
     /// The bufferbloat grade of the DSLReports and Waveform tests, from the
     /// median queueing delay: A+ < 5 ms, A < 30, B < 60, C < 200, D < 400,
     /// F otherwise.
@@ -115,7 +115,7 @@ impl Path {
     }
 }
 
-impl Path {
+impl NetPath {
     /// The peer, or `prefix/len`, as shown.
     pub fn peer_text(&self) -> String {
         let full = if self.peer.is_ipv4() { 32 } else { 128 };
@@ -130,7 +130,7 @@ impl Path {
 /// One sentence on the worst path (the first: paths come worst queue
 /// first), for a laptop user: where the queue is, how much, and how many
 /// flows wait behind it. None when nothing queues (60 ms, grade C, or more).
-pub fn worst_path_sentence(paths: &[Path]) -> Option<String> {
+pub fn worst_path_sentence(paths: &[NetPath]) -> Option<String> {
     let p = paths.first().filter(|p| p.queue_delay_p50_us >= 60_000)?;
     let flows = if p.sockets == 1 {
         "1 flow waits".to_string()
@@ -147,7 +147,7 @@ pub fn worst_path_sentence(paths: &[Path]) -> Option<String> {
     ))
 }
 
-/// Bufferbloat grade of a queueing delay (see [`Path::grade`]).
+/// Bufferbloat grade of a queueing delay (see [`NetPath::grade`]).
 pub fn grade(queue_delay_us: u32) -> &'static str {
     match queue_delay_us {
         0..5_000 => "A+",
@@ -178,9 +178,6 @@ pub enum CcState {
         bwe_bytes_per_s: u64,
         min_rtt_us: u32,
         pipe_segments: u32,
-        /// The old name of `min_rtt_us`, kept for one release.
-        #[serde(default)]
-        rtt_min_us: u32,
     },
     /// CUBIC: W_max (segments), K (ms), time since the epoch began (None when
     /// no epoch is running), the delay floor HyStart compares with, and
@@ -193,9 +190,6 @@ pub enum CcState {
         min_rtt_us: u32,
         hystart_round: u32,
         hystart_found: bool,
-        /// The old name of `min_rtt_us`, kept for one release.
-        #[serde(default)]
-        delay_min_us: u32,
     },
 }
 
@@ -246,9 +240,6 @@ pub struct Socket {
     pub rcv_ts_rtt_us: Option<u32>,
     /// TCP timestamps negotiated on this connection.
     pub timestamps: bool,
-    /// Deprecated alias of `floor_us` (the receiver's floor is the path's);
-    /// kept for one release.
-    pub rcv_min_rtt_us: u32,
     /// Receiver view of queueing delay: the receiver's RTT - floor_us.
     pub rcv_queue_delay_us: u32,
     /// Bytes the application wrote that the socket has not sent yet: the
@@ -526,7 +517,7 @@ pub struct Snapshot {
     /// With `paths` in the request: every socket grouped by path (peer),
     /// worst queue first, as `bloatd paths` shows them.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub paths: Vec<Path>,
+    pub paths: Vec<NetPath>,
     /// What bloatd's policy is doing (absent from a bloatd without one).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub policy: Option<PolicyState>,
