@@ -105,8 +105,17 @@ fetch() {
 	local short=$1 pkg kver deb dir old
 	[[ $short == 5.10 ]] && bullseye_update
 	pkg=$(newest "$short")
+	if [[ -z $pkg && $short != 5.10 ]]; then
+		# the host's package lists may never have been fetched
+		apt-get update -qq
+		pkg=$(newest "$short")
+	fi
 	if [[ -z $pkg ]]; then
-		echo "kernels: no package matches $(pattern "$short") (apt-get update?)" >&2
+		if [[ -e $CACHE/$short/.ready ]]; then
+			echo "kernels: no package matches $(pattern "$short") now; keeping $(readlink "$CACHE/$short")" >&2
+			return 0
+		fi
+		echo "kernels: no package matches $(pattern "$short") in the archive" >&2
 		return 1
 	fi
 	kver=${pkg#linux-image-}
