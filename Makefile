@@ -29,6 +29,7 @@ test: deps build lint unit-test rules-test kernel-test integration-test vm-test
 ## lint: rustfmt and clippy (warnings are errors), kernel-test code included
 lint:
 	$(CARGO) fmt --all -- --check
+	rustfmt --check --edition 2021 bpf/build_bpf.rs
 	$(CARGO) clippy --release --workspace --all-targets -- -D warnings
 	$(CARGO) clippy --release -p bloatd-cc --features kernel-tests --all-targets -- -D warnings
 
