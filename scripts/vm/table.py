@@ -103,7 +103,7 @@ def table(results):
     notes = []
     for k, label in cols:
         r = rs[k]
-        where = "natively" if k == "host" else "in a VM (qemu TCG, 2 CPUs)"
+        where = "natively" if k == "host" else "in a VM (qemu TCG, 1 CPU)"
         notes.append(f"- {r['kernel']} ({label}), {where}: {r.get('seconds', '?')} s; "
                      f"`sudo scripts/vm/run.sh {k}`")
     return "\n".join(lines) + "\n\n" + "\n".join(notes) + "\n"
