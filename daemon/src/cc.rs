@@ -24,7 +24,13 @@ impl CcSet {
         let reg = if algos.is_empty() {
             None
         } else {
-            Some(Registration::register(&algos, opts)?)
+            let reg = Registration::register(&algos, opts)?;
+            for a in reg.stale_removed() {
+                tracing::warn!(
+                    "{a}: removed the registration a killed bloatd left (registered by map update, held by no process)"
+                );
+            }
+            Some(reg)
         };
         Ok(CcSet {
             reg,
@@ -34,6 +40,11 @@ impl CcSet {
 
     pub fn is_empty(&self) -> bool {
         self.reg.is_none()
+    }
+
+    /// How the kernel holds the registrations (None: nothing registered).
+    pub fn registered_by(&self) -> Option<bloatd_cc::RegisterBy> {
+        self.reg.as_ref().map(|r| r.registered_by())
     }
 
     pub fn names(&self) -> Vec<String> {
