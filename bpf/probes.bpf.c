@@ -12,7 +12,8 @@
  *                        TCP_CLOSE.
  *   tcp_retransmit_skb   keeps the record fresh while a sender is stalled in
  *                        loss recovery and receives nothing.
- *   tcp_cong_state_set   Open/Disorder/CWR/Recovery/Loss as it changes.
+ *   tcp_cong_state_set   Open/Disorder/CWR/Recovery/Loss as it changes
+ *                        (Linux 5.19; before, read at each sample).
  *   sock_ops (cgroup)    tcp_probe runs only in tcp_rcv_established, so a
  *                        sender that closed its end (FIN_WAIT1, every
  *                        "Connection: close" response draining through a
@@ -84,6 +85,10 @@ const volatile __u32 floor_infer_on = 1;
 const volatile __u32 floors_on = 1;
 /* Queueing delay from which a socket counts as bloated. */
 const volatile __u32 bloat_threshold_us = 100000;
+/* The kernel has no tcp_cong_state_set tracepoint (before Linux 5.19): the
+ * congestion state is read from the socket whenever the record is filled,
+ * instead of as it changes. */
+const volatile __u32 ca_state_from_sock = 0;
 
 /* Records alive now: the bound of `socks` (socket storage has none). */
 __u64 live_socks = 0;
@@ -362,6 +367,8 @@ static __always_inline void sock_fill(struct bloatd_sock *s,
 	s->bytes_received = tp->bytes_received;
 	s->rcv_rtt_us = tp->rcv_rtt_est.rtt_us >> 3;
 	s->unsent_bytes = (__s32)(write_seq - snd_nxt) > 0 ? write_seq - snd_nxt : 0;
+	if (ca_state_from_sock)
+		s->ca_state = BPF_CORE_READ_BITFIELD_PROBED(&tp->inet_conn, icsk_ca_state);
 	/* The stack sizes every header by whether timestamps were agreed
 	 * (20 bytes, or 32 with the aligned option): a plain field, where the
 	 * tstamp_ok bitfield read back set on connections without them. */
@@ -475,11 +482,14 @@ static __always_inline void floor_env_count(void *env, __u32 stat)
 /*
  * Feed the socket's minimum into its path's floors and read back the floor
  * its queueing delay is measured against (floor_path.h); `moved`: its route
- * changed since it last did. A global function, so the verifier checks it
- * once on its own instead of along every path of every program that calls
- * it (its branches, multiplied by theirs, came near the verifier's limit).
+ * changed since it last did. A function of its own, not inlined: its
+ * paths end at its return, where the verifier finds the caller's state the
+ * same whichever was taken, instead of multiplying the caller's paths that
+ * follow (inlined, they took a program to 650,000 of the verifier's
+ * 1,000,000 instructions). Static, not global: a global function's pointer
+ * arguments need Linux 5.12.
  */
-__noinline int floor_path_of(struct bloatd_sock *s, __u32 moved, __u64 now_ns)
+static __noinline int floor_path_of(struct bloatd_sock *s, __u32 moved, __u64 now_ns)
 {
 	struct bloatd_floor_cfg cfg = {
 		.window_s = floor_window_s,
@@ -557,6 +567,17 @@ static __always_inline void sock_queues(struct bloatd_sock *s)
  * sender echoes an ACK it received long before it had more to send, which
  * can only make a sample longer, never shorter.
  */
+/* Whether the connection agreed on microsecond TCP timestamps (Linux 6.7,
+ * tcp_usec_ts). Before 6.7 the field does not exist and every connection
+ * stamps with the millisecond clock: the existence check makes the read
+ * dead code the verifier never sees there. */
+static __always_inline int tcp_usec_ts(const struct tcp_sock *tp)
+{
+	if (!bpf_core_field_exists(tp->tcp_usec_ts))
+		return 0;
+	return BPF_CORE_READ_BITFIELD_PROBED(tp, tcp_usec_ts);
+}
+
 /* A timestamp difference in clock ticks of `tick_us` as an RTT sample:
  * bounded in ticks first, then converted, so an echo older than the bound
  * is refused whatever its age. (Multiplied first, a millisecond difference
@@ -576,7 +597,7 @@ static __always_inline __u32 rcv_ts_rtt_us(const struct tcp_sock *tp, __u32 tsec
 	__u64 mstamp = tp->tcp_mstamp;
 	__u32 now_ts;
 
-	if (BPF_CORE_READ_BITFIELD_PROBED(tp, tcp_usec_ts))
+	if (tcp_usec_ts(tp))
 		return rcv_ts_rtt_bound((__u32)mstamp - tsecr, 1);
 	now_ts = mstamp / 1000;
 	/* Millisecond clock: a sub-millisecond RTT reads 0. */

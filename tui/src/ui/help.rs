@@ -105,7 +105,7 @@ pub(super) fn help(app: &App, area: Rect, buf: &mut Buffer) {
         key("", "or plain text (process, cc or port); Esc cancels"),
         key(
             "p D",
-            "pause / resume · DRWA on / off, live, after a yes (root or admin_group)",
+            "pause / resume · DRWA on/off, asks first (root, admin_group)",
         ),
         key("Esc ?", "back / this help"),
         key("q", "quit"),
