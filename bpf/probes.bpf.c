@@ -482,14 +482,13 @@ static __always_inline void floor_env_count(void *env, __u32 stat)
 /*
  * Feed the socket's minimum into its path's floors and read back the floor
  * its queueing delay is measured against (floor_path.h); `moved`: its route
- * changed since it last did. A function of its own, not inlined: its
- * paths end at its return, where the verifier finds the caller's state the
- * same whichever was taken, instead of multiplying the caller's paths that
- * follow (inlined, they took a program to 650,000 of the verifier's
- * 1,000,000 instructions). Static, not global: a global function's pointer
- * arguments need Linux 5.12.
+ * changed since it last did. A global function, so the verifier checks it
+ * once on its own instead of along every path of every program that calls
+ * it: inlined, its branches multiplied by the callers' took a program to
+ * 650,000 of the verifier's 1,000,000 instructions. (A global function's
+ * pointer arguments need Linux 5.12, bloatd's floor.)
  */
-static __noinline int floor_path_of(struct bloatd_sock *s, __u32 moved, __u64 now_ns)
+__noinline int floor_path_of(struct bloatd_sock *s, __u32 moved, __u64 now_ns)
 {
 	struct bloatd_floor_cfg cfg = {
 		.window_s = floor_window_s,
