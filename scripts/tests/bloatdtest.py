@@ -5,11 +5,13 @@ for the dashboard, and waiting for things to happen.
 
 Tests run as root on the real kernel. Everything a test makes (network
 namespaces, daemons, servers, terminals) is removed when the test ends,
-pass or fail.
+pass, fail or Ctrl-C (SIGINT or SIGTERM: TestCase.run, main).
 """
 
+import glob
 import json
 import os
+import re
 import sys
 import shutil
 import signal
@@ -27,6 +29,8 @@ from instrument import parse_ss  # noqa: E402  one `ss` parser for the lab and t
 BLOATD = os.environ.get("BLOATD_BIN", os.path.join(REPO, "target", "release", "bloatd"))
 TOPO = os.path.join(REPO, "scripts", "lab", "topo.sh")
 FLOWS = os.path.join(REPO, "scripts", "lab", "flows.py")
+LAB_PY = os.path.join(REPO, "scripts", "lab", "lab.py")
+LAB_RUN = "/run/bloatd-lab"  # topo.sh's pid files and logs of the emulators
 
 # BLOATD_UNIT_SANDBOX=1 (test_service.py sets it): every daemon a test
 # starts runs under the systemd unit's capability bounding set and
@@ -70,17 +74,32 @@ def available_cc():
 
 def stop(p, grace=3.0):
     """End a child process: SIGTERM, up to `grace` seconds to go, then
-    SIGKILL (at once with grace 0); reaped either way."""
+    SIGKILL (at once with grace 0); reaped either way, and the pipes to it
+    closed only then (it may still write while it ends)."""
     if p.poll() is None:
         if grace > 0:
             p.terminate()
             try:
                 p.wait(timeout=grace)
-                return
             except subprocess.TimeoutExpired:
                 pass
-        p.kill()
+        if p.poll() is None:
+            p.kill()
     p.wait()
+    for f in (p.stdin, p.stdout, p.stderr):
+        if f:
+            f.close()
+
+
+def interruptible(cmd, **kw):
+    """Start `cmd` for a test that interrupts it with SIGINT, as Ctrl-C
+    would: in a session of its own, as a shell's job control would put it
+    (the terminal's Ctrl-C meant for the test does not reach it too), and
+    with SIGINT's default action. A suite started from a background shell
+    (`make test &`, CI) inherits SIGINT ignored, an ignored signal stays
+    ignored across exec, and bash can then neither trap nor receive it."""
+    return subprocess.Popen(cmd, start_new_session=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL), **kw)
 
 
 def wait_for(pred, timeout=10.0, step=0.1, what="condition"):
@@ -153,6 +172,37 @@ class Daemon:
         shutil.rmtree(self.run_dir, ignore_errors=True)
 
 
+def topo_profile(name):
+    """One of topo.sh's profiles: {rate, delay_ms, buffer_bytes[, trace]}."""
+    return dict(f.split("=", 1) for f in run(TOPO, "profile", name).stdout.split())
+
+
+def netns_list():
+    return [line.split()[0] for line in run("ip", "netns", "list").stdout.splitlines() if line.strip()]
+
+
+def lab_leftovers(name):
+    """Everything the lab topology `name` can leave behind, one line per
+    item, [] when nothing is: its namespaces, its emulators (their command
+    line names their pid file) and run files, and what the lab must never
+    touch in the root namespace: links named like the router's, their
+    qdiscs, NFQUEUE rules."""
+    left = [f"namespace {ns}" for ns in netns_list() if ns.startswith(f"{name}-")]
+    procs = run("pgrep", "-af", rf"bloatd-lab/{name}\.(delay|link)", check=False).stdout
+    left += [f"process {line}" for line in procs.splitlines()]
+    left += [f"run file {f}" for f in sorted(glob.glob(f"{LAB_RUN}/{name}.*"))]
+    for line in run("ip", "-br", "link").stdout.splitlines():
+        if re.match(r"(snd0|rcv0)(@|\s)", line):
+            left.append(f"root link {line}")
+    left += [f"root qdisc {line}" for line in run("tc", "qdisc", "show").stdout.splitlines()
+             if re.search(r"dev (snd0|rcv0) ", line)]
+    for tool in ("iptables", "ip6tables"):
+        for table in ("raw", "mangle"):
+            rules = run(tool, "-t", table, "-S", check=False).stdout
+            left += [f"root rule {line}" for line in rules.splitlines() if "nfqueue" in line.lower()]
+    return left
+
+
 class Lab:
     """The sender-router-receiver topology of scripts/lab/topo.sh."""
 
@@ -171,9 +221,11 @@ class Lab:
     def exec(self, side, *cmd, **kw):
         return run("ip", "netns", "exec", self.ns(side), *cmd, **kw)
 
-    def spawn(self, side, *cmd):
-        p = subprocess.Popen(["ip", "netns", "exec", self.ns(side), *cmd],
-                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    def spawn(self, side, *cmd, **kw):
+        """A process in a namespace, ended by `close`; its output dropped,
+        its errors kept, unless `kw` (Popen's) says otherwise."""
+        kw = {"stdout": subprocess.DEVNULL, "stderr": subprocess.PIPE, "text": True, **kw}
+        p = subprocess.Popen(["ip", "netns", "exec", self.ns(side), *cmd], **kw)
         self.procs.append(p)
         return p
 
@@ -248,9 +300,6 @@ class Lab:
     def close(self):
         for p in self.procs:
             stop(p, grace=0)
-            for f in (p.stdout, p.stderr):
-                if f:
-                    f.close()
         self.procs = []
         run(TOPO, "down", self.name, check=False, timeout=120)
 
@@ -351,7 +400,18 @@ class Tmux:
 
 
 class TestCase(unittest.TestCase):
-    """Registers cleanups so daemons and labs go away on failure too."""
+    """Registers cleanups so daemons and labs go away on failure and on
+    Ctrl-C too."""
+
+    def run(self, result=None):
+        # unittest skips a test's cleanups when KeyboardInterrupt (Ctrl-C,
+        # or SIGTERM: see main) ends it: run them, then go on ending.
+        try:
+            return super().run(result)
+        except KeyboardInterrupt:
+            print(f"\n{self.id()}: interrupted, removing what it made", file=sys.stderr, flush=True)
+            self.doCleanups()
+            raise
 
     def daemon(self, *extra, **kw):
         d = Daemon(*extra, **kw)
@@ -371,9 +431,10 @@ class TestCase(unittest.TestCase):
         self.addCleanup(t.kill)
         return t
 
-    def process(self, cmd, grace=3.0, **kw):
-        """A child process, stopped (see `stop`) when the test ends."""
-        p = subprocess.Popen(cmd, **kw)
+    def process(self, cmd, grace=3.0, sigint=False, **kw):
+        """A child process, stopped (see `stop`) when the test ends; with
+        `sigint`, one the test interrupts (see `interruptible`)."""
+        p = interruptible(cmd, **kw) if sigint else subprocess.Popen(cmd, **kw)
         self.addCleanup(stop, p, grace)
         return p
 
@@ -383,4 +444,18 @@ def main():
         raise SystemExit("integration tests need root (BPF, network namespaces)")
     if not os.path.exists(BLOATD):
         raise SystemExit(f"{BLOATD} not found: run `make build` first")
-    unittest.main(verbosity=2)
+    received = [signal.SIGINT]
+
+    def on_term(signum, frame):
+        received[0] = signum
+        raise KeyboardInterrupt
+    # SIGTERM (a CI timeout, `kill`) ends a test as Ctrl-C does: its
+    # cleanups run (TestCase.run).
+    signal.signal(signal.SIGTERM, on_term)
+    try:
+        unittest.main(verbosity=2)
+    except KeyboardInterrupt:
+        # End by the signal, so that a shell running the suite (run.sh)
+        # sees it and stops too.
+        signal.signal(received[0], signal.SIG_DFL)
+        os.kill(os.getpid(), received[0])
