@@ -304,21 +304,6 @@ class Lab:
         run(TOPO, "down", self.name, check=False, timeout=120)
 
 
-class Checks:
-    """Checks that go on after a failure, one "ok:" or "FAIL:" line each (the
-    shell tests' inline Python); `done()` exits 1 if any failed."""
-
-    def __init__(self):
-        self.failed = 0
-
-    def __call__(self, ok, msg):
-        print(("  ok: " if ok else "  FAIL: ") + msg)
-        self.failed += not ok
-
-    def done(self):
-        sys.exit(1 if self.failed else 0)
-
-
 def proc_status(pid):
     """/proc/PID/status of every thread of `pid`: {tid: {field: value}}."""
     out = {}
