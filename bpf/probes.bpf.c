@@ -697,6 +697,8 @@ static __always_inline void sock_interval_start(struct bloatd_sock *s, const str
 	s->prev_received = s->bytes_received;
 	s->prev_delivered = tp->delivered;
 	s->prev_segs_in = tp->data_segs_in;
+	s->prev_sacked = tp->sacked_out;
+	s->prev_ooopack = tp->rcv_ooopack;
 	s->sample_ns = now_ns;
 }
 
@@ -741,9 +743,48 @@ static __always_inline struct bloatd_sock *sock_create(struct sock *sk,
 }
 
 /*
+ * The bytes that crossed the link in the interval, counted as they
+ * arrived, never when a cumulative ACK or the filling of a hole finally
+ * accounts for them (a recovery's whole window would land in one interval:
+ * 50 Mbit/s read on a 16 Mbit/s link). d_acked, d_rcvd: bytes_acked and
+ * bytes_received since the previous sample.
+ *
+ * Sender: bytes cumulatively acknowledged plus segments SACKed, as the
+ * kernel's own delivery rate counts SACKed data (tp->delivered): the
+ * cumulative ACK that ends a recovery adds the hole, not the window the
+ * SACKs already counted. Receiver: while no segment arrives out of order,
+ * the in-order bytes; around a loss, the data segments that arrived (in
+ * order or not) at the peer's segment size, which is what the sender's
+ * SACKs count too.
+ */
+static __always_inline __u64 sock_rate_bytes(struct bloatd_sock *s, const struct tcp_sock *tp,
+					     __u64 d_acked, __u64 d_rcvd)
+{
+	__u32 sacked = tp->sacked_out, ooopack = tp->rcv_ooopack;
+	__u32 segs = tp->data_segs_in - s->prev_segs_in;
+	int ofo = tp->out_of_order_queue.rb_node != NULL;
+	__s64 snd = (__s64)d_acked + ((__s64)sacked - (__s64)s->prev_sacked) * s->mss;
+	__u64 rcv = d_rcvd;
+
+	if (ofo || (s->flags & BLOATD_F_OFO) || ooopack != s->prev_ooopack)
+		rcv = (__u64)segs * tp->inet_conn.icsk_ack.rcv_mss;
+	if (ofo)
+		s->flags |= BLOATD_F_OFO;
+	else
+		s->flags &= ~BLOATD_F_OFO;
+	s->prev_sacked = sacked;
+	s->prev_ooopack = ooopack;
+	if (s->role == BLOATD_ROLE_RECEIVER)
+		return rcv;
+	/* SACK marks the cumulative ACK did not cover (reneging, or a reno
+	 * flow's RTO) leave it below zero: nothing crossed. */
+	return snd > 0 ? snd : 0;
+}
+
+/*
  * Close the interval: the role from what moved since the previous sample
  * (a connection's first bytes, or a request/response turn, must not pin it
- * to a side for life), the goodput over the real time between the two
+ * to a side for life), the data rate over the real time between the two
  * samples, and whether the socket carried data at all: segments delivered
  * to the peer or data arrived, counted even while a loss holds the
  * cumulative ACK still (a sender in recovery behind a deep queue can see
@@ -770,6 +811,7 @@ static __always_inline void sock_interval(struct bloatd_sock *s, const struct tc
 		s->flags |= BLOATD_F_ACTIVE;
 	else
 		s->flags &= ~BLOATD_F_ACTIVE;
+	moved = sock_rate_bytes(s, tp, d_acked, d_rcvd);
 	/* bytes * 8e6 / us: exact up to 2 TB between samples. */
 	s->throughput_bps = s->sample_ns && dt_us ? moved * 8000000 / dt_us : 0;
 	/* The receiver's RTT of this interval: its lowest echo sample. */
