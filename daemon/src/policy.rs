@@ -690,66 +690,6 @@ pub fn lambda_x256(lambda: f64) -> u32 {
     (lambda * 256.0).round() as u32
 }
 
-/// /metrics: sockets under each action (gauge), what the actions did
-/// (counters), whether DRWA is on. Labels: `action` only (cc, bulk, drwa).
-pub fn encode_metrics(
-    e: &mut prometheus_client::encoding::DescriptorEncoder,
-    c: &PolicyCounts,
-    drwa: DrwaMode,
-) -> Result<(), std::fmt::Error> {
-    use prometheus_client::encoding::{EncodeLabelSet, NoLabelSet};
-    use prometheus_client::metrics::MetricType;
-    #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-    struct Action {
-        action: &'static str,
-    }
-    let mut m = e.encode_descriptor(
-        "policy_sockets",
-        "Live sockets under each policy action: cc (a rule chose the congestion control at the handshake), bulk (a bulk rule switched it mid-flow), drwa (DRWA clamps the receive window now)",
-        None,
-        MetricType::Gauge,
-    )?;
-    for (action, v) in [
-        ("cc", c.cc_sockets),
-        ("bulk", c.bulk_sockets),
-        ("drwa", c.drwa_sockets),
-    ] {
-        m.encode_family(&Action { action })?.encode_gauge(&v)?;
-    }
-    let mut m = e.encode_descriptor(
-        "policy_actions",
-        "What the policy did: cc (congestion control set at a handshake), bulk (switched mid-flow), drwa (a DRWA round set a window clamp), drwa_restore (a window given back)",
-        None,
-        MetricType::Counter,
-    )?;
-    for (action, v) in [
-        ("cc", c.cc_set_total),
-        ("bulk", c.bulk_switched_total),
-        ("drwa", c.drwa_rounds_total),
-        ("drwa_restore", c.drwa_restored_total),
-    ] {
-        m.encode_family(&Action { action })?
-            .encode_counter::<NoLabelSet, _, u64>(&v, None)?;
-    }
-    let mut m = e.encode_descriptor(
-        "policy_failures",
-        "Policy actions the kernel refused: cc (bpf_setsockopt TCP_CONGESTION), drwa (TCP_WINDOW_CLAMP)",
-        None,
-        MetricType::Counter,
-    )?;
-    for (action, v) in [("cc", c.cc_failed_total), ("drwa", c.drwa_failed_total)] {
-        m.encode_family(&Action { action })?
-            .encode_counter::<NoLabelSet, _, u64>(&v, None)?;
-    }
-    e.encode_descriptor(
-        "drwa_enabled",
-        "1 while DRWA is switched on for every armed receiver (drwa = \"on\", the API, bloatd top's key)",
-        None,
-        MetricType::Gauge,
-    )?
-    .encode_gauge(&((drwa == DrwaMode::On) as i64))
-}
-
 /// C functions of bpf/policy.h compiled for the host (bpf/policy_host.c):
 /// the tests run the kernel's arithmetic.
 #[cfg(test)]
