@@ -196,6 +196,7 @@ struct bloatd_sock {
 	__u32 prev_segs_in;	/* tp->data_segs_in at the previous sample */
 	__u32 prev_sacked;	/* tp->sacked_out at the previous sample */
 	__u32 prev_ooopack;	/* tp->rcv_ooopack at the previous sample */
+	__u32 prev_tsval;	/* the peer's TSval at the previous sample */
 	__u32 prev_retrans;	/* total_retrans already counted in the statistics */
 	__u32 bloated_sec;	/* the last second this socket counted as bloated */
 	__u16 counted;		/* its slot in `sock_counts` + 1, 0 = not counted */
