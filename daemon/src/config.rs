@@ -2,6 +2,7 @@
 //! present) with command-line flags overriding it. Unknown keys are errors:
 //! a typo must not silently fall back to a default.
 
+use crate::text::edit_distance;
 use serde::{Deserialize, Serialize};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -16,10 +17,6 @@ const KEYS: &[(&str, &str)] = &[
     ("run_dir", "a directory path"),
     ("interval_ms", "an integer (milliseconds)"),
     ("map_capacity", "an integer"),
-    (
-        "map_entries",
-        "an integer (deprecated name of map_capacity)",
-    ),
     ("bloat_threshold_ms", "an integer (milliseconds)"),
     ("series_seconds", "an integer (seconds)"),
     ("cc", "a list of names, like [\"bloatd_westwood\"]"),
@@ -77,24 +74,6 @@ fn key_offset(text: &str, key: &str) -> usize {
     0
 }
 
-/// Levenshtein distance, for "did you mean".
-pub(crate) fn edit_distance(a: &str, b: &str) -> usize {
-    let b: Vec<char> = b.chars().collect();
-    let mut prev: Vec<usize> = (0..=b.len()).collect();
-    for (i, ca) in a.chars().enumerate() {
-        let mut cur = vec![i + 1];
-        for (j, cb) in b.iter().enumerate() {
-            cur.push(
-                (prev[j] + usize::from(ca != *cb))
-                    .min(prev[j + 1] + 1)
-                    .min(cur[j] + 1),
-            );
-        }
-        prev = cur;
-    }
-    prev[b.len()]
-}
-
 #[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
 pub struct Config {
@@ -105,7 +84,6 @@ pub struct Config {
     /// Sampling interval: at most one sample per socket per interval.
     pub interval_ms: u64,
     /// Capacity of the kernel's socket map.
-    #[serde(alias = "map_entries")]
     pub map_capacity: u32,
     /// Queueing delay from which a socket counts as bloated.
     pub bloat_threshold_ms: u64,
@@ -142,10 +120,10 @@ pub struct Config {
     /// Congestion control rules (`[[policy]]` tables), applied by the
     /// sock_ops program in order: the first that selects a connection
     /// decides (policy.rs).
-    pub policy: Vec<crate::policy::Rule>,
+    pub policy: Vec<bloatd_model::policy::Rule>,
     /// The receiver's Dynamic Receive Window Adjustment: "disabled" (the
     /// kernel is asked for nothing), "off" (armed, switched on live) or "on".
-    pub drwa: crate::policy::DrwaMode,
+    pub drwa: bloatd_model::policy::DrwaMode,
     /// DRWA's lambda: the window is lambda x floor / RTT x data per RTT.
     pub drwa_lambda: f64,
     /// Bytes a connection receives before DRWA clamps its window.
@@ -173,7 +151,7 @@ impl Default for Config {
             log: "info".into(),
             api_group: None,
             policy: Vec::new(),
-            drwa: crate::policy::DrwaMode::Disabled,
+            drwa: bloatd_model::policy::DrwaMode::Disabled,
             drwa_lambda: 3.0,
             drwa_min_bytes: 65_536,
         }
@@ -238,9 +216,6 @@ impl Config {
         }
         if let Some(rules) = table.get("policy") {
             crate::policy::check_config_value(rules)?;
-        }
-        if table.contains_key("map_entries") && table.contains_key("map_capacity") {
-            return Err("`map_entries` is the old name of `map_capacity`: give only one".into());
         }
         let cfg = Config::deserialize(toml::Value::Table(table.clone())).map_err(|_| {
             // Deserialize key by key to find the one with the wrong type.
@@ -332,6 +307,7 @@ impl Config {
             westwood_ssthresh: bloatd_cc::WestwoodSsthresh::from_name(&self.westwood_ssthresh)
                 .unwrap_or_default(),
             ratio_interval_us: (self.interval_ms as u32).saturating_mul(1000),
+            register_by: None,
         }
     }
 
@@ -444,25 +420,10 @@ mod tests {
             .cloned()
             .collect();
         fields.push("api_group".into()); // None: not serialized
-        fields.push("map_entries".into()); // the old name of map_capacity
         fields.sort();
         let mut keys: Vec<String> = KEYS.iter().map(|(k, _)| k.to_string()).collect();
         keys.sort();
         assert_eq!(fields, keys, "KEYS must list every Config field");
-    }
-
-    #[test]
-    fn the_old_name_of_map_capacity_still_works_for_one_release() {
-        assert_eq!(
-            Config::parse("map_entries = 128\n").unwrap().map_capacity,
-            128
-        );
-        assert_eq!(
-            Config::parse("map_capacity = 256\n").unwrap().map_capacity,
-            256
-        );
-        let e = Config::parse("map_entries = 128\nmap_capacity = 256\n").unwrap_err();
-        assert!(e.contains("old name"), "{e}");
     }
 
     #[test]

@@ -2,14 +2,14 @@
 //! probes in the kernel, the socket tracker fed from them, the metrics, and
 //! the registered congestion controls.
 
-use crate::api::{CcInfo, FloorEntry, Floors, Status};
 use crate::cc::CcSet;
 use crate::clock::Clock;
 use crate::config::Config;
 use crate::metrics::{Metrics, Scrape};
-use crate::probes::{abi, abi::stat, ProbeConfig, Probes, TRACEPOINTS};
+use crate::probes::{abi, abi::stat, ProbeConfig, Probes};
 use crate::tracker::Tracker;
-use bloatd_tui::model::{FloorSource, Health, Path, Series, Snapshot, SnapshotRequest, Socket};
+use bloatd_model::api::{CcInfo, FloorEntry, Floors, Status};
+use bloatd_model::{FloorSource, Health, NetPath, Series, Snapshot, SnapshotRequest, Socket};
 use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};
 
@@ -27,7 +27,7 @@ pub struct Core {
     probes: Probes,
     /// The policy's rules (their names, by kernel index) and DRWA's state.
     policy: crate::policy::Resolved,
-    drwa: crate::policy::DrwaMode,
+    drwa: bloatd_model::policy::DrwaMode,
     tracker: Tracker,
     metrics: Option<Metrics>,
     cc: CcSet,
@@ -48,7 +48,7 @@ pub struct Core {
 impl Core {
     /// Load the probes, read what exists, register the congestion controls.
     pub fn start(cfg: &Config, mode: &'static str, with_metrics: bool) -> anyhow::Result<Core> {
-        use crate::policy::DrwaMode;
+        use bloatd_model::policy::DrwaMode;
         let policy =
             crate::policy::resolve(&cfg.policy, &cfg.cc).map_err(|e| anyhow::anyhow!(e))?;
         let probes = Probes::load(&ProbeConfig {
@@ -177,7 +177,7 @@ impl Core {
 
     /// Sockets grouped by path, worst queue first (`prefix`: by the
     /// configured prefixes instead of by peer).
-    pub fn paths(&mut self, prefix: bool) -> Vec<Path> {
+    pub fn paths(&mut self, prefix: bool) -> Vec<NetPath> {
         let socks = self.sockets_fresh(false);
         let by = prefix.then_some((self.cfg.floor_prefix_v4, self.cfg.floor_prefix_v6));
         crate::paths::paths_of(&socks, by)
@@ -217,6 +217,18 @@ impl Core {
         })
     }
 
+    /// The parts beyond the core and how this kernel runs them.
+    pub fn features(&self) -> Vec<bloatd_model::Feature> {
+        let names = self.cc.names();
+        crate::kernel::features(
+            self.probes.kernel(),
+            self.probes.sockops_error(),
+            self.cc
+                .registered_by()
+                .map(|by| crate::kernel::CcRegistration { names: &names, by }),
+        )
+    }
+
     pub fn health(&self) -> Health {
         let c = self.probes.counters().unwrap_or_default();
         Health {
@@ -225,13 +237,14 @@ impl Core {
             map_entries: c.map_entries(),
             map_capacity: self.probes.map_capacity() as u64,
             mode: self.mode.to_string(),
+            features: self.features(),
         }
     }
 
     /// What the dashboard draws (`req`): the sockets as of the last read (at
     /// most an interval old; `fresh`: read now), all of them or, with a
     /// limit, the first rows in its sort order passing its filter with the
-    /// host's summary (`bloatd_tui::app::select_rows`), plus the samples of
+    /// host's summary (`bloatd_model::select::select_rows`), plus the samples of
     /// one socket newer than `since_ms`. A dashboard asking counts as
     /// someone looking. Err: a bad sort key or filter.
     pub fn snapshot(&mut self, req: &SnapshotRequest, fresh: bool) -> Result<Snapshot, String> {
@@ -257,7 +270,7 @@ impl Core {
         };
         let (mut summary, mut matched) = (None, None);
         if req.limit.is_some() {
-            let (rows, n, s) = bloatd_tui::app::select_rows(sockets, req, threshold_us)?;
+            let (rows, n, s) = bloatd_model::select::select_rows(sockets, req, threshold_us)?;
             (sockets, matched, summary) = (rows, Some(n), Some(s));
         }
         Ok(Snapshot {
@@ -324,14 +337,15 @@ impl Core {
             floors: self.probes.floors_count().unwrap_or(0),
             cc_export_failures: self.cc.export_failures(),
             westwood_cwnd_pipe: self.cc.westwood_cwnd_pipe_ratio(),
+            features: self.features(),
             policy: self.policy_counts().map(|c| (c, self.drwa)),
         }
     }
 
     /// The programs attached, as `status` names them.
     fn probe_names(&self) -> Vec<String> {
-        TRACEPOINTS
-            .iter()
+        self.probes
+            .tracepoints()
             .map(|h| format!("tp_btf/{h}"))
             .chain(
                 self.probes
@@ -351,13 +365,13 @@ impl Core {
             started_unix_ms: self.started_unix_ms,
             interval_ms: self.cfg.interval_ms,
             probes: self.probe_names(),
-            hooks: self.probe_names(),
             cc_registered: self.cc.names(),
             default_cc: bloatd_cc::kernel_default().ok(),
             listen: self.metrics.as_ref().map(|_| self.cfg.listen.to_string()),
             sockets: health.map_entries as usize,
             health,
             sockops_error: self.probes.sockops_error().map(str::to_string),
+            kernel: crate::kernel::release(),
         }
     }
 
@@ -380,9 +394,9 @@ impl Core {
 
     /// `GET /v1/policy`: the rules with the sockets each acts on now, DRWA,
     /// and the counters.
-    pub fn policy_info(&mut self) -> crate::api::PolicyInfo {
-        use crate::api::{PolicyInfo, RuleInfo};
+    pub fn policy_info(&mut self) -> bloatd_model::api::PolicyInfo {
         use crate::policy::{describe_actions, describe_selectors};
+        use bloatd_model::api::{PolicyInfo, RuleInfo};
         let socks = self.sockets_fresh(true);
         let rules = self
             .policy
@@ -391,7 +405,7 @@ impl Core {
             .enumerate()
             .map(|(i, name)| {
                 let rule = self.cfg.policy.get(i).cloned();
-                let acts = |p: &bloatd_tui::model::SocketPolicy| {
+                let acts = |p: &bloatd_model::SocketPolicy| {
                     p.chose_cc() == Some(name.as_str())
                         || p.drwa.as_ref().is_some_and(|d| d.by == *name)
                 };
@@ -417,7 +431,7 @@ impl Core {
             })
             .collect();
         PolicyInfo {
-            drwa: crate::api::DrwaInfo {
+            drwa: bloatd_model::api::DrwaInfo {
                 mode: self.drwa.as_str().into(),
                 lambda: self.cfg.drwa_lambda,
                 min_bytes: self.cfg.drwa_min_bytes,
@@ -428,21 +442,21 @@ impl Core {
     }
 
     /// The policy's counters, as the kernel keeps them.
-    fn policy_counts(&self) -> Option<crate::api::PolicyCounts> {
+    fn policy_counts(&self) -> Option<bloatd_model::api::PolicyCounts> {
         self.probes
             .policy
             .counts()
             .ok()
-            .map(|c| crate::api::PolicyCounts::from_kernel(&c))
+            .map(|c| crate::policy::policy_counts(&c))
     }
 
     /// The policy's state in a snapshot: None when there is no policy.
-    fn policy_state(&self) -> Option<bloatd_tui::model::PolicyState> {
-        if self.policy.names.is_empty() && self.drwa == crate::policy::DrwaMode::Disabled {
+    fn policy_state(&self) -> Option<bloatd_model::PolicyState> {
+        if self.policy.names.is_empty() && self.drwa == bloatd_model::policy::DrwaMode::Disabled {
             return None;
         }
         let c = self.policy_counts().unwrap_or_default();
-        Some(bloatd_tui::model::PolicyState {
+        Some(bloatd_model::PolicyState {
             drwa: self.drwa.as_str().into(),
             rules: self.policy.names.len(),
             cc_sockets: c.cc_sockets,
@@ -453,7 +467,7 @@ impl Core {
 
     /// DRWA on or off, live. Err: DRWA was not armed at start.
     pub fn set_drwa(&mut self, on: bool) -> Result<(), String> {
-        use crate::policy::DrwaMode;
+        use bloatd_model::policy::DrwaMode;
         if self.drwa == DrwaMode::Disabled {
             return Err("DRWA is disabled in this bloatd: start it with --drwa=off (armed, switched on live) or --drwa, or drwa = \"off\" in the config".into());
         }

@@ -32,7 +32,7 @@
 
 use crate::probes::abi::{hist, limits, stat, tcp_state_name, BloatdCcStats, BloatdRoleStats};
 use crate::probes::Counters;
-use bloatd_tui::model::Role;
+use bloatd_model::Role;
 use std::collections::BTreeMap;
 use std::fmt::Write;
 
@@ -89,10 +89,15 @@ pub struct Scrape {
     /// refused.
     pub cc_export_failures: Vec<(String, u64)>,
     /// The policy's counters and DRWA's state (policy.rs).
-    pub policy: Option<(crate::api::PolicyCounts, crate::policy::DrwaMode)>,
+    pub policy: Option<(
+        bloatd_model::api::PolicyCounts,
+        bloatd_model::policy::DrwaMode,
+    )>,
     /// bloatd_westwood's cwnd/pipe histogram as its struct_ops program
     /// counted it (None without bloatd_westwood).
     pub westwood_cwnd_pipe: Option<bloatd_cc::RatioHistogram>,
+    /// What this kernel runs of the parts beyond the core (kernel.rs).
+    pub features: Vec<bloatd_model::Feature>,
 }
 
 /// A metric's type, as the text format names it.
@@ -341,11 +346,23 @@ fn one(v: f64) -> Vec<Row> {
 
 /// The policy's rows: (label value, value) by `action`, when the policy
 /// is loaded.
-fn policy_rows(v: &Scrape, pick: fn(&crate::api::PolicyCounts) -> Vec<(&str, f64)>) -> Vec<Row> {
+fn policy_rows(
+    v: &Scrape,
+    pick: fn(&bloatd_model::api::PolicyCounts) -> Vec<(&str, f64)>,
+) -> Vec<Row> {
     v.policy
         .iter()
         .flat_map(|(c, _)| pick(c))
         .map(|(action, n)| row(&[("action", action)], n))
+        .collect()
+}
+
+/// One row per part of bloatd beyond the core (kernel.rs: a fixed set of
+/// names), 1 where `on` says so of its state.
+fn feature_rows(v: &Scrape, on: fn(bloatd_model::FeatureState) -> bool) -> Vec<Row> {
+    v.features
+        .iter()
+        .map(|f| row(&[("feature", &f.name)], on(f.state) as u8 as f64))
         .collect()
 }
 
@@ -414,6 +431,20 @@ const FAMILIES: &[Family] = &[
         help: "Sockets whose queueing delay reached the bloat threshold in the last whole second (receivers: no cc)",
         labels: &["cc", "role"],
         rows: bloated_rows,
+    },
+    Family {
+        name: "bloatd_feature_enabled",
+        kind: Kind::Gauge,
+        help: "1 where this kernel runs the part of bloatd (as designed or by a fallback), 0 where it was declined at start: `bloatd status` says why",
+        labels: &["feature"],
+        rows: |v| feature_rows(v, |s| s != bloatd_model::FeatureState::Off),
+    },
+    Family {
+        name: "bloatd_feature_fallback",
+        kind: Kind::Gauge,
+        help: "1 where the part runs by a fallback this kernel allows (`bloatd status` says which)",
+        labels: &["feature"],
+        rows: |v| feature_rows(v, |s| s == bloatd_model::FeatureState::Fallback),
     },
     Family {
         name: "bloatd_probe_events_total",
@@ -567,7 +598,7 @@ const FAMILIES: &[Family] = &[
         rows: |v| {
             v.policy
                 .iter()
-                .map(|(_, m)| row(&[], (*m == crate::policy::DrwaMode::On) as u8 as f64))
+                .map(|(_, m)| row(&[], (*m == bloatd_model::policy::DrwaMode::On) as u8 as f64))
                 .collect()
         },
     },
@@ -720,14 +751,14 @@ mod tests {
 
     #[test]
     fn policy_counts_encode_with_the_action_label_only() {
-        let counts = crate::api::PolicyCounts {
+        let counts = bloatd_model::api::PolicyCounts {
             cc_sockets: 2,
             drwa_sockets: 1,
             bulk_switched_total: 5,
             ..Default::default()
         };
         let text = Metrics::new().encode(Scrape {
-            policy: Some((counts, crate::policy::DrwaMode::On)),
+            policy: Some((counts, bloatd_model::policy::DrwaMode::On)),
             ..view()
         });
         for line in [
@@ -815,7 +846,7 @@ mod tests {
     #[test]
     fn one_pass_text_format() {
         let text = Metrics::new().encode(Scrape {
-            policy: Some((Default::default(), crate::policy::DrwaMode::Off)),
+            policy: Some((Default::default(), bloatd_model::policy::DrwaMode::Off)),
             ..view()
         });
         let mut family = "";

@@ -3,7 +3,7 @@
 //! queue its sockets wait in now. `bloatd paths`, `/v1/paths`, and the
 //! paths table of `bloatd top` show it.
 
-use bloatd_tui::model::{FloorSource, Path, Socket};
+use bloatd_model::{FloorSource, NetPath, Socket};
 use std::collections::BTreeMap;
 use std::net::IpAddr;
 
@@ -35,7 +35,7 @@ pub fn mask(addr: IpAddr, bits: u8) -> IpAddr {
 /// Group sockets into paths: one per (namespace, peer, interface), or per
 /// prefix when `prefix` gives the IPv4 and IPv6 prefix lengths. Worst
 /// queue first.
-pub fn paths_of(socks: &[Socket], prefix: Option<(u8, u8)>) -> Vec<Path> {
+pub fn paths_of(socks: &[Socket], prefix: Option<(u8, u8)>) -> Vec<NetPath> {
     let mut groups: BTreeMap<(u32, IpAddr, u8, &str), Vec<&Socket>> = BTreeMap::new();
     for s in socks {
         let full = if s.remote_addr.is_ipv4() { 32 } else { 128 };
@@ -54,7 +54,7 @@ pub fn paths_of(socks: &[Socket], prefix: Option<(u8, u8)>) -> Vec<Path> {
             .or_default()
             .push(s);
     }
-    let mut paths: Vec<Path> = groups
+    let mut paths: Vec<NetPath> = groups
         .into_iter()
         .map(|((netns, peer, prefix_len, interface), members)| {
             path_of(netns, peer, prefix_len, interface, &members)
@@ -69,7 +69,13 @@ pub fn paths_of(socks: &[Socket], prefix: Option<(u8, u8)>) -> Vec<Path> {
     paths
 }
 
-fn path_of(netns: u32, peer: IpAddr, prefix_len: u8, interface: &str, members: &[&Socket]) -> Path {
+fn path_of(
+    netns: u32,
+    peer: IpAddr,
+    prefix_len: u8,
+    interface: &str,
+    members: &[&Socket],
+) -> NetPath {
     // The lowest floor of its sockets (they share the peer's, unless one
     // measured below it since) and where that one came from.
     let floor = members
@@ -98,7 +104,7 @@ fn path_of(netns: u32, peer: IpAddr, prefix_len: u8, interface: &str, members: &
     let mut ccs: Vec<String> = members.iter().map(|s| s.cc.clone()).collect();
     ccs.sort();
     ccs.dedup();
-    Path {
+    NetPath {
         netns,
         peer,
         prefix_len,
@@ -233,7 +239,7 @@ pub(crate) mod tests {
             (399, "D"),
             (400, "F"),
         ] {
-            assert_eq!(bloatd_tui::model::grade(ms * 1000), g, "{ms} ms");
+            assert_eq!(bloatd_model::grade(ms * 1000), g, "{ms} ms");
         }
     }
 }

@@ -1,17 +1,17 @@
 //! The daemon's servers: the JSON API on the Unix socket (peer addresses
 //! live here only) and Prometheus /metrics over TCP: they route the
-//! requests of the contract (api/mod.rs) to the engine (core.rs).
+//! requests of the contract (bloatd_model::api) to the engine (core.rs).
 
-use crate::api::{
-    route, DefaultReq, DefaultResp, DrwaReq, PathsQuery, RuleReq, SeriesQuery, SnapshotQuery,
-    SocketsQuery,
-};
 use crate::core::Core;
 use axum::extract::{Path, Query, State};
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
+use bloatd_model::api::{
+    route, DefaultReq, DefaultResp, DrwaReq, PathsQuery, RuleReq, SeriesQuery, SnapshotQuery,
+    SocketsQuery,
+};
 use std::collections::BTreeMap;
 use std::future::Future;
 use std::sync::{Arc, Mutex};

@@ -1,4 +1,6 @@
-//! Text that leaves the daemon. A process names itself (`comm`, set with
+//! Text: what leaves the daemon, and the suggestions its errors make.
+//!
+//! A process names itself (`comm`, set with
 //! prctl(PR_SET_NAME) by any user) and bloatd prints that name in
 //! `bloatd sockets`, `bloatd top` and the API: a name made of terminal
 //! escape sequences must reach no terminal. Every string taken from the
@@ -28,6 +30,24 @@ fn is_bidi_control(c: char) -> bool {
 pub fn cstr(b: &[u8]) -> String {
     let end = b.iter().position(|&c| c == 0).unwrap_or(b.len());
     printable(&String::from_utf8_lossy(&b[..end]))
+}
+
+/// Levenshtein distance, for "did you mean".
+pub fn edit_distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut prev: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut cur = vec![i + 1];
+        for (j, cb) in b.iter().enumerate() {
+            cur.push(
+                (prev[j] + usize::from(ca != *cb))
+                    .min(prev[j + 1] + 1)
+                    .min(cur[j] + 1),
+            );
+        }
+        prev = cur;
+    }
+    prev[b.len()]
 }
 
 #[cfg(test)]

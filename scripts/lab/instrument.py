@@ -1,7 +1,7 @@
 """Per-flow measurements for the lab: bloatd is the instrument, ss the oracle.
 
 Every sample is a dict with the same keys whichever backend produced it,
-named as in bloatd's API (tui/src/model.rs):
+named as in bloatd's API (model/src/view.rs):
     t (unix seconds), local_port, remote_port, state, cc, srtt_us,
     min_rtt_us, cwnd, inflight, mss, retrans, lost, bytes_acked
 (bloatd adds queue_delay_us, and pipe: Westwood+'s BWE x RTTmin / MSS)

@@ -24,6 +24,7 @@ a percentile), and agree with each other interval by interval.
 import shutil
 import statistics
 import subprocess
+import sys
 import tempfile
 import time
 
@@ -161,7 +162,7 @@ class ShippedRules(TestCase):
         watch = Watch(prom, t0)
         # Idle connections on the sender's loopback fill the map past its
         # bound: 100 records for 64 places.
-        filler = self.lab.spawn("snd", "/usr/bin/python3", "-c", """
+        filler = self.lab.spawn("snd", sys.executable, "-c", """
 import socket, time
 l = socket.socket(); l.bind(("127.0.0.1", 0)); l.listen(128)
 keep = []

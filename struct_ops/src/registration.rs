@@ -1,11 +1,15 @@
 //! Loading and registering the struct_ops objects.
 //!
-//! Each algorithm is registered through a `.struct_ops.link`: the kernel
-//! keeps it registered exactly as long as the link file descriptor lives, so
-//! a bloatd that dies for any reason leaves nothing registered. Sockets that
-//! already use an algorithm hold their own reference and keep working after
-//! it is unregistered; they only stop showing up in the state map once the
-//! map's last user (those sockets' programs) is gone.
+//! Each algorithm is registered through a `.struct_ops.link` where the
+//! kernel has struct_ops links (Linux 6.4): it keeps the algorithm
+//! registered exactly as long as the link file descriptor lives, so a
+//! bloatd that dies for any reason leaves nothing registered. Before 6.4
+//! the same object's map is registered by a map update instead, which
+//! outlives a killed process: such a stale registration is removed when the
+//! name is registered again (`stale.rs`). Sockets that already use an
+//! algorithm hold their own reference and keep working after it is
+//! unregistered; they only stop showing up in the state map once the map's
+//! last user (those sockets' programs) is gone.
 
 use std::collections::HashMap;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
@@ -23,13 +27,16 @@ use crate::kernel::{
 use crate::state::{
     decode, monotonic_us, value_size, RatioHistogram, RawRatioHist, RawWestwoodConfig,
 };
-use crate::{Algo, AlgoState, CcError, Options, WestwoodSsthresh};
+use crate::{Algo, AlgoState, CcError, Options, RegisterBy, WestwoodSsthresh};
 
 /// bloatd's congestion controls registered by this process. Dropping it
 /// unregisters them all.
 pub struct Registration {
     loaded: Vec<Loaded>,
     netns_changes: Vec<NetnsDefaultChange>,
+    by: RegisterBy,
+    /// Algorithms whose stale registration (a killed holder's) was removed.
+    stale_removed: Vec<Algo>,
 }
 
 /// One registered algorithm. Field order is drop order: the link goes first
@@ -57,16 +64,33 @@ impl Registration {
         let mut reg = Registration {
             loaded: Vec::new(),
             netns_changes: Vec::new(),
+            by: opts.register_by.unwrap_or_else(RegisterBy::detect),
+            stale_removed: Vec::new(),
         };
         for &algo in algos {
             if !reg.registered().contains(&algo) {
+                if crate::stale::remove_stale(algo) > 0 {
+                    wait_gone(algo)?;
+                    reg.stale_removed.push(algo);
+                }
                 // on error `reg` drops and unregisters what came before
-                reg.loaded.push(load(algo, opts)?);
+                reg.loaded.push(load(algo, opts, reg.by)?);
                 let adopted = adopt_netns_defaults(algo)?;
                 reg.netns_changes.extend(adopted);
             }
         }
         Ok(reg)
+    }
+
+    /// How the kernel holds these registrations.
+    pub fn registered_by(&self) -> RegisterBy {
+        self.by
+    }
+
+    /// Algorithms whose stale registration, left by a holder that was
+    /// killed (map update, before Linux 6.4), was removed first.
+    pub fn stale_removed(&self) -> &[Algo] {
+        &self.stale_removed
     }
 
     /// What this registration holds, in registration order.
@@ -249,7 +273,7 @@ fn tail(log: &str, lines: usize) -> String {
     all[all.len().saturating_sub(lines)..].join("\n")
 }
 
-fn load(algo: Algo, opts: &Options) -> Result<Loaded, CcError> {
+fn load(algo: Algo, opts: &Options, by: RegisterBy) -> Result<Loaded, CcError> {
     let name = algo.name();
     if kernel_available()
         .map(|v| v.iter().any(|a| a == name))
@@ -261,7 +285,7 @@ fn load(algo: Algo, opts: &Options) -> Result<Loaded, CcError> {
     let _serial = LOAD_LOCK.lock().unwrap_or_else(|e| e.into_inner());
     LOAD_LOG.lock().unwrap_or_else(|e| e.into_inner()).clear();
     let prev_print = libbpf_rs::set_print(Some((PrintLevel::Info, capture_log)));
-    let result = open_load_attach(algo, opts);
+    let result = open_load_attach(algo, opts, by);
     libbpf_rs::set_print(prev_print);
     let log = std::mem::take(&mut *LOAD_LOG.lock().unwrap_or_else(|e| e.into_inner()));
 
@@ -271,10 +295,22 @@ fn load(algo: Algo, opts: &Options) -> Result<Loaded, CcError> {
 fn open_load_attach(
     algo: Algo,
     opts: &Options,
+    by: RegisterBy,
 ) -> Result<Loaded, (&'static str, libbpf_rs::Error)> {
     let mut open = ObjectBuilder::default()
         .open_memory(algo.object())
         .map_err(|e| ("open", e))?;
+    if by == RegisterBy::MapUpdate {
+        // The same object without BPF_F_LINK: a map the kernel registers
+        // when it is written (libbpf's attach does the write, and its
+        // detach deletes the element).
+        let mut ops = open
+            .maps_mut()
+            .find(|m| m.name() == algo.ops_map())
+            .expect("struct_ops map is in the object");
+        let flags = ops.map_flags() & !libbpf_sys::BPF_F_LINK;
+        ops.set_map_flags(flags).map_err(|e| ("open", e))?;
+    }
     if algo == Algo::Westwood {
         // westwood.bpf.c: `westwood_config`, alone in its section
         let cfg = RawWestwoodConfig {

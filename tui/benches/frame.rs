@@ -10,8 +10,8 @@
 #[path = "../tests/common/mod.rs"]
 mod common;
 
+use bloatd_model::Snapshot;
 use bloatd_tui::app::{select_rows, App, Filter, Key, SortKey};
-use bloatd_tui::model::Snapshot;
 use ratatui::backend::TestBackend;
 use ratatui::Terminal;
 use std::time::{Duration, Instant};

@@ -14,7 +14,7 @@
 #[path = "../tests/common/mod.rs"]
 mod common;
 
-use bloatd_tui::model::{CcState, Sample, Series, Snapshot, SnapshotRequest, Socket};
+use bloatd_model::{CcState, Sample, Series, Snapshot, SnapshotRequest, Socket};
 use bloatd_tui::{Options, Source};
 use std::collections::HashMap;
 use std::time::{SystemTime, UNIX_EPOCH};

@@ -13,13 +13,11 @@
 //! [`Source`] (its Unix-socket API client, or the embedded probes).
 
 pub mod app;
-pub mod format;
-pub mod model;
 mod terminal;
 pub mod ui;
 
 use app::{App, Key};
-use model::{Snapshot, SnapshotRequest};
+use bloatd_model::{Snapshot, SnapshotRequest};
 use ratatui::backend::Backend;
 use ratatui::crossterm::event::{self, Event, KeyCode, KeyEvent, KeyEventKind, KeyModifiers};
 use ratatui::layout::Rect;

@@ -4,8 +4,8 @@
 
 mod common;
 
+use bloatd_model::{Drwa, PolicyState, Sample, Series, Snapshot, SocketPolicy};
 use bloatd_tui::app::{App, Key};
-use bloatd_tui::model::{Drwa, PolicyState, Sample, Series, Snapshot, SocketPolicy};
 use bloatd_tui::ui;
 use common::*;
 use ratatui::backend::TestBackend;

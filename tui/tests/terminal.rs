@@ -13,8 +13,8 @@ mod common;
 #[allow(dead_code)]
 mod wait;
 
-use bloatd_tui::model::Snapshot;
-use bloatd_tui::model::SnapshotRequest;
+use bloatd_model::Snapshot;
+use bloatd_model::SnapshotRequest;
 use bloatd_tui::{Options, Source};
 use std::path::PathBuf;
 use std::process::Command;

@@ -1,8 +1,8 @@
 //! `bloatd cc list|default NAME`: bloatd's congestion controls and the
 //! host's default.
 
-use crate::api::client::{self, Client};
 use crate::cc;
+use crate::client::{self, Client};
 use crate::config::Config;
 use clap::{Args, Subcommand};
 use std::process::ExitCode;

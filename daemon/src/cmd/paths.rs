@@ -1,10 +1,10 @@
 //! `bloatd paths`: the sockets grouped by path, worst queue first, or the
 //! floors the kernel keeps.
 
-use crate::api::client::Client;
+use crate::client::Client;
 use crate::config::Config;
-use bloatd_tui::format;
-use bloatd_tui::model::Path;
+use bloatd_model::format;
+use bloatd_model::NetPath;
 use clap::Args;
 use std::fmt::Write as _;
 use std::process::ExitCode;
@@ -66,7 +66,7 @@ pub fn run(cfg: &Config, args: &PathsArgs) -> anyhow::Result<ExitCode> {
 }
 
 /// `bloatd paths`: one line per path.
-fn paths_table(paths: &[Path]) -> String {
+fn paths_table(paths: &[NetPath]) -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,
@@ -106,7 +106,7 @@ fn paths_table(paths: &[Path]) -> String {
             p.ccs.join(",")
         );
     }
-    if let Some(s) = bloatd_tui::model::worst_path_sentence(paths) {
+    if let Some(s) = bloatd_model::worst_path_sentence(paths) {
         let _ = writeln!(out, "\n{s}");
     }
     out
@@ -116,7 +116,7 @@ fn paths_table(paths: &[Path]) -> String {
 mod tests {
     use crate::paths::paths_of;
     use crate::paths::tests::sock;
-    use bloatd_tui::model::worst_path_sentence;
+    use bloatd_model::worst_path_sentence;
 
     #[test]
     fn the_worst_path_in_one_sentence() {

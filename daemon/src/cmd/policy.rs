@@ -1,9 +1,9 @@
 //! `bloatd policy ...`: the rules and DRWA of the running daemon, over its
 //! API (`/v1/policy`).
 
-use crate::api::client::{Client, ClientError};
-use crate::api::PolicyInfo;
+use crate::client::{Client, ClientError};
 use crate::config::Config;
+use bloatd_model::api::PolicyInfo;
 use clap::{Args, Subcommand};
 use std::process::ExitCode;
 
@@ -76,7 +76,7 @@ pub fn list_text(info: &PolicyInfo) -> String {
         "DRWA: {} (lambda {}, from {} received); clamping {} receivers now\n",
         d.mode,
         d.lambda,
-        crate::policy::fmt_bytes(d.min_bytes),
+        bloatd_model::format::bytes(d.min_bytes),
         info.counts.drwa_sockets
     );
     if info.rules.is_empty() {

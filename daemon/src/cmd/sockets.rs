@@ -1,9 +1,9 @@
 //! `bloatd sockets`: every tracked socket with its numbers read from the
 //! kernel now, as a table or JSON.
 
-use crate::api::client::Client;
+use crate::client::Client;
 use crate::config::Config;
-use bloatd_tui::model::Socket;
+use bloatd_model::Socket;
 use clap::Args;
 use std::fmt::Write as _;
 use std::io::IsTerminal;
@@ -62,7 +62,7 @@ fn policy_text(s: &Socket) -> String {
     }
     if let Some(d) = &p.drwa {
         parts.push(if d.clamp_bytes > 0 {
-            format!("drwa:{}", bloatd_tui::format::bytes(d.clamp_bytes as u64))
+            format!("drwa:{}", bloatd_model::format::bytes(d.clamp_bytes as u64))
         } else {
             "drwa".into()
         });
@@ -76,7 +76,7 @@ fn policy_text(s: &Socket) -> String {
 
 /// The inner state of a bloatd congestion control, compact.
 fn cc_state_text(s: &Socket) -> String {
-    use bloatd_tui::model::CcState;
+    use bloatd_model::CcState;
     match &s.cc_state {
         Some(CcState::Westwood {
             bwe_bytes_per_s,
@@ -170,7 +170,7 @@ fn sockets_table(socks: &[Socket]) -> String {
                 } else {
                     format!(
                         "{} {}",
-                        bloatd_tui::format::bytes(s.unsent_bytes as u64),
+                        bloatd_model::format::bytes(s.unsent_bytes as u64),
                         ms(s.unsent_delay_us)
                     )
                 },

@@ -1,10 +1,10 @@
 //! `bloatd status`: is the daemon running, and how healthy is it.
 
 use super::EXIT_NOT_RUNNING;
-use crate::api::client::{Client, ClientError};
-use crate::api::Status;
+use crate::client::{Client, ClientError};
 use crate::config::Config;
 use crate::rundir::{lock_state, LockState};
+use bloatd_model::api::Status;
 use clap::Args;
 use std::process::ExitCode;
 
@@ -87,6 +87,10 @@ fn print_status(s: &Status) {
         println!(
             "  sock_ops:    not attached ({e}): senders that closed their end are not sampled"
         );
+    }
+    println!("  kernel:      {}", s.kernel);
+    for f in &s.health.features {
+        println!("    {:<16} {:<9} {}", f.name, f.state.as_str(), f.detail);
     }
     println!(
         "  sockets:     {} tracked (interval {} ms)",

@@ -5,10 +5,10 @@
 //! privilege, an engine running the probes inside this process (embedded
 //! mode), so one command is enough on a laptop.
 
-use crate::api::client::{Client, ClientError};
+use crate::client::{Client, ClientError};
 use crate::config::Config;
 use crate::core::Core;
-use bloatd_tui::model::{Snapshot, SnapshotRequest};
+use bloatd_model::{Snapshot, SnapshotRequest};
 use bloatd_tui::Source;
 use clap::Args;
 use std::process::ExitCode;
@@ -23,9 +23,8 @@ pub struct TopArgs {
     #[arg(long, requires = "once")]
     pub json: bool,
     /// Refresh period of the dashboard in milliseconds (the daemon samples
-    /// at its own --interval). The old spelling --interval works for one
-    /// more release.
-    #[arg(long, value_name = "MS", default_value_t = 250, alias = "interval")]
+    /// at its own interval, `start --interval`).
+    #[arg(long, value_name = "MS", default_value_t = 250)]
     pub refresh: u64,
     /// Width of the --once frame (default: the terminal's, else 160).
     #[arg(long, value_name = "COLS")]
@@ -87,7 +86,7 @@ impl Backend {
                 let mut cfg = cfg.clone();
                 cfg.cc.clear();
                 cfg.policy.clear();
-                cfg.drwa = crate::policy::DrwaMode::Disabled;
+                cfg.drwa = bloatd_model::policy::DrwaMode::Disabled;
                 let mut core = Core::start(&cfg, "embedded", false)?;
                 // Probes started just now: give them a few intervals to see
                 // the traffic of other namespaces.

@@ -1,7 +1,7 @@
 //! Per-socket history: the last minute of samples the detail charts draw,
 //! kept for the selected socket and a few recently selected ones.
 
-use crate::model::{Sample, Series, Socket};
+use bloatd_model::{Sample, Series, Socket};
 use std::collections::{HashMap, HashSet, VecDeque};
 
 /// How far back the detail charts reach.

@@ -19,20 +19,19 @@
 mod filter;
 mod history;
 mod notices;
-mod rows;
-mod sort;
 mod table;
 #[cfg(test)]
 mod tests;
 
-pub use filter::{Filter, FilterPrompt};
+pub use bloatd_model::filter::Filter;
+pub use bloatd_model::select::{select_rows, summarize};
+pub use bloatd_model::sort::SortKey;
+pub use filter::FilterPrompt;
 pub use history::{History, HISTORY_WINDOW_MS};
 pub use notices::{Event, Notice, MAX_NOTICES, NOTICE_COOLDOWN_MS, NOTICE_TTL_MS};
-pub use rows::{select_rows, summarize};
-pub use sort::SortKey;
 
-pub use crate::model::{CcDelay, HostSummary, SnapshotRequest};
-use crate::model::{Snapshot, Socket};
+pub use bloatd_model::{CcDelay, HostSummary, SnapshotRequest};
+use bloatd_model::{Snapshot, Socket};
 use history::Histories;
 use notices::Notices;
 use std::collections::VecDeque;

@@ -1,8 +1,8 @@
 //! Notices: a socket starting to bloat is announced in the header for a few
 //! seconds. The state keeps what happened (typed); the view words it.
 
-use super::sort::SortKey;
-use crate::model::Socket;
+use bloatd_model::sort::SortKey;
+use bloatd_model::Socket;
 use std::collections::{HashMap, HashSet, VecDeque};
 
 /// How long a notice stays on screen.

@@ -4,9 +4,9 @@
 //! Only the rows the screen shows (plus the selected one) are ever sorted:
 //! the first rows are selected in linear time, then sorted.
 
-use super::filter::Filter;
-use super::sort::SortKey;
-use crate::model::Socket;
+use bloatd_model::filter::Filter;
+use bloatd_model::sort::SortKey;
+use bloatd_model::Socket;
 use std::cmp::Ordering;
 
 #[derive(Debug)]

@@ -2,7 +2,7 @@
 
 use super::history::MAX_HISTORIES;
 use super::*;
-use crate::model::{Health, Role, Sample, Series};
+use bloatd_model::{Health, Role, Sample, Series};
 
 use crate::tests::fixtures;
 

@@ -4,8 +4,8 @@
 
 use super::{centered_message, DIM, TITLE};
 use crate::app::App;
-use crate::format;
-use crate::model::{CcState, Role, Sample, Socket};
+use bloatd_model::format;
+use bloatd_model::{CcState, Role, Sample, Socket};
 use ratatui::buffer::Buffer;
 use ratatui::layout::{Constraint, Layout, Rect};
 use ratatui::style::{Color, Style};

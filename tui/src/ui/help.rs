@@ -3,7 +3,7 @@
 
 use super::{BLOATED, BLOAT_MARKER, DIM, TITLE, WARN};
 use crate::app::{App, View};
-use crate::format;
+use bloatd_model::format;
 use ratatui::buffer::Buffer;
 use ratatui::layout::Rect;
 use ratatui::style::{Modifier, Style};

@@ -16,8 +16,8 @@ mod paths;
 mod table;
 
 use crate::app::{App, Link, View};
-use crate::format;
-use crate::model::Socket;
+use bloatd_model::format;
+use bloatd_model::Socket;
 use ratatui::buffer::Buffer;
 use ratatui::layout::{Alignment, Constraint, Layout, Rect};
 use ratatui::style::{Color, Modifier, Style};

@@ -5,8 +5,8 @@
 
 use super::{centered_message, BLOATED, DIM, GOOD, TITLE};
 use crate::app::App;
-use crate::format;
-use crate::model::{worst_path_sentence, Path};
+use bloatd_model::format;
+use bloatd_model::{worst_path_sentence, NetPath};
 use ratatui::buffer::Buffer;
 use ratatui::layout::{Alignment, Constraint, Rect};
 use ratatui::style::Modifier;
@@ -30,7 +30,7 @@ const COLUMNS: [(&str, u16, bool, u16); 12] = [
     ("CC", 20, false, 130),
 ];
 
-fn cells(p: &Path) -> [String; 12] {
+fn cells(p: &NetPath) -> [String; 12] {
     let [floor, queue, qmax, grade, rpm] = p.measured_text();
     [
         p.peer_text(),

@@ -4,8 +4,8 @@
 use super::header::sort_arrow;
 use super::{centered_message, BLOATED, BLOAT_MARKER, DIM, TITLE};
 use crate::app::{App, SortKey};
-use crate::format;
-use crate::model::{CaState, Socket};
+use bloatd_model::format;
+use bloatd_model::{CaState, Socket};
 use ratatui::buffer::Buffer;
 use ratatui::layout::{Alignment, Constraint, Rect};
 use ratatui::style::{Modifier, Style};

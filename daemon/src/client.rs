@@ -1,11 +1,12 @@
 //! Client side of the API: HTTP/1.1 over the daemon's Unix socket, one
-//! method per route of the contract (api/mod.rs), just enough for the CLI
+//! method per route of the contract (bloatd_model::api), just enough for the CLI
 //! and `bloatd top` (scripts can use `curl --unix-socket`).
 
-use super::{
-    route, CcInfo, DefaultReq, DefaultResp, DrwaReq, Floors, Path as NetPath, PathsQuery,
-    PolicyInfo, RuleReq, Snapshot, SnapshotQuery, SnapshotRequest, Socket, SocketsQuery, Status,
+use bloatd_model::api::{
+    route, CcInfo, DefaultReq, DefaultResp, DrwaReq, Floors, PathsQuery, PolicyInfo, RuleReq,
+    SnapshotQuery, SocketsQuery, Status,
 };
+use bloatd_model::{NetPath, Snapshot, SnapshotRequest, Socket};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 use std::io::{Read, Write};

@@ -1,6 +1,6 @@
 //! Sort orders of the socket table.
 
-use crate::model::Socket;
+use crate::Socket;
 use std::cmp::Ordering;
 
 /// Columns the table can be sorted by; `s` cycles through them in this order.

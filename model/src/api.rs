@@ -1,15 +1,13 @@
 //! The API's contract: what the daemon answers on its Unix socket, for the
 //! CLI, `bloatd top`, the lab and scripts (`curl --unix-socket`). One place
-//! for every type a route takes or returns; the view-model types the
-//! dashboard draws (`Socket`, `Snapshot`, ...) are defined by the TUI crate
-//! (the daemon depends on it, not the other way round) and named here.
+//! for every type a route takes or returns; the view-model types
+//! (`Socket`, `Snapshot`, ...) are in [`crate::view`]. The daemon's typed
+//! client (daemon/src/client.rs) asks these routes with these types.
 //!
 //! HTTP/1.1 on /run/bloatd/bloatd.sock, JSON; the routes are in [`route`],
 //! each with its query type and answer.
 
-pub mod client;
-
-pub use bloatd_tui::model::{Health, Path, Snapshot, SnapshotRequest, Socket};
+use crate::{FloorSource, Health, SnapshotRequest};
 use serde::{Deserialize, Serialize};
 
 /// The routes, written once: the server routes them, the client asks them.
@@ -20,13 +18,13 @@ pub mod route {
     /// kernel now (`Vec<Socket>`).
     pub const SOCKETS: &str = "/v1/sockets";
     /// GET [`SnapshotQuery`](super::SnapshotQuery): what `bloatd top`
-    /// draws ([`Snapshot`](super::Snapshot)).
+    /// draws ([`Snapshot`](crate::Snapshot)).
     pub const SNAPSHOT: &str = "/v1/snapshot";
     /// GET [`SeriesQuery`](super::SeriesQuery): one socket's samples
     /// (`Series`); `{cookie}` is the socket's cookie.
     pub const SERIES: &str = "/v1/series/{cookie}";
     /// GET [`PathsQuery`](super::PathsQuery): sockets grouped by path, with
-    /// floor and queue (`Vec<Path>`).
+    /// floor and queue (`Vec<NetPath>`).
     pub const PATHS: &str = "/v1/paths";
     /// GET: every floor the kernel keeps ([`Floors`](super::Floors)).
     pub const FLOORS: &str = "/v1/floors";
@@ -137,10 +135,7 @@ pub struct Status {
     pub started_unix_ms: u64,
     pub interval_ms: u64,
     /// The BPF programs attached (`tp_btf/tcp_probe`, `cgroup/sock_ops`).
-    #[serde(default)]
     pub probes: Vec<String>,
-    /// The old name of `probes`, kept for one release.
-    pub hooks: Vec<String>,
     pub cc_registered: Vec<String>,
     pub default_cc: Option<String>,
     pub listen: Option<String>,
@@ -150,6 +145,10 @@ pub struct Status {
     /// program on the cgroup v2 root), if they are not.
     #[serde(default)]
     pub sockops_error: Option<String>,
+    /// The kernel's release; what it runs of bloatd's parts beyond the
+    /// core is `health.features`.
+    #[serde(default)]
+    pub kernel: String,
 }
 
 /// `GET /v1/cc`.
@@ -169,7 +168,7 @@ pub struct FloorEntry {
     pub prefix_len: u8,
     pub floor_us: u32,
     /// `socket` (observed by a socket toward it), `prefix`, or `inferred`.
-    pub floor_source: bloatd_tui::model::FloorSource,
+    pub floor_source: FloorSource,
     /// Seconds since a socket last fed it.
     pub updated_s_ago: u32,
 }

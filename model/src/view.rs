@@ -82,7 +82,7 @@ impl FloorSource {
 /// One path: the sockets of one network namespace toward one peer (or one
 /// prefix) through one interface, with the queue they wait in.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct Path {
+pub struct NetPath {
     pub netns: u32,
     /// The peer, or the network address of the prefix.
     pub peer: IpAddr,
@@ -108,7 +108,7 @@ pub struct Path {
     pub ccs: Vec<String>,
 }
 
-impl Path {
+impl NetPath {
     /// The bufferbloat grade of the DSLReports and Waveform tests, from the
     /// median queueing delay: A+ < 5 ms, A < 30, B < 60, C < 200, D < 400,
     /// F otherwise. None without an RTT sample: an unmeasured path is no A+.
@@ -146,7 +146,7 @@ impl Path {
     }
 }
 
-impl Path {
+impl NetPath {
     /// The peer, or `prefix/len`, as shown.
     pub fn peer_text(&self) -> String {
         let full = if self.peer.is_ipv4() { 32 } else { 128 };
@@ -161,7 +161,7 @@ impl Path {
 /// One sentence on the worst path (the first: paths come worst queue
 /// first), for a laptop user: where the queue is, how much, and how many
 /// flows wait behind it. None when nothing queues (60 ms, grade C, or more).
-pub fn worst_path_sentence(paths: &[Path]) -> Option<String> {
+pub fn worst_path_sentence(paths: &[NetPath]) -> Option<String> {
     let p = paths.first().filter(|p| p.queue_delay_p50_us >= 60_000)?;
     let flows = if p.sockets == 1 {
         "1 flow waits".to_string()
@@ -178,7 +178,7 @@ pub fn worst_path_sentence(paths: &[Path]) -> Option<String> {
     ))
 }
 
-/// Bufferbloat grade of a queueing delay (see [`Path::grade`]).
+/// Bufferbloat grade of a queueing delay (see [`NetPath::grade`]).
 pub fn grade(queue_delay_us: u32) -> &'static str {
     match queue_delay_us {
         0..5_000 => "A+",
@@ -209,9 +209,6 @@ pub enum CcState {
         bwe_bytes_per_s: u64,
         min_rtt_us: u32,
         pipe_segments: u32,
-        /// The old name of `min_rtt_us`, kept for one release.
-        #[serde(default)]
-        rtt_min_us: u32,
     },
     /// CUBIC: W_max (segments), K (ms), time since the epoch began (None when
     /// no epoch is running), the delay floor HyStart compares with, and
@@ -224,9 +221,6 @@ pub enum CcState {
         min_rtt_us: u32,
         hystart_round: u32,
         hystart_found: bool,
-        /// The old name of `min_rtt_us`, kept for one release.
-        #[serde(default)]
-        delay_min_us: u32,
     },
 }
 
@@ -277,9 +271,6 @@ pub struct Socket {
     pub rcv_ts_rtt_us: Option<u32>,
     /// TCP timestamps negotiated on this connection.
     pub timestamps: bool,
-    /// Deprecated alias of `floor_us` (the receiver's floor is the path's);
-    /// kept for one release.
-    pub rcv_min_rtt_us: u32,
     /// Receiver view of queueing delay: the receiver's RTT - floor_us.
     pub rcv_queue_delay_us: u32,
     /// Bytes the application wrote that the socket has not sent yet: the
@@ -492,6 +483,46 @@ pub struct Health {
     pub map_capacity: u64,
     /// "daemon" or "embedded".
     pub mode: String,
+    /// The parts of bloatd that need more than the core's kernel, as this
+    /// kernel runs them (`bloatd status` lists them, top's header names
+    /// those not fully on).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub features: Vec<Feature>,
+}
+
+/// How this kernel runs a part of bloatd.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum FeatureState {
+    /// As designed.
+    On,
+    /// Works another way this kernel allows (`detail` says which).
+    Fallback,
+    /// Declined: the kernel lacks what it needs (`detail` says what, and
+    /// the Linux version that brings it).
+    Off,
+}
+
+impl FeatureState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FeatureState::On => "on",
+            FeatureState::Fallback => "fallback",
+            FeatureState::Off => "off",
+        }
+    }
+}
+
+/// A part of bloatd beyond the core, detected at start.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Feature {
+    /// A stable name (`cc_link`, `rcv_rtt_usec`, ...; README, "Supported
+    /// kernels").
+    pub name: String,
+    pub state: FeatureState,
+    /// One line: what runs, what runs instead, or what is missing and the
+    /// Linux version that brings it.
+    pub detail: String,
 }
 
 /// Everything the dashboard needs for one frame.
@@ -517,7 +548,7 @@ pub struct Snapshot {
     /// With `paths` in the request: every socket grouped by path (peer),
     /// worst queue first, as `bloatd paths` shows them.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub paths: Vec<Path>,
+    pub paths: Vec<NetPath>,
     /// What bloatd's policy is doing (absent from a bloatd without one).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub policy: Option<PolicyState>,

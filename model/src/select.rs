@@ -2,9 +2,9 @@
 //! (the daemon for the API, the process itself in embedded mode) so the
 //! dashboard receives a page, not the host.
 
-use super::filter::Filter;
-use super::sort::SortKey;
-use crate::model::{CcDelay, HostSummary, Role, SnapshotRequest, Socket};
+use crate::filter::Filter;
+use crate::sort::SortKey;
+use crate::{CcDelay, HostSummary, Role, SnapshotRequest, Socket};
 use std::collections::HashMap;
 
 /// The host's bloat over `sockets` (all of them: the filter does not apply):

@@ -1,0 +1,24 @@
+//! bloatd-model: the one definition of what crosses between bloatd's
+//! parts. The daemon fills it, serves it as JSON on its API and prints it;
+//! the dashboard (bloatd-tui) draws it; scripts and the lab read the same
+//! field names.
+//!
+//! - [`view`]: sockets, paths, snapshots, series: the view model.
+//! - [`api`]: the API's routes and every type a route takes or returns.
+//! - [`policy`]: a policy rule's wire form (config, `--policy`, API).
+//! - [`sort`], [`filter`], [`select`]: which rows a dashboard asks for and
+//!   in what order, computed by the source (daemon or embedded probes) with
+//!   the same code the dashboard uses locally.
+//! - [`format`]: numbers as every table prints them (`1.0MB`, `12ms`).
+//!
+//! No I/O, no BPF, no terminal: depends on serde only.
+
+pub mod api;
+pub mod filter;
+pub mod format;
+pub mod policy;
+pub mod select;
+pub mod sort;
+pub mod view;
+
+pub use view::*;
