@@ -191,18 +191,23 @@ fn cc_role(cc: &str, role: usize) -> Vec<(&'static str, String)> {
     }
 }
 
+/// Each (cc, role index, its statistics) the kernel keeps.
+fn cc_roles(v: &Scrape) -> impl Iterator<Item = (&str, usize, &BloatdRoleStats)> {
+    v.per_cc
+        .iter()
+        .flat_map(|(cc, st)| (0..ROLES.len()).map(move |r| (cc.as_str(), r, &st.role[r])))
+}
+
+fn has_observations(r: &BloatdRoleStats) -> bool {
+    r.delay[hist::QUEUE as usize].iter().any(|&x| x > 0)
+}
+
 /// Each (cc, role) of the kernel's statistics that saw an observation,
 /// with its dimensions.
 fn observed(v: &Scrape) -> impl Iterator<Item = (Vec<(&'static str, String)>, &BloatdRoleStats)> {
-    v.per_cc.iter().flat_map(|(cc, st)| {
-        (0..ROLES.len())
-            .filter(|&r| {
-                st.role[r].delay[hist::QUEUE as usize]
-                    .iter()
-                    .any(|&x| x > 0)
-            })
-            .map(move |r| (cc_role(cc, r), &st.role[r]))
-    })
+    cc_roles(v)
+        .filter(|(_, _, rs)| has_observations(rs))
+        .map(|(cc, r, rs)| (cc_role(cc, r), rs))
 }
 
 /// Rows of delay histogram `h` (enum bloatd_hist), seconds.
@@ -236,26 +241,15 @@ fn cwnd_rows(v: &Scrape) -> Vec<Row> {
         .collect()
 }
 
+/// Retransmissions of every (cc, role) that saw an observation or one.
 fn retrans_rows(v: &Scrape) -> Vec<Row> {
-    let mut rows: Vec<Row> = observed(v)
-        .map(|(dims, r)| Row {
-            dims,
-            value: Value::Number(r.retrans as f64),
+    cc_roles(v)
+        .filter(|(_, _, rs)| rs.retrans > 0 || has_observations(rs))
+        .map(|(cc, r, rs)| Row {
+            dims: cc_role(cc, r),
+            value: Value::Number(rs.retrans as f64),
         })
-        .collect();
-    // Retransmissions of a role with no observation yet count too.
-    for (cc, st) in &v.per_cc {
-        for r in 0..ROLES.len() {
-            let rs = &st.role[r];
-            if rs.retrans > 0 && !rs.delay[hist::QUEUE as usize].iter().any(|&x| x > 0) {
-                rows.push(Row {
-                    dims: cc_role(cc, r),
-                    value: Value::Number(rs.retrans as f64),
-                });
-            }
-        }
-    }
-    rows
+        .collect()
 }
 
 /// Distinct sockets bloated in the second asked for: a slot counts only
