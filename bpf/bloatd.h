@@ -167,7 +167,7 @@ struct bloatd_sock {
 	__u64 bytes_received;
 	__u64 ca_ops;		/* icsk_ca_ops address: a change means a new cc */
 	__u64 throughput_bps;	/* data that crossed the link between the last two
-				 * samples, bit/s (sock_rate) */
+				 * samples, bit/s (sock_rate_bps) */
 	__u64 prev_acked;	/* bytes_acked at the previous sample */
 	__u64 prev_received;	/* bytes_received at the previous sample */
 	__u64 floor_ns;		/* CLOCK_MONOTONIC of the last floor refresh */
