@@ -23,7 +23,7 @@ def histogram(text, name, labels):
         elif line.startswith(f"{name}_sum{{") and sel in line:
             sum_ = float(line.rsplit(" ", 1)[1])
         elif line.startswith(f"{name}_bucket{{") and sel in line:
-            le = re.search(r'le="([^"]+)"', line).group(1)
+            le = re.search(r'[{,]le="([^"]+)"', line).group(1)
             buckets[le] = float(line.rsplit(" ", 1)[1])
     return count, sum_, buckets
 
@@ -65,7 +65,8 @@ class PrometheusScrape(TestCase):
         # Labels are bounded: no socket detail (addresses, ports, pids)
         # ever becomes a label; those stay in the API.
         keys = set(re.findall(r'[{,]([a-z_]+)="', text))
-        self.assertLessEqual(keys, {"cc", "role", "state", "probe", "reason", "le", "version", "action"}, keys)
+        self.assertLessEqual(keys, {"cc", "role", "state", "probe", "reason", "le", "version", "action",
+                                    "feature"}, keys)
 
 
     def test_kernel_histogram_counts_socket_time_as_the_samples_do(self):
