@@ -21,6 +21,7 @@ import subprocess
 import tempfile
 import time
 import unittest
+import urllib.parse
 import urllib.request
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -268,6 +269,10 @@ class Lab:
                 return [float(x.split("=")[1]) for x in out.split() if x.startswith("time=")]
         return Pinger()
 
+    def delay_line_pid(self):
+        """The pid of this topology's delay line (topo.sh's pid file)."""
+        return int(read(f"{LAB_RUN}/{self.name}.delay.pid"))
+
     def add_receiver_address(self, cidr):
         """A second address on the receiver, in another prefix, reached
         through the same router and bottleneck."""
@@ -302,6 +307,72 @@ class Lab:
             stop(p, grace=0)
         self.procs = []
         run(TOPO, "down", self.name, check=False, timeout=120)
+
+
+RULES = os.path.join(REPO, "daemon", "dist", "prometheus", "bloatd.rules.yml")
+
+
+def rules_with_short_for(path, out_dir):
+    """A copy of the rule file `path` in `out_dir` where every `for:` of N
+    minutes waits N seconds; nothing else changes (expressions, windows,
+    labels, annotations). Returns the copy's path."""
+    with open(path) as f:
+        text = f.read()
+    short, n = re.subn(r"^(\s*for:\s*)(\d+)m\s*$", r"\g<1>\2s", text, flags=re.M)
+    if n != text.count("for:"):
+        raise AssertionError(f"{path}: a `for:` not in whole minutes")
+    out = os.path.join(out_dir, os.path.basename(path))
+    with open(out, "w") as f:
+        f.write(short)
+    return out
+
+
+class Prometheus:
+    """A real Prometheus server (Debian's package) scraping bloatd daemons
+    every second and evaluating `rules` (rule files) every second; its HTTP
+    API is the oracle of what an operator's server sees."""
+
+    def __init__(self, target_ports, rules=()):
+        self.tmp = tempfile.mkdtemp(prefix="bloatd-prom-")
+        cfg = os.path.join(self.tmp, "prometheus.yml")
+        targets = ", ".join(f"'127.0.0.1:{p}'" for p in target_ports)
+        with open(cfg, "w") as f:
+            f.write("global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n")
+            if rules:
+                f.write("rule_files:\n" + "".join(f"  - {r}\n" for r in rules))
+            f.write("scrape_configs:\n  - job_name: bloatd\n    static_configs:\n"
+                    f"      - targets: [{targets}]\n")
+        self.port = free_port()
+        self.proc = subprocess.Popen(
+            ["prometheus", f"--config.file={cfg}", f"--storage.tsdb.path={self.tmp}/data",
+             f"--web.listen-address=127.0.0.1:{self.port}"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        wait_for(lambda: self.query("up") is not None, timeout=30, what="prometheus up")
+
+    def _get(self, path, params=None):
+        url = f"http://127.0.0.1:{self.port}{path}"
+        if params:
+            url += "?" + urllib.parse.urlencode(params)
+        try:
+            with urllib.request.urlopen(url, timeout=5) as r:
+                body = json.load(r)
+        except OSError:
+            return None
+        return body.get("data") if body.get("status") == "success" else None
+
+    def query(self, promql):
+        """The instant vector of `promql` now: [{"metric": {...}, "value": [t, "v"]}], or None."""
+        data = self._get("/api/v1/query", {"query": promql})
+        return None if data is None else data["result"]
+
+    def alerts(self):
+        """Active alerts (pending and firing): [{"labels": {...}, "state": ...}]."""
+        data = self._get("/api/v1/alerts")
+        return [] if data is None else data["alerts"]
+
+    def close(self):
+        stop(self.proc, grace=10)
+        shutil.rmtree(self.tmp, ignore_errors=True)
 
 
 def proc_status(pid):
@@ -415,6 +486,13 @@ class TestCase(unittest.TestCase):
         t.kill()
         self.addCleanup(t.kill)
         return t
+
+    def prometheus(self, *target_ports, rules=()):
+        """A Prometheus server scraping these bloatd ports, stopped when
+        the test ends."""
+        p = Prometheus(target_ports, rules)
+        self.addCleanup(p.close)
+        return p
 
     def process(self, cmd, grace=3.0, sigint=False, **kw):
         """A child process, stopped (see `stop`) when the test ends; with

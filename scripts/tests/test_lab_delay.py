@@ -55,8 +55,7 @@ class LabDelay(TestCase):
         print(f"  host {(timer.stdout + timer.stderr).strip()}", flush=True)
 
         lab = self.lab(N, rate="1gbit", delay_ms=80, buffer_bytes=3000000)
-        with open(f"{LAB_RUN}/{N}.delay.pid") as f:
-            dpid = int(f.read())
+        dpid = lab.delay_line_pid()
         log_path = f"{LAB_RUN}/{N}.delay.log"
         lab.iperf_server("snd")
         lab.exec("rcv", "ping", "-c", "1", "-W", "3", SND4, check=False)
