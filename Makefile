@@ -1,6 +1,6 @@
 # bloatd: build, test, run. Targets that touch the kernel need root.
 CARGO  ?= cargo
-PY     := /usr/bin/python3
+PY     ?= $(shell scripts/python.sh)
 BIN    := target/release/bloatd
 PREFIX ?= /usr/local
 LAB_OUT ?= lab-results
@@ -9,8 +9,8 @@ DOCS   := target/docs
 RULES  := daemon/dist/prometheus
 FLEET_CHECK := daemon/dist/kubernetes/check
 
-.PHONY: all deps build test unit-test kernel-test rules-test fleet-test integration-test bench docs install uninstall \
-        deb image fleet-manifest vmlinux demo lab lab-quick delayline clean
+.PHONY: all deps build lint test unit-test kernel-test rules-test fleet-test integration-test vm-test bench docs \
+        install uninstall deb image fleet-manifest vmlinux demo lab lab-quick delayline clean
 
 all: build
 
@@ -20,11 +20,20 @@ deps:
 
 ## build: release binary at target/release/bloatd (BPF objects via build.rs)
 build:
-	$(CARGO) build --release --workspace
+	$(CARGO) build --release
 	scripts/lab/delayline/build.sh >/dev/null
 
-## test: everything CI runs: unit tests, then kernel integration tests
-test: deps build unit-test rules-test fleet-test kernel-test integration-test
+## test: everything CI runs: lint, unit tests, the fleet kit's checks, then
+## kernel integration tests, then the kernel matrix (Debian's 5.10, 6.1,
+## 6.12 in VMs, and this host's)
+test: deps build lint unit-test rules-test fleet-test kernel-test integration-test vm-test
+
+## lint: rustfmt and clippy (warnings are errors), kernel-test code included
+lint:
+	$(CARGO) fmt --all -- --check
+	rustfmt --check --edition 2021 bpf/build_bpf.rs
+	$(CARGO) clippy --release --workspace --all-targets -- -D warnings
+	$(CARGO) clippy --release -p bloatd-cc --features kernel-tests --all-targets -- -D warnings
 
 ## unit-test: root-free, fast (what `cargo test` runs anywhere)
 unit-test:
@@ -53,6 +62,12 @@ fleet-manifest:
 integration-test:
 	scripts/tests/run.sh
 
+## vm-test: the kernel tier on every kernel of the matrix; writes
+## target/vm/table.md and README's "Supported kernels" table
+## (one kernel: sudo scripts/vm/run.sh 6.1)
+vm-test:
+	scripts/vm/run.sh
+
 ## bench: probe cost, daemon CPU, throughput ratios (not a test)
 bench: deps build
 	scripts/bench/run.sh
@@ -72,6 +87,8 @@ install: docs
 	sed 's#/usr/local/#$(PREFIX)/#g' daemon/dist/bloatd.service > $(DESTDIR)/etc/systemd/system/bloatd.service
 	chmod 0644 $(DESTDIR)/etc/systemd/system/bloatd.service
 	install -D -m 0644 README.md $(DESTDIR)$(PREFIX)/share/doc/bloatd/README.md
+	install -d $(DESTDIR)$(PREFIX)/share/doc/bloatd/docs
+	install -m 0644 docs/*.md $(DESTDIR)$(PREFIX)/share/doc/bloatd/docs/
 	install -d $(DESTDIR)$(PREFIX)/share/man/man1
 	install -m 0644 $(DOCS)/man/*.1 $(DESTDIR)$(PREFIX)/share/man/man1/
 	install -D -m 0644 $(DOCS)/completions/bloatd.bash $(DESTDIR)$(PREFIX)/share/bash-completion/completions/bloatd

@@ -24,7 +24,13 @@ impl CcSet {
         let reg = if algos.is_empty() {
             None
         } else {
-            Some(Registration::register(&algos, opts)?)
+            let reg = Registration::register(&algos, opts)?;
+            for a in reg.stale_removed() {
+                tracing::warn!(
+                    "{a}: removed the registration a killed bloatd left (registered by map update, held by no process)"
+                );
+            }
+            Some(reg)
         };
         Ok(CcSet {
             reg,
@@ -34,6 +40,11 @@ impl CcSet {
 
     pub fn is_empty(&self) -> bool {
         self.reg.is_none()
+    }
+
+    /// How the kernel holds the registrations (None: nothing registered).
+    pub fn registered_by(&self) -> Option<bloatd_cc::RegisterBy> {
+        self.reg.as_ref().map(|r| r.registered_by())
     }
 
     pub fn names(&self) -> Vec<String> {
@@ -142,7 +153,6 @@ pub fn view(s: &bloatd_cc::AlgoState) -> CcState {
             bwe_bytes_per_s: w.bwe_bytes_per_s,
             min_rtt_us: w.min_rtt_us,
             pipe_segments: w.pipe_segments(),
-            rtt_min_us: w.min_rtt_us,
         },
         bloatd_cc::AlgoState::Cubic(c) => CcState::Cubic {
             w_max_segments: c.w_max_segments,
@@ -151,7 +161,6 @@ pub fn view(s: &bloatd_cc::AlgoState) -> CcState {
             min_rtt_us: c.min_rtt_us,
             hystart_round: c.hystart_round,
             hystart_found: c.hystart_found_ack_train || c.hystart_found_delay,
-            delay_min_us: c.min_rtt_us,
         },
     }
 }

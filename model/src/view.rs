@@ -178,9 +178,6 @@ pub enum CcState {
         bwe_bytes_per_s: u64,
         min_rtt_us: u32,
         pipe_segments: u32,
-        /// The old name of `min_rtt_us`, kept for one release.
-        #[serde(default)]
-        rtt_min_us: u32,
     },
     /// CUBIC: W_max (segments), K (ms), time since the epoch began (None when
     /// no epoch is running), the delay floor HyStart compares with, and
@@ -193,9 +190,6 @@ pub enum CcState {
         min_rtt_us: u32,
         hystart_round: u32,
         hystart_found: bool,
-        /// The old name of `min_rtt_us`, kept for one release.
-        #[serde(default)]
-        delay_min_us: u32,
     },
 }
 
@@ -246,9 +240,6 @@ pub struct Socket {
     pub rcv_ts_rtt_us: Option<u32>,
     /// TCP timestamps negotiated on this connection.
     pub timestamps: bool,
-    /// Deprecated alias of `floor_us` (the receiver's floor is the path's);
-    /// kept for one release.
-    pub rcv_min_rtt_us: u32,
     /// Receiver view of queueing delay: the receiver's RTT - floor_us.
     pub rcv_queue_delay_us: u32,
     /// Bytes the application wrote that the socket has not sent yet: the
@@ -461,6 +452,46 @@ pub struct Health {
     pub map_capacity: u64,
     /// "daemon" or "embedded".
     pub mode: String,
+    /// The parts of bloatd that need more than the core's kernel, as this
+    /// kernel runs them (`bloatd status` lists them, top's header names
+    /// those not fully on).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub features: Vec<Feature>,
+}
+
+/// How this kernel runs a part of bloatd.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum FeatureState {
+    /// As designed.
+    On,
+    /// Works another way this kernel allows (`detail` says which).
+    Fallback,
+    /// Declined: the kernel lacks what it needs (`detail` says what, and
+    /// the Linux version that brings it).
+    Off,
+}
+
+impl FeatureState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FeatureState::On => "on",
+            FeatureState::Fallback => "fallback",
+            FeatureState::Off => "off",
+        }
+    }
+}
+
+/// A part of bloatd beyond the core, detected at start.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Feature {
+    /// A stable name (`cc_link`, `rcv_rtt_usec`, ...; README, "Supported
+    /// kernels").
+    pub name: String,
+    pub state: FeatureState,
+    /// One line: what runs, what runs instead, or what is missing and the
+    /// Linux version that brings it.
+    pub detail: String,
 }
 
 /// Everything the dashboard needs for one frame.
