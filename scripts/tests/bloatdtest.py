@@ -427,6 +427,8 @@ class Pod:
     def mount(self, vol, m, objs):
         ro = ":ro" if m.get("readOnly") else ""
         if "hostPath" in vol:
+            if vol["hostPath"].get("type") == "DirectoryOrCreate":
+                os.makedirs(vol["hostPath"]["path"], mode=0o755, exist_ok=True)
             return ["-v", f"{vol['hostPath']['path']}:{m['mountPath']}{ro}"]
         if "emptyDir" in vol:
             assert vol["emptyDir"].get("medium") == "Memory", vol

@@ -19,6 +19,9 @@ limit, and the exec probes run as the kubelet runs them. Then:
 - cc registered: with the chart's SYS_ADMIN and SYS_PTRACE bloatd
   registers bloatd_westwood and gives it back at stop; without them the
   start fails naming the namespace it could not enter, and nothing stays;
+  `bloatd cc default` says the sysctl is read-only in the pod;
+- api.hostPath and api.group: the socket on the node, root:GROUP 0660,
+  reached by the node's bloatd;
 - the runtime's default seccomp profile refuses bpf(2) to a container
   without CAP_SYS_ADMIN: why the chart's pod runs Unconfined.
 
@@ -29,9 +32,11 @@ bloatdtest.Pod.
 import json
 import os
 import re
+import shutil
+import tempfile
 import urllib.request
 
-from bloatdtest import (PROBE_PROGS, REPO, Pod, TestCase, bpf_prog_ids, main, read, render, run,
+from bloatdtest import (BLOATD, PROBE_PROGS, REPO, Pod, TestCase, bpf_prog_ids, main, read, render, run,
                         sock_ops_attached, wait_for)
 
 CAPS = {"CHOWN": 0, "NET_ADMIN": 12, "SYS_PTRACE": 19, "SYS_ADMIN": 21, "PERFMON": 38, "BPF": 39}
@@ -120,7 +125,7 @@ class Image(TestCase):
         pod = self.pod(objs, drop_caps=("SYS_ADMIN", "SYS_PTRACE"))
         self.assertFalse(pod.started(timeout=60), "started without CAP_SYS_ADMIN")
         print("  without CAP_SYS_ADMIN: " + pod.logs().strip().splitlines()[-1], flush=True)
-        self.assertRegex(pod.logs(), r"network namespace")
+        self.assertRegex(pod.logs(), r"enter network namespace .*: setns needs CAP_SYS_ADMIN")
         self.assertNotEqual(pod.state()["ExitCode"], 0)
         self.assertNotIn("bloatd_westwood", available())
         self.assert_nothing_left()
@@ -133,8 +138,33 @@ class Image(TestCase):
         st = status_of(pod.pid())
         self.assertEqual(cap_set(st["CapEff"]), set())
         self.assertEqual(cap_set(st["CapPrm"]), {"SYS_ADMIN", "SYS_PTRACE"}, "kept for the stop")
+        # the runtime mounts /proc/sys read-only: the node's default stays the node's
+        r = pod.exec("bloatd", "cc", "default", "bloatd_westwood", check=False)
+        self.assertNotEqual(r.returncode, 0)
+        self.assertIn("read-only here", r.stderr)
         self.assertEqual(pod.terminate(30), 0, pod.logs())
         self.assertNotIn("bloatd_westwood", available())
+        self.assert_nothing_left()
+
+    def test_api_on_the_node(self):
+        """api.hostPath and api.group: the API socket in a directory of the
+        node, for a group of the node (the pod's /etc/group names it with
+        the node's gid), which CAP_CHOWN gives it."""
+        run_dir = tempfile.mkdtemp(prefix="bloatd-node-")
+        os.rmdir(run_dir)  # DirectoryOrCreate: the pod makes it
+        self.addCleanup(shutil.rmtree, run_dir, ignore_errors=True)
+        gid = 64000 + os.getpid() % 1000
+        pod = self.pod(render({"api": {"hostPath": run_dir, "group": "bloatd-node", "gid": gid}}))
+        self.assertIn("CHOWN", pod.caps)
+        self.assertTrue(pod.started(timeout=60), pod.logs())
+        sock = os.stat(os.path.join(run_dir, "bloatd.sock"))
+        d = os.stat(run_dir)
+        self.assertEqual((sock.st_gid, oct(sock.st_mode & 0o777)), (gid, "0o660"))
+        self.assertEqual((d.st_gid, oct(d.st_mode & 0o777)), (gid, "0o750"))
+        # the node's own bloatd reaches the pod's daemon there
+        st = json.loads(run(BLOATD, "--run-dir", run_dir, "status", "--json").stdout)
+        self.assertEqual(st["pid"], pod.pid())
+        self.assertEqual(pod.terminate(30), 0, pod.logs())
         self.assert_nothing_left()
 
     def test_runtime_default_seccomp_refuses_bpf(self):
