@@ -455,6 +455,154 @@ class Tmux:
         self("kill-server", check=False)
 
 
+# The fleet kit (issue 21): the chart rendered by its strict checker, and its
+# DaemonSet's pod run by podman the way a kubelet runs it.
+FLEET_CHECK = os.path.join(REPO, "daemon", "dist", "kubernetes", "check")
+POD_NAME = "bloatd-fleet-pod"
+
+
+def render(values=None):
+    """The chart's objects with `values` over its defaults and a free
+    metrics port, strictly decoded: {kind: obj}."""
+    values = {"metrics": {"port": free_port()}, **(values or {})}
+    out = run("go", "run", "./cmd/render", input=json.dumps(values), cwd=FLEET_CHECK, timeout=600).stdout
+    return {o["kind"]: o for o in json.loads(out)}
+
+
+def memory_bytes(quantity):
+    m = re.fullmatch(r"(\d+)(Ki|Mi|Gi)?", quantity)
+    return int(m[1]) * {None: 1, "Ki": 1 << 10, "Mi": 1 << 20, "Gi": 1 << 30}[m[2]]
+
+
+class Pod:
+    """The DaemonSet's pod, run by podman as the kubelet would run it: the
+    pod's namespaces, capabilities, no_new_privs, read-only root, seccomp
+    profile, memory limit, volumes (the ConfigMap's files, in-memory
+    emptyDirs, host paths), environment and arguments ($(VAR) expanded),
+    and its exec probes run as the kubelet runs them.
+
+    Under runc: Debian 12's podman defaults to crun, which refuses hybrid
+    cgroup hosts like this one ("cgroups in hybrid mode not supported").
+    RLIMIT_NOFILE and RLIMIT_NPROC are set: podman's rootful default raises
+    them, which needs CAP_SYS_RESOURCE, and this sandbox has none (4096:
+    bloatd holds about 600 descriptors at most, README "Limits on clients").
+    """
+
+    def __init__(self, objs, host_ip="127.0.0.1", seccomp=None, drop_caps=()):
+        self.dir = tempfile.mkdtemp(prefix="bloatd-pod-")
+        pod = objs["DaemonSet"]["spec"]["template"]["spec"]
+        self.container = c = pod["containers"][0]
+        sc = c["securityContext"]
+        args = ["podman", "run", "-d", "--name", POD_NAME, "--runtime", "runc",
+                "--ulimit", "nofile=4096:4096", "--ulimit", "nproc=4096:4096"]
+        if pod.get("hostNetwork"):
+            args.append("--network=host")
+        if pod.get("hostPID"):
+            args.append("--pid=host")
+        if "ALL" in sc["capabilities"]["drop"]:
+            args.append("--cap-drop=all")
+        self.caps = [x for x in sc["capabilities"]["add"] if x not in drop_caps]
+        args += [f"--cap-add=CAP_{x}" for x in self.caps]
+        if sc.get("allowPrivilegeEscalation") is False:
+            args += ["--security-opt", "no-new-privileges"]
+        if sc.get("readOnlyRootFilesystem"):
+            args.append("--read-only")
+        profile = seccomp or pod["securityContext"]["seccompProfile"]["type"]
+        if profile == "Unconfined":
+            args += ["--security-opt", "seccomp=unconfined"]
+        args += ["--user", f"{sc['runAsUser']}:{sc['runAsGroup']}"]
+        if "limits" in c["resources"]:
+            args += ["--memory", str(memory_bytes(c["resources"]["limits"]["memory"]))]
+        volumes = {v["name"]: v for v in pod["volumes"]}
+        for m in c["volumeMounts"]:
+            args += self.mount(volumes[m["name"]], m, objs)
+        env = {}
+        for e in c.get("env", []):
+            ref = e.get("valueFrom", {}).get("fieldRef", {}).get("fieldPath")
+            env[e["name"]] = host_ip if ref == "status.hostIP" else e.get("value", "")
+            args += ["--env", f"{e['name']}={env[e['name']]}"]
+        # the kubelet expands $(VAR) in args from the container's env
+        argv = [re.sub(r"\$\((\w+)\)", lambda x: env.get(x[1], x[0]), a) for a in c["args"]]
+        args += [c["image"], *argv]
+        self.listen = argv[argv.index("--listen") + 1]
+        run("podman", "rm", "-f", POD_NAME, check=False)
+        run(*args)
+
+    def mount(self, vol, m, objs):
+        ro = ":ro" if m.get("readOnly") else ""
+        if "hostPath" in vol:
+            if vol["hostPath"].get("type") == "DirectoryOrCreate":
+                os.makedirs(vol["hostPath"]["path"], mode=0o755, exist_ok=True)
+            return ["-v", f"{vol['hostPath']['path']}:{m['mountPath']}{ro}"]
+        if "emptyDir" in vol:
+            assert vol["emptyDir"].get("medium") == "Memory", vol
+            return ["--tmpfs", f"{m['mountPath']}:rw,mode=755,size={memory_bytes(vol['emptyDir']['sizeLimit'])}"]
+        if "configMap" in vol:
+            d = os.path.join(self.dir, vol["name"])
+            os.makedirs(d, exist_ok=True)
+            for k, v in objs["ConfigMap"]["data"].items():
+                with open(os.path.join(d, k), "w") as f:
+                    f.write(v)
+            src = os.path.join(d, m["subPath"]) if m.get("subPath") else d
+            return ["-v", f"{src}:{m['mountPath']}{ro}"]
+        raise AssertionError(f"a volume the test does not run: {vol}")
+
+    def probe(self, name):
+        """Run the container's `name` probe (an exec probe) once: passed?"""
+        cmd = self.container[name]["exec"]["command"]
+        return run("podman", "exec", POD_NAME, *cmd, check=False, timeout=30).returncode == 0
+
+    def exec(self, *cmd, **kw):
+        return run("podman", "exec", POD_NAME, *cmd, **kw)
+
+    def state(self):
+        out = run("podman", "inspect", POD_NAME, "--format", "{{json .State}}", check=False).stdout
+        return json.loads(out) if out.strip() else {}
+
+    def logs(self):
+        r = run("podman", "logs", POD_NAME, check=False)
+        return r.stdout + r.stderr
+
+    def started(self, timeout):
+        """Until the startup probe passes (True) or the container exits (False)."""
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            if self.probe("startupProbe"):
+                return True
+            if self.state().get("Status") == "exited":
+                return False
+            time.sleep(self.container["startupProbe"].get("periodSeconds", 1))
+        raise AssertionError(f"not started in {timeout}s:\n{self.logs()}")
+
+    def pid(self):
+        """The container's main process, as the host sees it."""
+        return self.state()["Pid"]
+
+    def memory(self):
+        """(now, peak) bytes charged to the container's memory cgroup: its
+        processes (probes and `kubectl exec` clients included) and the
+        kernel memory they allocate, BPF maps included."""
+        for line in read(f"/proc/{self.pid()}/cgroup").splitlines():
+            _, controllers, path = line.split(":", 2)
+            if controllers == "memory":
+                d = f"/sys/fs/cgroup/memory{path}"
+                return int(read(f"{d}/memory.usage_in_bytes")), int(read(f"{d}/memory.max_usage_in_bytes"))
+            if controllers == "" and os.path.exists(f"/sys/fs/cgroup{path}/memory.peak"):
+                d = f"/sys/fs/cgroup{path}"
+                return int(read(f"{d}/memory.current")), int(read(f"{d}/memory.peak"))
+        raise AssertionError("the pod has no memory cgroup")
+
+    def terminate(self, grace):
+        """What the kubelet does to end a pod: SIGTERM, SIGKILL after the
+        grace period. The exit code."""
+        run("podman", "stop", "-t", str(grace), POD_NAME, timeout=grace + 30)
+        return self.state()["ExitCode"]
+
+    def remove(self):
+        run("podman", "rm", "-f", POD_NAME, check=False)
+        run("rm", "-rf", self.dir, check=False)
+
+
 class TestCase(unittest.TestCase):
     """Registers cleanups so daemons and labs go away on failure and on
     Ctrl-C too."""
