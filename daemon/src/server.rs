@@ -33,7 +33,7 @@ pub fn api_router(core: Shared, authority: Authority) -> Router {
         .route(
             route::SOCKETS,
             get(|State(c): State<Shared>, Query(q): Query<SocketsQuery>| async move {
-                Json(c.lock().unwrap().sockets_fresh(q.all.is_set()))
+                Json(c.lock().unwrap().sockets(q.all.is_set()))
             }),
         )
         .route(

@@ -15,7 +15,7 @@ pub mod route {
     /// GET: daemon state and health ([`Status`](super::Status)).
     pub const STATUS: &str = "/v1/status";
     /// GET [`SocketsQuery`](super::SocketsQuery): sockets read from the
-    /// kernel now (`Vec<Socket>`).
+    /// kernel at most a sampling interval ago (`Vec<Socket>`).
     pub const SOCKETS: &str = "/v1/sockets";
     /// GET [`SnapshotQuery`](super::SnapshotQuery): what `bloatd top`
     /// draws ([`Snapshot`](crate::Snapshot)).
