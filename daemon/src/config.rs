@@ -483,8 +483,15 @@ mod tests {
             .map(String::as_str)
             .collect();
         // listen, run_dir, api_group: set by the chart; map_entries: a
-        // deprecated name.
-        let by_chart = ["listen", "run_dir", "api_group", "map_entries"];
+        // deprecated name; admin_group: not offered (the pod's /etc/group
+        // holds api.group only, so in a pod only root acts: kubectl exec).
+        let by_chart = [
+            "listen",
+            "run_dir",
+            "api_group",
+            "map_entries",
+            "admin_group",
+        ];
         let mut ours: Vec<&str> = KEYS
             .iter()
             .map(|(k, _)| *k)
