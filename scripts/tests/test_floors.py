@@ -347,7 +347,7 @@ time.sleep(20)
         cfg = f"{d.run_dir}/bound.toml"
         with open(cfg, "w") as f:
             f.write("floor_entries = 64\n")
-        d.extra = ["--config", cfg]
+        d.extra += ["--config", cfg]
         d.start()
         lab = self.lab("bf5", rate="100mbit", buffer_bytes=200000)
         lab.add_receiver_address(NEW_ADDR + "/24")

@@ -133,7 +133,7 @@ class Authority(TestCase):
 
     def post(self, d, who, route, body):
         """POST as `who` (argv prefix) with curl: (HTTP status, body)."""
-        r = run(*who, "curl", "-s", "-o", "/dev/stdout", "-w", "\n%{http_code}", "--unix-socket",
+        r = run(*who, "curl", "-s", "-w", "\n%{http_code}", "--unix-socket",
                 os.path.join(d.run_dir, "bloatd.sock"), "-X", "POST", "-H", "Content-Type: application/json",
                 "-d", json.dumps(body), f"http://bloatd{route}", check=False)
         text, _, code = r.stdout.rpartition("\n")
@@ -148,7 +148,7 @@ class Authority(TestCase):
         cfg = os.path.join(d.run_dir, "auth.toml")
         with open(cfg, "w") as f:
             f.write(f'api_group = "{self.API}"\nadmin_group = "{self.ADMIN}"\n')
-        d.extra = ["--config", cfg]
+        d.extra += ["--config", cfg]
         d.start()
         watcher = ["runuser", "-u", self.WATCHER, "--"]
         actor = ["runuser", "-u", self.ACTOR, "--"]
@@ -203,7 +203,7 @@ class Authority(TestCase):
         cfg = os.path.join(d.run_dir, "auth.toml")
         with open(cfg, "w") as f:
             f.write(f'api_group = "{self.API}"\nadmin_group = "{self.ADMIN}"\n')
-        d.extra = ["--config", cfg]
+        d.extra += ["--config", cfg]
         d.start()
         term = self.tmux("bloatd-test-auth")
         for user in (self.WATCHER, self.ACTOR):
