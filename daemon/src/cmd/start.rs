@@ -323,8 +323,11 @@ impl StopSignals {
         }
     }
 
-    /// A stop signal that came during the setup, if one did.
+    /// A stop signal that came during the setup, if one did. The kernel
+    /// handed it to tokio's handler, which only wrote to a pipe: one turn
+    /// of the runtime's driver (a yield) delivers it to `recv` first.
     async fn pending(&mut self) -> Option<&'static str> {
+        tokio::task::yield_now().await;
         tokio::select! {
             biased;
             s = self.recv() => Some(s),
