@@ -403,7 +403,7 @@ time.sleep(20)
         # shows now), less those the maps hold now.
         dropped = len(before | made | after) - len(after)
         print(f"    created {floors['created']}, kept {len(floors['floors'])} (capacity {floors['capacity']} "
-              f"peers, {floors['prefix_capacity']} prefixes), evicted {floors['evicted']} ({evicted_before} "
+              f"peers, {floors.get('prefix_capacity')} prefixes), evicted {floors['evicted']} ({evicted_before} "
               f"before); the kernel's maps: {len(made)} made by the test, {len(after)} kept, {dropped} dropped; "
               f"metrics: created {m_created:.0f}, kept {m_kept:.0f}, evicted {m_evicted:.0f}", flush=True)
         self.assertEqual(floors["capacity"], 64)
