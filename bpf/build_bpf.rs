@@ -29,7 +29,7 @@ mod bpf_build {
         println!("cargo:rerun-if-changed={}", src.display());
         println!("cargo:rerun-if-env-changed=BLOATD_CLANG");
         let bpf = bpf_dir();
-        for h in ["vmlinux.h", "bloatd.h", "floor.h", "floor_path.h", "stats.h", "policy.h", "policy_ops.h", "build_bpf.rs"] {
+        for h in ["vmlinux.h", "bloatd.h", "floor.h", "floor_path.h", "stats.h", "policy.h", "policy_ops.h", "service_ops.h", "build_bpf.rs"] {
             println!("cargo:rerun-if-changed={}", bpf.join(h).display());
         }
         let clang = clang();

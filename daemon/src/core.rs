@@ -69,6 +69,7 @@ impl Core {
             floor_prefix_v6: cfg.floor_prefix_v6,
             floor_infer: cfg.floor_infer,
             floors: cfg.floors,
+            service_entries: cfg.service_entries,
         })?;
         let cc = CcSet::register(&cfg.cc, &cfg.cc_options())?;
         let mut tracker = Tracker::new(cfg.interval_ms, cfg.series_seconds);
@@ -183,6 +184,11 @@ impl Core {
         crate::paths::paths_of(&socks, by)
     }
 
+    /// Sockets grouped by service, longest wait first.
+    pub fn services(&mut self) -> Vec<bloatd_model::ServiceView> {
+        crate::service::services_of(&self.sockets_fresh(false))
+    }
+
     /// Every floor the kernel keeps, as the probes would read it now.
     pub fn floors(&self) -> anyhow::Result<Floors> {
         let now_s = (Clock::now().mono_ns / 1_000_000_000) as u32;
@@ -255,6 +261,11 @@ impl Core {
         } else {
             Vec::new()
         };
+        let services = if req.services {
+            crate::service::services_of(&sockets)
+        } else {
+            Vec::new()
+        };
         let (mut summary, mut matched) = (None, None);
         if req.limit.is_some() {
             let (rows, n, s) = bloatd_model::select::select_rows(sockets, req, threshold_us)?;
@@ -275,6 +286,7 @@ impl Core {
             health: self.health(),
             paths,
             policy: self.policy_state(),
+            services,
         })
     }
 
@@ -393,6 +405,7 @@ impl Core {
                 let rule = self.cfg.policy.get(i).cloned();
                 let acts = |p: &bloatd_model::SocketPolicy| {
                     p.chose_cc() == Some(name.as_str())
+                        || p.notsent_lowat_rule.as_deref() == Some(name.as_str())
                         || p.drwa.as_ref().is_some_and(|d| d.by == *name)
                 };
                 RuleInfo {

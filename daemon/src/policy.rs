@@ -57,7 +57,7 @@ pub fn encode_metrics(
     }
     let mut m = e.encode_descriptor(
         "policy_actions",
-        "What the policy did: cc (congestion control set at a handshake), bulk (switched mid-flow), drwa (a DRWA round set a window clamp), drwa_restore (a window given back)",
+        "What the policy did: cc (congestion control set at a handshake), bulk (switched mid-flow), drwa (a DRWA round set a window clamp), drwa_restore (a window given back), notsent_lowat (a sender's unsent backlog bounded at a handshake)",
         None,
         MetricType::Counter,
     )?;
@@ -66,17 +66,22 @@ pub fn encode_metrics(
         ("bulk", c.bulk_switched_total),
         ("drwa", c.drwa_rounds_total),
         ("drwa_restore", c.drwa_restored_total),
+        ("notsent_lowat", c.notsent_lowat_set_total),
     ] {
         m.encode_family(&Action { action })?
             .encode_counter::<NoLabelSet, _, u64>(&v, None)?;
     }
     let mut m = e.encode_descriptor(
         "policy_failures",
-        "Policy actions the kernel refused: cc (bpf_setsockopt TCP_CONGESTION), drwa (TCP_WINDOW_CLAMP)",
+        "Policy actions the kernel refused: cc (bpf_setsockopt TCP_CONGESTION), drwa (TCP_WINDOW_CLAMP), notsent_lowat (TCP_NOTSENT_LOWAT)",
         None,
         MetricType::Counter,
     )?;
-    for (action, v) in [("cc", c.cc_failed_total), ("drwa", c.drwa_failed_total)] {
+    for (action, v) in [
+        ("cc", c.cc_failed_total),
+        ("drwa", c.drwa_failed_total),
+        ("notsent_lowat", c.notsent_lowat_failed_total),
+    ] {
         m.encode_family(&Action { action })?
             .encode_counter::<NoLabelSet, _, u64>(&v, None)?;
     }

@@ -91,6 +91,8 @@ pub struct ProbeConfig {
     pub floor_prefix_v6: u8,
     pub floor_infer: bool,
     pub floors: bool,
+    /// Per-service histograms kept at most (svc_stats, service_ops.h).
+    pub service_entries: u32,
     /// Rules and DRWA for the sock_ops program (policy.rs).
     pub policy: policy::PolicyConfig,
 }
@@ -359,6 +361,7 @@ impl Probes {
             .override_global("drwa_lambda_x256", &cfg.policy.drwa_lambda_x256, true)
             .override_global("drwa_min_bytes", &cfg.policy.drwa_min_bytes, true)
             .map_max_entries("floors", cfg.floor_entries)
+            .map_max_entries("svc_stats", cfg.service_entries)
             .map_max_entries("dump", cfg.map_capacity + DUMP_SLACK)
             .load(OBJECT)
             .map_err(|e| ProbeError::Object(errstr(e)))?;
@@ -498,18 +501,38 @@ impl Probes {
         Ok(probes)
     }
 
-    /// Run the TCP iterator once: it records every socket of our network
-    /// namespace that exists now, including idle ones no tracepoint would
-    /// report until they carry traffic.
+    /// What exists before start: the TCP iterator records every socket of
+    /// our network namespace, including idle ones no tracepoint would
+    /// report until they carry traffic; then every task's open files give
+    /// the sockets (listeners above all) the process that holds them
+    /// (service_ops.h). The second is optional: without it (a kernel
+    /// before 5.11 has no bpf_sock_from_file) connections accepted from a
+    /// listener opened before bloatd show no process.
     fn seed(&mut self, btf: &Btf) -> Result<(), ProbeError> {
-        let name = "seed_sockets";
+        self.run_iter_once(btf, "seed_sockets", "tcp")?;
+        if let Err(e) = self.run_iter_once(btf, "seed_owners", "task_file") {
+            tracing::warn!(
+                "{e}: connections accepted by listeners opened before bloatd show no process"
+            );
+        }
+        Ok(())
+    }
+
+    /// Load the iterator program `name` over `target`, run it once, and
+    /// drop it.
+    fn run_iter_once(
+        &mut self,
+        btf: &Btf,
+        name: &'static str,
+        target: &str,
+    ) -> Result<(), ProbeError> {
         let prog: &mut Iter = self
             .ebpf
             .program_mut(name)
             .ok_or_else(|| ProbeError::Object(format!("program {name} missing from object")))?
             .try_into()
             .map_err(|e| ProbeError::Object(errstr(e)))?;
-        prog.load("tcp", btf).map_err(|e| ProbeError::Load {
+        prog.load(target, btf).map_err(|e| ProbeError::Load {
             name,
             detail: errstr(e),
         })?;

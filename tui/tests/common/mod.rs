@@ -31,6 +31,7 @@ pub fn socket(cookie: u64) -> Socket {
         state: "ESTAB".into(),
         pid: Some(1000 + cookie as u32),
         comm: Some("curl".into()),
+        service: "session-2.scope".into(),
         cc: "cubic".into(),
         role: Role::Sender,
         cwnd: 10,
@@ -102,6 +103,7 @@ pub fn host(sockets: Vec<Socket>) -> Snapshot {
         },
         paths: vec![],
         policy: None,
+        services: vec![],
     }
 }
 
@@ -122,6 +124,7 @@ pub fn cubic_download_paths() -> Vec<NetPath> {
                 sockets,
                 throughput_bps: bps,
                 ccs: ccs.iter().map(|c| c.to_string()).collect(),
+                services: vec!["session-2.scope".into()],
             }
         };
     vec![
