@@ -1,6 +1,6 @@
 # bloatd: build, test, run. Targets that touch the kernel need root.
 CARGO  ?= cargo
-PY     := /usr/bin/python3
+PY     ?= $(shell scripts/python.sh)
 BIN    := target/release/bloatd
 PREFIX ?= /usr/local
 LAB_OUT ?= lab-results
@@ -8,7 +8,7 @@ LAB_OUT ?= lab-results
 DOCS   := target/docs
 RULES  := daemon/dist/prometheus
 
-.PHONY: all deps build test unit-test kernel-test rules-test integration-test bench docs install uninstall \
+.PHONY: all deps build lint test unit-test kernel-test rules-test integration-test bench docs install uninstall \
         deb vmlinux demo lab lab-quick delayline clean
 
 all: build
@@ -19,11 +19,18 @@ deps:
 
 ## build: release binary at target/release/bloatd (BPF objects via build.rs)
 build:
-	$(CARGO) build --release --workspace
+	$(CARGO) build --release
 	scripts/lab/delayline/build.sh >/dev/null
 
-## test: everything CI runs: unit tests, then kernel integration tests
-test: deps build unit-test rules-test kernel-test integration-test
+## test: everything CI runs: lint, unit tests, then kernel integration tests
+test: deps build lint unit-test rules-test kernel-test integration-test
+
+## lint: rustfmt and clippy (warnings are errors), kernel-test code included
+lint:
+	$(CARGO) fmt --all -- --check
+	rustfmt --check --edition 2021 bpf/build_bpf.rs
+	$(CARGO) clippy --release --workspace --all-targets -- -D warnings
+	$(CARGO) clippy --release -p bloatd-cc --features kernel-tests --all-targets -- -D warnings
 
 ## unit-test: root-free, fast (what `cargo test` runs anywhere)
 unit-test:
@@ -60,6 +67,8 @@ install: docs
 	sed 's#/usr/local/#$(PREFIX)/#g' daemon/dist/bloatd.service > $(DESTDIR)/etc/systemd/system/bloatd.service
 	chmod 0644 $(DESTDIR)/etc/systemd/system/bloatd.service
 	install -D -m 0644 README.md $(DESTDIR)$(PREFIX)/share/doc/bloatd/README.md
+	install -d $(DESTDIR)$(PREFIX)/share/doc/bloatd/docs
+	install -m 0644 docs/*.md $(DESTDIR)$(PREFIX)/share/doc/bloatd/docs/
 	install -d $(DESTDIR)$(PREFIX)/share/man/man1
 	install -m 0644 $(DOCS)/man/*.1 $(DESTDIR)$(PREFIX)/share/man/man1/
 	install -D -m 0644 $(DOCS)/completions/bloatd.bash $(DESTDIR)$(PREFIX)/share/bash-completion/completions/bloatd

@@ -142,7 +142,6 @@ pub fn view(s: &bloatd_cc::AlgoState) -> CcState {
             bwe_bytes_per_s: w.bwe_bytes_per_s,
             min_rtt_us: w.min_rtt_us,
             pipe_segments: w.pipe_segments(),
-            rtt_min_us: w.min_rtt_us,
         },
         bloatd_cc::AlgoState::Cubic(c) => CcState::Cubic {
             w_max_segments: c.w_max_segments,
@@ -151,7 +150,6 @@ pub fn view(s: &bloatd_cc::AlgoState) -> CcState {
             min_rtt_us: c.min_rtt_us,
             hystart_round: c.hystart_round,
             hystart_found: c.hystart_found_ack_train || c.hystart_found_delay,
-            delay_min_us: c.min_rtt_us,
         },
     }
 }

@@ -17,10 +17,6 @@ const KEYS: &[(&str, &str)] = &[
     ("run_dir", "a directory path"),
     ("interval_ms", "an integer (milliseconds)"),
     ("map_capacity", "an integer"),
-    (
-        "map_entries",
-        "an integer (deprecated name of map_capacity)",
-    ),
     ("bloat_threshold_ms", "an integer (milliseconds)"),
     ("series_seconds", "an integer (seconds)"),
     ("cc", "a list of names, like [\"bloatd_westwood\"]"),
@@ -96,7 +92,6 @@ pub struct Config {
     /// Sampling interval: at most one sample per socket per interval.
     pub interval_ms: u64,
     /// Capacity of the kernel's socket map.
-    #[serde(alias = "map_entries")]
     pub map_capacity: u32,
     /// Queueing delay from which a socket counts as bloated.
     pub bloat_threshold_ms: u64,
@@ -237,9 +232,6 @@ impl Config {
         }
         if let Some(rules) = table.get("policy") {
             crate::policy::check_config_value(rules)?;
-        }
-        if table.contains_key("map_entries") && table.contains_key("map_capacity") {
-            return Err("`map_entries` is the old name of `map_capacity`: give only one".into());
         }
         let cfg = Config::deserialize(toml::Value::Table(table.clone())).map_err(|_| {
             // Deserialize key by key to find the one with the wrong type.
@@ -455,25 +447,10 @@ mod tests {
             .cloned()
             .collect();
         fields.push("api_group".into()); // None: not serialized
-        fields.push("map_entries".into()); // the old name of map_capacity
         fields.sort();
         let mut keys: Vec<String> = KEYS.iter().map(|(k, _)| k.to_string()).collect();
         keys.sort();
         assert_eq!(fields, keys, "KEYS must list every Config field");
-    }
-
-    #[test]
-    fn the_old_name_of_map_capacity_still_works_for_one_release() {
-        assert_eq!(
-            Config::parse("map_entries = 128\n").unwrap().map_capacity,
-            128
-        );
-        assert_eq!(
-            Config::parse("map_capacity = 256\n").unwrap().map_capacity,
-            256
-        );
-        let e = Config::parse("map_entries = 128\nmap_capacity = 256\n").unwrap_err();
-        assert!(e.contains("old name"), "{e}");
     }
 
     #[test]

@@ -363,7 +363,6 @@ impl Core {
             started_unix_ms: self.started_unix_ms,
             interval_ms: self.cfg.interval_ms,
             probes: self.probe_names(),
-            hooks: self.probe_names(),
             cc_registered: self.cc.names(),
             default_cc: bloatd_cc::kernel_default().ok(),
             listen: self.metrics.as_ref().map(|_| self.cfg.listen.to_string()),

@@ -144,10 +144,7 @@ pub struct Status {
     pub started_unix_ms: u64,
     pub interval_ms: u64,
     /// The BPF programs attached (`tp_btf/tcp_probe`, `cgroup/sock_ops`).
-    #[serde(default)]
     pub probes: Vec<String>,
-    /// The old name of `probes`, kept for one release.
-    pub hooks: Vec<String>,
     pub cc_registered: Vec<String>,
     pub default_cc: Option<String>,
     pub listen: Option<String>,

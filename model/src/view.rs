@@ -248,9 +248,6 @@ pub enum CcState {
         bwe_bytes_per_s: u64,
         min_rtt_us: u32,
         pipe_segments: u32,
-        /// The old name of `min_rtt_us`, kept for one release.
-        #[serde(default)]
-        rtt_min_us: u32,
     },
     /// CUBIC: W_max (segments), K (ms), time since the epoch began (None when
     /// no epoch is running), the delay floor HyStart compares with, and
@@ -263,9 +260,6 @@ pub enum CcState {
         min_rtt_us: u32,
         hystart_round: u32,
         hystart_found: bool,
-        /// The old name of `min_rtt_us`, kept for one release.
-        #[serde(default)]
-        delay_min_us: u32,
     },
 }
 
@@ -324,9 +318,6 @@ pub struct Socket {
     pub rcv_ts_rtt_us: Option<u32>,
     /// TCP timestamps negotiated on this connection.
     pub timestamps: bool,
-    /// Deprecated alias of `floor_us` (the receiver's floor is the path's);
-    /// kept for one release.
-    pub rcv_min_rtt_us: u32,
     /// Receiver view of queueing delay: the receiver's RTT - floor_us.
     pub rcv_queue_delay_us: u32,
     /// Bytes the application wrote that the socket has not sent yet: the

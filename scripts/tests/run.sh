@@ -9,7 +9,8 @@ cd "$(dirname "$0")/../.."
 [[ $(id -u) -eq 0 ]] || { echo "scripts/tests/run.sh: run as root (BPF, network namespaces)" >&2; exit 1; }
 export BLOATD_BIN=${BLOATD_BIN:-$PWD/target/release/bloatd}
 [[ -x $BLOATD_BIN ]] || { echo "no $BLOATD_BIN: run make build first" >&2; exit 1; }
-PY=/usr/bin/python3
+PY=$(scripts/python.sh) || exit 1
+export PYTHON=$PY
 
 failed=()
 start_all=$(date +%s)

@@ -25,6 +25,7 @@ import json
 import os
 import re
 import subprocess
+import sys
 import time
 
 from bloatdtest import FLOWS, RCV4, SND4, TOPO, TestCase, main, run
@@ -101,13 +102,13 @@ class TraceLink(TestCase):
         (ns, shifted back by the base delay) and the blast's span."""
         trace = Trace(trace_path, start_ns)
         src, dst, addr = ("snd", "rcv", RCV4) if direction == "down" else ("rcv", "snd", SND4)
-        sink = subprocess.Popen(["ip", "netns", "exec", lab.ns(dst), "/usr/bin/python3", FLOWS,
+        sink = subprocess.Popen(["ip", "netns", "exec", lab.ns(dst), sys.executable, FLOWS,
                                  "udp-sink", "--port", "9000", "--seconds", str(BLAST_S + 20)],
                                 stdout=subprocess.PIPE, text=True)
         lab.procs.append(sink)
         self.assertIn("listening", sink.stdout.readline())
         pps = int(4 * trace.mean_pps())
-        blast = lab.exec(src, "/usr/bin/python3", FLOWS, "udp-blast", "--addr", addr,
+        blast = lab.exec(src, sys.executable, FLOWS, "udp-blast", "--addr", addr,
                          "--pps", str(pps), "--seconds", str(BLAST_S), timeout=BLAST_S + 30)
         sent = json.loads(blast.stdout)
         arrivals = json.loads(sink.stdout.readline())

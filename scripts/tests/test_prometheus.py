@@ -8,6 +8,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 import tempfile
 import time
 import urllib.parse
@@ -164,7 +165,7 @@ class PrometheusScrape(TestCase):
         d.start()
         lab = self.lab("bp3", rate="100mbit", buffer_bytes=1000000, delay_ms=20)
         n, port = 20, 8100
-        server = lab.spawn("snd", "/usr/bin/python3", "-c", f"""
+        server = lab.spawn("snd", sys.executable, "-c", f"""
 import socket
 s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
 s.bind(("0.0.0.0", {port})); s.listen(64)
@@ -174,7 +175,7 @@ for _ in range({n}):
     c.sendall(b"x" * 200000)
     c.close()
 """)
-        client = lab.exec("rcv", "/usr/bin/python3", "-c", f"""
+        client = lab.exec("rcv", sys.executable, "-c", f"""
 import socket, time
 got = 0
 for _ in range({n}):

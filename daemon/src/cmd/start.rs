@@ -35,9 +35,8 @@ pub struct StartArgs {
     #[arg(long, value_name = "MS")]
     pub interval: Option<u64>,
     /// Sockets the kernel tracks at most (the socket map's bound; beyond
-    /// it new sockets are counted as dropped) [default: 65536]. The old
-    /// spelling --map-entries works for one more release.
-    #[arg(long, value_name = "N", alias = "map-entries")]
+    /// it new sockets are counted as dropped) [default: 65536].
+    #[arg(long, value_name = "N")]
     pub map_capacity: Option<u32>,
     /// Queueing delay (ms) from which a socket counts as bloated [default: 100]
     #[arg(long, value_name = "MS")]

@@ -189,10 +189,13 @@ pub fn lambda_x256(lambda: f64) -> u32 {
     (lambda * 256.0).round() as u32
 }
 
-/// C functions of bpf/policy.h compiled for the host (bpf/policy_host.c):
+/// C functions of bpf/policy.h compiled for the host
+/// (bpf/testing/policy_host.c, linked from the bloatd-bpf-testing crate):
 /// the tests run the kernel's arithmetic.
 #[cfg(test)]
 mod c {
+    use bloatd_bpf_testing as _;
+
     extern "C" {
         pub fn bloatd_drwa_window(
             cwnd_est: u32,

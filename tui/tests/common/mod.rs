@@ -46,7 +46,6 @@ pub fn socket(cookie: u64) -> Socket {
         rcv_rtt_us: 0,
         rcv_ts_rtt_us: None,
         timestamps: true,
-        rcv_min_rtt_us: 20_000,
         rcv_queue_delay_us: 0,
         unsent_bytes: 0,
         unsent_delay_us: 0,
@@ -69,7 +68,6 @@ pub fn sending(mut s: Socket, min_rtt_us: u32, queue_us: u32) -> Socket {
     s.role = Role::Sender;
     s.min_rtt_us = min_rtt_us;
     s.floor_us = min_rtt_us;
-    s.rcv_min_rtt_us = min_rtt_us;
     s.queue_delay_us = queue_us;
     s.srtt_us = min_rtt_us + queue_us;
     s
@@ -78,7 +76,6 @@ pub fn sending(mut s: Socket, min_rtt_us: u32, queue_us: u32) -> Socket {
 /// Sets a receiver's RTTs (rcv_rtt side).
 pub fn receiving(mut s: Socket, min_rtt_us: u32, queue_us: u32) -> Socket {
     s.role = Role::Receiver;
-    s.rcv_min_rtt_us = min_rtt_us;
     s.floor_us = min_rtt_us;
     s.rcv_queue_delay_us = queue_us;
     s.rcv_rtt_us = min_rtt_us + queue_us;
@@ -203,7 +200,6 @@ pub fn cubic_download_host() -> Snapshot {
         k_ms: 4_119,
         epoch_age_ms: Some(2_870),
         min_rtt_us: 51_800,
-        delay_min_us: 51_800,
         hystart_round: 9,
         hystart_found: true,
     });
@@ -292,7 +288,6 @@ pub fn westwood_socket() -> Socket {
     s.cc_state = Some(CcState::Westwood {
         bwe_bytes_per_s: 1_163_750,
         min_rtt_us: 50_000,
-        rtt_min_us: 50_000,
         pipe_segments: 40,
     });
     s
@@ -341,7 +336,6 @@ pub fn westwood_host() -> Snapshot {
     quiet.cc_state = Some(CcState::Westwood {
         bwe_bytes_per_s: 600_000,
         min_rtt_us: 50_000,
-        rtt_min_us: 50_000,
         pipe_segments: 21,
     });
     quiet.cwnd = 22;
