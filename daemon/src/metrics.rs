@@ -114,6 +114,9 @@ pub struct Scrape {
     /// bloatd_westwood's cwnd/pipe histogram as its struct_ops program
     /// counted it (None without bloatd_westwood).
     pub westwood_cwnd_pipe: Option<bloatd_cc::RatioHistogram>,
+    /// The queueing delay and RTT histograms by (cc, role, service), the
+    /// service label bounded (service/labels.rs).
+    pub services: Vec<crate::service::metrics::ServiceHist>,
 }
 
 /// What the collector encodes: the last scrape.
@@ -291,21 +294,24 @@ impl prometheus_client::collector::Collector for Collector {
             .encode_info(&vec![("version", env!("CARGO_PKG_VERSION"))])?;
         let v = &state.scrape;
         let both = [0usize, 1];
-        encode_histograms(
+        let bounds = delay_bounds_s();
+        crate::service::metrics::encode(
             &mut e,
             "tcp_queueing_delay_seconds",
-            "Queueing delay per socket sample: srtt minus the path's floor for senders, the measured receiver RTT minus it for receivers",
-            v,
-            &delay_hist(hist::QUEUE),
-            &both,
+            "Queueing delay per socket sample: srtt minus the path's floor for senders, the measured receiver RTT minus it for receivers; by service, the top service_labels services by socket-time and \"other\"",
+            &v.services,
+            hist::QUEUE as usize,
+            &bounds,
+            ROLES,
         )?;
-        encode_histograms(
+        crate::service::metrics::encode(
             &mut e,
             "tcp_srtt_seconds",
-            "Smoothed RTT per socket sample (receivers: their RTT measured from echoed timestamps, else the kernel's estimate)",
-            v,
-            &delay_hist(hist::RTT),
-            &both,
+            "Smoothed RTT per socket sample (receivers: their RTT measured from echoed timestamps, else the kernel's estimate); by service, as the queueing delay",
+            &v.services,
+            hist::RTT as usize,
+            &bounds,
+            ROLES,
         )?;
         encode_histograms(
             &mut e,
@@ -456,6 +462,12 @@ impl prometheus_client::collector::Collector for Collector {
             "path_floors_inferred",
             "Floors inferred for a new peer from the queue its route's bottleneck held",
             c.get(stat::FLOOR_INFERRED),
+        )?;
+        plain_counter(
+            &mut e,
+            "service_overflow",
+            "Samples counted under service=\"other\" because the kernel's per-service histograms were full (service_entries)",
+            c.get(stat::SVC_FULL),
         )?;
         plain_counter(
             &mut e,

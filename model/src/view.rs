@@ -207,7 +207,7 @@ pub fn worst_service_sentence(services: &[ServiceView]) -> Option<String> {
         .first()
         .filter(|s| s.queue_delay_p50_us >= 60_000 || s.unsent_delay_p50_us >= 60_000)?;
     Some(format!(
-        "{}'s users wait {} a round trip: {} in the network's queue, {} in its own send buffers: grade {}, {} RPM (passive)",
+        "{}'s users wait {} a round trip: {} network queue, {} own send buffers; grade {}, {} RPM",
         s.service,
         crate::format::ms(s.wait_us as u64),
         crate::format::ms(s.queue_delay_p50_us as u64),

@@ -171,9 +171,14 @@ class Lab:
     def exec(self, side, *cmd, **kw):
         return run("ip", "netns", "exec", self.ns(side), *cmd, **kw)
 
-    def spawn(self, side, *cmd):
-        p = subprocess.Popen(["ip", "netns", "exec", self.ns(side), *cmd],
-                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    def spawn(self, side, *cmd, cgroup=None):
+        """`cmd` in the namespace of `side`, in `cgroup` (a Cgroup) if given:
+        it joins the cgroup before `ip netns exec`, whose fresh /sys has no
+        cgroup mounts."""
+        argv = ["ip", "netns", "exec", self.ns(side), *cmd]
+        if cgroup:
+            argv = cgroup.wrap(*argv)
+        p = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         self.procs.append(p)
         return p
 
@@ -312,6 +317,56 @@ def bpf_map_dump(name):
 PROBE_PROGS = {"tcp_probe", "inet_sock_set_state", "tcp_retransmit_skb", "tcp_cong_state_set"}
 
 
+def cgroup2_root():
+    """Where the cgroup v2 hierarchy is mounted (/sys/fs/cgroup, or
+    /sys/fs/cgroup/unified on a hybrid host like this one)."""
+    with open("/proc/self/mounts") as f:
+        for line in f:
+            dev, path, fstype = line.split()[:3]
+            if fstype == "cgroup2":
+                return path
+    raise unittest.SkipTest("no cgroup v2 hierarchy mounted")
+
+
+class Cgroup:
+    """A cgroup v2 of the test's own, below the hierarchy's root: a
+    "service" whose processes it runs (`wrap`). bloatd names it by its path
+    (`service`)."""
+
+    def __init__(self, name, parent=None):
+        self.root = cgroup2_root()
+        self.path = tempfile.mkdtemp(prefix=f"bloatd-test-{name}-", dir=parent or self.root)
+        self.service = self.path[len(self.root):]
+
+    def wrap(self, *cmd):
+        """`cmd` run inside the cgroup: the shell joins it, then becomes
+        `cmd` (same pid), so every socket it opens is the cgroup's."""
+        return ["bash", "-c", f'echo $$ > {self.path}/cgroup.procs && exec "$@"', "bash", *cmd]
+
+    def remove(self):
+        """Move what is left in it (and below) to the root, then remove it
+        bottom up."""
+        for dirpath, _, _ in sorted(os.walk(self.path), key=lambda w: -len(w[0])):
+            try:
+                with open(os.path.join(dirpath, "cgroup.procs")) as f:
+                    pids = f.read().split()
+            except OSError:
+                pids = []
+            for pid in pids:
+                try:
+                    write(os.path.join(self.root, "cgroup.procs"), pid)
+                except OSError:
+                    pass
+            for _ in range(50):
+                try:
+                    os.rmdir(dirpath)
+                    break
+                except FileNotFoundError:
+                    break
+                except OSError:
+                    time.sleep(0.1)  # a process still leaving
+
+
 def sock_ops_attached():
     """IDs of the sock_ops programs attached anywhere in the cgroup v2
     tree, as the kernel lists them (`bpftool cgroup tree`)."""
@@ -363,6 +418,12 @@ class TestCase(unittest.TestCase):
         lab = Lab(name, **kw)
         self.addCleanup(lab.close)
         return lab
+
+    def cgroup(self, name, parent=None):
+        """A cgroup v2 of the test's own, removed when the test ends."""
+        cg = Cgroup(name, parent)
+        self.addCleanup(cg.remove)
+        return cg
 
     def tmux(self, name):
         """A tmux server of its own, killed when the test ends."""

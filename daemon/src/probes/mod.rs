@@ -23,7 +23,7 @@ pub mod policy;
 
 use abi::{
     stat, BloatdCcStats, BloatdControl, BloatdFloor, BloatdPathKey, BloatdSample, BloatdSock,
-    BloatdSockCounts,
+    BloatdSockCounts, BloatdSvcKey, BloatdSvcStats,
 };
 use aya::maps::{Array, HashMap as BpfHashMap, Map, MapData, PerCpuArray, RingBuf};
 use aya::programs::{BtfTracePoint, CgroupAttachMode, Iter, SockOps};
@@ -118,6 +118,10 @@ pub struct Probes {
     cc_names: Array<MapData, [u8; 16]>,
     watch: BpfHashMap<MapData, u64, u8>,
     control: Array<MapData, BloatdControl>,
+    /// Queueing delay and RTT histograms per (cgroup, cc, role), and the
+    /// map's bound (service_ops.h).
+    svc_stats: BpfHashMap<MapData, BloatdSvcKey, BloatdSvcStats>,
+    service_entries: u32,
     watched: HashSet<u64>,
     map_capacity: u32,
     /// Holding this fd keeps kernel.bpf_stats_enabled on; dropped with us.
@@ -170,6 +174,29 @@ fn add_cc_stats(sum: &mut BloatdCcStats, x: &BloatdCcStats) {
     }
 }
 const _: () = assert!(std::mem::size_of::<BloatdCcStats>().is_multiple_of(8));
+
+/// The entries of cgroup 0 in `svc_stats`, one per congestion control
+/// and role: where the probes count a sample when the map is full
+/// ("other"), made before the probes run so they always exist.
+fn make_overflow_entries(
+    m: &mut BpfHashMap<MapData, BloatdSvcKey, BloatdSvcStats>,
+) -> Result<(), ProbeError> {
+    for cc_idx in 0..abi::limits::CC_MAX {
+        for role in 0..2 {
+            let key = BloatdSvcKey {
+                cgroup_id: 0,
+                cc_idx,
+                role,
+            };
+            m.insert(key, BloatdSvcStats::default(), 0)
+                .map_err(|e| ProbeError::Map {
+                    map: "svc_stats",
+                    detail: errstr(e),
+                })?;
+        }
+    }
+    Ok(())
+}
 
 /// Read slots beyond the bound: records the startup walk made for sockets
 /// that existed before (they are not refused) fit too.
@@ -432,6 +459,12 @@ impl Probes {
             map: "control",
             detail: errstr(e),
         })?;
+        let mut svc_stats =
+            BpfHashMap::try_from(map(&mut ebpf, "svc_stats")?).map_err(|e| ProbeError::Map {
+                map: "svc_stats",
+                detail: errstr(e),
+            })?;
+        make_overflow_entries(&mut svc_stats)?;
         let Map::LruHashMap(floors_map) = map(&mut ebpf, "floors")? else {
             return Err(ProbeError::Object("map floors is not an LRU hash".into()));
         };
@@ -492,6 +525,8 @@ impl Probes {
             cc_names,
             watch,
             control,
+            svc_stats,
+            service_entries: cfg.service_entries,
             watched: HashSet::new(),
             map_capacity: cfg.map_capacity,
             _stats_fd: stats_fd,
@@ -626,6 +661,21 @@ impl Probes {
             }
         }
         Ok(out)
+    }
+
+    /// Every per-service histogram the kernel keeps now, and its bound.
+    pub fn svc_stats(&self) -> (Vec<(BloatdSvcKey, BloatdSvcStats)>, u32) {
+        let entries = self.svc_stats.iter().filter_map(Result::ok).collect();
+        (entries, self.service_entries)
+    }
+
+    /// Delete per-service histograms whose counts were folded (idle
+    /// cgroups); returns those deleted.
+    pub fn svc_delete(&mut self, keys: &[BloatdSvcKey]) -> Vec<BloatdSvcKey> {
+        keys.iter()
+            .filter(|k| self.svc_stats.remove(k).is_ok())
+            .copied()
+            .collect()
     }
 
     /// Records alive now by congestion control index, role and state.

@@ -13,8 +13,12 @@
 //!   cgroup path), found by walking the cgroup v2 hierarchy when an id is
 //!   new, never per read;
 //! - [`view`]: sockets grouped by service, with the wait of its users split
-//!   between the network's queue and its own unsent backlog.
+//!   between the network's queue and its own unsent backlog;
+//! - [`labels`]: the kernel's per-cgroup histograms folded into the
+//!   `service` label of /metrics, bounded to the top N and "other".
 
+pub mod labels;
+pub mod metrics;
 pub mod names;
 pub mod view;
 

@@ -30,8 +30,8 @@ pub const UNKNOWN: &str = "-";
 #[derive(Debug)]
 pub struct ServiceNames {
     root: Option<PathBuf>,
-    /// id -> (path below the root, service name).
-    known: HashMap<u64, (String, String)>,
+    /// id -> service name.
+    known: HashMap<u64, String>,
     last_walk: Option<Instant>,
 }
 
@@ -63,10 +63,9 @@ impl ServiceNames {
             self.known.clear();
         }
         for (id, path) in walk(&root) {
-            self.known.entry(id).or_insert_with(|| {
-                let name = service_of_path(&path);
-                (path, name)
-            });
+            self.known
+                .entry(id)
+                .or_insert_with(|| service_of_path(&path));
         }
     }
 
@@ -74,14 +73,9 @@ impl ServiceNames {
     pub fn name(&self, id: u64) -> String {
         match (id, self.known.get(&id)) {
             (0, _) => UNKNOWN.into(),
-            (_, Some((_, name))) => name.clone(),
+            (_, Some(name)) => name.clone(),
             (id, None) => format!("cgroup:{id}"),
         }
-    }
-
-    /// The path of cgroup `id` below the mount, where known.
-    pub fn path(&self, id: u64) -> Option<&str> {
-        self.known.get(&id).map(|(p, _)| p.as_str())
     }
 }
 
@@ -229,7 +223,6 @@ mod tests {
         let mut names = ServiceNames::new(Some(root.clone()));
         names.learn([id, root_id]);
         assert_eq!(names.name(id), "web.service");
-        assert_eq!(names.path(id), Some("/system.slice/web.service"));
         assert_eq!(names.name(root_id), "/");
         assert_eq!(names.name(0), "-");
         // A new cgroup waits for the next walk (at most one per second).

@@ -171,11 +171,11 @@ mod tests {
             ),
             (400_000, 410_000, 0)
         );
-        assert_eq!((web.grade(), web.rpm()), ("F", 136)); // 60000 / 440 ms
+        assert_eq!((web.grade(), web.rpm()), ("F", 137)); // 60000 / 436.7 ms
         assert_eq!(web.throughput_bps, 3_000_000);
         let line = bloatd_model::worst_service_sentence(&v).unwrap();
         assert!(
-            line.starts_with("bulk.service's users wait 2350ms a round trip: 400ms in the network's queue, 1800ms in its own send buffers"),
+            line.starts_with("bulk.service's users wait 2350ms a round trip: 400ms network queue, 1800ms own send buffers"),
             "{line}"
         );
     }

@@ -2,9 +2,9 @@
 //! systemd unit, a container, a cgroup), longest wait first: the network's
 //! queue (p50, p90, max) and the service's own unsent backlog side by side,
 //! the round trip its users wait, the grade and the passive RPM, under one
-//! sentence on the worst service ("nginx.service's users wait 480 ms a
-//! round trip: 400 ms in the network's queue, 40 ms in its own send
-//! buffers").
+//! sentence on the worst service ("nginx.service's users wait 480ms a
+//! round trip: 400ms network queue, 40ms own send buffers; grade D, 125
+//! RPM").
 
 use super::grouped::{render_grouped, Column, Grouped};
 use crate::app::App;
