@@ -19,6 +19,7 @@ import subprocess
 import tempfile
 import time
 import unittest
+import urllib.parse
 import urllib.request
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -377,6 +378,44 @@ def sock_ops_attached():
             if p.get("attach_type") in ("cgroup_sock_ops", "sock_ops"):
                 ids.add(p["id"])
     return ids
+
+
+class Prometheus:
+    """A real Prometheus server (Debian's) scraping one bloatd every second,
+    optionally with rule files, for the test's life; PromQL through its
+    HTTP API."""
+
+    def __init__(self, test, target_port, rule_files=()):
+        tmp = tempfile.mkdtemp(prefix="bloatd-prom-")
+        test.addCleanup(shutil.rmtree, tmp, True)
+        cfg = os.path.join(tmp, "prometheus.yml")
+        rules = "".join(f"  - {os.path.abspath(r)}\n" for r in rule_files)
+        with open(cfg, "w") as f:
+            f.write(
+                "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n"
+                + (f"rule_files:\n{rules}" if rules else "")
+                + "scrape_configs:\n  - job_name: bloatd\n    static_configs:\n"
+                f"      - targets: ['127.0.0.1:{target_port}']\n"
+            )
+        self.port = free_port()
+        test.process(["prometheus", f"--config.file={cfg}", f"--storage.tsdb.path={tmp}/data",
+                      f"--web.listen-address=127.0.0.1:{self.port}"],
+                     grace=10, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        wait_for(lambda: self.query("up"), timeout=30, what="prometheus up and scraping")
+
+    def api(self, path):
+        """GET an HTTP API path; its `data`, or None (not up yet, error)."""
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.port}{path}", timeout=5) as r:
+                body = json.load(r)
+        except OSError:
+            return None
+        return body["data"] if body.get("status") == "success" else None
+
+    def query(self, promql):
+        """An instant query's result (a list of series), or None."""
+        data = self.api("/api/v1/query?" + urllib.parse.urlencode({"query": promql}))
+        return data["result"] if data else None
 
 
 class Tmux:

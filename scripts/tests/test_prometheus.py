@@ -3,18 +3,12 @@
 PromQL through its HTTP API returns the queueing delay histogram of that
 flow, and `promtool check metrics` accepts the exposition."""
 
-import json
-import os
 import re
-import shutil
 import subprocess
 import sys
-import tempfile
 import time
-import urllib.parse
-import urllib.request
 
-from bloatdtest import SND4, TestCase, free_port, main, run, wait_for
+from bloatdtest import SND4, Prometheus, TestCase, main, wait_for
 
 
 def histogram(text, name, labels):
@@ -41,43 +35,17 @@ def histogram(text, name, labels):
 
 
 class PrometheusScrape(TestCase):
-    def start_prometheus(self, target_port):
-        tmp = tempfile.mkdtemp(prefix="bloatd-prom-")
-        self.addCleanup(shutil.rmtree, tmp, True)
-        cfg = os.path.join(tmp, "prometheus.yml")
-        with open(cfg, "w") as f:
-            f.write(
-                "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n"
-                "scrape_configs:\n  - job_name: bloatd\n    static_configs:\n"
-                f"      - targets: ['127.0.0.1:{target_port}']\n"
-            )
-        port = free_port()
-        self.process(["prometheus", f"--config.file={cfg}", f"--storage.tsdb.path={tmp}/data",
-                      f"--web.listen-address=127.0.0.1:{port}"],
-                     grace=10, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        return port
-
-    def query(self, port, promql):
-        url = f"http://127.0.0.1:{port}/api/v1/query?" + urllib.parse.urlencode({"query": promql})
-        try:
-            with urllib.request.urlopen(url, timeout=5) as r:
-                body = json.load(r)
-        except OSError:
-            return None
-        return body["data"]["result"] if body.get("status") == "success" else None
-
     def test_promql_returns_cubic_queueing_delay_histogram(self):
         d = self.daemon("--no-cc")
         d.start()
         lab = self.lab("bp1", rate="10mbit", buffer_bytes=1500000)
         lab.bulk_download("cubic", 15)
-        prom = self.start_prometheus(d.port)
-        wait_for(lambda: self.query(prom, "up") is not None, timeout=30, what="prometheus up")
+        prom = Prometheus(self, d.port)
 
         q = 'bloatd_tcp_queueing_delay_seconds_bucket{cc="cubic",role="sender"}'
 
         def histogram():
-            res = self.query(prom, f"sum by (le) ({q})")  # over services
+            res = prom.query(f"sum by (le) ({q})")  # over services
             if not res:
                 return None
             buckets = {r["metric"]["le"]: float(r["value"][1]) for r in res}
@@ -93,7 +61,7 @@ class PrometheusScrape(TestCase):
         les = sorted((float(k), v) for k, v in buckets.items())
         self.assertEqual([v for _, v in les], sorted(v for _, v in les))
         # A quantile over the histogram comes back too.
-        p90 = wait_for(lambda: self.query(prom, f'histogram_quantile(0.9, sum by (le) (rate({q}[5s])))'),
+        p90 = wait_for(lambda: prom.query(f'histogram_quantile(0.9, sum by (le) (rate({q}[5s])))'),
                        timeout=20, step=1, what="histogram_quantile")
         print(f"    p90 queueing delay: {float(p90[0]['value'][1]) * 1000:.0f} ms")
 
