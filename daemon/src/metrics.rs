@@ -1,8 +1,10 @@
 //! Prometheus metrics (prometheus-client, text format 0.0.4 on /metrics).
 //!
 //! Labels are bounded: `cc` (the algorithms loaded in the kernel, at most
-//! 15 names plus "other"), `role` (sender/receiver) and `state` (TCP state);
-//! probe self-metrics use `probe` and `reason`. A socket's addresses or ports
+//! 15 names plus "other"), `role` (sender/receiver), `state` (TCP state)
+//! and, on the queueing delay and RTT histograms, `service` (the top
+//! `service_labels` services plus "other": service/labels.rs); probe
+//! self-metrics use `probe` and `reason`. A socket's addresses or ports
 //! never become a label: a busy server would create a series per connection.
 //!
 //! The per-socket series are aggregated in the kernel where the sample is
@@ -564,7 +566,19 @@ mod tests {
         s.retrans = 3;
         s.bloated[41 & 3] = 1;
         s.bloated_sec[41 & 3] = 41;
+        // The same sample, as the kernel counts it for its service.
+        let mut svc = crate::probes::abi::BloatdSvcStats::default();
+        svc.delay[hist::QUEUE as usize][9] = 1;
+        svc.delay_sum_us[hist::QUEUE as usize] = 250_000;
+        svc.delay[hist::RTT as usize][9] = 1;
+        svc.delay_sum_us[hist::RTT as usize] = 270_000;
         Scrape {
+            services: vec![crate::service::metrics::ServiceHist {
+                service: "nginx.service".into(),
+                cc: "cubic".into(),
+                role: 0,
+                stats: svc,
+            }],
             per_cc: vec![("cubic".into(), cubic)],
             sockets: vec![("cubic".into(), 0, 1, 2)],
             bloated_second: 41,
@@ -600,13 +614,15 @@ mod tests {
     }
 
     #[test]
-    fn kernel_histograms_encode_with_cc_and_role_only() {
+    fn kernel_histograms_encode_with_cc_role_and_service_only() {
         let text = Metrics::new().encode(view());
         for line in [
-            r#"bloatd_tcp_queueing_delay_seconds_bucket{le="0.5",cc="cubic",role="sender"} 1"#,
-            r#"bloatd_tcp_queueing_delay_seconds_bucket{le="0.2",cc="cubic",role="sender"} 0"#,
-            r#"bloatd_tcp_queueing_delay_seconds_bucket{le="+Inf",cc="cubic",role="sender"} 1"#,
-            r#"bloatd_tcp_queueing_delay_seconds_sum{cc="cubic",role="sender"} 0.25"#,
+            r#"bloatd_tcp_queueing_delay_seconds_bucket{le="0.5",cc="cubic",role="sender",service="nginx.service"} 1"#,
+            r#"bloatd_tcp_queueing_delay_seconds_bucket{le="0.2",cc="cubic",role="sender",service="nginx.service"} 0"#,
+            r#"bloatd_tcp_queueing_delay_seconds_bucket{le="+Inf",cc="cubic",role="sender",service="nginx.service"} 1"#,
+            r#"bloatd_tcp_queueing_delay_seconds_sum{cc="cubic",role="sender",service="nginx.service"} 0.25"#,
+            r#"bloatd_tcp_srtt_seconds_sum{cc="cubic",role="sender",service="nginx.service"} 0.27"#,
+            "bloatd_service_overflow_total 0",
             r#"bloatd_tcp_min_rtt_seconds_bucket{le="0.02",cc="cubic",role="sender"} 1"#,
             r#"bloatd_tcp_cwnd_segments_bucket{le="512.0",cc="cubic"} 1"#,
             r#"bloatd_tcp_retransmits_total{cc="cubic",role="sender"} 3"#,
