@@ -63,9 +63,11 @@ impl ServiceNames {
             self.known.clear();
         }
         for (id, path) in walk(&root) {
+            // Whoever may create a cgroup names it (a delegated subtree):
+            // escapes in a name must not reach a terminal.
             self.known
                 .entry(id)
-                .or_insert_with(|| service_of_path(&path));
+                .or_insert_with(|| crate::text::printable(&service_of_path(&path)));
         }
     }
 
@@ -220,9 +222,17 @@ mod tests {
         std::fs::create_dir_all(&unit).unwrap();
         let id = std::fs::metadata(&unit).unwrap().ino();
         let root_id = std::fs::metadata(&root).unwrap().ino();
+        let evil = root.join("x\x1b]0;owned\x07");
+        std::fs::create_dir_all(&evil).unwrap();
+        let evil_id = std::fs::metadata(&evil).unwrap().ino();
         let mut names = ServiceNames::new(Some(root.clone()));
         names.learn([id, root_id]);
         assert_eq!(names.name(id), "web.service");
+        assert_eq!(
+            names.name(evil_id),
+            "/x?]0;owned?",
+            "no escape reaches a terminal"
+        );
         assert_eq!(names.name(root_id), "/");
         assert_eq!(names.name(0), "-");
         // A new cgroup waits for the next walk (at most one per second).

@@ -10,7 +10,7 @@ use bloatd_model::{worst_path_sentence, NetPath};
 use ratatui::buffer::Buffer;
 use ratatui::layout::Rect;
 
-const COLUMNS: [Column; 12] = [
+const COLUMNS: [Column; 13] = [
     ("PEER", 24, false, 0),
     ("IFACE", 8, false, 100),
     ("NETNS", 10, false, 120),
@@ -23,6 +23,7 @@ const COLUMNS: [Column; 12] = [
     ("SOCKS", 5, true, 0),
     ("THRPUT", 11, true, 0),
     ("CC", 20, false, 130),
+    ("SERVICES", 30, false, 160),
 ];
 
 fn cells(p: &NetPath) -> Vec<String> {
@@ -43,6 +44,7 @@ fn cells(p: &NetPath) -> Vec<String> {
         p.sockets.to_string(),
         format::rate(p.throughput_bps),
         p.ccs.join(","),
+        p.services.join(","),
     ]
 }
 
