@@ -8,7 +8,7 @@ LAB_OUT ?= lab-results
 DOCS   := target/docs
 RULES  := daemon/dist/prometheus
 
-.PHONY: all deps build lint test unit-test kernel-test rules-test integration-test bench docs install uninstall \
+.PHONY: all deps build lint test unit-test kernel-test rules-test integration-test vm-test bench docs install uninstall \
         deb vmlinux demo lab lab-quick delayline clean
 
 all: build
@@ -22,8 +22,9 @@ build:
 	$(CARGO) build --release
 	scripts/lab/delayline/build.sh >/dev/null
 
-## test: everything CI runs: lint, unit tests, then kernel integration tests
-test: deps build lint unit-test rules-test kernel-test integration-test
+## test: everything CI runs: lint, unit tests, then kernel integration tests,
+## then the kernel matrix (Debian's 5.10, 6.1, 6.12 in VMs, and this host's)
+test: deps build lint unit-test rules-test kernel-test integration-test vm-test
 
 ## lint: rustfmt and clippy (warnings are errors), kernel-test code included
 lint:
@@ -47,6 +48,12 @@ rules-test:
 
 integration-test:
 	scripts/tests/run.sh
+
+## vm-test: the kernel tier on every kernel of the matrix; writes
+## target/vm/table.md and README's "Supported kernels" table
+## (one kernel: sudo scripts/vm/run.sh 6.1)
+vm-test:
+	scripts/vm/run.sh
 
 ## bench: probe cost, daemon CPU, throughput ratios (not a test)
 bench: deps build

@@ -396,7 +396,7 @@ static __always_inline void drwa_ack(struct bpf_sock_ops *skops)
 	/* RTT_est from millisecond timestamps (unless the connection agreed
 	 * on microsecond ones) has a millisecond's resolution. */
 	resolution = tp->tcp_header_len > 20 &&
-		     !BPF_CORE_READ_BITFIELD_PROBED(tp, tcp_usec_ts) ? 1000 : 0;
+		     !tcp_usec_ts(tp) ? 1000 : 0;
 	clamp = drwa_window(p->drwa_rcvd_rtt, s->floor_us, rtt_us, drwa_lambda_x256,
 			    2 * (mss ? mss : 1460), resolution);
 	if (!(p->flags & BLOATD_POL_DRWA_CLAMPED))

@@ -13,7 +13,8 @@
  *                        TCP_CLOSE.
  *   tcp_retransmit_skb   keeps the record fresh while a sender is stalled in
  *                        loss recovery and receives nothing.
- *   tcp_cong_state_set   Open/Disorder/CWR/Recovery/Loss as it changes.
+ *   tcp_cong_state_set   Open/Disorder/CWR/Recovery/Loss as it changes
+ *                        (Linux 5.19; before, read at each sample).
  *   sock_ops (cgroup)    tcp_probe runs only in tcp_rcv_established, so a
  *                        sender that closed its end (FIN_WAIT1, every
  *                        "Connection: close" response draining through a
@@ -85,6 +86,10 @@ const volatile __u32 floor_infer_on = 1;
 const volatile __u32 floors_on = 1;
 /* Queueing delay from which a socket counts as bloated. */
 const volatile __u32 bloat_threshold_us = 100000;
+/* The kernel has no tcp_cong_state_set tracepoint (before Linux 5.19): the
+ * congestion state is read from the socket whenever the record is filled,
+ * instead of as it changes. */
+const volatile __u32 ca_state_from_sock = 0;
 
 /* Records alive now: the bound of `socks` (socket storage has none). */
 __u64 live_socks = 0;
@@ -351,6 +356,8 @@ static __always_inline void sock_fill(struct bloatd_sock *s,
 	s->bytes_received = tp->bytes_received;
 	s->rcv_rtt_us = tp->rcv_rtt_est.rtt_us >> 3;
 	s->unsent_bytes = (__s32)(write_seq - snd_nxt) > 0 ? write_seq - snd_nxt : 0;
+	if (ca_state_from_sock)
+		s->ca_state = BPF_CORE_READ_BITFIELD_PROBED(&tp->inet_conn, icsk_ca_state);
 	/* The stack sizes every header by whether timestamps were agreed
 	 * (20 bytes, or 32 with the aligned option): a plain field, where the
 	 * tstamp_ok bitfield read back set on connections without them. */
@@ -522,6 +529,17 @@ static __always_inline void sock_queues(struct bloatd_sock *s)
  * sender echoes an ACK it received long before it had more to send, which
  * can only make a sample longer, never shorter.
  */
+/* Whether the connection agreed on microsecond TCP timestamps (Linux 6.7,
+ * tcp_usec_ts). Before 6.7 the field does not exist and every connection
+ * stamps with the millisecond clock: the existence check makes the read
+ * dead code the verifier never sees there. */
+static __always_inline int tcp_usec_ts(const struct tcp_sock *tp)
+{
+	if (!bpf_core_field_exists(tp->tcp_usec_ts))
+		return 0;
+	return BPF_CORE_READ_BITFIELD_PROBED(tp, tcp_usec_ts);
+}
+
 /* One receiver RTT sample: the TCP clock of the last segment processed
  * against the timestamp it echoed (0: no usable sample). */
 static __always_inline __u32 rcv_ts_rtt_us(const struct tcp_sock *tp, __u32 tsecr)
@@ -529,7 +547,7 @@ static __always_inline __u32 rcv_ts_rtt_us(const struct tcp_sock *tp, __u32 tsec
 	__u64 mstamp = tp->tcp_mstamp;
 	__u32 now_ts, rtt_us;
 
-	if (BPF_CORE_READ_BITFIELD_PROBED(tp, tcp_usec_ts)) {
+	if (tcp_usec_ts(tp)) {
 		rtt_us = (__u32)mstamp - tsecr;
 	} else {
 		now_ts = mstamp / 1000;

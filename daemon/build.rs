@@ -44,6 +44,12 @@ fn main() {
         ],
     );
     std::fs::write(out.join("abi.rs"), abi).unwrap();
+    // The feature probes loaded at start (src/kernel.rs).
+    bpf_build::compile(
+        &bpf.join("features.bpf.c"),
+        &out.join("features.bpf.o"),
+        &[],
+    );
     // The pure C the probes share with the daemon, for the host: reading a
     // floor (floor_host.c) and the histograms' buckets (stats_host.c). The
     // C only tests use is built by the bloatd-bpf-testing dev-dependency.

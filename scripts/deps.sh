@@ -18,6 +18,9 @@ PKGS=(
 	systemd util-linux dpkg-dev adduser python3-seccomp
 	# plots and statistics for the lab
 	python3 python3-matplotlib
+	# the kernel matrix (scripts/vm/): VMs, their initramfs, the guest
+	# kernels' module dependencies
+	qemu-system-x86 busybox-static kmod cpio
 )
 
 if [[ $(id -u) -ne 0 ]]; then
@@ -39,4 +42,6 @@ fi
 if command -v systemctl >/dev/null && systemctl is-active --quiet prometheus 2>/dev/null; then
 	systemctl disable --now prometheus >/dev/null 2>&1 || true
 fi
+# The kernels of the matrix, unpacked into a cache (never installed).
+"$(dirname "$0")/vm/kernels.sh"
 echo "deps: ok"

@@ -335,6 +335,7 @@ impl Config {
             westwood_ssthresh: bloatd_cc::WestwoodSsthresh::from_name(&self.westwood_ssthresh)
                 .unwrap_or_default(),
             ratio_interval_us: (self.interval_ms as u32).saturating_mul(1000),
+            register_by: None,
         }
     }
 

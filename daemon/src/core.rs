@@ -6,7 +6,7 @@ use crate::cc::CcSet;
 use crate::clock::Clock;
 use crate::config::Config;
 use crate::metrics::{Metrics, Scrape};
-use crate::probes::{abi, abi::stat, ProbeConfig, Probes, TRACEPOINTS};
+use crate::probes::{abi, abi::stat, ProbeConfig, Probes};
 use crate::tracker::Tracker;
 use bloatd_model::api::{CcInfo, FloorEntry, Floors, Status};
 use bloatd_model::{FloorSource, Health, NetPath, Series, Snapshot, SnapshotRequest, Socket};
@@ -245,6 +245,19 @@ impl Core {
         })
     }
 
+    /// The parts beyond the core and how this kernel runs them.
+    pub fn features(&self) -> Vec<bloatd_model::Feature> {
+        let names = self.cc.names();
+        crate::kernel::features(
+            self.probes.kernel(),
+            self.probes.sockops_error(),
+            self.cc
+                .registered_by()
+                .map(|by| crate::kernel::CcRegistration { names: &names, by }),
+            self.cc.declined(),
+        )
+    }
+
     pub fn health(&self) -> Health {
         let c = self.probes.counters().unwrap_or_default();
         Health {
@@ -253,6 +266,7 @@ impl Core {
             map_entries: c.map_entries(),
             map_capacity: self.probes.map_capacity() as u64,
             mode: self.mode.to_string(),
+            features: self.features(),
         }
     }
 
@@ -368,6 +382,7 @@ impl Core {
             floors: self.probes.floors_count().unwrap_or(0),
             cc_export_failures: self.cc.export_failures(),
             westwood_cwnd_pipe: self.cc.westwood_cwnd_pipe_ratio(),
+            features: self.features(),
             policy: self.policy_counts().map(|c| (c, self.drwa)),
             services,
         }
@@ -375,8 +390,8 @@ impl Core {
 
     /// The programs attached, as `status` names them.
     fn probe_names(&self) -> Vec<String> {
-        TRACEPOINTS
-            .iter()
+        self.probes
+            .tracepoints()
             .map(|h| format!("tp_btf/{h}"))
             .chain(
                 self.probes
@@ -402,6 +417,7 @@ impl Core {
             sockets: health.map_entries as usize,
             health,
             sockops_error: self.probes.sockops_error().map(str::to_string),
+            kernel: crate::kernel::release(),
         }
     }
 

@@ -88,6 +88,12 @@ pub struct CcLabel {
     pub cc: String,
 }
 
+/// A part of bloatd beyond the core (kernel.rs: a fixed set of names).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct FeatureLabel {
+    feature: String,
+}
+
 /// Everything /metrics shows, read by `Core::metrics_text` at scrape time:
 /// the one input of the metrics.
 #[derive(Clone, Debug, Default)]
@@ -119,6 +125,8 @@ pub struct Scrape {
     /// The queueing delay and RTT histograms by (cc, role, service), the
     /// service label bounded (service/labels.rs).
     pub services: Vec<crate::service::metrics::ServiceHist>,
+    /// What this kernel runs of the parts beyond the core (kernel.rs).
+    pub features: Vec<bloatd_model::Feature>,
 }
 
 /// What the collector encodes: the last scrape.
@@ -440,6 +448,37 @@ impl prometheus_client::collector::Collector for Collector {
             "probe_runs",
             "Runs of each probe (kernel BPF stats; zero unless bpf_stats is enabled)",
             &runs,
+        )?;
+        use bloatd_model::FeatureState;
+        let feature = |f: &bloatd_model::Feature, v: bool| {
+            (
+                FeatureLabel {
+                    feature: f.name.clone(),
+                },
+                v as i64,
+            )
+        };
+        let enabled: Vec<_> = v
+            .features
+            .iter()
+            .map(|f| feature(f, f.state != FeatureState::Off))
+            .collect();
+        gauge(
+            &mut e,
+            "feature_enabled",
+            "1 where this kernel runs the part of bloatd (as designed or by a fallback), 0 where it was declined at start: `bloatd status` says why",
+            &enabled,
+        )?;
+        let fallback: Vec<_> = v
+            .features
+            .iter()
+            .map(|f| feature(f, f.state == FeatureState::Fallback))
+            .collect();
+        gauge(
+            &mut e,
+            "feature_fallback",
+            "1 where the part runs by a fallback this kernel allows (`bloatd status` says which)",
+            &fallback,
         )?;
         plain_gauge(
             &mut e,

@@ -154,6 +154,10 @@ pub struct Status {
     /// program on the cgroup v2 root), if they are not.
     #[serde(default)]
     pub sockops_error: Option<String>,
+    /// The kernel's release; what it runs of bloatd's parts beyond the
+    /// core is `health.features`.
+    #[serde(default)]
+    pub kernel: String,
 }
 
 /// `GET /v1/cc`.

@@ -540,6 +540,46 @@ pub struct Health {
     pub map_capacity: u64,
     /// "daemon" or "embedded".
     pub mode: String,
+    /// The parts of bloatd that need more than the core's kernel, as this
+    /// kernel runs them (`bloatd status` lists them, top's header names
+    /// those not fully on).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub features: Vec<Feature>,
+}
+
+/// How this kernel runs a part of bloatd.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum FeatureState {
+    /// As designed.
+    On,
+    /// Works another way this kernel allows (`detail` says which).
+    Fallback,
+    /// Declined: the kernel lacks what it needs (`detail` says what, and
+    /// the Linux version that brings it).
+    Off,
+}
+
+impl FeatureState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FeatureState::On => "on",
+            FeatureState::Fallback => "fallback",
+            FeatureState::Off => "off",
+        }
+    }
+}
+
+/// A part of bloatd beyond the core, detected at start.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Feature {
+    /// A stable name (`cc_link`, `rcv_rtt_usec`, ...; README, "Supported
+    /// kernels").
+    pub name: String,
+    pub state: FeatureState,
+    /// One line: what runs, what runs instead, or what is missing and the
+    /// Linux version that brings it.
+    pub detail: String,
 }
 
 /// Everything the dashboard needs for one frame.

@@ -128,6 +128,28 @@ impl std::fmt::Display for WestwoodSsthresh {
     }
 }
 
+/// How the kernel holds a registration (see `stale.rs`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RegisterBy {
+    /// A struct_ops link (Linux 6.4): registered while its descriptor lives.
+    Link,
+    /// An update of the struct_ops map (before 6.4): registered until its
+    /// element is deleted; a killed holder's registration is removed at the
+    /// next registration of the same name.
+    MapUpdate,
+}
+
+impl RegisterBy {
+    /// What this kernel offers: a link where it has struct_ops links.
+    pub fn detect() -> RegisterBy {
+        if crate::stale::struct_ops_links() {
+            RegisterBy::Link
+        } else {
+            RegisterBy::MapUpdate
+        }
+    }
+}
+
 /// How the algorithms are set up at load (BPF read-only data).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Options {
@@ -135,6 +157,10 @@ pub struct Options {
     /// At most one cwnd/pipe observation per socket per this many
     /// microseconds (the daemon's sampling interval).
     pub ratio_interval_us: u32,
+    /// How to register: None, what the kernel offers
+    /// ([`RegisterBy::detect`]); the tests force the map update on kernels
+    /// that have links too, to run the fallback there.
+    pub register_by: Option<RegisterBy>,
 }
 
 impl Default for Options {
@@ -142,6 +168,7 @@ impl Default for Options {
         Options {
             westwood_ssthresh: WestwoodSsthresh::default(),
             ratio_interval_us: 100_000,
+            register_by: None,
         }
     }
 }

@@ -28,7 +28,6 @@ use abi::{
 use aya::maps::{Array, HashMap as BpfHashMap, Map, MapData, PerCpuArray, RingBuf};
 use aya::programs::{BtfTracePoint, CgroupAttachMode, Iter, SockOps};
 use aya::{Btf, Ebpf, EbpfLoader};
-use aya_obj::btf::BtfKind;
 use map_iter::{MapIter, Slots};
 use std::collections::HashSet;
 use std::io::Read;
@@ -37,7 +36,8 @@ use std::time::Duration;
 
 static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/probes.bpf.o"));
 
-/// The BTF tracepoints bloatd attaches, in attach order.
+/// The BTF tracepoint programs of the object, in attach order; the last
+/// only where the kernel has it (kernel.rs, CONG_STATE_TRACEPOINT).
 pub const TRACEPOINTS: [&str; 4] = [
     "tcp_probe",
     "inet_sock_set_state",
@@ -64,8 +64,12 @@ pub enum ProbeError {
     NotRoot,
     #[error("kernel BTF not found at {BTF_PATH}: bloatd needs a kernel built with CONFIG_DEBUG_INFO_BTF=y")]
     NoBtf,
-    #[error("kernel tracepoint {0} not found in {BTF_PATH}: this kernel is too old for bloatd (it needs the tcp tracepoints tcp_probe, inet_sock_set_state, tcp_retransmit_skb and tcp_cong_state_set)")]
-    MissingTracepoint(&'static str),
+    #[error("this kernel ({release}) is too old for bloatd: it needs Linux {minimum} or newer, and this one lacks {missing}; nothing was attached (README, \"Supported kernels\")")]
+    KernelTooOld {
+        release: String,
+        minimum: &'static str,
+        missing: String,
+    },
     #[error("loading probe {name} failed: {detail}")]
     Load { name: &'static str, detail: String },
     #[error("attaching probe {name} failed: {detail}")]
@@ -112,6 +116,8 @@ pub struct Probes {
     _floors: MapData,
     /// Why closing senders are not sampled, if they are not.
     sockops_error: Option<String>,
+    /// What the kernel offers beyond the core.
+    kernel: crate::kernel::Kernel,
     stats: PerCpuArray<MapData, u64>,
     cc_stats: PerCpuArray<MapData, BloatdCcStats>,
     sock_counts: Array<MapData, BloatdSockCounts>,
@@ -362,16 +368,8 @@ impl Probes {
     pub fn load(cfg: &ProbeConfig) -> Result<Probes, ProbeError> {
         preflight()?;
         let btf = Btf::from_sys_fs().map_err(|_| ProbeError::NoBtf)?;
-        for tp in TRACEPOINTS {
-            // aya reports a missing typedef as a generic BTF error; look
-            // first so the message can name the tracepoint.
-            if btf
-                .id_by_type_name_kind(&format!("btf_trace_{tp}"), BtfKind::Typedef)
-                .is_err()
-            {
-                return Err(ProbeError::MissingTracepoint(tp));
-            }
-        }
+        crate::kernel::check_core(&btf)?;
+        let kernel = crate::kernel::Kernel::detect(&btf);
         let interval_ns = cfg.interval.as_nanos() as u64;
         let mut ebpf = EbpfLoader::new()
             .btf(Some(&btf))
@@ -383,6 +381,11 @@ impl Probes {
             .override_global("floor_infer_on", &(cfg.floor_infer as u32), true)
             .override_global("floors_on", &(cfg.floors as u32), true)
             .override_global("bloat_threshold_us", &cfg.bloat_threshold_us, true)
+            .override_global(
+                "ca_state_from_sock",
+                &(!kernel.cong_state_tracepoint as u32),
+                true,
+            )
             .override_global("policy_nrules", &(cfg.policy.rules.len() as u32), true)
             .override_global("drwa_armed", &(cfg.policy.drwa_armed as u32), true)
             .override_global("drwa_lambda_x256", &cfg.policy.drwa_lambda_x256, true)
@@ -404,6 +407,9 @@ impl Probes {
         };
 
         for tp in TRACEPOINTS {
+            if tp == crate::kernel::CONG_STATE_TRACEPOINT && !kernel.cong_state_tracepoint {
+                continue;
+            }
             let prog: &mut BtfTracePoint = ebpf
                 .program_mut(tp)
                 .ok_or_else(|| ProbeError::Object(format!("program {tp} missing from object")))?
@@ -519,6 +525,7 @@ impl Probes {
             floors_count,
             _floors: floors_map,
             sockops_error,
+            kernel,
             stats,
             cc_stats,
             sock_counts,
@@ -772,6 +779,18 @@ impl Probes {
         self.sockops_error.as_deref()
     }
 
+    /// What the kernel offers beyond the core, as detected at load.
+    pub fn kernel(&self) -> &crate::kernel::Kernel {
+        &self.kernel
+    }
+
+    /// The tracepoint programs attached.
+    pub fn tracepoints(&self) -> impl Iterator<Item = &'static str> + '_ {
+        TRACEPOINTS.into_iter().filter(|&tp| {
+            tp != crate::kernel::CONG_STATE_TRACEPOINT || self.kernel.cong_state_tracepoint
+        })
+    }
+
     /// Probe counters summed over CPUs.
     pub fn counters(&self) -> Result<Counters, ProbeError> {
         let mut out = [0u64; stat::MAX as usize];
@@ -791,9 +810,9 @@ impl Probes {
     /// (tp, run_time_ns, run_count) from the kernel's BPF statistics;
     /// zeros unless kernel.bpf_stats_enabled is on.
     pub fn run_stats(&self) -> Vec<(&'static str, u64, u64)> {
-        let mut runs: Vec<(&'static str, u64, u64)> = TRACEPOINTS
-            .iter()
-            .filter_map(|&tp| {
+        let mut runs: Vec<(&'static str, u64, u64)> = self
+            .tracepoints()
+            .filter_map(|tp| {
                 let prog: &BtfTracePoint = self.ebpf.program(tp)?.try_into().ok()?;
                 let info = prog.info().ok()?;
                 Some((tp, info.run_time().as_nanos() as u64, info.run_count()))

@@ -98,6 +98,7 @@ pub fn host(sockets: Vec<Socket>) -> Snapshot {
             map_entries: 0,
             map_capacity: 65_536,
             mode: "daemon".into(),
+            features: Vec::new(),
         },
         paths: vec![],
         policy: None,
