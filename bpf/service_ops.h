@@ -25,7 +25,9 @@
  * Iterator:
  *   iter/task_file seed_owners  once at start: sockets opened before bloatd
  *                           (listeners above all) get the process holding
- *                           them, from every task's open files.
+ *                           them, from every task's open files
+ *                           (bpf_sock_from_file, Linux 5.11: every kernel
+ *                           the core runs on).
  */
 #ifndef BLOATD_SERVICE_OPS_H
 #define BLOATD_SERVICE_OPS_H
@@ -56,7 +58,7 @@ struct {
 /* The value a new svc_stats entry starts from. */
 const struct bloatd_svc_stats svc_zero = {};
 
-/* Before 5.15 (Debian 11's 5.10) the cgroup pointer shares one word with
+/* Before 5.15 (RHEL 9's 5.14) the cgroup pointer shares one word with
  * net_cls/net_prio data (struct sock_cgroup_data's `val`). */
 struct sock_cgroup_data___v510 {
 	__u64 val;

@@ -547,9 +547,9 @@ impl Probes {
     /// our network namespace, including idle ones no tracepoint would
     /// report until they carry traffic; then every task's open files give
     /// the sockets (listeners above all) the process that holds them
-    /// (service_ops.h). The second is optional: without it (a kernel
-    /// before 5.11 has no bpf_sock_from_file) connections accepted from a
-    /// listener opened before bloatd show no process.
+    /// (service_ops.h). The second only names processes: if it fails,
+    /// connections accepted from a listener opened before bloatd show
+    /// none, and bloatd goes on.
     fn seed(&mut self, btf: &Btf) -> Result<(), ProbeError> {
         self.run_iter_once(btf, "seed_sockets", "tcp")?;
         if let Err(e) = self.run_iter_once(btf, "seed_owners", "task_file") {
