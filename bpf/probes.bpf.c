@@ -7,10 +7,10 @@
  *   tcp_probe            every segment a socket in ESTABLISHED receives: ACKs
  *                        on the sender, data on the receiver. The hot path.
  *   inet_sock_set_state  lifecycle: create the record (with pid/comm on an
- *                        active open; a listener's owner at listen(), for
- *                        what it accepts: service_ops.h), find the path's floor at the
- *                        handshake, send a last sample and delete it at
- *                        TCP_CLOSE.
+ *                        active open; at listen(), the owner of what the
+ *                        listener will accept: service_ops.h), find the
+ *                        path's floor at the handshake, send a last sample
+ *                        and delete it at TCP_CLOSE.
  *   tcp_retransmit_skb   keeps the record fresh while a sender is stalled in
  *                        loss recovery and receives nothing.
  *   tcp_cong_state_set   Open/Disorder/CWR/Recovery/Loss as it changes
