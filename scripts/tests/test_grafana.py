@@ -12,7 +12,7 @@ import math
 import os
 import sys
 
-from bloatdtest import FLOWS, REPO, SND4, Prometheus, TestCase, main, wait_for
+from bloatdtest import FLOWS, REPO, SND4, TestCase, main, wait_for
 
 DASHBOARD = os.path.join(REPO, "daemon", "dist", "grafana", "bloatd.json")
 RULES = os.path.join(REPO, "daemon", "dist", "prometheus", "bloatd.rules.yml")
@@ -56,7 +56,7 @@ class Dashboard(TestCase):
                  what="the server")
         lab.spawn("rcv", sys.executable, FLOWS, "fetch", "--addr", SND4, "--port", "8080",
                   "--bytes", "0", "--seconds", "60", "--cc", "cubic")
-        prom = Prometheus(self, d.port, rule_files=[RULES])
+        prom = self.prometheus(d.port, rules=[RULES])
         lab.wait_for_queue(20, 200)
 
         def without_data():

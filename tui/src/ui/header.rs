@@ -200,7 +200,7 @@ fn cc_distribution(cc: &CcDelay, threshold_us: u32) -> Vec<Span<'static>> {
         }
     };
     vec![
-        Span::styled(format!("{}({})", cc.cc, cc.sockets), TITLE),
+        Span::styled(format!("{}({})", cc.label(), cc.sockets), TITLE),
         Span::raw(format!(" {}/{}/", short(&p50), short(&p90))),
         Span::styled(max, max_style),
     ]
