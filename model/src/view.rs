@@ -194,6 +194,11 @@ pub struct ServiceView {
     /// Sockets that carried traffic in the last second: the numbers below
     /// are theirs (all measured sockets' when none did).
     pub active: u32,
+    /// Its sockets with an RTT sample and a floor: the queue, backlog time,
+    /// wait, grade and RPM come from them; 0 means there is nothing to
+    /// grade (as [`NetPath::measured`]).
+    #[serde(default)]
+    pub measured: u32,
     /// The network's queue, each socket seen from its own side.
     pub queue_delay_p50_us: u32,
     pub queue_delay_p90_us: u32,
@@ -216,16 +221,36 @@ pub struct ServiceView {
 
 impl ServiceView {
     /// The bufferbloat grade of its network queue (see [`NetPath::grade`]).
-    pub fn grade(&self) -> &'static str {
-        grade(self.queue_delay_p50_us)
+    /// None without an RTT sample.
+    pub fn grade(&self) -> Option<&'static str> {
+        (self.measured > 0).then(|| grade(self.queue_delay_p50_us))
     }
 
     /// Passive responsiveness in round trips per minute, as
     /// draft-ietf-ippm-responsiveness defines it for the loaded connection
     /// (60000 / the trimmed mean round trip in ms), from what the sockets
-    /// wait instead of probes: no traffic is sent.
-    pub fn rpm(&self) -> u32 {
-        rpm(self.wait_us as u64)
+    /// wait instead of probes: no traffic is sent. None without an RTT
+    /// sample.
+    pub fn rpm(&self) -> Option<u32> {
+        (self.measured > 0).then(|| rpm(self.wait_us as u64))
+    }
+
+    /// Queue (p50, p90, max), grade, backlog time, wait and RPM as tables
+    /// show them: "-" where no socket of the service has measured them.
+    pub fn measured_text(&self) -> [String; 7] {
+        if self.measured == 0 {
+            return std::array::from_fn(|_| "-".into());
+        }
+        let ms = |us: u32| crate::format::ms(us as u64);
+        [
+            ms(self.queue_delay_p50_us),
+            ms(self.queue_delay_p90_us),
+            ms(self.queue_delay_max_us),
+            self.grade().unwrap_or("-").to_string(),
+            ms(self.unsent_delay_p50_us),
+            ms(self.wait_us),
+            self.rpm().map_or("-".into(), |r| r.to_string()),
+        ]
     }
 }
 
@@ -243,8 +268,8 @@ pub fn worst_service_sentence(services: &[ServiceView]) -> Option<String> {
         crate::format::ms(s.wait_us as u64),
         crate::format::ms(s.queue_delay_p50_us as u64),
         crate::format::ms(s.unsent_delay_p50_us as u64),
-        s.grade(),
-        s.rpm()
+        s.grade()?,
+        s.rpm()?
     ))
 }
 

@@ -48,20 +48,21 @@ pub fn services_table(services: &[ServiceView]) -> String {
         "RPM", "THROUGHPUT", "CC"
     );
     for s in services {
+        let [queue, q90, qmax, grade, backlog, wait, rpm] = s.measured_text();
         let _ = writeln!(
             out,
             "{:<w$} {:>5} {:>6} {:>9} {:>9} {:>9} {:<5} {:>9} {:>9} {:>9} {:>6} {:>12}  {:<12} {}",
             s.service,
             s.sockets,
             s.active,
-            format::ms(s.queue_delay_p50_us as u64),
-            format::ms(s.queue_delay_p90_us as u64),
-            format::ms(s.queue_delay_max_us as u64),
-            s.grade(),
+            queue,
+            q90,
+            qmax,
+            grade,
             format::bytes(s.unsent_bytes),
-            format::ms(s.unsent_delay_p50_us as u64),
-            format::ms(s.wait_us as u64),
-            s.rpm(),
+            backlog,
+            wait,
+            rpm,
             format::rate(s.throughput_bps),
             s.ccs.join(","),
             s.processes.join(",")

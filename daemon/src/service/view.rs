@@ -94,6 +94,7 @@ fn service_of(name: &str, members: &[&Socket]) -> ServiceView {
         service: name.to_string(),
         sockets: members.len() as u32,
         active: active.len() as u32,
+        measured: measured.len() as u32,
         queue_delay_p50_us: percentile(&queue, 50),
         queue_delay_p90_us: percentile(&queue, 90),
         queue_delay_max_us: queue.last().copied().unwrap_or(0),
@@ -162,7 +163,7 @@ mod tests {
         assert_eq!(bulk.unsent_bytes, 4_750_000);
         // Floor 40 + queue + backlog, the mean of the two.
         assert_eq!(bulk.wait_us, (2_440_000 + 2_260_000) / 2);
-        assert_eq!(bulk.rpm(), 25);
+        assert_eq!(bulk.rpm(), Some(25));
         assert_eq!(
             (
                 web.queue_delay_p50_us,
@@ -171,7 +172,7 @@ mod tests {
             ),
             (400_000, 410_000, 0)
         );
-        assert_eq!((web.grade(), web.rpm()), ("F", 137)); // 60000 / 436.7 ms
+        assert_eq!((web.grade(), web.rpm()), (Some("F"), Some(137))); // 60000 / 436.7 ms
         assert_eq!(web.throughput_bps, 3_000_000);
         let line = bloatd_model::worst_service_sentence(&v).unwrap();
         assert!(
@@ -187,5 +188,19 @@ mod tests {
         let v = services_of(&[idle, sock(2, "a.service", 100, 0)]);
         assert_eq!((v[0].active, v[0].queue_delay_p50_us), (1, 100_000));
         assert_eq!(v[0].sockets, 2);
+    }
+
+    /// A service none of whose sockets has an RTT sample yet (a listener,
+    /// a connection still in its handshake) is no A+ at 0 RPM: nothing to
+    /// grade, shown as "-".
+    #[test]
+    fn no_grade_without_an_rtt() {
+        let mut s = sock(1, "new.service", 0, 0);
+        s.srtt_us = 0;
+        s.floor_us = 0;
+        let v = services_of(&[s]);
+        assert_eq!((v[0].measured, v[0].grade(), v[0].rpm()), (0, None, None));
+        assert!(v[0].measured_text().iter().all(|c| c == "-"));
+        assert_eq!(bloatd_model::worst_service_sentence(&v), None);
     }
 }

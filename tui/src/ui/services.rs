@@ -30,17 +30,18 @@ const COLUMNS: [Column; 13] = [
 ];
 
 fn cells(s: &ServiceView) -> Vec<String> {
+    let [queue, q90, qmax, grade, backlog, wait, rpm] = s.measured_text();
     vec![
         s.service.clone(),
         s.sockets.to_string(),
-        format::ms(s.queue_delay_p50_us as u64),
-        format::ms(s.queue_delay_p90_us as u64),
-        format::ms(s.queue_delay_max_us as u64),
-        s.grade().to_string(),
-        format::ms(s.unsent_delay_p50_us as u64),
+        queue,
+        q90,
+        qmax,
+        grade,
+        backlog,
         format::bytes(s.unsent_bytes),
-        format::ms(s.wait_us as u64),
-        s.rpm().to_string(),
+        wait,
+        rpm,
         format::rate(s.throughput_bps),
         s.ccs.join(","),
         s.processes.join(","),

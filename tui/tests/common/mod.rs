@@ -188,6 +188,7 @@ pub fn two_services() -> Vec<ServiceView> {
             service: name.into(),
             sockets: socks,
             active: socks,
+            measured: socks,
             queue_delay_p50_us: p50,
             queue_delay_p90_us: p90,
             queue_delay_max_us: max,
