@@ -111,6 +111,7 @@ class Services(TestCase):
         self.assertGreater(sb["queue_delay_p50_us"], 100_000, sb)
         self.assertEqual(sb["processes"], ["python3"])
         text = d.cli("services").stdout
+        print("    bloatd services:\n" + "".join(f"      {line}\n" for line in text.splitlines()))
         self.assertRegex(text, re.escape(bulk.service) + r"\s+\d+\s+\d+\s+\d+ms")
         self.assertIn(web.service, text)
 
