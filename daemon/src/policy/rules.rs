@@ -410,6 +410,29 @@ mod tests {
         .contains("unique"));
     }
 
+    /// notsent_lowat alone is an action; out of its range, or on a bulk
+    /// rule (which acts after the handshake, where it is set), refused.
+    #[test]
+    fn notsent_lowat_is_bounded_and_not_for_bulk_rules() {
+        assert!(check(&["sport = 8080\nnotsent_lowat = \"128Ki\""]).is_ok());
+        let r = parse_flag("name=lowat,sport=8080,notsent_lowat=128Ki").unwrap();
+        assert_eq!(r.notsent_lowat, Some(Bytes(131_072)));
+        // Refused where it is read (0: no bytes) or where rules are checked.
+        for (bad, why) in [
+            ("0", "must be bytes"),
+            ("1000", "from 1Ki to 1Gi"),
+            ("\"2Gi\"", "from 1Ki to 1Gi"),
+        ] {
+            let table = format!("sport = 8080\nnotsent_lowat = {bad}");
+            let e = rule_from_table(&table.parse::<toml::Table>().unwrap())
+                .and_then(|r| validate(&[r], 3.0, 65536))
+                .unwrap_err();
+            assert!(e.contains("notsent_lowat") && e.contains(why), "{bad}: {e}");
+        }
+        let e = check(&["bulk_bytes = \"1M\"\nnotsent_lowat = \"128Ki\""]).unwrap_err();
+        assert!(e.contains("bulk rule acts later"), "{e}");
+    }
+
     #[test]
     fn rules_an_earlier_rule_hides_are_conflicts() {
         // The same connections, two algorithms.
