@@ -61,6 +61,9 @@ pub struct Core {
     viewer_until: Option<Instant>,
     last_watch: Instant,
     last_housekeeping: Instant,
+    /// The kernel's per-service histograms, folded into /metrics' bounded
+    /// `service` label.
+    service_labels: crate::service::labels::ServiceLabels,
 }
 
 impl Core {
@@ -87,6 +90,7 @@ impl Core {
             floor_prefix_v6: cfg.floor_prefix_v6,
             floor_infer: cfg.floor_infer,
             floors: cfg.floors,
+            service_entries: cfg.service_entries,
         })?;
         let cc = CcSet::register(&cfg.cc, &cfg.cc_options())?;
         let mut tracker = Tracker::new(cfg.interval_ms, cfg.series_seconds);
@@ -107,6 +111,7 @@ impl Core {
             viewer_until: None,
             last_watch: Instant::now(),
             last_housekeeping: Instant::now(),
+            service_labels: crate::service::labels::ServiceLabels::new(cfg.service_labels as usize),
         };
         core.read();
         Ok(core)
@@ -149,8 +154,26 @@ impl Core {
             let watched = self.watched();
             self.tracker
                 .sweep(&clock, self.cfg.series_seconds, &|c| watched.contains(&c));
+            self.fold_services();
             self.last_housekeeping = Instant::now();
         }
+    }
+
+    /// Fold the kernel's per-service histograms into the `service` label's
+    /// totals, and delete the entries of cgroups that stopped counting, so
+    /// the kernel's bound holds the services active now (service/labels.rs).
+    fn fold_services(&mut self) {
+        let (entries, capacity) = self.probes.svc_stats();
+        let names = self.tracker.services();
+        names.learn(entries.iter().map(|(k, _)| k.cgroup_id));
+        let idle = self.service_labels.fold(
+            &entries,
+            &|id| names.name(id),
+            Instant::now(),
+            capacity as usize,
+        );
+        let gone = self.probes.svc_delete(&idle);
+        self.service_labels.forget(&gone);
     }
 
     /// What the probes should stream now: sockets watched on request, and
@@ -229,10 +252,10 @@ impl Core {
     /// Sockets with their numbers read from the kernel at most an interval
     /// ago (not the last streamed sample), for `bloatd sockets` and scripts
     /// comparing with `ss`. The one full read of each interval serves every
-    /// request of /v1/sockets, /v1/paths and /v1/policy that comes in it: a
-    /// read takes ~0.7 s at 100k sockets on the one-threaded runtime, and a
-    /// client asking in a loop would otherwise starve the sampler and
-    /// /metrics.
+    /// request of /v1/sockets, /v1/paths, /v1/services and /v1/policy that
+    /// comes in it: a read takes ~0.7 s at 100k sockets on the one-threaded
+    /// runtime, and a client asking in a loop would otherwise starve the
+    /// sampler and /metrics.
     pub fn sockets(&mut self, all: bool) -> Vec<Socket> {
         self.read_if_stale();
         self.tracker.sockets(&Clock::now(), all)
@@ -244,6 +267,11 @@ impl Core {
         let socks = self.sockets(false);
         let by = prefix.then_some((self.cfg.floor_prefix_v4, self.cfg.floor_prefix_v6));
         crate::paths::paths_of(&socks, by)
+    }
+
+    /// Sockets grouped by service, longest wait first.
+    pub fn services(&mut self) -> Vec<bloatd_model::ServiceView> {
+        crate::service::services_of(&self.sockets(false))
     }
 
     /// Every floor the kernel keeps, as the probes would read it now.
@@ -340,6 +368,11 @@ impl Core {
         } else {
             Vec::new()
         };
+        let services = if req.services {
+            crate::service::services_of(&sockets)
+        } else {
+            Vec::new()
+        };
         let (mut summary, mut matched) = (None, None);
         if req.limit.is_some() {
             let (rows, n, s) = bloatd_model::select::select_rows(sockets, req, threshold_us)?;
@@ -360,6 +393,7 @@ impl Core {
             health: self.health(),
             paths,
             policy: self.policy_state(),
+            services,
         })
     }
 
@@ -380,14 +414,24 @@ impl Core {
     /// /metrics: the kernel's statistics of this moment. A few map reads,
     /// whatever the number of sockets.
     pub fn metrics_text(&mut self) -> String {
-        match self.metrics.as_ref() {
-            Some(m) => m.encode(self.scrape()),
-            None => String::new(),
+        if self.metrics.is_none() {
+            return String::new();
         }
+        let scrape = self.scrape();
+        self.metrics
+            .as_ref()
+            .map(|m| m.encode(scrape))
+            .unwrap_or_default()
     }
 
     /// Everything /metrics shows, read now.
-    fn scrape(&self) -> Scrape {
+    fn scrape(&mut self) -> Scrape {
+        // The per-service histograms first, the per-cc statistics right
+        // after: both count the same samples.
+        self.fold_services();
+        let probes = &self.probes;
+        let services =
+            crate::service::metrics::service_hists(&self.service_labels, &|i| probes.cc_name(i));
         let counters = self.probes.counters().unwrap_or_default();
         let per_cc = self.probes.cc_stats().unwrap_or_else(|e| {
             tracing::warn!("{e}");
@@ -417,6 +461,7 @@ impl Core {
             westwood_cwnd_pipe: self.cc.westwood_cwnd_pipe_ratio(),
             features: self.features(),
             policy: self.policy_counts().map(|c| (c, self.drwa)),
+            services,
         }
     }
 
@@ -485,6 +530,7 @@ impl Core {
                 let rule = self.cfg.policy.get(i).cloned();
                 let acts = |p: &bloatd_model::SocketPolicy| {
                     p.chose_cc() == Some(name.as_str())
+                        || p.notsent_lowat_rule.as_deref() == Some(name.as_str())
                         || p.drwa.as_ref().is_some_and(|d| d.by == *name)
                 };
                 RuleInfo {
