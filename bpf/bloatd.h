@@ -228,6 +228,8 @@ struct bloatd_abi {
 	struct bloatd_policy_rule policy_rule;
 	struct bloatd_policy_ctl policy_ctl;
 	struct bloatd_policy_counts policy_counts;
+	struct bloatd_drwa_saved drwa_saved;
+	struct drwa_measure drwa_measure;
 	enum bloatd_hist hist;
 	enum bloatd_limits limits;
 	enum bloatd_role role;

@@ -211,6 +211,13 @@ pub struct PolicyCounts {
     pub drwa_rounds_total: u64,
     pub drwa_restored_total: u64,
     pub drwa_failed_total: u64,
+    /// DRWA cuts taken back (the window fell, the RTT did not).
+    #[serde(default)]
+    pub drwa_held_total: u64,
+    /// Windows given back that a bloatd which did not stop had clamped
+    /// (found in the pinned `drwa_saved` at start or stop).
+    #[serde(default)]
+    pub drwa_recovered_total: u64,
 }
 
 /// `GET /v1/policy`: the rules, DRWA's state, and what they did.

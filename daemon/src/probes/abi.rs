@@ -41,6 +41,7 @@ unsafe impl aya::Pod for BloatdBottleneck {}
 unsafe impl aya::Pod for BloatdPolicyRule {}
 unsafe impl aya::Pod for BloatdPolicyCtl {}
 unsafe impl aya::Pod for BloatdPolicyCounts {}
+unsafe impl aya::Pod for BloatdDrwaSaved {}
 
 impl BloatdSock {
     /// Reinterpret a ring buffer record or an iterator's output. None if the
