@@ -445,6 +445,11 @@ impl Core {
                 mode: self.drwa.as_str().into(),
                 lambda: self.cfg.drwa_lambda,
                 min_bytes: self.cfg.drwa_min_bytes,
+                saved_pin: self
+                    .probes
+                    .policy
+                    .saved_pin()
+                    .map(|p| p.display().to_string()),
             },
             rules,
             counts: self.policy_counts().unwrap_or_default(),

@@ -569,6 +569,8 @@ mod tests {
             cc_sockets: 2,
             drwa_sockets: 1,
             bulk_switched_total: 5,
+            drwa_held_total: 3,
+            drwa_recovered_total: 4,
             ..Default::default()
         };
         let text = Metrics::new().encode(Scrape {
@@ -579,6 +581,8 @@ mod tests {
             r#"bloatd_policy_sockets{action="cc"} 2"#,
             r#"bloatd_policy_sockets{action="drwa"} 1"#,
             r#"bloatd_policy_actions_total{action="bulk"} 5"#,
+            r#"bloatd_policy_actions_total{action="drwa_held"} 3"#,
+            r#"bloatd_policy_actions_total{action="drwa_recovered"} 4"#,
             r#"bloatd_policy_failures_total{action="drwa"} 0"#,
             "# TYPE bloatd_policy_actions_total counter",
             "bloatd_drwa_enabled 1",

@@ -57,7 +57,7 @@ pub fn encode_metrics(
     }
     let mut m = e.encode_descriptor(
         "policy_actions",
-        "What the policy did: cc (congestion control set at a handshake), bulk (switched mid-flow), drwa (a DRWA round set a window clamp), drwa_restore (a window given back)",
+        "What the policy did: cc (congestion control set at a handshake), bulk (switched mid-flow), drwa (a DRWA round set a window clamp), drwa_held (a DRWA cut taken back: the window fell, the RTT did not), drwa_restore (a window given back), drwa_recovered (a window given back that a bloatd which did not stop had clamped)",
         None,
         MetricType::Counter,
     )?;
@@ -65,7 +65,9 @@ pub fn encode_metrics(
         ("cc", c.cc_set_total),
         ("bulk", c.bulk_switched_total),
         ("drwa", c.drwa_rounds_total),
+        ("drwa_held", c.drwa_held_total),
         ("drwa_restore", c.drwa_restored_total),
+        ("drwa_recovered", c.drwa_recovered_total),
     ] {
         m.encode_family(&Action { action })?
             .encode_counter::<NoLabelSet, _, u64>(&v, None)?;

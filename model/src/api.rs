@@ -234,6 +234,12 @@ pub struct DrwaInfo {
     pub mode: String,
     pub lambda: f64,
     pub min_bytes: u64,
+    /// Where what DRWA must give back is pinned (bpffs), so a daemon that
+    /// dies without stopping leaves it to the next start or stop; None:
+    /// not pinned (DRWA disabled, or no BPF file system: then a crash
+    /// leaves the clamps on the sockets).
+    #[serde(default)]
+    pub saved_pin: Option<String>,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]

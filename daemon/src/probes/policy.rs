@@ -272,6 +272,12 @@ impl PolicyMaps {
         n
     }
 
+    /// Where `drwa_saved` is pinned now, if it is.
+    pub fn saved_pin(&self) -> Option<PathBuf> {
+        let g = self.give_back.as_ref()?;
+        g.pin.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
     /// From now on a panic gives the windows back (cmd/start.rs).
     pub fn arm_panic_give_back(&self) {
         if let (Some(g), Ok(mut slot)) = (&self.give_back, PANIC_GIVE_BACK.lock()) {
