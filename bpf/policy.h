@@ -211,7 +211,10 @@ static __always_inline __u32 drwa_bound(__u64 w, __u32 floor, __u32 limit)
  *   says nothing about a queue and cannot shut the window.
  * - A cut must drain a queue: a window-limited sender over a queue keeps
  *   its rate while its RTT falls. If instead the rate falls (by more than
- *   3/16 since the RTT last fell) and the RTT does not, what lies above
+ *   3/16 since the RTT last moved) while the RTT stays where it was
+ *   (within 1/16: a growing queue, a new flow's or a slower link's, resets
+ *   the measure, so the flow still yields to a web transfer that starts
+ *   beside it), what lies above
  *   RTT_min is not a queue this window holds: the path's delay grew (an
  *   LTE phone falling back to 3G on the same interface), or other flows
  *   hold the queue. DRWA then takes the cut back (`drwa_held`): the window
@@ -255,8 +258,11 @@ static __always_inline __u32 drwa_round(struct bloatd_policy_sock *p,
 		p->drwa_ref_low_us = 0;
 		return drwa_bound(w > prev ? w : prev, m->min_bytes, m->limit);
 	}
-	if (!p->drwa_ref_low_us || low * 16 < p->drwa_ref_low_us * 15) {
-		/* The RTT fell (or the cuts begin): the cuts drain a queue. */
+	if (!p->drwa_ref_low_us || low * 16 < p->drwa_ref_low_us * 15 ||
+	    low * 16 > p->drwa_ref_low_us * 17) {
+		/* The RTT fell (the cuts drain a queue), rose (someone else's
+		 * queue grows: a new flow, a slower link), or the cuts begin:
+		 * measure the rate from here. */
 		p->drwa_ref_low_us = low;
 		p->drwa_ref_rate = rate;
 		return drwa_bound(w, m->min_bytes, m->limit);
