@@ -1,15 +1,16 @@
 # bloatd: build, test, run. Targets that touch the kernel need root.
 CARGO  ?= cargo
-PY     := /usr/bin/python3
+PY     ?= $(shell scripts/python.sh)
 BIN    := target/release/bloatd
 PREFIX ?= /usr/local
 LAB_OUT ?= lab-results
 
 DOCS   := target/docs
 RULES  := daemon/dist/prometheus
+FLEET_CHECK := daemon/dist/kubernetes/check
 
-.PHONY: all deps build test unit-test kernel-test rules-test integration-test bench docs install uninstall \
-        deb vmlinux demo lab lab-quick delayline clean
+.PHONY: all deps build lint test unit-test kernel-test rules-test fleet-test integration-test vm-test bench docs \
+        install uninstall deb image fleet-manifest vmlinux demo lab lab-quick delayline clean
 
 all: build
 
@@ -19,11 +20,20 @@ deps:
 
 ## build: release binary at target/release/bloatd (BPF objects via build.rs)
 build:
-	$(CARGO) build --release --workspace
+	$(CARGO) build --release
 	scripts/lab/delayline/build.sh >/dev/null
 
-## test: everything CI runs: unit tests, then kernel integration tests
-test: deps build unit-test rules-test kernel-test integration-test
+## test: everything CI runs: lint, unit tests, the fleet kit's checks, then
+## kernel integration tests, then the kernel matrix (Debian's 5.10, 6.1,
+## 6.12 in VMs, and this host's)
+test: deps build lint unit-test rules-test fleet-test kernel-test integration-test vm-test
+
+## lint: rustfmt and clippy (warnings are errors), kernel-test code included
+lint:
+	$(CARGO) fmt --all -- --check
+	rustfmt --check --edition 2021 bpf/build_bpf.rs
+	$(CARGO) clippy --release --workspace --all-targets -- -D warnings
+	$(CARGO) clippy --release -p bloatd-cc --features kernel-tests --all-targets -- -D warnings
 
 ## unit-test: root-free, fast (what `cargo test` runs anywhere)
 unit-test:
@@ -38,8 +48,25 @@ rules-test:
 	promtool check rules $(RULES)/bloatd.rules.yml
 	cd $(RULES) && promtool test rules bloatd.rules.test.yml
 
+## fleet-test: the Helm chart and the plain DaemonSet manifest: helm lint,
+## helm template and a strict decode of every rendered object into the
+## Kubernetes API types (Go; modules and build cached after the first run)
+fleet-test: build
+	@command -v go >/dev/null || { echo "fleet-test: needs Go >= 1.26 (go.mod of $(FLEET_CHECK))" >&2; exit 1; }
+	cd $(FLEET_CHECK) && BLOATD_BIN=$(CURDIR)/$(BIN) go test -count=1 ./...
+
+## fleet-manifest: regenerate daemon/dist/kubernetes/bloatd.yaml from the chart
+fleet-manifest:
+	cd $(FLEET_CHECK) && go test -count=1 -run TestPlainManifest . -args -update
+
 integration-test:
 	scripts/tests/run.sh
+
+## vm-test: the kernel tier on every kernel of the matrix; writes
+## target/vm/table.md and README's "Supported kernels" table
+## (one kernel: sudo scripts/vm/run.sh 6.1)
+vm-test:
+	scripts/vm/run.sh
 
 ## bench: probe cost, daemon CPU, throughput ratios (not a test)
 bench: deps build
@@ -60,6 +87,8 @@ install: docs
 	sed 's#/usr/local/#$(PREFIX)/#g' daemon/dist/bloatd.service > $(DESTDIR)/etc/systemd/system/bloatd.service
 	chmod 0644 $(DESTDIR)/etc/systemd/system/bloatd.service
 	install -D -m 0644 README.md $(DESTDIR)$(PREFIX)/share/doc/bloatd/README.md
+	install -d $(DESTDIR)$(PREFIX)/share/doc/bloatd/docs
+	install -m 0644 docs/*.md $(DESTDIR)$(PREFIX)/share/doc/bloatd/docs/
 	install -d $(DESTDIR)$(PREFIX)/share/man/man1
 	install -m 0644 $(DOCS)/man/*.1 $(DESTDIR)$(PREFIX)/share/man/man1/
 	install -D -m 0644 $(DOCS)/completions/bloatd.bash $(DESTDIR)$(PREFIX)/share/bash-completion/completions/bloatd
@@ -83,6 +112,12 @@ uninstall:
 ## completions, rules, docs)
 deb: docs
 	daemon/dist/deb/build.sh
+
+## image: the container image localhost/bloatd:VERSION (buildah, from the
+## Debian package's files and the Debian libraries it links) and its archive
+## target/image/bloatd_VERSION_ARCH.tar
+image: deb
+	daemon/dist/container/build.sh
 
 ## vmlinux: regenerate bpf/vmlinux.h from the running kernel's BTF
 vmlinux:

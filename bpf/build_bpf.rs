@@ -1,40 +1,109 @@
-// Shared by the build scripts of the `bloatd` and `bloatd-cc` crates (both
-// `include!` this file), so every BPF object is compiled the same way.
+// Shared by the build scripts of the crates that compile BPF or host C
+// (`include!`d by each), so every object is compiled the same way.
 //
-// clang-19 is the one compiler we use for BPF: Debian 12's clang-14 emits code
-// that the verifier rejects for some of our loops, and mixing two compilers
-// would give two sets of bugs. `BLOATD_CLANG` overrides the choice.
+// One clang compiles all of it, found rather than named: BLOATD_CLANG if
+// set, else the first of `clang`, `clang-30` ... `clang-19` on PATH whose
+// major version is at least 19. Debian 12's clang-14 emits code the
+// verifier rejects for some of our loops, and mixing two compilers would
+// give two sets of bugs.
 
 #[allow(dead_code)]
 mod bpf_build {
     use std::path::{Path, PathBuf};
     use std::process::Command;
 
-    /// The clang used for BPF objects.
+    /// The oldest clang whose BPF code our programs pass the verifier with.
+    const MIN_CLANG: u32 = 19;
+
+    /// The major version `clang --version` reports, if `name` runs.
+    fn clang_major(name: &str) -> Option<u32> {
+        let out = Command::new(name).arg("--version").output().ok()?;
+        let text = String::from_utf8_lossy(&out.stdout);
+        let after = text.split("clang version ").nth(1)?;
+        after.split('.').next()?.trim().parse().ok()
+    }
+
+    /// The clang used for BPF objects and host C (see the file's head),
+    /// looked for once per build script.
     pub fn clang() -> String {
+        static FOUND: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+        FOUND.get_or_init(find_clang).clone()
+    }
+
+    fn find_clang() -> String {
+        println!("cargo:rerun-if-env-changed=BLOATD_CLANG");
         if let Ok(c) = std::env::var("BLOATD_CLANG") {
             return c;
         }
-        "clang-19".to_string()
+        let candidates = std::iter::once("clang".to_string())
+            .chain((MIN_CLANG..=30).rev().map(|v| format!("clang-{v}")));
+        let mut seen = Vec::new();
+        for name in candidates {
+            match clang_major(&name) {
+                Some(v) if v >= MIN_CLANG => return name,
+                Some(v) => seen.push(format!("{name} is {v}")),
+                None => {}
+            }
+        }
+        panic!(
+            "no clang >= {MIN_CLANG} found on PATH ({}): install the build dependencies \
+             with `sudo make deps`, or set BLOATD_CLANG",
+            if seen.is_empty() {
+                "none at all".to_string()
+            } else {
+                seen.join(", ")
+            }
+        )
+    }
+
+    /// `__TARGET_ARCH_*` for the architecture being built for (bpf_tracing.h's
+    /// register macros need it; vmlinux.h is the x86_64 kernel's BTF, so other
+    /// architectures also need `make vmlinux` on their own kernel).
+    fn target_arch_define() -> String {
+        let arch = std::env::var("CARGO_CFG_TARGET_ARCH").unwrap_or_else(|_| "x86_64".into());
+        let name = match arch.as_str() {
+            "x86_64" | "x86" => "x86",
+            "aarch64" => "arm64",
+            "arm" => "arm",
+            "riscv64" => "riscv",
+            "s390x" => "s390",
+            "powerpc64" => "powerpc",
+            "loongarch64" => "loongarch",
+            other => panic!("no BPF target-arch define known for {other}"),
+        };
+        format!("-D__TARGET_ARCH_{name}")
     }
 
     /// The repository's bpf/ directory (vmlinux.h and shared headers).
     pub fn bpf_dir() -> PathBuf {
         let manifest = PathBuf::from(std::env::var("CARGO_MANIFEST_DIR").unwrap());
-        manifest.parent().unwrap().join("bpf")
+        manifest
+            .ancestors()
+            .map(|a| a.join("bpf"))
+            .find(|b| b.join("bloatd.h").exists())
+            .expect("bpf/bloatd.h above the crate")
     }
 
     /// Compile one `*.bpf.c` into a BPF object with CO-RE relocations and BTF.
     pub fn compile(src: &Path, out: &Path, extra_includes: &[&Path]) {
         println!("cargo:rerun-if-changed={}", src.display());
-        println!("cargo:rerun-if-env-changed=BLOATD_CLANG");
         let bpf = bpf_dir();
-        for h in ["vmlinux.h", "bloatd.h", "floor.h", "floor_path.h", "stats.h", "policy.h", "policy_ops.h", "build_bpf.rs"] {
+        for h in [
+            "vmlinux.h",
+            "bloatd.h",
+            "floor.h",
+            "floor_path.h",
+            "stats.h",
+            "policy.h",
+            "policy_ops.h",
+            "build_bpf.rs",
+        ] {
             println!("cargo:rerun-if-changed={}", bpf.join(h).display());
         }
         let clang = clang();
         let mut cmd = Command::new(&clang);
-        cmd.args(["-g", "-O2", "-target", "bpf", "-mcpu=v3", "-D__TARGET_ARCH_x86"])
+        cmd.args(["-g", "-O2", "-target", "bpf", "-mcpu=v3"])
+            .arg(target_arch_define())
             .arg("-Wall")
             .arg("-Werror")
             .arg(format!("-I{}", bpf.display()));
@@ -50,24 +119,11 @@ mod bpf_build {
             ),
             Err(e) => panic!("running {clang}: {e}"),
         };
-        assert!(status.success(), "{clang} failed to compile {}", src.display());
-    }
-
-    /// Compile and run a host C program (C arithmetic whose output a Rust
-    /// test checks: struct_ops/idle_test.c); returns its standard output.
-    pub fn run_host_c(src: &Path, out_dir: &Path, extra_includes: &[&Path]) -> String {
-        println!("cargo:rerun-if-changed={}", src.display());
-        let exe = out_dir.join(src.file_stem().unwrap());
-        let mut cmd = Command::new(clang());
-        cmd.arg("-O0").arg(format!("-I{}", bpf_dir().display()));
-        for inc in extra_includes {
-            cmd.arg(format!("-I{}", inc.display()));
-        }
-        let status = cmd.arg(src).arg("-o").arg(&exe).status().expect("running clang for host");
-        assert!(status.success(), "host compile of {} failed", src.display());
-        let out = Command::new(&exe).output().expect("running layout program");
-        assert!(out.status.success());
-        String::from_utf8(out.stdout).unwrap()
+        assert!(
+            status.success(),
+            "{clang} failed to compile {}",
+            src.display()
+        );
     }
 
     /// Rust declarations of C types, generated from a BPF object's BTF (read
@@ -78,110 +134,156 @@ mod bpf_build {
     /// `mod stat { pub const PROBE: u32 = 0; ... }`). Structs that the
     /// listed ones contain are generated too. This is the only Rust
     /// definition of the records that cross the kernel boundary.
+    ///
+    /// Why not libbpf-cargo's generator: it emits the types inside a libbpf-rs
+    /// skeleton, with C names and Rust enums; the probes are loaded by aya,
+    /// whose maps take plain `Pod` structs, and the daemon indexes arrays by
+    /// the C enums' values. Eighty lines of our own keep one definition.
     pub fn rust_types(obj: &Path, structs: &[&str], enums: &[&str]) -> String {
-        let out = Command::new("bpftool")
-            .args(["-j", "btf", "dump", "file"])
-            .arg(obj)
-            .output()
-            .unwrap_or_else(|e| panic!("running bpftool (install it with `sudo make deps`): {e}"));
-        assert!(out.status.success(), "bpftool btf dump {} failed", obj.display());
-        let doc: serde_json::Value = serde_json::from_slice(&out.stdout).expect("bpftool JSON");
-        let types = doc["types"].as_array().expect("types");
-        let by_id: std::collections::HashMap<u64, &serde_json::Value> =
-            types.iter().map(|t| (t["id"].as_u64().expect("id"), t)).collect();
-        let find = |kind: &str, name: &str| -> &serde_json::Value {
-            types
-                .iter()
-                .find(|t| t["kind"] == kind && t["name"] == name)
-                .unwrap_or_else(|| panic!("{kind} {name} not in the BTF of {}", obj.display()))
-        };
-        let camel = |name: &str| -> String {
-            name.split('_')
-                .map(|w| {
-                    let mut c = w.chars();
-                    c.next().map(|f| f.to_ascii_uppercase().to_string() + c.as_str()).unwrap_or_default()
-                })
-                .collect()
-        };
-        // The Rust type of a BTF type id; nested structs are queued.
-        fn rust_of(
-            id: u64,
-            by_id: &std::collections::HashMap<u64, &serde_json::Value>,
-            camel: &dyn Fn(&str) -> String,
-            queue: &mut Vec<String>,
-        ) -> (String, u64) {
-            let t = by_id[&id];
-            match t["kind"].as_str().unwrap() {
-                "TYPEDEF" | "VOLATILE" | "CONST" => rust_of(t["type_id"].as_u64().unwrap(), by_id, camel, queue),
-                "INT" => {
-                    let size = t["size"].as_u64().unwrap();
-                    let signed = t["encoding"] == "SIGNED";
-                    let ty = match (size, signed) {
-                        (1, false) => "u8",
-                        (1, true) => "i8",
-                        (2, false) => "u16",
-                        (2, true) => "i16",
-                        (4, false) => "u32",
-                        (4, true) => "i32",
-                        (8, false) => "u64",
-                        (8, true) => "i64",
-                        _ => panic!("int of size {size}"),
-                    };
-                    (ty.to_string(), size)
-                }
-                "ENUM" => (format!("u{}", t["size"].as_u64().unwrap() * 8), t["size"].as_u64().unwrap()),
-                "ARRAY" => {
-                    let n = t["nr_elems"].as_u64().unwrap();
-                    let (inner, size) = rust_of(t["type_id"].as_u64().unwrap(), by_id, camel, queue);
-                    let inner = if inner == "i8" { "u8".to_string() } else { inner };
-                    (format!("[{inner}; {n}]"), size * n)
-                }
-                "STRUCT" => {
-                    let name = t["name"].as_str().unwrap().to_string();
-                    if !queue.contains(&name) {
-                        queue.push(name.clone());
-                    }
-                    (camel(&name), t["size"].as_u64().unwrap())
-                }
-                k => panic!("BTF kind {k} in a shared record: only ints, enums, arrays and structs cross the boundary"),
-            }
-        }
-        let mut code = String::from("// Generated by bpf/build_bpf.rs from the BPF object's BTF. Do not edit.\n");
+        let btf = Btf::load(obj);
+        let mut code = String::from(
+            "// Generated by bpf/build_bpf.rs from the BPF object's BTF. Do not edit.\n",
+        );
         let mut queue: Vec<String> = structs.iter().map(|s| s.to_string()).collect();
         let mut done = 0;
         while done < queue.len() {
             let name = queue[done].clone();
             done += 1;
-            let t = find("STRUCT", &name);
-            let size = t["size"].as_u64().unwrap();
-            code += &format!(
-                "\n/// `struct {name}` ({size} bytes).\n#[repr(C)]\n#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]\npub struct {} {{\n",
-                camel(&name)
+            code += &btf.struct_decl(&name, &mut queue);
+        }
+        for name in enums {
+            code += &btf.enum_mod(name);
+        }
+        code
+    }
+
+    /// `bloatd_cc_stats` -> `BloatdCcStats`.
+    fn camel(name: &str) -> String {
+        name.split('_')
+            .map(|w| {
+                let mut c = w.chars();
+                c.next()
+                    .map(|f| f.to_ascii_uppercase().to_string() + c.as_str())
+                    .unwrap_or_default()
+            })
+            .collect()
+    }
+
+    /// A BPF object's BTF as bpftool prints it in JSON.
+    struct Btf {
+        obj: PathBuf,
+        types: Vec<serde_json::Value>,
+    }
+
+    impl Btf {
+        fn load(obj: &Path) -> Btf {
+            let out = Command::new("bpftool")
+                .args(["-j", "btf", "dump", "file"])
+                .arg(obj)
+                .output()
+                .unwrap_or_else(|e| {
+                    panic!("running bpftool (install it with `sudo make deps`): {e}")
+                });
+            assert!(
+                out.status.success(),
+                "bpftool btf dump {} failed",
+                obj.display()
             );
-            let mut at = 0;
-            let mut pads = 0;
-            for m in t["members"].as_array().unwrap() {
-                assert!(m.get("bitfield_size").is_none(), "bitfield in struct {name}");
-                let off = m["bits_offset"].as_u64().unwrap() / 8;
-                if off > at {
-                    code += &format!("    pub _pad{pads}: [u8; {}],\n", off - at);
+            let mut doc: serde_json::Value =
+                serde_json::from_slice(&out.stdout).expect("bpftool JSON");
+            let types = doc["types"]
+                .as_array_mut()
+                .map(std::mem::take)
+                .expect("types");
+            Btf {
+                obj: obj.to_path_buf(),
+                types,
+            }
+        }
+
+        fn by_id(&self, id: u64) -> &serde_json::Value {
+            // bpftool lists types in id order from 1
+            let t = &self.types[id as usize - 1];
+            assert_eq!(t["id"].as_u64(), Some(id), "BTF ids out of order");
+            t
+        }
+
+        fn find(&self, kind: &str, name: &str) -> &serde_json::Value {
+            self.types
+                .iter()
+                .find(|t| t["kind"] == kind && t["name"] == name)
+                .unwrap_or_else(|| panic!("{kind} {name} not in the BTF of {}", self.obj.display()))
+        }
+
+        /// The Rust type and size of a BTF type id; structs it names are
+        /// queued for generation.
+        fn rust_of(&self, id: u64, queue: &mut Vec<String>) -> (String, u64) {
+            let t = self.by_id(id);
+            let size = || t["size"].as_u64().unwrap();
+            match t["kind"].as_str().unwrap() {
+                "TYPEDEF" | "VOLATILE" | "CONST" => self.rust_of(t["type_id"].as_u64().unwrap(), queue),
+                "INT" => {
+                    let sign = if t["encoding"] == "SIGNED" { "i" } else { "u" };
+                    assert!([1, 2, 4, 8].contains(&size()), "int of size {}", size());
+                    (format!("{sign}{}", size() * 8), size())
+                }
+                "ENUM" => (format!("u{}", size() * 8), size()),
+                "ARRAY" => {
+                    let n = t["nr_elems"].as_u64().unwrap();
+                    let (inner, each) = self.rust_of(t["type_id"].as_u64().unwrap(), queue);
+                    let inner = if inner == "i8" { "u8".to_string() } else { inner };
+                    (format!("[{inner}; {n}]"), each * n)
+                }
+                "STRUCT" => {
+                    let name = t["name"].as_str().unwrap().to_string();
+                    let rust = camel(&name);
+                    if !queue.contains(&name) {
+                        queue.push(name);
+                    }
+                    (rust, size())
+                }
+                k => panic!(
+                    "BTF kind {k} in a shared record: only ints, enums, arrays and structs cross the boundary"
+                ),
+            }
+        }
+
+        /// `#[repr(C)] pub struct ...` for `struct name`, every hole the C
+        /// compiler left made an explicit `_padN` field, its size asserted.
+        fn struct_decl(&self, name: &str, queue: &mut Vec<String>) -> String {
+            let t = self.find("STRUCT", name);
+            let size = t["size"].as_u64().unwrap();
+            let rust = camel(name);
+            let mut code = format!(
+                "\n/// `struct {name}` ({size} bytes).\n#[repr(C)]\n\
+                 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]\npub struct {rust} {{\n"
+            );
+            let (mut at, mut pads) = (0, 0);
+            let mut pad_to = |code: &mut String, at: u64, to: u64| {
+                if to > at {
+                    *code += &format!("    pub _pad{pads}: [u8; {}],\n", to - at);
                     pads += 1;
                 }
-                let (ty, sz) = rust_of(m["type_id"].as_u64().unwrap(), &by_id, &camel, &mut queue);
+            };
+            for m in t["members"].as_array().unwrap() {
+                assert!(
+                    m.get("bitfield_size").is_none(),
+                    "bitfield in struct {name}"
+                );
+                let off = m["bits_offset"].as_u64().unwrap() / 8;
+                pad_to(&mut code, at, off);
+                let (ty, sz) = self.rust_of(m["type_id"].as_u64().unwrap(), queue);
                 code += &format!("    pub {}: {ty},\n", m["name"].as_str().unwrap());
                 at = off + sz;
             }
-            if size > at {
-                code += &format!("    pub _pad{pads}: [u8; {}],\n", size - at);
-            }
-            code += &format!(
-                "}}\nconst _: () = assert!(std::mem::size_of::<{0}>() == {size});\n",
-                camel(&name)
-            );
+            pad_to(&mut code, at, size);
+            code + &format!("}}\nconst _: () = assert!(std::mem::size_of::<{rust}>() == {size});\n")
         }
-        for name in enums {
-            let t = find("ENUM", name);
-            let values = t["values"].as_array().unwrap();
+
+        /// `pub mod stat { pub const PROBE: u32 = 0; ... }` for `enum
+        /// bloatd_stat`: the common prefix of the values' names stripped.
+        fn enum_mod(&self, name: &str) -> String {
+            let values = self.find("ENUM", name)["values"].as_array().unwrap();
             let names: Vec<&str> = values.iter().map(|v| v["name"].as_str().unwrap()).collect();
             let mut prefix = names[0].to_string();
             for n in &names {
@@ -190,13 +292,18 @@ mod bpf_build {
                 }
             }
             let prefix = &prefix[..prefix.rfind('_').map(|i| i + 1).unwrap_or(0)];
-            code += &format!("\n/// `enum {name}`.\npub mod {} {{\n", name.trim_start_matches("bloatd_"));
-            for v in values {
-                let n = v["name"].as_str().unwrap();
-                code += &format!("    pub const {}: u32 = {};\n", &n[prefix.len()..], v["val"]);
+            let mut code = format!(
+                "\n/// `enum {name}`.\npub mod {} {{\n",
+                name.trim_start_matches("bloatd_")
+            );
+            for (v, n) in values.iter().zip(&names) {
+                code += &format!(
+                    "    pub const {}: u32 = {};\n",
+                    &n[prefix.len()..],
+                    v["val"]
+                );
             }
-            code += "}\n";
+            code + "}\n"
         }
-        code
     }
 }

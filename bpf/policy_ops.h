@@ -463,7 +463,7 @@ static __always_inline void drwa_round_close(struct bpf_sock_ops *skops, struct 
 	/* RTT_est from millisecond timestamps (unless the connection agreed
 	 * on microsecond ones) has a millisecond's resolution. */
 	m.resolution_us = tp->tcp_header_len > 20 &&
-			  !BPF_CORE_READ_BITFIELD_PROBED(tp, tcp_usec_ts) ? 1000 : 0;
+			  !tcp_usec_ts(tp) ? 1000 : 0;
 	m.lambda_x256 = drwa_lambda_x256;
 	/* cwnd_est, for the view: the data of one RTT */
 	rcvd = rcvd * rtt_us / dur;

@@ -43,31 +43,23 @@ fn main() {
         ],
     );
     std::fs::write(out.join("abi.rs"), abi).unwrap();
-    // The pure C the probes share with the daemon, for the host: the floor
-    // logic (floor_host.c), the histograms' buckets (stats_host.c), and
-    // floor_host_env.c (the path refresh over a test's table), linked into
-    // the unit tests only, as no other code references it.
-    for c in [
-        "floor_host.c",
-        "stats_host.c",
-        "floor_host_env.c",
-        "policy_host.c",
-    ] {
+    // The feature probes loaded at start (src/kernel.rs).
+    bpf_build::compile(
+        &bpf.join("features.bpf.c"),
+        &out.join("features.bpf.o"),
+        &[],
+    );
+    // The pure C the probes share with the daemon, for the host: reading a
+    // floor (floor_host.c) and the histograms' buckets (stats_host.c). The
+    // C only tests use is built by the bloatd-bpf-testing dev-dependency.
+    for c in ["floor_host.c", "stats_host.c"] {
         println!("cargo:rerun-if-changed={}", bpf.join(c).display());
     }
     cc::Build::new()
         .compiler(bpf_build::clang())
         .file(bpf.join("floor_host.c"))
         .file(bpf.join("stats_host.c"))
-        .file(bpf.join("floor_host_env.c"))
-        .file(bpf.join("policy_host.c"))
         .include(&bpf)
         .warnings_into_errors(true)
         .compile("bloatd_floor_host");
-    // Reference programs for the benchmark (examples/bench_probes.rs).
-    bpf_build::compile(
-        &bpf.join("bench/baseline.bpf.c"),
-        &out.join("baseline.bpf.o"),
-        &[],
-    );
 }

@@ -16,8 +16,14 @@ PKGS=(
 	# the Debian package's dependencies (dpkg-shlibdeps) and its API group, the
 	# unit's system-call filter applied to test daemons (python3-seccomp)
 	systemd util-linux dpkg-dev adduser python3-seccomp
+	# the fleet kit: the image (buildah), run as the DaemonSet's pod in
+	# test_image.py (podman with runc, which takes hybrid cgroup hosts)
+	buildah podman runc
 	# plots and statistics for the lab
 	python3 python3-matplotlib
+	# the kernel matrix (scripts/vm/): VMs, their initramfs, the guest
+	# kernels' module dependencies
+	qemu-system-x86 busybox-static kmod cpio
 )
 
 if [[ $(id -u) -ne 0 ]]; then
@@ -39,4 +45,6 @@ fi
 if command -v systemctl >/dev/null && systemctl is-active --quiet prometheus 2>/dev/null; then
 	systemctl disable --now prometheus >/dev/null 2>&1 || true
 fi
+# The kernels of the matrix, unpacked into a cache (never installed).
+"$(dirname "$0")/vm/kernels.sh"
 echo "deps: ok"

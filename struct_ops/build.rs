@@ -1,8 +1,8 @@
 // Builds the two struct_ops objects (bloatd_westwood, bloatd_cubic) and
 // generates the Rust side of cc_state.h from the objects' BTF (the same
 // generator as the probes' ABI: bpf/build_bpf.rs), so the exported state is
-// defined once, in C; runs CUBIC's idle arithmetic (cc_idle.h) on the host
-// for the unit test in src/algo.rs.
+// defined once, in C. CUBIC's idle arithmetic (cc_idle.h) is compiled for
+// the host by the bloatd-bpf-testing dev-dependency, for src/algo.rs's test.
 include!(concat!(env!("CARGO_MANIFEST_DIR"), "/../bpf/build_bpf.rs"));
 
 use std::path::PathBuf;
@@ -41,7 +41,4 @@ fn main() {
         "cc_state.h: a struct has implicit padding:\n{code}"
     );
     std::fs::write(out.join("cc_state.rs"), code).unwrap();
-    // CUBIC's idle arithmetic, run on the host for src/algo.rs's test
-    let idle = bpf_build::run_host_c(&here.join("idle_test.c"), &out, &[&here]);
-    std::fs::write(out.join("idle_test.txt"), idle).unwrap();
 }

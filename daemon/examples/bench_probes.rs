@@ -2,7 +2,8 @@
 //! tracepoint its section names, then waits for SIGTERM/SIGINT (or stdin
 //! EOF). Used by scripts/bench/probes.sh to run reference programs beside
 //! bloatd's probes. Usage: bench_probes OBJECT TRACEPOINT [PROG...], where
-//! OBJECT `baseline` is bpf/bench/baseline.bpf.c, built in.
+//! OBJECT `baseline` is bpf/testing/baseline.bpf.c, built in (by the
+//! bloatd-bpf-testing dev-dependency, which only examples and tests build).
 
 use aya::programs::BtfTracePoint;
 use aya::{Btf, EbpfLoader};
@@ -18,12 +19,10 @@ fn main() -> anyhow::Result<()> {
         .ok_or_else(|| anyhow::anyhow!("missing TRACEPOINT"))?;
     let only: Vec<String> = args.collect();
     let btf = Btf::from_sys_fs()?;
-    static BASELINE: &[u8] =
-        aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/baseline.bpf.o"));
     let mut loader = EbpfLoader::new();
     loader.btf(Some(&btf));
     let mut ebpf = if obj == "baseline" {
-        loader.load(BASELINE)?
+        loader.load(bloatd_bpf_testing::BASELINE_BPF_O)?
     } else {
         loader.load_file(&obj)?
     };

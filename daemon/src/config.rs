@@ -17,10 +17,6 @@ const KEYS: &[(&str, &str)] = &[
     ("run_dir", "a directory path"),
     ("interval_ms", "an integer (milliseconds)"),
     ("map_capacity", "an integer"),
-    (
-        "map_entries",
-        "an integer (deprecated name of map_capacity)",
-    ),
     ("bloat_threshold_ms", "an integer (milliseconds)"),
     ("series_seconds", "an integer (seconds)"),
     ("cc", "a list of names, like [\"bloatd_westwood\"]"),
@@ -88,7 +84,6 @@ pub struct Config {
     /// Sampling interval: at most one sample per socket per interval.
     pub interval_ms: u64,
     /// Capacity of the kernel's socket map.
-    #[serde(alias = "map_entries")]
     pub map_capacity: u32,
     /// Queueing delay from which a socket counts as bloated.
     pub bloat_threshold_ms: u64,
@@ -222,9 +217,6 @@ impl Config {
         if let Some(rules) = table.get("policy") {
             crate::policy::check_config_value(rules)?;
         }
-        if table.contains_key("map_entries") && table.contains_key("map_capacity") {
-            return Err("`map_entries` is the old name of `map_capacity`: give only one".into());
-        }
         let cfg = Config::deserialize(toml::Value::Table(table.clone())).map_err(|_| {
             // Deserialize key by key to find the one with the wrong type.
             for (key, value) in &table {
@@ -315,6 +307,7 @@ impl Config {
             westwood_ssthresh: bloatd_cc::WestwoodSsthresh::from_name(&self.westwood_ssthresh)
                 .unwrap_or_default(),
             ratio_interval_us: (self.interval_ms as u32).saturating_mul(1000),
+            register_by: None,
         }
     }
 
@@ -427,25 +420,10 @@ mod tests {
             .cloned()
             .collect();
         fields.push("api_group".into()); // None: not serialized
-        fields.push("map_entries".into()); // the old name of map_capacity
         fields.sort();
         let mut keys: Vec<String> = KEYS.iter().map(|(k, _)| k.to_string()).collect();
         keys.sort();
         assert_eq!(fields, keys, "KEYS must list every Config field");
-    }
-
-    #[test]
-    fn the_old_name_of_map_capacity_still_works_for_one_release() {
-        assert_eq!(
-            Config::parse("map_entries = 128\n").unwrap().map_capacity,
-            128
-        );
-        assert_eq!(
-            Config::parse("map_capacity = 256\n").unwrap().map_capacity,
-            256
-        );
-        let e = Config::parse("map_entries = 128\nmap_capacity = 256\n").unwrap_err();
-        assert!(e.contains("old name"), "{e}");
     }
 
     #[test]
@@ -462,5 +440,34 @@ mod tests {
         let e = Config::parse("api_group = \"no-such-group-here\"\n").unwrap_err();
         assert!(e.contains("groupadd"), "{e}");
         assert!(Config::parse("api_group = \"root\"\n").is_ok());
+    }
+
+    /// The Helm chart's schema (daemon/dist/helm/bloatd/values.schema.json)
+    /// refuses unknown config keys at `helm install`, as bloatd does at
+    /// start: it must know every key but the ones the chart sets itself.
+    #[test]
+    fn the_charts_schema_knows_every_key() {
+        let schema: serde_json::Value =
+            serde_json::from_str(include_str!("../dist/helm/bloatd/values.schema.json")).unwrap();
+        let mut chart: Vec<&str> = schema["properties"]["config"]["properties"]
+            .as_object()
+            .unwrap()
+            .keys()
+            .map(String::as_str)
+            .collect();
+        // listen, run_dir, api_group: set by the chart; map_entries: a
+        // deprecated name.
+        let by_chart = ["listen", "run_dir", "api_group", "map_entries"];
+        let mut ours: Vec<&str> = KEYS
+            .iter()
+            .map(|(k, _)| *k)
+            .filter(|k| !by_chart.contains(k))
+            .collect();
+        chart.sort();
+        ours.sort();
+        assert_eq!(
+            chart, ours,
+            "add the new key to config.properties in daemon/dist/helm/bloatd/values.schema.json"
+        );
     }
 }

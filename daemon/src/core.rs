@@ -6,7 +6,7 @@ use crate::cc::CcSet;
 use crate::clock::Clock;
 use crate::config::Config;
 use crate::metrics::{Metrics, Scrape};
-use crate::probes::{abi, abi::stat, ProbeConfig, Probes, TRACEPOINTS};
+use crate::probes::{abi, abi::stat, ProbeConfig, Probes};
 use crate::tracker::Tracker;
 use bloatd_model::api::{CcInfo, FloorEntry, Floors, Status};
 use bloatd_model::{FloorSource, Health, NetPath, Series, Snapshot, SnapshotRequest, Socket};
@@ -241,6 +241,19 @@ impl Core {
         })
     }
 
+    /// The parts beyond the core and how this kernel runs them.
+    pub fn features(&self) -> Vec<bloatd_model::Feature> {
+        let names = self.cc.names();
+        crate::kernel::features(
+            self.probes.kernel(),
+            self.probes.sockops_error(),
+            self.cc
+                .registered_by()
+                .map(|by| crate::kernel::CcRegistration { names: &names, by }),
+            self.cc.declined(),
+        )
+    }
+
     pub fn health(&self) -> Health {
         let c = self.probes.counters().unwrap_or_default();
         Health {
@@ -249,6 +262,7 @@ impl Core {
             map_entries: c.map_entries(),
             map_capacity: self.probes.map_capacity() as u64,
             mode: self.mode.to_string(),
+            features: self.features(),
         }
     }
 
@@ -348,14 +362,15 @@ impl Core {
             floors: self.probes.floors_count().unwrap_or(0),
             cc_export_failures: self.cc.export_failures(),
             westwood_cwnd_pipe: self.cc.westwood_cwnd_pipe_ratio(),
+            features: self.features(),
             policy: self.policy_counts().map(|c| (c, self.drwa)),
         }
     }
 
     /// The programs attached, as `status` names them.
     fn probe_names(&self) -> Vec<String> {
-        TRACEPOINTS
-            .iter()
+        self.probes
+            .tracepoints()
             .map(|h| format!("tp_btf/{h}"))
             .chain(
                 self.probes
@@ -375,13 +390,13 @@ impl Core {
             started_unix_ms: self.started_unix_ms,
             interval_ms: self.cfg.interval_ms,
             probes: self.probe_names(),
-            hooks: self.probe_names(),
             cc_registered: self.cc.names(),
             default_cc: bloatd_cc::kernel_default().ok(),
             listen: self.metrics.as_ref().map(|_| self.cfg.listen.to_string()),
             sockets: health.map_entries as usize,
             health,
             sockops_error: self.probes.sockops_error().map(str::to_string),
+            kernel: crate::kernel::release(),
         }
     }
 

@@ -10,6 +10,7 @@ mod clock;
 mod cmd;
 mod config;
 mod core;
+mod kernel;
 mod metrics;
 mod paths;
 mod policy;
@@ -62,7 +63,11 @@ fn main() -> ExitCode {
         Ok(code) => code,
         Err(e) => {
             eprintln!("bloatd: {e:#}");
-            ExitCode::FAILURE
+            // A kernel below the core's minimum is bad input, not a crash.
+            match e.downcast_ref::<probes::ProbeError>() {
+                Some(probes::ProbeError::KernelTooOld { .. }) => ExitCode::from(2),
+                _ => ExitCode::FAILURE,
+            }
         }
     }
 }

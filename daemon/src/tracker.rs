@@ -217,7 +217,6 @@ impl Tracker {
             rcv_rtt_us: r.rcv_rtt_us,
             rcv_ts_rtt_us: has_flag(r, abi::flag::RCV_TS).then_some(r.rcv_ts_rtt_us),
             timestamps: has_flag(r, abi::flag::TIMESTAMPS),
-            rcv_min_rtt_us: r.floor_us,
             rcv_queue_delay_us: r.rcv_queue_delay_us,
             unsent_bytes: r.unsent_bytes,
             unsent_delay_us: unsent_delay_us(r),

@@ -135,10 +135,7 @@ pub struct Status {
     pub started_unix_ms: u64,
     pub interval_ms: u64,
     /// The BPF programs attached (`tp_btf/tcp_probe`, `cgroup/sock_ops`).
-    #[serde(default)]
     pub probes: Vec<String>,
-    /// The old name of `probes`, kept for one release.
-    pub hooks: Vec<String>,
     pub cc_registered: Vec<String>,
     pub default_cc: Option<String>,
     pub listen: Option<String>,
@@ -148,6 +145,10 @@ pub struct Status {
     /// program on the cgroup v2 root), if they are not.
     #[serde(default)]
     pub sockops_error: Option<String>,
+    /// The kernel's release; what it runs of bloatd's parts beyond the
+    /// core is `health.features`.
+    #[serde(default)]
+    pub kernel: String,
 }
 
 /// `GET /v1/cc`.

@@ -572,7 +572,7 @@ def report(d):
     except ImportError as e:
         made = []
         print(f"lab: no plots ({e}): install python3-matplotlib (scripts/deps.sh) "
-              "and run with /usr/bin/python3")
+              "and run with the python3 scripts/python.sh names")
     summary = {"meta": meta, "findings": fnd, "plots": made}
     fnd = [f["line"] for f in fnd]
     with open(os.path.join(d, "summary.json"), "w") as f:

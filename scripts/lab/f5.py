@@ -19,9 +19,9 @@ bloatd sees it on the bulk flows' sockets, and the bulk flows' goodput
 (analysis.mean_ci). The finding line F5 compares DRWA with neither, as
 Jiang et al. did (RTT -25..49%, throughput up to +51%).
 
-    sudo /usr/bin/python3 scripts/lab/lab.py --f5           # 3g + 3.5g, ~35 min
-    sudo /usr/bin/python3 scripts/lab/lab.py --f5 --quick   # 3.5g run C, ~3 min
-    /usr/bin/python3 scripts/lab/lab.py --analyze DIR       # F5 again from DIR/f5.jsonl
+    sudo $(scripts/python.sh) scripts/lab/lab.py --f5           # 3g + 3.5g, ~35 min
+    sudo $(scripts/python.sh) scripts/lab/lab.py --f5 --quick   # 3.5g run C, ~3 min
+    $(scripts/python.sh) scripts/lab/lab.py --analyze DIR       # F5 again from DIR/f5.jsonl
 
 The arms are switched through the running bloatd's API, so it needs DRWA
 armed and the rule: lab.py starts bloatd with BLOATD_ARGS when none runs.

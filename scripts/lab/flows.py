@@ -1,4 +1,4 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """Traffic for the lab: a download server and its clients.
 
 Runs inside the lab's namespaces (`ip netns exec NAME-snd flows.py serve`,

@@ -1,4 +1,4 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """The runs of Alfredsson et al. (2013) on the lab's emulated cellular links.
 
     A  long flows alone: one bulk download per congestion control
@@ -13,9 +13,9 @@ bloatd measures every flow (RTT, outstanding window, retransmissions: its
 wget's did in the paper. Results, table, plots and the findings F1-F4 go to
 --out (default lab-results/).
 
-    sudo /usr/bin/python3 scripts/lab/lab.py --quick     # < 5 min, 3.5g (+ a 3g long flow)
-    sudo /usr/bin/python3 scripts/lab/lab.py             # the full campaign
-    /usr/bin/python3 scripts/lab/lab.py --analyze DIR    # table, plots, findings again
+    sudo $(scripts/python.sh) scripts/lab/lab.py --quick     # < 5 min, 3.5g (+ a 3g long flow)
+    sudo $(scripts/python.sh) scripts/lab/lab.py             # the full campaign
+    $(scripts/python.sh) scripts/lab/lab.py --analyze DIR    # table, plots, findings again
 
 Ctrl-C stops the traffic, removes the lab and keeps what was measured.
 """
@@ -33,7 +33,7 @@ import analysis  # noqa: E402
 import f5  # noqa: E402  issue 10: acting on bloat, finding F5
 import instrument  # noqa: E402
 
-PY = "/usr/bin/python3"
+PY = sys.executable  # the flows run with the lab's own Python
 TOPO = os.path.join(HERE, "topo.sh")
 FLOWS = os.path.join(HERE, "flows.py")
 PORT = 8000

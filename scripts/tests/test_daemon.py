@@ -176,7 +176,7 @@ class BadInput(TestCase):
 
 class FullMap(TestCase):
     def test_full_map_is_counted_not_fatal(self):
-        d = self.daemon("--no-cc", "--map-entries", "64")
+        d = self.daemon("--no-cc", "--map-capacity", "64")
         d.start()
         # 100 loopback connections, each carrying data, in a map of 64.
         srv = socket.socket()

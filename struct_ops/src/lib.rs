@@ -4,8 +4,9 @@
 //!
 //! - BPF side: `struct_ops/westwood.bpf.c`, `struct_ops/cubic.bpf.c`; the
 //!   exported per-socket state is defined in `struct_ops/cc_state.h`.
-//! - [`Registration`] registers them with the kernel (libbpf-rs,
-//!   `.struct_ops.link`), unregisters them on drop, and reads their state
+//! - [`Registration`] registers them with the kernel (libbpf-rs: a
+//!   struct_ops link from Linux 6.4, a map update before, see
+//!   [`RegisterBy`]), unregisters them on drop, and reads their state
 //!   ([`Registration::states`], keyed by socket cookie).
 //! - [`kernel_available`], [`kernel_default`], [`set_kernel_default`]: the
 //!   kernel's congestion control sysctls.
@@ -15,11 +16,13 @@
 
 mod algo;
 mod error;
+mod kconfig;
 mod kernel;
 mod registration;
+mod stale;
 mod state;
 
-pub use algo::{Algo, Options, WestwoodSsthresh};
+pub use algo::{Algo, Options, RegisterBy, WestwoodSsthresh};
 pub use error::CcError;
 pub use kernel::{
     kernel_available, kernel_default, network_namespaces, retire_netns_defaults,

@@ -1,11 +1,15 @@
 //! Loading and registering the struct_ops objects.
 //!
-//! Each algorithm is registered through a `.struct_ops.link`: the kernel
-//! keeps it registered exactly as long as the link file descriptor lives, so
-//! a bloatd that dies for any reason leaves nothing registered. Sockets that
-//! already use an algorithm hold their own reference and keep working after
-//! it is unregistered; they only stop showing up in the state map once the
-//! map's last user (those sockets' programs) is gone.
+//! Each algorithm is registered through a `.struct_ops.link` where the
+//! kernel has struct_ops links (Linux 6.4): it keeps the algorithm
+//! registered exactly as long as the link file descriptor lives, so a
+//! bloatd that dies for any reason leaves nothing registered. Before 6.4
+//! the same object's map is registered by a map update instead, which
+//! outlives a killed process: such a stale registration is removed when the
+//! name is registered again (`stale.rs`). Sockets that already use an
+//! algorithm hold their own reference and keep working after it is
+//! unregistered; they only stop showing up in the state map once the map's
+//! last user (those sockets' programs) is gone.
 
 use std::collections::HashMap;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
@@ -14,7 +18,8 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use libbpf_rs::{
-    libbpf_sys, ErrorKind, Link, MapCore, MapFlags, MapHandle, Object, ObjectBuilder, PrintLevel,
+    libbpf_sys, ErrorKind, Link, MapCore, MapFlags, MapHandle, Object, ObjectBuilder, OpenObject,
+    PrintLevel,
 };
 
 use crate::kernel::{
@@ -23,13 +28,16 @@ use crate::kernel::{
 use crate::state::{
     decode, monotonic_us, value_size, RatioHistogram, RawRatioHist, RawWestwoodConfig,
 };
-use crate::{Algo, AlgoState, CcError, Options, WestwoodSsthresh};
+use crate::{Algo, AlgoState, CcError, Options, RegisterBy, WestwoodSsthresh};
 
 /// bloatd's congestion controls registered by this process. Dropping it
 /// unregisters them all.
 pub struct Registration {
     loaded: Vec<Loaded>,
     netns_changes: Vec<NetnsDefaultChange>,
+    by: RegisterBy,
+    /// Algorithms whose stale registration (a killed holder's) was removed.
+    stale_removed: Vec<Algo>,
 }
 
 /// One registered algorithm. Field order is drop order: the link goes first
@@ -57,16 +65,33 @@ impl Registration {
         let mut reg = Registration {
             loaded: Vec::new(),
             netns_changes: Vec::new(),
+            by: opts.register_by.unwrap_or_else(RegisterBy::detect),
+            stale_removed: Vec::new(),
         };
         for &algo in algos {
             if !reg.registered().contains(&algo) {
+                if crate::stale::remove_stale(algo) > 0 {
+                    wait_gone(algo)?;
+                    reg.stale_removed.push(algo);
+                }
                 // on error `reg` drops and unregisters what came before
-                reg.loaded.push(load(algo, opts)?);
+                reg.loaded.push(load(algo, opts, reg.by)?);
                 let adopted = adopt_netns_defaults(algo)?;
                 reg.netns_changes.extend(adopted);
             }
         }
         Ok(reg)
+    }
+
+    /// How the kernel holds these registrations.
+    pub fn registered_by(&self) -> RegisterBy {
+        self.by
+    }
+
+    /// Algorithms whose stale registration, left by a holder that was
+    /// killed (map update, before Linux 6.4), was removed first.
+    pub fn stale_removed(&self) -> &[Algo] {
+        &self.stale_removed
     }
 
     /// What this registration holds, in registration order.
@@ -249,7 +274,7 @@ fn tail(log: &str, lines: usize) -> String {
     all[all.len().saturating_sub(lines)..].join("\n")
 }
 
-fn load(algo: Algo, opts: &Options) -> Result<Loaded, CcError> {
+fn load(algo: Algo, opts: &Options, by: RegisterBy) -> Result<Loaded, CcError> {
     let name = algo.name();
     if kernel_available()
         .map(|v| v.iter().any(|a| a == name))
@@ -261,20 +286,64 @@ fn load(algo: Algo, opts: &Options) -> Result<Loaded, CcError> {
     let _serial = LOAD_LOCK.lock().unwrap_or_else(|e| e.into_inner());
     LOAD_LOG.lock().unwrap_or_else(|e| e.into_inner()).clear();
     let prev_print = libbpf_rs::set_print(Some((PrintLevel::Info, capture_log)));
-    let result = open_load_attach(algo, opts);
+    let result = open_load_attach(algo, opts, by);
     libbpf_rs::set_print(prev_print);
     let log = std::mem::take(&mut *LOAD_LOG.lock().unwrap_or_else(|e| e.into_inner()));
 
     result.map_err(|(step, e)| classify(algo, step, e, &log))
 }
 
+/// The algorithm's object, opened. Where the kernel publishes no config,
+/// libbpf would refuse the object's `__kconfig` externs: it is handed the
+/// one value they need, measured (kconfig.rs).
+fn open_object(algo: Algo) -> Result<OpenObject, libbpf_rs::Error> {
+    let kconfig = crate::kconfig::kconfig_override().map_err(|e| {
+        libbpf_rs::Error::from(std::io::Error::new(std::io::ErrorKind::NotFound, e))
+    })?;
+    let Some(kconfig) = kconfig else {
+        return ObjectBuilder::default().open_memory(algo.object());
+    };
+    let kconfig = std::ffi::CString::new(kconfig).expect("no NUL in a kconfig line");
+    let name = std::ffi::CString::new(algo.name()).expect("no NUL in a name");
+    let opts = libbpf_sys::bpf_object_open_opts {
+        sz: std::mem::size_of::<libbpf_sys::bpf_object_open_opts>() as libbpf_sys::size_t,
+        object_name: name.as_ptr(),
+        kconfig: kconfig.as_ptr(),
+        ..Default::default()
+    };
+    let obj = algo.object();
+    // SAFETY: the object bytes and the option strings outlive the call
+    // (libbpf copies what it keeps); a null result sets errno.
+    let ptr = unsafe {
+        libbpf_sys::bpf_object__open_mem(
+            obj.as_ptr().cast(),
+            obj.len() as libbpf_sys::size_t,
+            &opts,
+        )
+    };
+    let ptr = std::ptr::NonNull::new(ptr)
+        .ok_or_else(|| libbpf_rs::Error::from(std::io::Error::last_os_error()))?;
+    // SAFETY: a bpf_object libbpf just opened, owned by nothing else.
+    Ok(unsafe { OpenObject::from_ptr(ptr) })
+}
+
 fn open_load_attach(
     algo: Algo,
     opts: &Options,
+    by: RegisterBy,
 ) -> Result<Loaded, (&'static str, libbpf_rs::Error)> {
-    let mut open = ObjectBuilder::default()
-        .open_memory(algo.object())
-        .map_err(|e| ("open", e))?;
+    let mut open = open_object(algo).map_err(|e| ("open", e))?;
+    if by == RegisterBy::MapUpdate {
+        // The same object without BPF_F_LINK: a map the kernel registers
+        // when it is written (libbpf's attach does the write, and its
+        // detach deletes the element).
+        let mut ops = open
+            .maps_mut()
+            .find(|m| m.name() == algo.ops_map())
+            .expect("struct_ops map is in the object");
+        let flags = ops.map_flags() & !libbpf_sys::BPF_F_LINK;
+        ops.set_map_flags(flags).map_err(|e| ("open", e))?;
+    }
     if algo == Algo::Westwood {
         // westwood.bpf.c: `westwood_config`, alone in its section
         let cfg = RawWestwoodConfig {

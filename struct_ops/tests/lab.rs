@@ -325,72 +325,92 @@ fn check_westwood(run: &Run) -> Vec<String> {
             continue;
         }
         events += 1;
-        // the first sample after the event with the connection back in Open
-        let Some(after) = run
-            .samples
-            .iter()
-            .filter(|s| s.t_s >= pair[1].t_s && s.info.ca_state == TCP_CA_OPEN)
-            .find(|s| {
-                westwood(s).map(|w| w.recoveries + w.timeouts)
-                    == Some(cur.recoveries + cur.timeouts)
-            })
-        else {
-            continue;
-        };
-        let w = westwood(after).unwrap();
-        if w.mss != after.info.snd_mss {
-            failures.push(format!(
-                "westwood: state mss {} but TCP_INFO snd_mss {}",
-                w.mss, after.info.snd_mss
-            ));
-        }
-        let cwnd = f64::from(after.info.snd_cwnd);
-        let ssthresh = f64::from(after.info.snd_ssthresh);
-        let pipe = f64::from(w.congestion_cwnd);
-        // A timeout sets ssthresh to BWE x RTTmin and cwnd to one segment;
-        // the connection then slow-starts back up, so only ssthresh shows
-        // the estimate. After a fast recovery cwnd itself is set to it.
-        let timeout = cur.timeouts > prev.timeouts;
-        let kind = if timeout { "timeout" } else { "recovery" };
-        println!(
-            "  westwood {kind} at {:.2}s: cwnd {} ssthresh {} (TCP_INFO, {:.2}s) vs BWE x RTTmin {} ({} B/s x {} us / {} B)",
-            pair[1].t_s, after.info.snd_cwnd, after.info.snd_ssthresh, after.t_s, w.congestion_cwnd,
-            w.bwe_bytes_per_s, w.min_rtt_us, w.mss,
-        );
-        if (ssthresh - pipe).abs() > 0.2 * pipe {
-            failures.push(format!(
-                "westwood: ssthresh {ssthresh} not within 20% of BWE x RTTmin {pipe} after the {kind} at {:.2}s",
-                after.t_s
-            ));
-        }
-        if timeout {
-            if cwnd > ssthresh {
-                failures.push(format!(
-                    "westwood: cwnd {cwnd} above ssthresh {ssthresh} in slow start after the timeout at {:.2}s",
-                    after.t_s
-                ));
-            }
-        } else if (cwnd - pipe).abs() > 0.2 * pipe + 2.0 {
-            // + 2: the sample can come up to 50 ms after the recovery
-            // completed, more than one base RTT (40 ms) of Reno's growth
-            // (one segment per RTT) when the pipe leaves no queue
-            failures.push(format!(
-                "westwood: cwnd {cwnd} not within 20% (+2) of BWE x RTTmin {pipe} after the recovery at {:.2}s",
-                after.t_s
-            ));
-        }
-        if w.pipe_segments().abs_diff(w.congestion_cwnd) > w.congestion_cwnd / 5 + 1 {
-            failures.push(format!(
-                "westwood: congestion_cwnd {} far from BWE x RTTmin {}",
-                w.congestion_cwnd,
-                w.pipe_segments()
-            ));
-        }
+        failures.extend(check_westwood_event(run, &pair[1], prev, cur));
     }
     if events == 0 {
         failures.push("westwood: no congestion event during the run".into());
     }
-    // BWE is the rate ACKs return at: the bottleneck's goodput
+    failures.extend(check_westwood_estimates(run));
+    failures
+}
+
+/// One congestion event (between the sample before it, `prev`, and `cur`,
+/// seen at `seen`): once the connection is back in Open, ssthresh (and after
+/// a recovery cwnd) is BWE x RTTmin.
+fn check_westwood_event(
+    run: &Run,
+    seen: &Reading,
+    prev: &WestwoodState,
+    cur: &WestwoodState,
+) -> Vec<String> {
+    let mut failures = Vec::new();
+    // the first sample after the event with the connection back in Open
+    let Some(after) = run
+        .samples
+        .iter()
+        .filter(|s| s.t_s >= seen.t_s && s.info.ca_state == TCP_CA_OPEN)
+        .find(|s| {
+            westwood(s).map(|w| w.recoveries + w.timeouts) == Some(cur.recoveries + cur.timeouts)
+        })
+    else {
+        return failures;
+    };
+    let w = westwood(after).unwrap();
+    if w.mss != after.info.snd_mss {
+        failures.push(format!(
+            "westwood: state mss {} but TCP_INFO snd_mss {}",
+            w.mss, after.info.snd_mss
+        ));
+    }
+    let cwnd = f64::from(after.info.snd_cwnd);
+    let ssthresh = f64::from(after.info.snd_ssthresh);
+    let pipe = f64::from(w.congestion_cwnd);
+    // A timeout sets ssthresh to BWE x RTTmin and cwnd to one segment;
+    // the connection then slow-starts back up, so only ssthresh shows
+    // the estimate. After a fast recovery cwnd itself is set to it.
+    let timeout = cur.timeouts > prev.timeouts;
+    let kind = if timeout { "timeout" } else { "recovery" };
+    println!(
+        "  westwood {kind} at {:.2}s: cwnd {} ssthresh {} (TCP_INFO, {:.2}s) vs BWE x RTTmin {} ({} B/s x {} us / {} B)",
+        seen.t_s, after.info.snd_cwnd, after.info.snd_ssthresh, after.t_s, w.congestion_cwnd,
+        w.bwe_bytes_per_s, w.min_rtt_us, w.mss,
+    );
+    if (ssthresh - pipe).abs() > 0.2 * pipe {
+        failures.push(format!(
+            "westwood: ssthresh {ssthresh} not within 20% of BWE x RTTmin {pipe} after the {kind} at {:.2}s",
+            after.t_s
+        ));
+    }
+    if timeout {
+        if cwnd > ssthresh {
+            failures.push(format!(
+                "westwood: cwnd {cwnd} above ssthresh {ssthresh} in slow start after the timeout at {:.2}s",
+                after.t_s
+            ));
+        }
+    } else if (cwnd - pipe).abs() > 0.2 * pipe + 2.0 {
+        // + 2: the sample can come up to 50 ms after the recovery
+        // completed, more than one base RTT (40 ms) of Reno's growth
+        // (one segment per RTT) when the pipe leaves no queue
+        failures.push(format!(
+            "westwood: cwnd {cwnd} not within 20% (+2) of BWE x RTTmin {pipe} after the recovery at {:.2}s",
+            after.t_s
+        ));
+    }
+    if w.pipe_segments().abs_diff(w.congestion_cwnd) > w.congestion_cwnd / 5 + 1 {
+        failures.push(format!(
+            "westwood: congestion_cwnd {} far from BWE x RTTmin {}",
+            w.congestion_cwnd,
+            w.pipe_segments()
+        ));
+    }
+    failures
+}
+
+/// At the end of the run BWE is the rate ACKs return at (the bottleneck's
+/// goodput) and RTTmin the kernel's min_rtt.
+fn check_westwood_estimates(run: &Run) -> Vec<String> {
+    let mut failures = Vec::new();
     let last = run.samples.last().unwrap();
     let w = westwood(last).expect("westwood state at the end");
     let goodput = run.goodput_bytes_per_s();
@@ -450,77 +470,92 @@ fn check_cubic(run: &Run) -> Vec<String> {
             continue; // two reductions between samples: not attributable
         }
         reductions += 1;
-        let loss = cur.loss_cwnd_segments;
-        // W_max: the cwnd before the reduction, or (1 + beta) / 2 of it when
-        // it is below the previous W_max (fast convergence)
-        let want_w_max = if loss < prev_w_max {
-            loss * (1024 + 717) / 2048
-        } else {
-            loss
-        };
-        if cur.w_max_segments != want_w_max {
-            failures.push(format!(
-                "cubic: W_max {} after a loss at cwnd {loss} (previous W_max {prev_w_max}), expected {want_w_max}",
-                cur.w_max_segments
-            ));
-        }
-        if let Some(before) = last_ca_cwnd {
-            // the kernel's cwnd shortly before (<= 50 ms + a few ACKs)
-            if f64::from(loss) < f64::from(before) * 0.95
-                || f64::from(loss) > f64::from(before) * 1.15
-            {
-                failures.push(format!(
-                    "cubic: loss_cwnd {loss} but TCP_INFO showed cwnd {before} just before"
-                ));
-            }
-        }
-        // ssthresh = 0.7 cwnd, as the kernel reports it, until the next event
-        let want_ssthresh = (loss * 717 / 1024).max(2);
-        let later: Vec<&Reading> = run.samples[i + 1..]
-            .iter()
-            .take_while(|s| {
-                cubic(s).map(|c| (c.reductions, c.timeouts)) == Some((cur.reductions, cur.timeouts))
-            })
-            .collect();
-        if let Some(bad) = later
-            .iter()
-            .find(|s| s.info.snd_ssthresh != want_ssthresh && s.info.ca_state == TCP_CA_OPEN)
-        {
-            failures.push(format!(
-                "cubic: TCP_INFO ssthresh {} at {:.2}s, expected 0.7 x {loss} = {want_ssthresh}",
-                bad.info.snd_ssthresh, bad.t_s
-            ));
-        }
-        // the next epoch starts at ssthresh with K from W_max - cwnd_epoch
-        if let Some(ep) = later
-            .iter()
-            .filter_map(|s| cubic(s))
-            .find(|c| c.epoch_start_us.is_some())
-        {
-            let k = expected_k_ms(ep.w_max_segments, ep.epoch_cwnd_segments);
-            println!(
-                "  cubic reduction: cwnd {loss} -> ssthresh {want_ssthresh}, W_max {} (prev {prev_w_max}), epoch at cwnd {} ({:.2} W_max), K {} ms (cbrt: {k:.1} ms)",
-                ep.w_max_segments,
-                ep.epoch_cwnd_segments,
-                f64::from(ep.epoch_cwnd_segments) / f64::from(ep.w_max_segments.max(1)),
-                ep.k_ms
-            );
-            if ep.epoch_cwnd_segments.abs_diff(want_ssthresh) > 1 {
-                failures.push(format!(
-                    "cubic: epoch started at cwnd {}, not ssthresh {want_ssthresh}",
-                    ep.epoch_cwnd_segments
-                ));
-            }
-            // exact integer cube root, K in whole ms: off by < 1 ms
-            if (f64::from(ep.k_ms) - k).abs() > 1.0 + k * 0.002 {
-                failures.push(format!("cubic: K {} ms, cbrt gives {k:.1} ms", ep.k_ms));
-            }
-        }
+        failures.extend(check_cubic_reduction(run, i, cur, prev_w_max, last_ca_cwnd));
         prev_w_max = cur.w_max_segments;
         last_ca_cwnd = None;
     }
     if reductions == 0 {
         failures.push("cubic: no reduction observed during the run".into());
+    }
+    failures
+}
+
+/// One CUBIC reduction (sample `i + 1` saw it): W_max with fast
+/// convergence, loss_cwnd against TCP_INFO's cwnd just before
+/// (`last_ca_cwnd`), ssthresh = 0.7 cwnd until the next event, and the next
+/// epoch's start and K.
+fn check_cubic_reduction(
+    run: &Run,
+    i: usize,
+    cur: &CubicState,
+    prev_w_max: u32,
+    last_ca_cwnd: Option<u32>,
+) -> Vec<String> {
+    let mut failures = Vec::new();
+    let loss = cur.loss_cwnd_segments;
+    // W_max: the cwnd before the reduction, or (1 + beta) / 2 of it when
+    // it is below the previous W_max (fast convergence)
+    let want_w_max = if loss < prev_w_max {
+        loss * (1024 + 717) / 2048
+    } else {
+        loss
+    };
+    if cur.w_max_segments != want_w_max {
+        failures.push(format!(
+            "cubic: W_max {} after a loss at cwnd {loss} (previous W_max {prev_w_max}), expected {want_w_max}",
+            cur.w_max_segments
+        ));
+    }
+    if let Some(before) = last_ca_cwnd {
+        // the kernel's cwnd shortly before (<= 50 ms + a few ACKs)
+        if f64::from(loss) < f64::from(before) * 0.95 || f64::from(loss) > f64::from(before) * 1.15
+        {
+            failures.push(format!(
+                "cubic: loss_cwnd {loss} but TCP_INFO showed cwnd {before} just before"
+            ));
+        }
+    }
+    // ssthresh = 0.7 cwnd, as the kernel reports it, until the next event
+    let want_ssthresh = (loss * 717 / 1024).max(2);
+    let later: Vec<&Reading> = run.samples[i + 1..]
+        .iter()
+        .take_while(|s| {
+            cubic(s).map(|c| (c.reductions, c.timeouts)) == Some((cur.reductions, cur.timeouts))
+        })
+        .collect();
+    if let Some(bad) = later
+        .iter()
+        .find(|s| s.info.snd_ssthresh != want_ssthresh && s.info.ca_state == TCP_CA_OPEN)
+    {
+        failures.push(format!(
+            "cubic: TCP_INFO ssthresh {} at {:.2}s, expected 0.7 x {loss} = {want_ssthresh}",
+            bad.info.snd_ssthresh, bad.t_s
+        ));
+    }
+    // the next epoch starts at ssthresh with K from W_max - cwnd_epoch
+    if let Some(ep) = later
+        .iter()
+        .filter_map(|s| cubic(s))
+        .find(|c| c.epoch_start_us.is_some())
+    {
+        let k = expected_k_ms(ep.w_max_segments, ep.epoch_cwnd_segments);
+        println!(
+            "  cubic reduction: cwnd {loss} -> ssthresh {want_ssthresh}, W_max {} (prev {prev_w_max}), epoch at cwnd {} ({:.2} W_max), K {} ms (cbrt: {k:.1} ms)",
+            ep.w_max_segments,
+            ep.epoch_cwnd_segments,
+            f64::from(ep.epoch_cwnd_segments) / f64::from(ep.w_max_segments.max(1)),
+            ep.k_ms
+        );
+        if ep.epoch_cwnd_segments.abs_diff(want_ssthresh) > 1 {
+            failures.push(format!(
+                "cubic: epoch started at cwnd {}, not ssthresh {want_ssthresh}",
+                ep.epoch_cwnd_segments
+            ));
+        }
+        // exact integer cube root, K in whole ms: off by < 1 ms
+        if (f64::from(ep.k_ms) - k).abs() > 1.0 + k * 0.002 {
+            failures.push(format!("cubic: K {} ms, cbrt gives {k:.1} ms", ep.k_ms));
+        }
     }
     failures
 }
@@ -573,40 +608,10 @@ fn check_hystart(kernel: &Run, ours: &Run) -> Vec<String> {
     failures
 }
 
-#[test]
-fn lab_behaviour() {
-    let _s = serial();
-    let lab = Lab::up(
-        LAB,
-        &[
-            "--rate",
-            RATE,
-            "--buffer-bytes",
-            &BUFFER_BYTES.to_string(),
-            "--delay-ms",
-            &BASE_RTT_MS.to_string(),
-        ],
-    );
-    let reg = register(&Algo::ALL, &Options::default());
-
-    let runs: Vec<Run> = [
-        ("cubic", CUBIC_SECS),
-        ("bloatd_cubic", CUBIC_SECS),
-        ("bloatd_westwood", WESTWOOD_SECS),
-    ]
-    .into_iter()
-    .map(|(cc, secs)| run_flow(&lab, &reg, cc, secs))
-    .collect();
-    for r in &runs {
-        println!("{}", r.summary());
-        if let Some(dir) = std::env::var_os("BLOATD_CC_LAB_CSV") {
-            r.write_csv(&PathBuf::from(dir).join(format!("{}.csv", r.cc)));
-        }
-    }
-    let (kcubic, bcubic, bwestwood) = (&runs[0], &runs[1], &runs[2]);
+/// Goodput and delay of the three runs against the kernel's cubic.
+fn check_ratios(runs: &[Run], kcubic: &Run, bcubic: &Run, bwestwood: &Run) -> Vec<String> {
     let mut failures = Vec::new();
-
-    for r in &runs {
+    for r in runs {
         if r.goodput_bytes_per_s() < 0.85 * RATE_BYTES_PER_S {
             failures.push(format!(
                 "{}: goodput {:.0} B/s below 85% of the bottleneck",
@@ -646,6 +651,17 @@ fn lab_behaviour() {
             "bloatd_westwood average queueing delay {q:.2} x cubic's (want <= 0.85)"
         ));
     }
+    println!(
+        "bloatd_cubic/cubic: goodput {ratio:.3}, RTT {rtt_ratio:.3}; bloatd_westwood/cubic: goodput {ww:.3}, queueing delay {q:.2}"
+    );
+
+    failures
+}
+
+/// The back-off the papers measured: after a loss Westwood+ sets cwnd to the
+/// pipe and empties the queue, CUBIC keeps 70% of its window and most of it.
+fn check_backoff(bwestwood: &Run, kcubic: &Run) -> Vec<String> {
+    let mut failures = Vec::new();
     let buffer_ms = f64::from(BUFFER_BYTES) / RATE_BYTES_PER_S * 1000.0;
     let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len() as f64;
     let (tw, tc) = (
@@ -673,18 +689,15 @@ fn lab_behaviour() {
             ));
         }
     }
-    println!(
-        "bloatd_cubic/cubic: goodput {ratio:.3}, RTT {rtt_ratio:.3}; bloatd_westwood/cubic: goodput {ww:.3}, queueing delay {q:.2}"
-    );
+    failures
+}
 
-    failures.extend(check_westwood(bwestwood));
-    failures.extend(check_recovery_ssthresh(bwestwood, WestwoodSsthresh::Kernel));
-    failures.extend(check_cubic(bcubic));
-    failures.extend(check_hystart(kcubic, bcubic));
-
+/// The papers' ssthresh variant, registered in place of the kernel's: the
+/// same pipe after a recovery, and the cwnd/pipe histogram it counts.
+fn check_paper_variant(lab: &Lab, mut reg: Registration) -> Vec<String> {
+    let mut failures = Vec::new();
     // The papers' variant, selected at load: same pipe after the recovery,
     // BWE x RTTmin already during it
-    let mut reg = reg;
     reg.unregister(Algo::Westwood).unwrap();
     let paper = register(
         &[Algo::Westwood],
@@ -693,13 +706,55 @@ fn lab_behaviour() {
             ..Options::default()
         },
     );
-    let pw = run_flow(&lab, &paper, "bloatd_westwood", PAPER_SECS);
+    let pw = run_flow(lab, &paper, "bloatd_westwood", PAPER_SECS);
     println!("{} (ssthresh: paper)", pw.summary());
     failures.extend(check_westwood(&pw));
     failures.extend(check_recovery_ssthresh(&pw, WestwoodSsthresh::Paper));
     failures.extend(check_ratio_histogram(&pw, &paper));
     drop(paper);
     drop(reg);
+    failures
+}
+
+#[test]
+fn lab_behaviour() {
+    let _s = serial();
+    let lab = Lab::up(
+        LAB,
+        &[
+            "--rate",
+            RATE,
+            "--buffer-bytes",
+            &BUFFER_BYTES.to_string(),
+            "--delay-ms",
+            &BASE_RTT_MS.to_string(),
+        ],
+    );
+    let reg = register(&Algo::ALL, &Options::default());
+
+    let runs: Vec<Run> = [
+        ("cubic", CUBIC_SECS),
+        ("bloatd_cubic", CUBIC_SECS),
+        ("bloatd_westwood", WESTWOOD_SECS),
+    ]
+    .into_iter()
+    .map(|(cc, secs)| run_flow(&lab, &reg, cc, secs))
+    .collect();
+    for r in &runs {
+        println!("{}", r.summary());
+        if let Some(dir) = std::env::var_os("BLOATD_CC_LAB_CSV") {
+            r.write_csv(&PathBuf::from(dir).join(format!("{}.csv", r.cc)));
+        }
+    }
+    let (kcubic, bcubic, bwestwood) = (&runs[0], &runs[1], &runs[2]);
+    let mut failures = check_ratios(&runs, kcubic, bcubic, bwestwood);
+    failures.extend(check_backoff(bwestwood, kcubic));
+    failures.extend(check_westwood(bwestwood));
+    failures.extend(check_recovery_ssthresh(bwestwood, WestwoodSsthresh::Kernel));
+    failures.extend(check_cubic(bcubic));
+    failures.extend(check_hystart(kcubic, bcubic));
+
+    failures.extend(check_paper_variant(&lab, reg));
     drop(lab);
     assert!(
         failures.is_empty(),

@@ -10,7 +10,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use bloatd_cc::{
-    kernel_default, set_kernel_default, Algo, AlgoState, CcError, Options, Registration,
+    kernel_default, set_kernel_default, Algo, AlgoState, CcError, Options, RegisterBy, Registration,
 };
 use common::*;
 
@@ -261,10 +261,14 @@ fn loopback_pair_default() -> (std::net::TcpStream, std::net::TcpStream) {
 #[test]
 #[ignore = "helper, run in a child process by killed_registration_is_adopted"]
 fn hold_cubic_until_killed() {
-    if std::env::var_os("BLOATD_CC_TEST_HOLD").is_none() {
+    let Some(how) = std::env::var_os("BLOATD_CC_TEST_HOLD") else {
         return;
-    }
-    let _reg = register(&[Algo::Cubic], &Options::default());
+    };
+    let opts = Options {
+        register_by: (how == "map").then_some(RegisterBy::MapUpdate),
+        ..Options::default()
+    };
+    let _reg = register(&[Algo::Cubic], &opts);
     println!("HELD");
     std::io::stdout().flush().unwrap();
     loop {
@@ -272,14 +276,10 @@ fn hold_cubic_until_killed() {
     }
 }
 
-/// A bloatd killed with SIGKILL cannot move namespace defaults away: the
-/// kernel unregisters the name (the link fd closes) but the namespace keeps
-/// using the retired programs. The next registration repairs that.
-#[test]
-fn killed_registration_is_adopted() {
-    let _s = serial();
-    let ns = Netns::new("bc-adopt");
-    let before = struct_ops_ids("bloatd_cubic");
+/// A child process (`hold_cubic_until_killed`) holding bloatd_cubic,
+/// registered `how` ("link": what the kernel offers, "map": by map
+/// update), once it has registered it. Dropping it kills it (SIGKILL).
+fn holder(how: &str) -> KillOnDrop {
     let mut child = KillOnDrop(
         Command::new(std::env::current_exe().unwrap())
             .args([
@@ -289,7 +289,7 @@ fn killed_registration_is_adopted() {
                 "--nocapture",
                 "--test-threads=1",
             ])
-            .env("BLOATD_CC_TEST_HOLD", "1")
+            .env("BLOATD_CC_TEST_HOLD", how)
             .stdout(Stdio::piped())
             .spawn()
             .unwrap(),
@@ -303,6 +303,53 @@ fn killed_registration_is_adopted() {
     {
         assert!(Instant::now() < deadline, "helper did not register");
     }
+    child
+}
+
+/// Before Linux 6.4 (no struct_ops links) an algorithm is registered by a
+/// map update, which outlives its holder: a bloatd killed with SIGKILL
+/// leaves it registered, and the next registration must remove it, but
+/// never one a living process holds. Forced here on a kernel with links.
+#[test]
+fn killed_map_update_registration_is_removed() {
+    let _s = serial();
+    let opts = Options {
+        register_by: Some(RegisterBy::MapUpdate),
+        ..Options::default()
+    };
+    let child = holder("map");
+    assert!(listed("bloatd_cubic"));
+    match Registration::register(&[Algo::Cubic], &opts) {
+        Err(CcError::AlreadyRegistered { name }) => assert_eq!(name, "bloatd_cubic"),
+        Err(e) => panic!("a held registration: {e}"),
+        Ok(_) => panic!("a registration a living process holds was taken over"),
+    }
+    drop(child); // SIGKILL: no destructor runs in the holder
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(
+        listed("bloatd_cubic"),
+        "a map-update registration should outlive its killed holder"
+    );
+    let reg = register(&[Algo::Cubic], &opts);
+    assert_eq!(reg.stale_removed(), &[Algo::Cubic]);
+    assert_eq!(reg.registered_by(), RegisterBy::MapUpdate);
+    assert!(listed("bloatd_cubic"));
+    drop(reg);
+    assert!(
+        wait_for(2.0, || !listed("bloatd_cubic")),
+        "unregistered at drop"
+    );
+}
+
+/// A bloatd killed with SIGKILL cannot move namespace defaults away: the
+/// kernel unregisters the name (the link fd closes) but the namespace keeps
+/// using the retired programs. The next registration repairs that.
+#[test]
+fn killed_registration_is_adopted() {
+    let _s = serial();
+    let ns = Netns::new("bc-adopt");
+    let before = struct_ops_ids("bloatd_cubic");
+    let child = holder("link");
     let ghost = new_ids(&before, &struct_ops_ids("bloatd_cubic"));
     assert_eq!(ghost.len(), 1, "{before:?}");
     {

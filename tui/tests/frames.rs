@@ -275,3 +275,31 @@ fn paths_view() {
     assert_eq!(app.view(), View::Table);
     assert!(!app.snapshot_request().paths);
 }
+
+#[test]
+fn header_names_parts_the_kernel_declined_or_runs_by_a_fallback() {
+    use bloatd_model::{Feature, FeatureState};
+    let feature = |name: &str, state| Feature {
+        name: name.into(),
+        state,
+        detail: "the kernel feature and its version".into(),
+    };
+    let mut snap = cubic_download_host();
+    snap.health.features = vec![
+        feature("ca_state_events", FeatureState::On),
+        feature("cc_link", FeatureState::Fallback),
+        feature("rcv_rtt_usec", FeatureState::Fallback),
+        feature("sock_ops", FeatureState::Off),
+    ];
+    let text = render_once(&snap, 200, bloatd_tui::once_height(&snap));
+    let line = text
+        .lines()
+        .find(|l| l.contains("events "))
+        .expect("the health line");
+    assert!(line.contains("off: sock_ops"), "{line}");
+    assert!(line.contains("fallback: cc_link,rcv_rtt_usec"), "{line}");
+    assert!(!line.contains("ca_state_events"), "{line}");
+    // A kernel that runs everything as designed adds nothing.
+    let plain = render_once(&cubic_download_host(), 200, bloatd_tui::once_height(&snap));
+    assert!(!plain.contains("fallback:") && !plain.contains("off:"));
+}

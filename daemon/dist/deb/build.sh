@@ -31,6 +31,8 @@ install -D -m 0644 daemon/dist/prometheus/bloatd.rules.yml "$ROOT/usr/share/bloa
 install -D -m 0644 daemon/dist/prometheus/bloatd.rules.test.yml "$ROOT/usr/share/bloatd/prometheus/bloatd.rules.test.yml"
 install -d "$ROOT/usr/share/doc/bloatd"
 gzip -9n < README.md > "$ROOT/usr/share/doc/bloatd/README.md.gz"
+install -d "$ROOT/usr/share/doc/bloatd/docs"
+for d in docs/*.md; do gzip -9n < "$d" > "$ROOT/usr/share/doc/bloatd/$d.gz"; done
 install -m 0644 daemon/dist/deb/copyright "$ROOT/usr/share/doc/bloatd/copyright"
 printf 'bloatd (%s) unstable; urgency=medium\n\n  * Built from the bloatd repository.\n\n -- bloatd maintainers <bloatd@example.invalid>  %s\n' \
 	"$VERSION" "$(date -R -d @"${SOURCE_DATE_EPOCH:-$(git log -1 --format=%ct 2>/dev/null || date +%s)}")" |

@@ -38,9 +38,8 @@ pub struct StartArgs {
     #[arg(long, value_name = "MS")]
     pub interval: Option<u64>,
     /// Sockets the kernel tracks at most (the socket map's bound; beyond
-    /// it new sockets are counted as dropped) [default: 65536]. The old
-    /// spelling --map-entries works for one more release.
-    #[arg(long, value_name = "N", alias = "map-entries")]
+    /// it new sockets are counted as dropped) [default: 65536].
+    #[arg(long, value_name = "N")]
     pub map_capacity: Option<u32>,
     /// Queueing delay (ms) from which a socket counts as bloated [default: 100]
     #[arg(long, value_name = "MS")]
@@ -147,6 +146,7 @@ pub fn run(cfg: &Config, args: &StartArgs) -> anyhow::Result<ExitCode> {
 /// attached its probes and opened its listeners, or report why it failed.
 fn start_background(cfg: &Config, args: &[String]) -> anyhow::Result<ExitCode> {
     crate::probes::preflight()?;
+    crate::kernel::check()?;
     // SAFETY: umask(2) always succeeds. Nothing bloatd creates is for others.
     unsafe { libc::umask(0o077) };
     if let (LockState::Held(pid), _) = lock_state(&cfg.run_dir)? {
@@ -203,6 +203,9 @@ fn start_background(cfg: &Config, args: &[String]) -> anyhow::Result<ExitCode> {
             cfg.listen,
             cfg.socket_path().display()
         );
+        for line in crate::kernel::notes(&status.health.features) {
+            println!("  {line}");
+        }
         return Ok(ExitCode::SUCCESS);
     }
     if msg.is_empty() && child.try_wait()?.is_none() {

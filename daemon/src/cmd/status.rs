@@ -88,6 +88,10 @@ fn print_status(s: &Status) {
             "  sock_ops:    not attached ({e}): senders that closed their end are not sampled"
         );
     }
+    println!("  kernel:      {}", s.kernel);
+    for f in &s.health.features {
+        println!("    {:<16} {:<9} {}", f.name, f.state.as_str(), f.detail);
+    }
     println!(
         "  sockets:     {} tracked (interval {} ms)",
         s.sockets, s.interval_ms

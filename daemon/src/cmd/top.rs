@@ -23,9 +23,8 @@ pub struct TopArgs {
     #[arg(long, requires = "once")]
     pub json: bool,
     /// Refresh period of the dashboard in milliseconds (the daemon samples
-    /// at its own --interval). The old spelling --interval works for one
-    /// more release.
-    #[arg(long, value_name = "MS", default_value_t = 250, alias = "interval")]
+    /// at its own interval, `start --interval`).
+    #[arg(long, value_name = "MS", default_value_t = 250)]
     pub refresh: u64,
     /// Width of the --once frame (default: the terminal's, else 160).
     #[arg(long, value_name = "COLS")]

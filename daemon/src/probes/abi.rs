@@ -42,16 +42,3 @@ unsafe impl aya::Pod for BloatdPolicyRule {}
 unsafe impl aya::Pod for BloatdPolicyCtl {}
 unsafe impl aya::Pod for BloatdPolicyCounts {}
 unsafe impl aya::Pod for BloatdDrwaSaved {}
-
-impl BloatdSock {
-    /// Reinterpret a ring buffer record or an iterator's output. None if the
-    /// size is wrong.
-    pub fn from_bytes(b: &[u8]) -> Option<Self> {
-        if b.len() < std::mem::size_of::<Self>() {
-            return None;
-        }
-        // SAFETY: size checked, the type is POD, read_unaligned copes with
-        // the ring buffer's 8-byte alignment either way.
-        Some(unsafe { std::ptr::read_unaligned(b.as_ptr() as *const Self) })
-    }
-}

@@ -1,10 +1,12 @@
 //! Unit tests of the path floors (bpf/floor.h, bpf/floor_path.h): the C the
-//! probes run, compiled for the host (bpf/floor_host.c), over a table that
+//! probes run, compiled for the host (bpf/floor_host.c and
+//! bpf/testing/floor_host_env.c), over a table that
 //! stands in for the kernel's `floors` LRU map. No root, no kernel.
 
 use super::abi::{
     floor_source, stat, BloatdFloor, BloatdFloorCfg, BloatdFloorSubject, BloatdPathKey,
 };
+use bloatd_bpf_testing as _; // links bloatd_floor_path_refresh
 use std::collections::HashMap;
 use std::ffi::c_void;
 

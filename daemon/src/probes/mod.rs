@@ -19,16 +19,17 @@ pub mod abi;
 #[cfg(test)]
 mod floor_tests;
 mod map_iter;
+#[cfg(test)]
+mod merge_tests;
 pub mod policy;
 
 use abi::{
-    stat, BloatdCcStats, BloatdControl, BloatdFloor, BloatdPathKey, BloatdSample, BloatdSock,
-    BloatdSockCounts,
+    stat, BloatdCcStats, BloatdControl, BloatdFloor, BloatdPathKey, BloatdRoleStats, BloatdSample,
+    BloatdSock, BloatdSockCounts,
 };
 use aya::maps::{Array, HashMap as BpfHashMap, Map, MapData, PerCpuArray, RingBuf};
 use aya::programs::{BtfTracePoint, CgroupAttachMode, Iter, SockOps};
 use aya::{Btf, Ebpf, EbpfLoader};
-use aya_obj::btf::BtfKind;
 use map_iter::{MapIter, Slots};
 use std::collections::HashSet;
 use std::io::Read;
@@ -37,7 +38,8 @@ use std::time::Duration;
 
 static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/probes.bpf.o"));
 
-/// The BTF tracepoints bloatd attaches, in attach order.
+/// The BTF tracepoint programs of the object, in attach order; the last
+/// only where the kernel has it (kernel.rs, CONG_STATE_TRACEPOINT).
 pub const TRACEPOINTS: [&str; 4] = [
     "tcp_probe",
     "inet_sock_set_state",
@@ -64,8 +66,12 @@ pub enum ProbeError {
     NotRoot,
     #[error("kernel BTF not found at {BTF_PATH}: bloatd needs a kernel built with CONFIG_DEBUG_INFO_BTF=y")]
     NoBtf,
-    #[error("kernel tracepoint {0} not found in {BTF_PATH}: this kernel is too old for bloatd (it needs the tcp tracepoints tcp_probe, inet_sock_set_state, tcp_retransmit_skb and tcp_cong_state_set)")]
-    MissingTracepoint(&'static str),
+    #[error("this kernel ({release}) is too old for bloatd: it needs Linux {minimum} or newer, and this one lacks {missing}; nothing was attached (README, \"Supported kernels\")")]
+    KernelTooOld {
+        release: String,
+        minimum: &'static str,
+        missing: String,
+    },
     #[error("loading probe {name} failed: {detail}")]
     Load { name: &'static str, detail: String },
     #[error("attaching probe {name} failed: {detail}")]
@@ -110,6 +116,8 @@ pub struct Probes {
     _floors: MapData,
     /// Why closing senders are not sampled, if they are not.
     sockops_error: Option<String>,
+    /// What the kernel offers beyond the core.
+    kernel: crate::kernel::Kernel,
     stats: PerCpuArray<MapData, u64>,
     cc_stats: PerCpuArray<MapData, BloatdCcStats>,
     sock_counts: Array<MapData, BloatdSockCounts>,
@@ -151,23 +159,48 @@ pub fn floor_now(f: &BloatdFloor, window_s: u32, now_s: u32) -> Option<(u32, u32
     (us > 0).then_some((us, source))
 }
 
-/// Add one CPU's statistics into `sum`, field by field (the struct is u64s
-/// only, as bpf/bloatd.h defines it).
-fn add_cc_stats(sum: &mut BloatdCcStats, x: &BloatdCcStats) {
-    const N: usize = std::mem::size_of::<BloatdCcStats>() / 8;
-    // SAFETY: BloatdCcStats is repr(C) plain data made of u64 fields only
-    // (asserted below), so it is an array of N u64s.
-    let (a, b) = unsafe {
-        (
-            &mut *(sum as *mut BloatdCcStats as *mut [u64; N]),
-            &*(x as *const BloatdCcStats as *const [u64; N]),
-        )
-    };
-    for (a, b) in a.iter_mut().zip(b.iter()) {
-        *a = a.wrapping_add(*b);
+/// Merge `x` (another CPU's copy, or another index of the same name) into
+/// `sum`. Counts and sums add up. The bloated-socket slots do not: a slot
+/// holds the count of one second, stamped with that second, and each CPU
+/// stamps its own copy; a stamp is a value, not a quantity. Per slot the
+/// newest second wins and only the counts stamped with it add up (a CPU
+/// whose slot still holds an older second saw no bloated socket in it).
+pub fn merge_cc_stats(sum: &mut BloatdCcStats, x: &BloatdCcStats) {
+    for (a, b) in sum.role.iter_mut().zip(x.role.iter()) {
+        merge_role_stats(a, b);
     }
 }
-const _: () = assert!(std::mem::size_of::<BloatdCcStats>().is_multiple_of(8));
+
+fn merge_role_stats(a: &mut BloatdRoleStats, b: &BloatdRoleStats) {
+    let add = |a: &mut [u64], b: &[u64]| {
+        for (a, b) in a.iter_mut().zip(b) {
+            *a = a.wrapping_add(*b);
+        }
+    };
+    for (a, b) in a.delay.iter_mut().zip(b.delay.iter()) {
+        add(a, b);
+    }
+    add(&mut a.delay_sum_us, &b.delay_sum_us);
+    add(&mut a.cwnd, &b.cwnd);
+    add(
+        std::slice::from_mut(&mut a.cwnd_sum),
+        std::slice::from_ref(&b.cwnd_sum),
+    );
+    add(
+        std::slice::from_mut(&mut a.retrans),
+        std::slice::from_ref(&b.retrans),
+    );
+    for i in 0..a.bloated_sec.len() {
+        match b.bloated_sec[i].cmp(&a.bloated_sec[i]) {
+            std::cmp::Ordering::Greater => {
+                a.bloated_sec[i] = b.bloated_sec[i];
+                a.bloated[i] = b.bloated[i];
+            }
+            std::cmp::Ordering::Equal => a.bloated[i] += b.bloated[i],
+            std::cmp::Ordering::Less => {}
+        }
+    }
+}
 
 /// Read slots beyond the bound: records the startup walk made for sockets
 /// that existed before (they are not refused) fit too.
@@ -333,16 +366,8 @@ impl Probes {
     pub fn load(cfg: &ProbeConfig) -> Result<Probes, ProbeError> {
         preflight()?;
         let btf = Btf::from_sys_fs().map_err(|_| ProbeError::NoBtf)?;
-        for tp in TRACEPOINTS {
-            // aya reports a missing typedef as a generic BTF error; look
-            // first so the message can name the tracepoint.
-            if btf
-                .id_by_type_name_kind(&format!("btf_trace_{tp}"), BtfKind::Typedef)
-                .is_err()
-            {
-                return Err(ProbeError::MissingTracepoint(tp));
-            }
-        }
+        crate::kernel::check_core(&btf)?;
+        let kernel = crate::kernel::Kernel::detect(&btf);
         let interval_ns = cfg.interval.as_nanos() as u64;
         let mut loader = EbpfLoader::new();
         if let Some(pin) = &cfg.policy.saved_pin {
@@ -359,6 +384,11 @@ impl Probes {
             .override_global("floor_infer_on", &(cfg.floor_infer as u32), true)
             .override_global("floors_on", &(cfg.floors as u32), true)
             .override_global("bloat_threshold_us", &cfg.bloat_threshold_us, true)
+            .override_global(
+                "ca_state_from_sock",
+                &(!kernel.cong_state_tracepoint as u32),
+                true,
+            )
             .override_global("policy_nrules", &(cfg.policy.rules.len() as u32), true)
             .override_global("drwa_armed", &(cfg.policy.drwa_armed as u32), true)
             .override_global("drwa_lambda_x256", &cfg.policy.drwa_lambda_x256, true)
@@ -379,6 +409,9 @@ impl Probes {
         };
 
         for tp in TRACEPOINTS {
+            if tp == crate::kernel::CONG_STATE_TRACEPOINT && !kernel.cong_state_tracepoint {
+                continue;
+            }
             let prog: &mut BtfTracePoint = ebpf
                 .program_mut(tp)
                 .ok_or_else(|| ProbeError::Object(format!("program {tp} missing from object")))?
@@ -496,6 +529,7 @@ impl Probes {
             floors_count,
             _floors: floors_map,
             sockops_error,
+            kernel,
             stats,
             cc_stats,
             sock_counts,
@@ -635,7 +669,7 @@ impl Probes {
                 }
             };
             for cpu in per_cpu.iter() {
-                add_cc_stats(&mut out[slot].1, cpu);
+                merge_cc_stats(&mut out[slot].1, cpu);
             }
         }
         Ok(out)
@@ -735,6 +769,18 @@ impl Probes {
         self.sockops_error.as_deref()
     }
 
+    /// What the kernel offers beyond the core, as detected at load.
+    pub fn kernel(&self) -> &crate::kernel::Kernel {
+        &self.kernel
+    }
+
+    /// The tracepoint programs attached.
+    pub fn tracepoints(&self) -> impl Iterator<Item = &'static str> + '_ {
+        TRACEPOINTS.into_iter().filter(|&tp| {
+            tp != crate::kernel::CONG_STATE_TRACEPOINT || self.kernel.cong_state_tracepoint
+        })
+    }
+
     /// Probe counters summed over CPUs.
     pub fn counters(&self) -> Result<Counters, ProbeError> {
         let mut out = [0u64; stat::MAX as usize];
@@ -754,9 +800,9 @@ impl Probes {
     /// (tp, run_time_ns, run_count) from the kernel's BPF statistics;
     /// zeros unless kernel.bpf_stats_enabled is on.
     pub fn run_stats(&self) -> Vec<(&'static str, u64, u64)> {
-        let mut runs: Vec<(&'static str, u64, u64)> = TRACEPOINTS
-            .iter()
-            .filter_map(|&tp| {
+        let mut runs: Vec<(&'static str, u64, u64)> = self
+            .tracepoints()
+            .filter_map(|tp| {
                 let prog: &BtfTracePoint = self.ebpf.program(tp)?.try_into().ok()?;
                 let info = prog.info().ok()?;
                 Some((tp, info.run_time().as_nanos() as u64, info.run_count()))

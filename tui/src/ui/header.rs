@@ -6,6 +6,7 @@
 use super::{BLOATED, DIM, GOOD, TITLE, WARN};
 use crate::app::{App, CcDelay, Event, Link, Notice, SortKey};
 use bloatd_model::format;
+use bloatd_model::FeatureState;
 use ratatui::buffer::Buffer;
 use ratatui::layout::Rect;
 use ratatui::style::{Modifier, Style};
@@ -135,6 +136,23 @@ pub(super) fn render_header(app: &App, area: Rect, notice_lines: u16, buf: &mut 
             WARN,
         ));
     }
+    // The parts this kernel does not run as designed (`bloatd status`
+    // says why): declined ones stand out, fallbacks are only named.
+    for (state, label, style) in [
+        (FeatureState::Off, "off", WARN),
+        (FeatureState::Fallback, "fallback", DIM),
+    ] {
+        let names: Vec<&str> = health
+            .features
+            .iter()
+            .filter(|f| f.state == state)
+            .map(|f| f.name.as_str())
+            .collect();
+        if !names.is_empty() {
+            health_line.push(sep());
+            health_line.push(Span::styled(format!("{label}: {}", names.join(",")), style));
+        }
+    }
     // Data older than two intervals is stale: say how stale.
     let age_ms = app.now_ms().saturating_sub(snap.taken_ms);
     if snap.taken_ms > 0 && age_ms > 2 * snap.interval_ms as u64 {
@@ -182,7 +200,7 @@ fn cc_distribution(cc: &CcDelay, threshold_us: u32) -> Vec<Span<'static>> {
         }
     };
     vec![
-        Span::styled(format!("{}({})", cc.cc, cc.sockets), TITLE),
+        Span::styled(format!("{}({})", cc.label(), cc.sockets), TITLE),
         Span::raw(format!(" {}/{}/", short(&p50), short(&p90))),
         Span::styled(max, max_style),
     ]

@@ -45,7 +45,6 @@ pub fn socket(cookie: u64) -> Socket {
         rcv_rtt_us: 0,
         rcv_ts_rtt_us: None,
         timestamps: true,
-        rcv_min_rtt_us: 20_000,
         rcv_queue_delay_us: 0,
         unsent_bytes: 0,
         unsent_delay_us: 0,
@@ -68,7 +67,6 @@ pub fn sending(mut s: Socket, min_rtt_us: u32, queue_us: u32) -> Socket {
     s.role = Role::Sender;
     s.min_rtt_us = min_rtt_us;
     s.floor_us = min_rtt_us;
-    s.rcv_min_rtt_us = min_rtt_us;
     s.queue_delay_us = queue_us;
     s.srtt_us = min_rtt_us + queue_us;
     s
@@ -77,7 +75,6 @@ pub fn sending(mut s: Socket, min_rtt_us: u32, queue_us: u32) -> Socket {
 /// Sets a receiver's RTTs (rcv_rtt side).
 pub fn receiving(mut s: Socket, min_rtt_us: u32, queue_us: u32) -> Socket {
     s.role = Role::Receiver;
-    s.rcv_min_rtt_us = min_rtt_us;
     s.floor_us = min_rtt_us;
     s.rcv_queue_delay_us = queue_us;
     s.rcv_rtt_us = min_rtt_us + queue_us;
@@ -99,6 +96,7 @@ pub fn host(sockets: Vec<Socket>) -> Snapshot {
             map_entries: 0,
             map_capacity: 65_536,
             mode: "daemon".into(),
+            features: Vec::new(),
         },
         paths: vec![],
         policy: None,
@@ -120,6 +118,7 @@ pub fn cubic_download_paths() -> Vec<NetPath> {
                 queue_delay_p50_us: p50,
                 queue_delay_max_us: max,
                 sockets,
+                measured: sockets,
                 throughput_bps: bps,
                 ccs: ccs.iter().map(|c| c.to_string()).collect(),
             }
@@ -158,6 +157,21 @@ pub fn cubic_download_paths() -> Vec<NetPath> {
             0,
             &["bbr"],
         ),
+        // A connection with no RTT sample yet: nothing to grade.
+        NetPath {
+            measured: 0,
+            ..path(
+                v4(203, 0, 113, 9),
+                "wlan0",
+                0,
+                FloorSource::Socket,
+                0,
+                0,
+                1,
+                0,
+                &["cubic"],
+            )
+        },
     ]
 }
 
@@ -200,7 +214,6 @@ pub fn cubic_download_host() -> Snapshot {
         k_ms: 4_119,
         epoch_age_ms: Some(2_870),
         min_rtt_us: 51_800,
-        delay_min_us: 51_800,
         hystart_round: 9,
         hystart_found: true,
     });
@@ -289,7 +302,6 @@ pub fn westwood_socket() -> Socket {
     s.cc_state = Some(CcState::Westwood {
         bwe_bytes_per_s: 1_163_750,
         min_rtt_us: 50_000,
-        rtt_min_us: 50_000,
         pipe_segments: 40,
     });
     s
@@ -338,7 +350,6 @@ pub fn westwood_host() -> Snapshot {
     quiet.cc_state = Some(CcState::Westwood {
         bwe_bytes_per_s: 600_000,
         min_rtt_us: 50_000,
-        rtt_min_us: 50_000,
         pipe_segments: 21,
     });
     quiet.cwnd = 22;

@@ -1,0 +1,295 @@
+//! What this kernel offers bloatd, detected at start.
+//!
+//! The core (the probes, the socket model, the API, `/metrics`, `top`)
+//! needs kernel BTF, the BTF tracepoints tcp_probe, inet_sock_set_state and
+//! tcp_retransmit_skb, socket local storage in tracing programs (Linux
+//! 5.11: where each socket's record lives) and BPF atomic fetch-and-add
+//! (Linux 5.12: the socket map's bound). A kernel without one of them is
+//! refused before anything is attached, with exit 2 and a message naming
+//! the minimum and what is missing ([`check_core`]). The last two are asked
+//! of the verifier with the programs of bpf/features.bpf.c, which are loaded
+//! and never attached.
+//!
+//! Every other part is a [`Feature`]: it runs as designed, runs by a
+//! fallback the kernel allows, or is declined, each with one line naming
+//! the kernel feature and the version that brings it (`bloatd start`,
+//! `status`, `/metrics`, top's header; README, "Supported kernels").
+
+use crate::probes::{errstr, ProbeError};
+use aya::programs::BtfTracePoint;
+use aya::{Btf, EbpfLoader};
+use aya_obj::btf::BtfKind;
+use bloatd_model::{Feature, FeatureState};
+
+static FEATURES: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/features.bpf.o"));
+
+/// The oldest Linux the core runs on (README, "Supported kernels").
+pub const CORE_MINIMUM: &str = "5.12";
+
+/// Tracepoints the core attaches: every kernel with BTF has them.
+pub const CORE_TRACEPOINTS: [&str; 3] = ["tcp_probe", "inet_sock_set_state", "tcp_retransmit_skb"];
+/// Congestion state changes as they happen (Linux 5.19); before, the probes
+/// read the state at each sample.
+pub const CONG_STATE_TRACEPOINT: &str = "tcp_cong_state_set";
+
+/// What the core asks of the verifier: (program in features.bpf.c, the
+/// kernel feature, the Linux version that brought it).
+const CORE_PROGRAMS: [(&str, &str, &str); 2] = [
+    (
+        "sk_storage_tracing",
+        "socket local storage in tracing programs",
+        "5.11",
+    ),
+    ("atomic_fetch", "BPF atomic fetch-and-add", "5.12"),
+];
+
+/// The kernel's release (`uname -r`).
+pub fn release() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/osrelease")
+        .map(|s| s.trim().to_string())
+        .unwrap_or_else(|_| "?".into())
+}
+
+fn too_old(missing: String) -> ProbeError {
+    ProbeError::KernelTooOld {
+        release: release(),
+        minimum: CORE_MINIMUM,
+        missing,
+    }
+}
+
+/// Does the kernel have the BTF tracepoint `name`?
+pub fn has_tracepoint(btf: &Btf, name: &str) -> bool {
+    btf.id_by_type_name_kind(&format!("btf_trace_{name}"), BtfKind::Typedef)
+        .is_ok()
+}
+
+/// [`check_core`] on the running kernel's BTF: `bloatd start` asks before
+/// it starts the daemon, so a kernel that is too old gets exit 2.
+pub fn check() -> Result<(), ProbeError> {
+    let btf = Btf::from_sys_fs().map_err(|_| ProbeError::NoBtf)?;
+    check_core(&btf)
+}
+
+/// Refuse a kernel the core cannot run on, naming what it lacks.
+pub fn check_core(btf: &Btf) -> Result<(), ProbeError> {
+    for tp in CORE_TRACEPOINTS {
+        if !has_tracepoint(btf, tp) {
+            return Err(too_old(format!(
+                "the BTF tracepoint {tp} (Linux 5.5 with BTF)"
+            )));
+        }
+    }
+    let mut obj = EbpfLoader::new()
+        .btf(Some(btf))
+        .load(FEATURES)
+        .map_err(|e| too_old(format!("BPF socket local storage maps ({})", errstr(e))))?;
+    for (name, what, since) in CORE_PROGRAMS {
+        let prog: &mut BtfTracePoint = obj
+            .program_mut(name)
+            .ok_or_else(|| ProbeError::Object(format!("feature probe {name} missing")))?
+            .try_into()
+            .map_err(|e| ProbeError::Object(errstr(e)))?;
+        if let Err(e) = prog.load("tcp_probe", btf) {
+            tracing::debug!("feature probe {name}: {}", errstr(e));
+            return Err(too_old(format!("{what} (Linux {since})")));
+        }
+    }
+    Ok(())
+}
+
+/// The optional kernel features the probes adapt to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Kernel {
+    /// The tcp_cong_state_set tracepoint (Linux 5.19).
+    pub cong_state_tracepoint: bool,
+    /// Microsecond TCP timestamps, tcp_sock.tcp_usec_ts (Linux 6.7).
+    pub usec_ts: bool,
+}
+
+impl Kernel {
+    pub fn detect(btf: &Btf) -> Kernel {
+        Kernel {
+            cong_state_tracepoint: has_tracepoint(btf, CONG_STATE_TRACEPOINT),
+            usec_ts: struct_has_member("tcp_sock", "tcp_usec_ts"),
+        }
+    }
+}
+
+/// Does the kernel's `struct name` have a member `member` (its BTF)?
+fn struct_has_member(name: &str, member: &str) -> bool {
+    use libbpf_rs::btf::types::Struct;
+    let Ok(btf) = libbpf_rs::btf::Btf::from_vmlinux() else {
+        return false;
+    };
+    let Some(s) = btf.type_by_name::<Struct<'_>>(name) else {
+        return false;
+    };
+    let found = s
+        .iter()
+        .any(|m| m.name.is_some_and(|n| n == std::ffi::OsStr::new(member)));
+    found
+}
+
+fn feature(name: &str, state: FeatureState, detail: String) -> Feature {
+    Feature {
+        name: name.into(),
+        state,
+        detail,
+    }
+}
+
+/// How bloatd's congestion controls are registered, for [`features`].
+pub struct CcRegistration<'a> {
+    pub names: &'a [String],
+    pub by: bloatd_cc::RegisterBy,
+}
+
+/// Every part beyond the core and how this kernel runs it. `sockops_error`:
+/// why the cgroup sock_ops program is not attached, if it is not.
+pub fn features(
+    k: &Kernel,
+    sockops_error: Option<&str>,
+    cc: Option<CcRegistration<'_>>,
+    cc_declined: Option<&str>,
+) -> Vec<Feature> {
+    use FeatureState::{Fallback, Off, On};
+    let mut out = vec![
+        if k.cong_state_tracepoint {
+            feature(
+                "ca_state_events",
+                On,
+                "congestion state changes from the tcp_cong_state_set tracepoint".into(),
+            )
+        } else {
+            feature(
+                "ca_state_events",
+                Fallback,
+                "congestion state read at each sample: the tcp_cong_state_set tracepoint needs Linux 5.19".into(),
+            )
+        },
+        if k.usec_ts {
+            feature(
+                "rcv_rtt_usec",
+                On,
+                "receiver RTT from microsecond TCP timestamps where a connection agreed on them, millisecond ones elsewhere".into(),
+            )
+        } else {
+            feature(
+                "rcv_rtt_usec",
+                Fallback,
+                "receiver RTT from millisecond TCP timestamps: microsecond ones (tcp_sock.tcp_usec_ts) need Linux 6.7".into(),
+            )
+        },
+        match sockops_error {
+            None => feature(
+                "sock_ops",
+                On,
+                "cgroup sock_ops program: closing senders sampled, policy and DRWA available"
+                    .into(),
+            ),
+            Some(e) => feature(
+                "sock_ops",
+                Off,
+                format!("{e}: senders that closed their end are not sampled, no policy or DRWA"),
+            ),
+        },
+    ];
+    if let Some(cc) = cc.filter(|c| !c.names.is_empty()) {
+        let names = cc.names.join(" ");
+        out.push(match cc.by {
+            bloatd_cc::RegisterBy::Link => feature(
+                "cc_link",
+                On,
+                format!("{names} registered through struct_ops links"),
+            ),
+            bloatd_cc::RegisterBy::MapUpdate => feature(
+                "cc_link",
+                Fallback,
+                format!("{names} registered by map update (struct_ops links need Linux 6.4): a killed bloatd's registration is removed at the next start"),
+            ),
+        });
+    }
+    if let Some(why) = cc_declined {
+        out.push(feature(
+            "cc_link",
+            Off,
+            format!("bloatd_westwood and bloatd_cubic not registered: {why}"),
+        ));
+    }
+    out
+}
+
+/// The lines `bloatd start` prints for parts not fully on.
+pub fn notes(features: &[Feature]) -> Vec<String> {
+    features
+        .iter()
+        .filter(|f| f.state != FeatureState::On)
+        .map(|f| format!("{} {}: {}", f.name, f.state.as_str(), f.detail))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const OLD: Kernel = Kernel {
+        cong_state_tracepoint: false,
+        usec_ts: false,
+    };
+
+    #[test]
+    fn fallbacks_name_the_kernel_feature_and_version() {
+        let names = ["bloatd_westwood".to_string()];
+        let f = features(
+            &OLD,
+            None,
+            Some(CcRegistration {
+                names: &names,
+                by: bloatd_cc::RegisterBy::MapUpdate,
+            }),
+            None,
+        );
+        let by_name = |n: &str| f.iter().find(|x| x.name == n).unwrap();
+        assert_eq!(by_name("ca_state_events").state, FeatureState::Fallback);
+        assert!(by_name("ca_state_events").detail.contains("Linux 5.19"));
+        assert!(by_name("rcv_rtt_usec").detail.contains("Linux 6.7"));
+        assert!(by_name("cc_link").detail.contains("Linux 6.4"));
+        assert_eq!(by_name("sock_ops").state, FeatureState::On);
+        assert_eq!(notes(&f).len(), 3, "{:?}", notes(&f));
+    }
+
+    #[test]
+    fn without_congestion_controls_no_cc_line() {
+        let k = Kernel {
+            cong_state_tracepoint: true,
+            usec_ts: true,
+        };
+        let f = features(&k, Some("no cgroup v2 hierarchy is mounted"), None, None);
+        assert!(f.iter().all(|x| x.name != "cc_link"));
+        let notes = notes(&f);
+        assert_eq!(notes.len(), 1);
+        assert!(
+            notes[0].starts_with("sock_ops off: no cgroup v2"),
+            "{notes:?}"
+        );
+    }
+
+    #[test]
+    fn congestion_controls_a_kernel_refuses_are_declined_in_one_line() {
+        let k = Kernel {
+            cong_state_tracepoint: true,
+            usec_ts: true,
+        };
+        let why = "the kernel's verifier refused bloatd_cubic: BPF congestion controls need struct_ops with TCP kfuncs (Linux 5.13)";
+        let f = features(&k, None, None, Some(why));
+        let cc = f.iter().find(|x| x.name == "cc_link").unwrap();
+        assert_eq!(cc.state, FeatureState::Off);
+        assert!(
+            cc.detail.contains("Linux 5.13") && !cc.detail.contains('\n'),
+            "{}",
+            cc.detail
+        );
+        assert_eq!(notes(&f).len(), 1);
+    }
+}

@@ -1,0 +1,171 @@
+#!/usr/bin/env bash
+# The kernel matrix: bloatd's kernel tier (scripts/vm/kernel_tier.py) on
+# Debian's own kernels, each booted in a VM, and on the host's kernel.
+#
+#   sudo scripts/vm/run.sh             every kernel, then the feature x kernel
+#                                      table (target/vm/table.md) and README's
+#                                      "Supported kernels" section
+#   sudo scripts/vm/run.sh 6.1         one kernel (5.10, 6.1, 6.12 or host)
+#
+# A VM: qemu with TCG (KVM on these machines only boots its own kernels),
+# the kernel and an initramfs from the VM cache (scripts/vm/kernels.sh,
+# run by `make deps`), the host's root shared read-only over virtio 9p
+# (the build, the scripts, python, iproute2: all the host's), and
+# target/vm/KERNEL shared writable for the results: result.json,
+# tier.log (the tier's output), console.log (the guest's console).
+# A guest that fails (a check, a crash, a timeout) fails the run with what
+# failed, on which kernel, and the tails of its logs.
+set -euo pipefail
+
+REPO=$(cd "$(dirname "$0")/../.." && pwd)
+HERE=$REPO/scripts/vm
+CACHE=${BLOATD_VM_CACHE:-/var/cache/bloatd-vm}
+OUT=$REPO/target/vm
+# Time one guest may take before it counts as hung (TCG: ~1-3 min each).
+GUEST_TIMEOUT=${BLOATD_VM_TIMEOUT:-600}
+# One guest CPU: with two, multi-threaded TCG once let a CPU run a stale
+# int3 of the kernel's live code patching (a static key flipped when the
+# sock_ops program was detached at stop): "Oops: int3" in
+# bpf_skops_hdr_opt_len on 6.12, on a `66 90` nop, a fault of the
+# emulation's cross-CPU code modification rather than of the kernel's
+# protocol. The host's own run keeps the tier's multi-CPU coverage.
+SMP=${BLOATD_VM_SMP:-1}
+MEM=${BLOATD_VM_MEM:-2048}
+
+usage() {
+	echo "usage: scripts/vm/run.sh [all | host | KERNEL...]   (kernels: $("$HERE/kernels.sh" --list))" >&2
+	exit 2
+}
+
+if [[ $(id -u) -ne 0 ]]; then
+	echo "scripts/vm/run.sh: run as root (the kernel tier loads BPF and makes network namespaces)" >&2
+	exit 1
+fi
+[[ -x $REPO/target/release/bloatd ]] || { echo "vm: $REPO/target/release/bloatd missing: run \`make build\`" >&2; exit 1; }
+
+QEMU_PID=
+cleanup() {
+	if [[ -n $QEMU_PID ]] && kill -0 "$QEMU_PID" 2>/dev/null; then
+		kill "$QEMU_PID" 2>/dev/null || true
+		wait "$QEMU_PID" 2>/dev/null || true
+	fi
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+# The last lines of a log, indented, for a failure report.
+tail_of() {
+	local f=$1 n=$2
+	[[ -s $f ]] || { echo "    ($f: empty)"; return; }
+	echo "  --- $f (last $n lines) ---"
+	tail -n "$n" "$f" | sed 's/^/    /'
+}
+
+# Why a kernel's run failed: "" if it passed.
+verdict() {
+	local dir=$1 code
+	[[ -f $dir/exit ]] || { echo "the guest ended without a result (crash or timeout)"; return; }
+	code=$(cat "$dir/exit")
+	[[ $code == 0 ]] && return
+	if [[ -f $dir/result.json ]]; then
+		python3 - "$dir/result.json" <<'PY'
+import json, sys
+r = json.load(open(sys.argv[1]))
+bad = [f"{c['name']}: {c['detail']}" for c in r["checks"] if c["status"] == "fail"]
+print("; ".join(bad) or f"the tier exited {r.get('exit')}")
+PY
+	else
+		echo "the tier exited $code before writing its result"
+	fi
+}
+
+run_host() {
+	local dir=$OUT/host start
+	rm -rf "$dir"
+	mkdir -p "$dir"
+	start=$(date +%s)
+	set +e
+	python3 "$HERE/kernel_tier.py" --out "$dir" >"$dir/tier.log" 2>&1
+	echo $? >"$dir/exit"
+	set -e
+	echo "$(($(date +%s) - start))" >"$dir/seconds"
+}
+
+run_vm() {
+	local k=$1 dir=$OUT/$1 kdir kver start rc
+	kdir=$CACHE/$k
+	if [[ ! -e $kdir/.ready ]]; then
+		echo "vm: kernel $k is not in $CACHE: run \`sudo make deps\` (scripts/vm/kernels.sh $k)" >&2
+		return 1
+	fi
+	kdir=$(readlink -f "$kdir")
+	kver=$(basename "$kdir")
+	rm -rf "$dir"
+	mkdir -p "$dir"
+	start=$(date +%s)
+	qemu-system-x86_64 -accel tcg,thread=multi -cpu max -smp "$SMP" -m "$MEM" \
+		-no-reboot -display none -monitor none -nic none \
+		-kernel "$kdir/boot/vmlinuz-$kver" -initrd "$kdir/initrd.img" \
+		-append "console=ttyS0 panic=-1 random.trust_cpu=on bloatd.guest=$HERE/guest.sh bloatd.modules=$kdir" \
+		-virtfs "local,path=/,mount_tag=root,security_model=none,readonly=on,multidevs=remap" \
+		-virtfs "local,path=$dir,mount_tag=out,security_model=none" \
+		-device virtio-rng-pci -serial "file:$dir/console.log" &
+	QEMU_PID=$!
+	rc=0
+	timeout_at=$((start + GUEST_TIMEOUT))
+	while kill -0 "$QEMU_PID" 2>/dev/null; do
+		if (($(date +%s) > timeout_at)); then
+			echo "vm: $k: no result after ${GUEST_TIMEOUT}s: stopping the guest" >&2
+			kill "$QEMU_PID" 2>/dev/null || true
+			rc=1
+			break
+		fi
+		sleep 1
+	done
+	wait "$QEMU_PID" 2>/dev/null || true
+	QEMU_PID=
+	echo "$(($(date +%s) - start))" >"$dir/seconds"
+	return $rc
+}
+
+# Run one kernel; print its line; return 1 if it failed.
+one() {
+	local k=$1 dir=$OUT/$1 why
+	if [[ $k == host ]]; then run_host; else run_vm "$k" || true; fi
+	why=$(verdict "$dir")
+	if [[ -z $why ]]; then
+		echo "vm: $k: ok ($(cat "$dir/seconds") s)"
+		return 0
+	fi
+	echo "vm: $k: FAILED after $(cat "$dir/seconds" 2>/dev/null || echo ?) s: $why"
+	tail_of "$dir/tier.log" 30
+	[[ $k == host ]] || tail_of "$dir/console.log" 20
+	return 1
+}
+
+kernels=("$@")
+all=0
+if ((${#kernels[@]} == 0)) || [[ ${kernels[0]} == all ]]; then
+	read -r -a kernels <<<"$("$HERE/kernels.sh" --list) host"
+	all=1
+fi
+for k in "${kernels[@]}"; do
+	[[ $k == host || -n $(echo " $("$HERE/kernels.sh" --list) " | grep " $k ") ]] || usage
+done
+
+mkdir -p "$OUT"
+failed=()
+for k in "${kernels[@]}"; do
+	one "$k" || failed+=("$k")
+done
+if ((all)); then
+	# README shows a matrix that passed; a failed run's table stays in target/vm
+	readme=()
+	((${#failed[@]})) || readme=(--readme "$REPO/README.md")
+	python3 "$HERE/table.py" --results "$OUT" "${readme[@]}" >"$OUT/table.md"
+	cat "$OUT/table.md"
+fi
+if ((${#failed[@]})); then
+	echo "vm: FAILED on ${failed[*]}"
+	exit 1
+fi
