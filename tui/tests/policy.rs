@@ -29,7 +29,6 @@ fn drwa_host(drwa: &str) -> Snapshot {
             rcvd_per_rtt_bytes: 455_000,
             rtt_us: 232_000,
             min_rtt_us: 80_000,
-            floor_us: 80_000,
             rounds: 212,
             held: 0,
         }),
