@@ -27,6 +27,9 @@ fn main() {
             "bloatd_policy_counts",
             "bloatd_drwa_saved",
             "drwa_measure",
+            "bloatd_owner",
+            "bloatd_svc_key",
+            "bloatd_svc_stats",
         ],
         &[
             "bloatd_limits",

@@ -31,6 +31,8 @@ pub struct Tracker {
     series_len: usize,
     /// Names of the policy rules, by their index in the kernel.
     rule_names: Vec<String>,
+    /// Cgroup ids as service names.
+    services: crate::service::ServiceNames,
 }
 
 /// The side of the transfer: as the probes decided it from what moved in
@@ -133,7 +135,13 @@ impl Tracker {
             interval_ns: interval_ms * 1_000_000,
             series_len: (series_seconds * 1000 / interval_ms.max(1)) as usize,
             rule_names: Vec::new(),
+            services: crate::service::ServiceNames::new(crate::probes::cgroup2_root()),
         }
+    }
+
+    /// The names of the services (cgroups) the sockets serve.
+    pub fn services(&mut self) -> &mut crate::service::ServiceNames {
+        &mut self.services
     }
 
     /// The names of the policy rules, so sockets can say which chose them.
@@ -160,6 +168,7 @@ impl Tracker {
     /// The kernel's records, read in full: they are the state of every
     /// socket now; sockets the kernel no longer has are gone.
     pub fn refresh(&mut self, recs: Vec<BloatdSock>) {
+        self.services.learn(recs.iter().map(|r| r.cgroup_id));
         let mut socks = HashMap::with_capacity(recs.len());
         for rec in recs {
             let cc_state = self.socks.remove(&rec.cookie).and_then(|t| t.cc_state);
@@ -203,6 +212,7 @@ impl Tracker {
             state: abi::tcp_state_name(r.state).to_string(),
             pid: (r.pid != 0).then_some(r.pid),
             comm: (!comm.is_empty()).then_some(comm),
+            service: self.services.name(r.cgroup_id),
             cc: cstr(&r.cc),
             role: role_of(r),
             cwnd: r.cwnd,

@@ -82,10 +82,10 @@ class Daemon:
     def __init__(self, bpf_stats=False, binary=BLOATD, extra=()):
         self.bin = binary
         self.run_dir = tempfile.mkdtemp(prefix="bloatd-scale-")
-        # An older build may know only the old spelling of the bound.
-        bound = "--map-capacity" if binary == BLOATD else "--map-entries"
+        # (--map-entries, the old spelling, is gone since the aliases were
+        # removed: a baseline older than that needs it back here.)
         args = [binary, "--run-dir", self.run_dir, "start", "--no-cc", "--listen", "127.0.0.1:9498",
-                bound, "262144", *extra]
+                "--map-capacity", "262144", *extra]
         if bpf_stats:
             args.append("--bpf-stats")
         sh(*args)

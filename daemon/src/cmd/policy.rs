@@ -107,14 +107,16 @@ pub fn list_text(info: &PolicyInfo) -> String {
     }
     let c = &info.counts;
     out += &format!(
-        "since start: {} congestion controls set at handshakes, {} switched mid-flow, {} refused; {} DRWA rounds, {} cuts taken back, {} windows given back, {} given back that a bloatd which did not stop had left\n",
+        "since start: {} congestion controls set at handshakes, {} switched mid-flow, {} refused; {} DRWA rounds, {} cuts taken back, {} windows given back, {} given back that a bloatd which did not stop had left; {} unsent backlogs bounded (notsent_lowat), {} refused\n",
         c.cc_set_total,
         c.bulk_switched_total,
         c.cc_failed_total,
         c.drwa_rounds_total,
         c.drwa_held_total,
         c.drwa_restored_total,
-        c.drwa_recovered_total
+        c.drwa_recovered_total,
+        c.notsent_lowat_set_total,
+        c.notsent_lowat_failed_total
     );
     out
 }
