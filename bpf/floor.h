@@ -46,11 +46,15 @@ struct bloatd_floor_sample {
 	__u32 source;		/* enum bloatd_floor_source of this sample */
 };
 
-/* Value of the `floors` map: one per peer and one per prefix. */
+/* Value of the `floors` map (one per peer) and of `prefix_floors` (one per
+ * prefix). */
 struct bloatd_floor {
 	struct bloatd_floor_sample s[3];	/* s[0] is the floor */
 	__u32 route_id;		/* route it was learned over (bloatd_route_id) */
 	__u32 updated_s;	/* last update, seconds */
+	__u32 route_s;		/* when a socket over route_id last fed it */
+	__u32 route2_id;	/* a second route in use beside it (ECMP), 0 none */
+	__u32 route2_s;		/* when a socket over route2_id last fed it */
 };
 
 /* Key of the `floors` map. */
@@ -62,13 +66,22 @@ struct bloatd_path_key {
 	__u8 addr[16];		/* masked to prefix_len */
 };
 
+/* The two floor tables. Peers and prefixes keep their floors apart: peers
+ * come and go by the thousand (a remote host can use any number of IPv6
+ * addresses), and a flood of them must not push out the prefixes' floors,
+ * which serve every new peer. */
+enum bloatd_floor_table {
+	BLOATD_FLOOR_PEERS = 0,
+	BLOATD_FLOOR_PREFIXES = 1,
+};
+
 /* What a socket brings to its path's floor. */
 struct bloatd_floor_subject {
 	__u32 netns;
 	__u32 route_id;		/* floor_route_id() of its route, 0 unknown */
 	__u32 own_us;		/* its own minimum RTT */
 	__u16 family;		/* the socket's family */
-	__u16 pad;
+	__u16 moved;		/* its route changed under it since it last fed */
 	__u8 daddr[16];		/* the peer as the socket holds it (maybe ::ffff:a.b.c.d) */
 };
 

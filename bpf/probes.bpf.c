@@ -99,6 +99,9 @@ __u32 next_cc = 0;
 /* Keeps every record type in the object's BTF (bloatd.h, struct bloatd_abi). */
 struct bloatd_abi abi_anchor = {};
 
+/* The longest receiver RTT a timestamp echo may give: older echoes are
+ * refused (a peer's stale or bogus TSecr). */
+#define RCV_TS_RTT_MAX_US (60 * 1000 * 1000)
 /* How often a socket re-reads its path's floor and feeds it. */
 #define FLOOR_REFRESH_NS NSEC_PER_SEC
 #define BOTTLENECK_SLOTS 1024
@@ -187,7 +190,8 @@ struct {
 	__type(value, __u64);
 } stats SEC(".maps");
 
-/* Floors of peers and of prefixes; the least recently used go first when
+/* Floors of peers, and of prefixes (apart, so no flood of peers pushes out
+ * the prefixes: enum bloatd_floor_table); the least recently used go first when
  * full (the daemon counts them: created - present). */
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
@@ -195,6 +199,13 @@ struct {
 	__type(key, struct bloatd_path_key);
 	__type(value, struct bloatd_floor);
 } floors SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 8192);	/* floor_entries / 4, set by the daemon */
+	__type(key, struct bloatd_path_key);
+	__type(value, struct bloatd_floor);
+} prefix_floors SEC(".maps");
 
 /* The queue each route's bottleneck holds now: direct-mapped by a hash of
  * (netns, route), the newest reading wins a collision. */
@@ -289,8 +300,11 @@ static __always_inline void sock_route(struct bloatd_sock *s, const struct sock 
 	dev = dst->dev;
 	if (!dev)
 		return;
-	s->ifindex = dev->ifindex;
-	bpf_probe_read_kernel_str(s->ifname, sizeof(s->ifname), dev->name);
+	/* Read again every second (floor_refresh): the name only if it moved. */
+	if (dev->ifindex != s->ifindex || !s->ifname[0]) {
+		s->ifindex = dev->ifindex;
+		bpf_probe_read_kernel_str(s->ifname, sizeof(s->ifname), dev->name);
+	}
 	/* The route's family, not the socket's: a dual-stack socket talking to
 	 * an IPv4 peer (::ffff:a.b.c.d) is routed by IPv4. */
 	if (BPF_CORE_READ(dst, ops, family) == AF_INET6) {
@@ -440,15 +454,20 @@ static __always_inline __u32 own_min_us(const struct bloatd_sock *s)
 /* The environment floor_path.h runs in: the kernel's maps. `env` is the
  * socket's record. */
 static __always_inline struct bloatd_floor *floor_env_lookup(void *env,
-							     const struct bloatd_path_key *key)
+							     const struct bloatd_path_key *key,
+							     __u32 table)
 {
-	return bpf_map_lookup_elem(&floors, key);
+	if (table == BLOATD_FLOOR_PEERS)
+		return bpf_map_lookup_elem(&floors, key);
+	return bpf_map_lookup_elem(&prefix_floors, key);
 }
 
 static __always_inline int floor_env_insert(void *env, const struct bloatd_path_key *key,
-					    const struct bloatd_floor *f)
+					    const struct bloatd_floor *f, __u32 table)
 {
-	return bpf_map_update_elem(&floors, key, f, BPF_NOEXIST);
+	if (table == BLOATD_FLOOR_PEERS)
+		return bpf_map_update_elem(&floors, key, f, BPF_NOEXIST);
+	return bpf_map_update_elem(&prefix_floors, key, f, BPF_NOEXIST);
 }
 
 static __always_inline __u32 floor_env_infer(void *env, __u32 own_us)
@@ -463,9 +482,16 @@ static __always_inline void floor_env_count(void *env, __u32 stat)
 
 #include "floor_path.h"
 
-/* Feed the socket's minimum into its path's floors and read back the floor
- * its queueing delay is measured against (floor_path.h). */
-static __always_inline void floor_refresh(struct bloatd_sock *s, __u64 now_ns)
+/*
+ * Feed the socket's minimum into its path's floors and read back the floor
+ * its queueing delay is measured against (floor_path.h); `moved`: its route
+ * changed since it last did. A global function, so the verifier checks it
+ * once on its own instead of along every path of every program that calls
+ * it: inlined, its branches multiplied by the callers' took a program to
+ * 650,000 of the verifier's 1,000,000 instructions. (A global function's
+ * pointer arguments need Linux 5.12, bloatd's floor.)
+ */
+__noinline int floor_path_of(struct bloatd_sock *s, __u32 moved, __u64 now_ns)
 {
 	struct bloatd_floor_cfg cfg = {
 		.window_s = floor_window_s,
@@ -473,23 +499,37 @@ static __always_inline void floor_refresh(struct bloatd_sock *s, __u64 now_ns)
 		.prefix_v6 = floor_prefix_v6,
 		.infer = floor_infer_on,
 	};
-	struct bloatd_floor_subject subj = {
-		.netns = s->netns,
-		.route_id = s->route_id,
-		.own_us = own_min_us(s),
-		.family = s->family,
-	};
+	struct bloatd_floor_subject subj = {};
 	__u32 source, floor_us;
 
-	if (!floors_on)
-		return;	/* sock_queues measures against the socket's own minimum */
-	s->floor_ns = now_ns;
+	if (!s)
+		return 0;
+	subj.netns = s->netns;
+	subj.route_id = s->route_id;
+	subj.own_us = own_min_us(s);
+	subj.family = s->family;
+	subj.moved = moved;
 	__builtin_memcpy(subj.daddr, s->daddr, 16);
 	floor_us = floor_path_refresh(s, &cfg, &subj, now_ns / NSEC_PER_SEC, &source);
 	if (floor_us) {
 		s->floor_us = floor_us;
 		s->floor_source = source;
 	}
+	return 0;
+}
+
+/* Read the socket's route again (a connection re-routed after the route
+ * table changed tells its floor that the path moved) and refresh its floor. */
+static __always_inline void floor_refresh(struct bloatd_sock *s, const struct sock *sk,
+					  __u64 now_ns)
+{
+	__u32 was = s->route_id;
+
+	if (!floors_on)
+		return;	/* sock_queues measures against the socket's own minimum */
+	s->floor_ns = now_ns;
+	sock_route(s, sk);
+	floor_path_of(s, was && s->route_id != was, now_ns);
 }
 
 /* Queueing delay on both views against the floor. */
@@ -549,23 +589,32 @@ static __always_inline int tcp_usec_ts(const struct tcp_sock *tp)
 	return BPF_CORE_READ_BITFIELD_PROBED(tp, tcp_usec_ts);
 }
 
+/* A timestamp difference in clock ticks of `tick_us` as an RTT sample:
+ * bounded in ticks first, then converted, so an echo older than the bound
+ * is refused whatever its age. (Multiplied first, a millisecond difference
+ * wraps 32 bits past ~71.6 minutes, and 1.4% of such echoes land in the
+ * accepted range: an hour-old echo read as a few milliseconds.) 0: none. */
+static __always_inline __u32 rcv_ts_rtt_bound(__u32 ticks, __u32 tick_us)
+{
+	if ((__s32)ticks <= 0 || ticks > RCV_TS_RTT_MAX_US / tick_us)
+		return 0;
+	return ticks * tick_us;
+}
+
 /* One receiver RTT sample: the TCP clock of the last segment processed
  * against the timestamp it echoed (0: no usable sample). */
 static __always_inline __u32 rcv_ts_rtt_us(const struct tcp_sock *tp, __u32 tsecr)
 {
 	__u64 mstamp = tp->tcp_mstamp;
-	__u32 now_ts, rtt_us;
+	__u32 now_ts;
 
-	if (tcp_usec_ts(tp)) {
-		rtt_us = (__u32)mstamp - tsecr;
-	} else {
-		now_ts = mstamp / 1000;
-		/* Millisecond clock: a sub-millisecond RTT reads 0. */
-		rtt_us = now_ts == tsecr ? 500 : (now_ts - tsecr) * 1000;
-	}
-	if ((__s32)rtt_us <= 0 || rtt_us > 60 * 1000 * 1000)
-		return 0;
-	return rtt_us;
+	if (tcp_usec_ts(tp))
+		return rcv_ts_rtt_bound((__u32)mstamp - tsecr, 1);
+	now_ts = mstamp / 1000;
+	/* Millisecond clock: a sub-millisecond RTT reads 0. */
+	if (now_ts == tsecr)
+		return 500;
+	return rcv_ts_rtt_bound(now_ts - tsecr, 1000);
 }
 
 static __always_inline void measure_rcv_rtt(struct bloatd_sock *s, const struct tcp_sock *tp,
@@ -883,7 +932,7 @@ static __always_inline void sock_sample(struct bloatd_sock *s, const struct tcp_
 	sock_fill(s, tp);
 	sock_interval(s, tp, now_ns);
 	if (now_ns - s->floor_ns >= FLOOR_REFRESH_NS)
-		floor_refresh(s, now_ns);
+		floor_refresh(s, (const struct sock *)tp, now_ns);
 	sock_queues(s);
 	/* Sockets whose floor was observed report their bottleneck's queue,
 	 * once their side of the transfer has an RTT to measure it from. */
@@ -1005,7 +1054,7 @@ int BPF_PROG(inet_sock_set_state, const struct sock *csk, const int oldstate,
 		sock_interval_start(s, tp, now_ns);
 		/* The handshake just measured the path: find its floor now,
 		 * while the bottleneck's queue is the one it crossed. */
-		floor_refresh(s, now_ns);
+		floor_refresh(s, sk, now_ns);
 		sock_queues(s);
 		sock_account(s, 0);
 		return 0;
@@ -1024,7 +1073,7 @@ int BPF_PROG(inet_sock_set_state, const struct sock *csk, const int oldstate,
 	sock_fill(s, tp);
 	now_ns = bpf_ktime_get_ns();
 	sock_interval(s, tp, now_ns);
-	floor_refresh(s, now_ns);
+	floor_refresh(s, sk, now_ns);
 	sock_queues(s);
 	sock_stats(s, now_ns);
 	sock_account(s, 1);
@@ -1130,7 +1179,7 @@ int seed_sockets(struct bpf_iter__tcp *ctx)
 	sock_fill(s, tp);
 	s->state = skc->skc_state;
 	s->update_ns = tcp_clock_ns(tp);
-	floor_refresh(s, bpf_ktime_get_ns());
+	floor_refresh(s, (const struct sock *)tp, bpf_ktime_get_ns());
 	sock_queues(s);
 	return 0;
 }
@@ -1189,14 +1238,24 @@ int dump_floors(struct bpf_iter__bpf_map_elem *ctx)
 	return 0;
 }
 
-/* How many floors the map holds, for the metrics: the walk writes nothing
- * until its end, where the iterator's sequence number is the count. */
+/* Floors the count walk under way has passed (one reader at a time: the
+ * daemon serialises reads). */
+__u64 floors_seen = 0;
+
+/* How many floors a map holds, for the metrics: the walk writes nothing
+ * until its end, where it writes the count. Counted here: at the end the
+ * iterator's sequence number is the last floor's index (one short), and
+ * the same 0 for one floor as for none. */
 SEC("iter/bpf_map_elem")
 int count_floors(struct bpf_iter__bpf_map_elem *ctx)
 {
-	__u64 n = ctx->meta->seq_num;
+	__u64 n = floors_seen;
 
-	if (!ctx->key)
-		bpf_seq_write(ctx->meta->seq, &n, sizeof(n));
+	if (ctx->key) {
+		floors_seen = ctx->meta->seq_num + 1;
+		return 0;
+	}
+	floors_seen = 0;
+	bpf_seq_write(ctx->meta->seq, &n, sizeof(n));
 	return 0;
 }

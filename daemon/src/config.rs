@@ -38,6 +38,7 @@ const KEYS: &[(&str, &str)] = &[
     ("bpf_stats", "true or false"),
     ("log", "a string, like \"info\""),
     ("api_group", "a group name, like \"bloatd\""),
+    ("admin_group", "a group name, like \"bloatd-admin\""),
     (
         "policy",
         "a list of [[policy]] tables (README, \"Acting on bloat\")",
@@ -109,7 +110,8 @@ pub struct Config {
     /// Path floors: how long the lowest RTT toward a
     /// peer is remembered, in seconds. Longer than a standing queue lasts.
     pub floor_window_s: u32,
-    /// How many peers and prefixes keep a floor (least recently used go).
+    /// How many peers keep a floor (least recently used go); prefixes
+    /// keep theirs in a table of a quarter of this, apart.
     pub floor_entries: u32,
     /// Prefix lengths whose floor serves a peer with no history (0: off).
     pub floor_prefix_v4: u8,
@@ -131,6 +133,10 @@ pub struct Config {
     /// `bloatd` where that group exists (the package creates it), else
     /// root only.
     pub api_group: Option<String>,
+    /// Group whose members may change the kernel through the API (the
+    /// default congestion control, DRWA, rules), besides root. None: root
+    /// only. The API group watches.
+    pub admin_group: Option<String>,
     /// Congestion control rules (`[[policy]]` tables), applied by the
     /// sock_ops program in order: the first that selects a connection
     /// decides (policy.rs).
@@ -166,6 +172,7 @@ impl Default for Config {
             bpf_stats: false,
             log: "info".into(),
             api_group: None,
+            admin_group: None,
             policy: Vec::new(),
             drwa: bloatd_model::policy::DrwaMode::Disabled,
             drwa_lambda: 3.0,
@@ -307,6 +314,13 @@ impl Config {
                 )));
             }
         }
+        if let Some(g) = &self.admin_group {
+            if crate::rundir::group_id(g).is_none() {
+                return Err(ConfigError::Invalid(format!(
+                    "admin_group: there is no group '{g}' on this system (create it with `groupadd --system {g}`, or remove the key)"
+                )));
+            }
+        }
         if self.series_seconds > 3600 {
             return Err(ConfigError::Invalid(
                 "series_seconds must be at most 3600".into(),
@@ -343,6 +357,16 @@ impl Config {
     pub fn api_gid(&self) -> Option<(String, libc::gid_t)> {
         let name = self.api_group.as_deref().unwrap_or(DEFAULT_API_GROUP);
         crate::rundir::group_id(name).map(|gid| (name.to_string(), gid))
+    }
+
+    /// Who may change the kernel through the API: root and `admin_group`.
+    pub fn authority(&self) -> crate::authority::Authority {
+        crate::authority::Authority {
+            admin: self
+                .admin_group
+                .as_ref()
+                .and_then(|name| crate::rundir::group_id(name).map(|g| (name.clone(), g))),
+        }
     }
 
     pub fn pid_file(&self) -> PathBuf {
@@ -448,6 +472,7 @@ mod tests {
             .cloned()
             .collect();
         fields.push("api_group".into()); // None: not serialized
+        fields.push("admin_group".into());
         fields.sort();
         let mut keys: Vec<String> = KEYS.iter().map(|(k, _)| k.to_string()).collect();
         keys.sort();
@@ -468,6 +493,8 @@ mod tests {
         let e = Config::parse("api_group = \"no-such-group-here\"\n").unwrap_err();
         assert!(e.contains("groupadd"), "{e}");
         assert!(Config::parse("api_group = \"root\"\n").is_ok());
+        let e = Config::parse("admin_group = \"no-such-group-here\"\n").unwrap_err();
+        assert!(e.contains("admin_group") && e.contains("groupadd"), "{e}");
     }
 
     /// The Helm chart's schema (daemon/dist/helm/bloatd/values.schema.json)
@@ -484,8 +511,15 @@ mod tests {
             .map(String::as_str)
             .collect();
         // listen, run_dir, api_group: set by the chart; map_entries: a
-        // deprecated name.
-        let by_chart = ["listen", "run_dir", "api_group", "map_entries"];
+        // deprecated name; admin_group: not offered (the pod's /etc/group
+        // holds api.group only, so in a pod only root acts: kubectl exec).
+        let by_chart = [
+            "listen",
+            "run_dir",
+            "api_group",
+            "map_entries",
+            "admin_group",
+        ];
         let mut ours: Vec<&str> = KEYS
             .iter()
             .map(|(k, _)| *k)

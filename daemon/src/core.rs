@@ -2,6 +2,7 @@
 //! probes in the kernel, the socket tracker fed from them, the metrics, and
 //! the registered congestion controls.
 
+use crate::authority::Viewer;
 use crate::cc::CcSet;
 use crate::clock::Clock;
 use crate::config::Config;
@@ -17,11 +18,27 @@ use std::time::{Duration, Instant};
 /// API series request keeps its socket watched.
 const VIEWER_TTL: Duration = Duration::from_secs(10);
 const SERIES_TTL: Duration = Duration::from_secs(60);
+/// The watch list's shares of the probes' `watch` map (256 entries):
+/// sockets watched for API series requests, and dashboards (one detail
+/// socket each). Neither can take the other's share, so no loop of series
+/// requests pushes a dashboard's detail out; with the most queued while
+/// someone looks, 64 + 128 + 32 = 224.
+const SERIES_WATCH_MAX: usize = 64;
+const VIEWERS_MAX: usize = 128;
 /// While someone looks, the sockets with the longest queues have their
 /// series kept, so opening one shows its last minute at once.
 const WATCH_MOST_QUEUED: usize = 32;
 const WATCH_EVERY: Duration = Duration::from_secs(1);
 const HOUSEKEEPING_EVERY: Duration = Duration::from_secs(10);
+
+/// Why `GET /v1/series/{cookie}` has no answer.
+#[derive(Debug, thiserror::Error)]
+pub enum SeriesError {
+    #[error("no socket with cookie {0} (bloatd sockets --json lists the cookies)")]
+    Unknown(u64),
+    #[error("bloatd already keeps the series of {0} sockets for API clients (each for a minute after its last request): ask again later")]
+    Full(usize),
+}
 
 pub struct Core {
     probes: Probes,
@@ -36,9 +53,10 @@ pub struct Core {
     started_unix_ms: u64,
     /// When the tracker last read every record, if ever.
     last_read: Option<Instant>,
-    /// Sockets watched on request (the dashboard's detail socket, API
-    /// series requests), until when.
-    watch_until: HashMap<u64, Instant>,
+    /// Sockets watched for API series requests, until when.
+    series_watch: HashMap<u64, Instant>,
+    /// Each dashboard's detail socket, until when.
+    viewers: HashMap<Viewer, (u64, Instant)>,
     /// A dashboard asked for a snapshot until this long ago.
     viewer_until: Option<Instant>,
     last_watch: Instant,
@@ -112,7 +130,8 @@ impl Core {
             mode,
             started_unix_ms: Clock::now().unix_ms,
             last_read: None,
-            watch_until: HashMap::new(),
+            series_watch: HashMap::new(),
+            viewers: HashMap::new(),
             viewer_until: None,
             last_watch: Instant::now(),
             last_housekeeping: Instant::now(),
@@ -186,10 +205,16 @@ impl Core {
     fn watched(&self) -> HashSet<u64> {
         let now = Instant::now();
         let mut set: HashSet<u64> = self
-            .watch_until
+            .series_watch
             .iter()
             .filter(|(_, until)| **until > now)
             .map(|(c, _)| *c)
+            .chain(
+                self.viewers
+                    .values()
+                    .filter(|(_, until)| *until > now)
+                    .map(|(c, _)| *c),
+            )
             .collect();
         if self.viewer_until.is_some_and(|t| t > now) {
             set.extend(self.tracker.most_queued(WATCH_MOST_QUEUED));
@@ -199,40 +224,78 @@ impl Core {
 
     fn update_watch(&mut self) {
         let now = Instant::now();
-        self.watch_until.retain(|_, until| *until > now);
+        self.series_watch.retain(|_, until| *until > now);
+        self.viewers.retain(|_, (_, until)| *until > now);
         let set = self.watched();
         if let Err(e) = self.probes.set_watched(&set) {
             tracing::warn!("{e}");
         }
     }
 
-    /// Keep the series of `cookie` for `ttl` from now.
-    fn watch(&mut self, cookie: u64, ttl: Duration) {
-        let new = !self.watch_until.contains_key(&cookie);
-        self.watch_until.insert(cookie, Instant::now() + ttl);
+    /// Keep the series of `cookie` for an API client for a minute from
+    /// now. Err when the API's share of the watch list is taken by other
+    /// sockets (each for a minute after its last request).
+    fn watch_series(&mut self, cookie: u64) -> Result<(), SeriesError> {
+        let now = Instant::now();
+        let new = !self.series_watch.contains_key(&cookie);
         if new {
+            self.series_watch.retain(|_, until| *until > now);
+            if self.series_watch.len() >= SERIES_WATCH_MAX {
+                return Err(SeriesError::Full(SERIES_WATCH_MAX));
+            }
+        }
+        self.series_watch.insert(cookie, now + SERIES_TTL);
+        if new {
+            self.update_watch();
+        }
+        Ok(())
+    }
+
+    /// Keep `viewer`'s detail socket `cookie` watched while it looks; a
+    /// dashboard has one, so a new one replaces its last. Past
+    /// VIEWERS_MAX dashboards the one that asked least recently goes.
+    fn watch_for(&mut self, viewer: Viewer, cookie: u64) {
+        let now = Instant::now();
+        let changed = self.viewers.get(&viewer).is_none_or(|(c, _)| *c != cookie);
+        if !self.viewers.contains_key(&viewer) && self.viewers.len() >= VIEWERS_MAX {
+            let oldest = self
+                .viewers
+                .iter()
+                .min_by_key(|(_, (_, until))| *until)
+                .map(|(v, _)| *v);
+            if let Some(v) = oldest {
+                self.viewers.remove(&v);
+            }
+        }
+        self.viewers.insert(viewer, (cookie, now + VIEWER_TTL));
+        if changed {
             self.update_watch();
         }
     }
 
-    /// Sockets with their numbers read from the kernel now (not the last
-    /// sample), for `bloatd sockets` and scripts comparing with `ss`.
-    pub fn sockets_fresh(&mut self, all: bool) -> Vec<Socket> {
-        self.read();
+    /// Sockets with their numbers read from the kernel at most an interval
+    /// ago (not the last streamed sample), for `bloatd sockets` and scripts
+    /// comparing with `ss`. The one full read of each interval serves every
+    /// request of /v1/sockets, /v1/paths, /v1/services and /v1/policy that
+    /// comes in it: a read takes ~0.7 s at 100k sockets on the one-threaded
+    /// runtime, and a client asking in a loop would otherwise starve the
+    /// sampler and /metrics.
+    pub fn sockets(&mut self, all: bool) -> Vec<Socket> {
+        self.read_if_stale();
         self.tracker.sockets(&Clock::now(), all)
     }
 
     /// Sockets grouped by path, worst queue first (`prefix`: by the
     /// configured prefixes instead of by peer).
     pub fn paths(&mut self, prefix: bool) -> Vec<NetPath> {
-        let socks = self.sockets_fresh(false);
+        let socks = self.sockets(false);
         let by = prefix.then_some((self.cfg.floor_prefix_v4, self.cfg.floor_prefix_v6));
         crate::paths::paths_of(&socks, by)
     }
 
     /// Sockets grouped by service, longest wait first.
     pub fn services(&mut self) -> Vec<bloatd_model::ServiceView> {
-        crate::service::services_of(&self.sockets_fresh(false))
+        crate::service::services_of(&self.sockets(false))
     }
 
     /// Every floor the kernel keeps, as the probes would read it now.
@@ -263,6 +326,7 @@ impl Core {
         Ok(Floors {
             window_s,
             capacity: self.cfg.floor_entries,
+            prefix_capacity: crate::probes::prefix_floor_entries(self.cfg.floor_entries),
             created: c.get(stat::FLOOR_NEW),
             evicted: c.floors_evicted(raw.len() as u64),
             floors,
@@ -300,7 +364,12 @@ impl Core {
     /// host's summary (`bloatd_model::select::select_rows`), plus the samples of
     /// one socket newer than `since_ms`. A dashboard asking counts as
     /// someone looking. Err: a bad sort key or filter.
-    pub fn snapshot(&mut self, req: &SnapshotRequest, fresh: bool) -> Result<Snapshot, String> {
+    pub fn snapshot(
+        &mut self,
+        req: &SnapshotRequest,
+        fresh: bool,
+        viewer: Viewer,
+    ) -> Result<Snapshot, String> {
         let first_look = self.viewer_until.is_none_or(|t| t <= Instant::now());
         self.viewer_until = Some(Instant::now() + VIEWER_TTL);
         if fresh {
@@ -308,8 +377,10 @@ impl Core {
         } else {
             self.read_if_stale();
         }
-        if let Some(c) = req.series {
-            self.watch(c, VIEWER_TTL);
+        // Only a socket the daemon knows is watched: a cookie made up
+        // would hold a place in the kernel's watch map for nothing.
+        if let Some(c) = req.series.filter(|&c| self.tracker.knows(c)) {
+            self.watch_for(viewer, c);
         } else if first_look {
             self.update_watch();
         }
@@ -351,11 +422,17 @@ impl Core {
     }
 
     /// One socket's samples newer than `since_ms` (API), and keep it watched
-    /// for a minute: the first request starts its series.
-    pub fn series(&mut self, cookie: u64, since_ms: u64) -> Option<Series> {
+    /// for a minute: the first request starts its series. Err: no such
+    /// socket (nothing is watched for it), or the API's share of the watch
+    /// list is full.
+    pub fn series(&mut self, cookie: u64, since_ms: u64) -> Result<Series, SeriesError> {
         self.read_if_stale();
-        self.watch(cookie, SERIES_TTL);
-        self.tracker.series(cookie, since_ms)
+        let series = self
+            .tracker
+            .series(cookie, since_ms)
+            .ok_or(SeriesError::Unknown(cookie))?;
+        self.watch_series(cookie)?;
+        Ok(series)
     }
 
     /// /metrics: the kernel's statistics of this moment. A few map reads,
@@ -467,7 +544,7 @@ impl Core {
     pub fn policy_info(&mut self) -> bloatd_model::api::PolicyInfo {
         use crate::policy::{describe_actions, describe_selectors};
         use bloatd_model::api::{PolicyInfo, RuleInfo};
-        let socks = self.sockets_fresh(true);
+        let socks = self.sockets(true);
         let rules = self
             .policy
             .names
@@ -538,28 +615,31 @@ impl Core {
             cc_sockets: c.cc_sockets,
             bulk_sockets: c.bulk_sockets,
             drwa_sockets: c.drwa_sockets,
+            refused: None, // the server's to say, per reader
         })
     }
 
-    /// DRWA on or off, live. Err: DRWA was not armed at start.
     /// From now on a panic gives DRWA's windows back (cmd/start.rs).
     pub fn arm_panic_give_back(&self) {
         self.probes.policy.arm_panic_give_back();
     }
 
-    pub fn set_drwa(&mut self, on: bool) -> Result<(), String> {
+    /// DRWA on or off, live, as user `uid` asked. Err: DRWA was not armed
+    /// at start.
+    pub fn set_drwa(&mut self, on: bool, uid: u32) -> Result<(), String> {
         use bloatd_model::policy::DrwaMode;
         if self.drwa == DrwaMode::Disabled {
             return Err("DRWA is disabled in this bloatd: start it with --drwa=off (armed, switched on live) or --drwa, or drwa = \"off\" in the config".into());
         }
         self.probes.policy.set_drwa(on).map_err(|e| e.to_string())?;
         self.drwa = if on { DrwaMode::On } else { DrwaMode::Off };
-        tracing::info!("DRWA switched {}", self.drwa.as_str());
+        tracing::info!("DRWA switched {} (asked by uid {uid})", self.drwa.as_str());
         Ok(())
     }
 
-    /// A rule on or off, live. Err: no rule of that name.
-    pub fn set_rule_enabled(&mut self, name: &str, enabled: bool) -> Result<(), String> {
+    /// A rule on or off, live, as user `uid` asked. Err: no rule of that
+    /// name.
+    pub fn set_rule_enabled(&mut self, name: &str, enabled: bool, uid: u32) -> Result<(), String> {
         let i = self
             .policy
             .names
@@ -581,7 +661,7 @@ impl Core {
             .set_enabled(i as u32, enabled)
             .map_err(|e| e.to_string())?;
         tracing::info!(
-            "policy rule {name} {}",
+            "policy rule {name} {} (asked by uid {uid})",
             if enabled { "enabled" } else { "disabled" }
         );
         Ok(())

@@ -2,6 +2,7 @@
 //!
 //! `main` parses the command line (cli.rs) and runs the command (cmd/).
 
+mod authority;
 mod caps;
 mod cc;
 mod cli;

@@ -542,7 +542,7 @@ const FAMILIES: &[Family] = &[
     Family {
         name: "bloatd_path_floors_evicted_total",
         kind: Kind::Counter,
-        help: "Path floors the bound (floor_entries) pushed out, least recently used first",
+        help: "Path floors the bounds (floor_entries for peers, a quarter of it for prefixes) pushed out, least recently used first",
         labels: &[],
         rows: |v| one(v.counters.floors_evicted(v.floors) as f64),
     },

@@ -18,6 +18,10 @@ use std::path::{Path, PathBuf};
 pub const PID_FILE: &str = "bloatd.pid";
 pub const SOCKET: &str = "bloatd.sock";
 pub const LOG: &str = "bloatd.log";
+/// The log before the current one (see [`RotatingLog`]).
+pub const LOG_OLD: &str = "bloatd.log.1";
+/// The log's size at which it rotates.
+pub const LOG_MAX_BYTES: u64 = 1 << 20;
 
 /// The gid of group `name`, if it exists.
 pub fn group_id(name: &str) -> Option<libc::gid_t> {
@@ -223,6 +227,88 @@ impl RunDir {
         }
         unix.set_nonblocking(true)?;
         Ok(unix)
+    }
+}
+
+/// The log of a daemon started in the background: its standard output
+/// and error are bloatd.log of the run directory, on tmpfs (memory), which
+/// a client making the daemon log a line per request could otherwise fill.
+/// Bounded by size, not by rate: past LOG_MAX_BYTES the file becomes
+/// bloatd.log.1 (replacing the one before) and a new bloatd.log starts, so
+/// the two never hold more than 2 x LOG_MAX_BYTES however fast lines come,
+/// and the newest lines, the ones someone debugging reads, are always
+/// kept. (A rate limit alone would still grow without end, only slower.)
+/// Standard output and error move to the new file too (dup2), so what is
+/// not a tracing line (a panic's message) lands in the current log.
+pub struct RotatingLog {
+    dir: RunDir,
+    written: u64,
+}
+
+impl RotatingLog {
+    /// The log, if standard error is the run directory's bloatd.log (the
+    /// daemon `bloatd start` spawned); None in the foreground, where the
+    /// service manager keeps the log.
+    pub fn of_stderr(run_dir: &Path) -> Option<RotatingLog> {
+        let dir = RunDir::open(run_dir).ok()?;
+        let log = dir
+            .open_file(LOG, libc::O_RDONLY, 0)
+            .ok()?
+            .metadata()
+            .ok()?;
+        // SAFETY: fstat on fd 2 into a zeroed stat.
+        let mut st: libc::stat = unsafe { std::mem::zeroed() };
+        if unsafe { libc::fstat(libc::STDERR_FILENO, &mut st) } != 0
+            || (st.st_dev, st.st_ino) != (log.dev(), log.ino())
+        {
+            return None;
+        }
+        Some(RotatingLog {
+            dir,
+            written: st.st_size as u64,
+        })
+    }
+
+    fn rotate(&mut self) -> std::io::Result<()> {
+        let (old, new) = (cstring(LOG), cstring(LOG_OLD));
+        let fd = self.dir.fd.as_raw_fd();
+        // SAFETY: renameat(2) within our directory.
+        if unsafe { libc::renameat(fd, old.as_ptr(), fd, new.as_ptr()) } != 0 {
+            return Err(errno());
+        }
+        let f = self.dir.open_file(
+            LOG,
+            libc::O_WRONLY | libc::O_APPEND | libc::O_CREAT | libc::O_TRUNC,
+            0o600,
+        )?;
+        for target in [libc::STDOUT_FILENO, libc::STDERR_FILENO] {
+            // SAFETY: dup2(2) of a descriptor we own onto a standard one.
+            if unsafe { libc::dup2(f.as_raw_fd(), target) } < 0 {
+                return Err(errno());
+            }
+        }
+        self.written = 0;
+        Ok(())
+    }
+}
+
+impl std::io::Write for RotatingLog {
+    /// One formatted line at a time (tracing writes each event whole).
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        if self.written > 0 && self.written + buf.len() as u64 > LOG_MAX_BYTES {
+            // Not rotated: the line still goes where the log is now.
+            let _ = self.rotate();
+        }
+        // SAFETY: fd 2 stays open for the process's life; borrowed here.
+        let mut err =
+            std::mem::ManuallyDrop::new(unsafe { File::from_raw_fd(libc::STDERR_FILENO) });
+        err.write_all(buf)?;
+        self.written += buf.len() as u64;
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
     }
 }
 

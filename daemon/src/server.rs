@@ -1,13 +1,16 @@
 //! The daemon's servers: the JSON API on the Unix socket (peer addresses
 //! live here only) and Prometheus /metrics over TCP: they route the
 //! requests of the contract (bloatd_model::api) to the engine (core.rs).
+//! Routes that change the kernel take an [`Actor`]: root or the admin
+//! group (authority.rs); the API group reads.
 
-use crate::core::Core;
+use crate::authority::{Actor, Authority, Caller};
+use crate::core::{Core, SeriesError};
 use axum::extract::{Path, Query, State};
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use axum::{Json, Router};
+use axum::{Extension, Json, Router};
 use bloatd_model::api::{
     route, DefaultReq, DefaultResp, DrwaReq, PathsQuery, RuleReq, SeriesQuery, SnapshotQuery,
     SocketsQuery,
@@ -24,20 +27,28 @@ fn error(status: StatusCode, msg: impl Into<String>) -> Response {
     (status, msg.into()).into_response()
 }
 
-pub fn api_router(core: Shared) -> Router {
+pub fn api_router(core: Shared, authority: Authority) -> Router {
     Router::new()
         .route(route::STATUS, get(|State(c): State<Shared>| async move { Json(c.lock().unwrap().status()) }))
         .route(
             route::SOCKETS,
             get(|State(c): State<Shared>, Query(q): Query<SocketsQuery>| async move {
-                Json(c.lock().unwrap().sockets_fresh(q.all.is_set()))
+                Json(c.lock().unwrap().sockets(q.all.is_set()))
             }),
         )
         .route(
             route::SNAPSHOT,
-            get(|State(c): State<Shared>, Query(q): Query<SnapshotQuery>| async move {
-                match c.lock().unwrap().snapshot(&q.request(), q.fresh.is_set()) {
-                    Ok(s) => Json(s).into_response(),
+            get(|State(c): State<Shared>, caller: Caller, Query(q): Query<SnapshotQuery>| async move {
+                let viewer = caller.viewer();
+                match c.lock().unwrap().snapshot(&q.request(), q.fresh.is_set(), viewer) {
+                    Ok(mut s) => {
+                        // The dashboard tells its reader why its D key
+                        // cannot act, before it is pressed.
+                        if let Some(p) = s.policy.as_mut() {
+                            p.refused = caller.may_act("switch DRWA (every receiver of every namespace)").err();
+                        }
+                        Json(s).into_response()
+                    }
                     Err(e) => error(StatusCode::BAD_REQUEST, e),
                 }
             }),
@@ -46,8 +57,9 @@ pub fn api_router(core: Shared) -> Router {
             route::SERIES,
             get(|State(c): State<Shared>, Path(cookie): Path<u64>, Query(q): Query<SeriesQuery>| async move {
                 match c.lock().unwrap().series(cookie, q.since_ms.unwrap_or(0)) {
-                    Some(s) => Json(s).into_response(),
-                    None => error(StatusCode::NOT_FOUND, format!("no socket with cookie {cookie}")),
+                    Ok(s) => Json(s).into_response(),
+                    Err(e @ SeriesError::Unknown(_)) => error(StatusCode::NOT_FOUND, e.to_string()),
+                    Err(e @ SeriesError::Full(_)) => error(StatusCode::SERVICE_UNAVAILABLE, e.to_string()),
                 }
             }),
         )
@@ -81,9 +93,12 @@ pub fn api_router(core: Shared) -> Router {
         )
         .route(
             route::CC_DEFAULT,
-            post(|State(c): State<Shared>, Json(req): Json<DefaultReq>| async move {
+            post(|State(c): State<Shared>, Actor(who): Actor, Json(req): Json<DefaultReq>| async move {
                 match c.lock().unwrap().cc().set_default(&req.name) {
-                    Ok(previous) => Json(DefaultResp { previous, default: req.name }).into_response(),
+                    Ok(previous) => {
+                        tracing::info!("default congestion control {previous} -> {} (asked by uid {})", req.name, who.uid);
+                        Json(DefaultResp { previous, default: req.name }).into_response()
+                    }
                     Err(e) => error(StatusCode::BAD_REQUEST, format!("{e:#}")),
                 }
             }),
@@ -91,8 +106,8 @@ pub fn api_router(core: Shared) -> Router {
         .route(route::POLICY, get(|State(c): State<Shared>| async move { Json(c.lock().unwrap().policy_info()) }))
         .route(
             route::POLICY_DRWA,
-            post(|State(c): State<Shared>, Json(req): Json<DrwaReq>| async move {
-                match c.lock().unwrap().set_drwa(req.on) {
+            post(|State(c): State<Shared>, Actor(who): Actor, Json(req): Json<DrwaReq>| async move {
+                match c.lock().unwrap().set_drwa(req.on, who.uid) {
                     Ok(()) => Json(req).into_response(),
                     Err(e) => error(StatusCode::CONFLICT, e),
                 }
@@ -100,14 +115,15 @@ pub fn api_router(core: Shared) -> Router {
         )
         .route(
             route::POLICY_RULE,
-            post(|State(c): State<Shared>, Path(name): Path<String>, Json(req): Json<RuleReq>| async move {
-                match c.lock().unwrap().set_rule_enabled(&name, req.enabled) {
+            post(|State(c): State<Shared>, Actor(who): Actor, Path(name): Path<String>, Json(req): Json<RuleReq>| async move {
+                match c.lock().unwrap().set_rule_enabled(&name, req.enabled, who.uid) {
                     Ok(()) => Json(req).into_response(),
                     Err(e) => error(StatusCode::NOT_FOUND, e),
                 }
             }),
         )
         .with_state(core)
+        .layer(Extension(std::sync::Arc::new(authority)))
 }
 
 pub fn metrics_router(core: Shared) -> Router {
@@ -153,6 +169,10 @@ impl Limits {
 pub trait Listener {
     type Io: AsyncRead + AsyncWrite + Unpin + Send + 'static;
     fn accept_io(&self) -> impl Future<Output = std::io::Result<Self::Io>>;
+    /// Who is on the other end, where the kernel says (Unix sockets).
+    fn peer(_io: &Self::Io) -> Option<crate::authority::Peer> {
+        None
+    }
 }
 
 impl Listener for tokio::net::TcpListener {
@@ -166,6 +186,11 @@ impl Listener for tokio::net::UnixListener {
     type Io = tokio::net::UnixStream;
     async fn accept_io(&self) -> std::io::Result<Self::Io> {
         self.accept().await.map(|(s, _)| s)
+    }
+    fn peer(io: &Self::Io) -> Option<crate::authority::Peer> {
+        crate::authority::Peer::of(io)
+            .inspect_err(|e| tracing::warn!("cannot read the API client's credentials: {e}"))
+            .ok()
     }
 }
 
@@ -212,7 +237,12 @@ pub async fn serve<L: Listener>(
         for (_, oldest) in evicted {
             oldest.abort();
         }
-        let service = hyper_util::service::TowerToHyperService::new(router.clone());
+        // Each request of the connection carries its peer's credentials.
+        let router = match L::peer(&io) {
+            Some(peer) => router.clone().layer(Extension(peer)),
+            None => router.clone(),
+        };
+        let service = hyper_util::service::TowerToHyperService::new(router);
         let slot = Slot {
             open: open.clone(),
             id,

@@ -266,6 +266,11 @@ impl Tracker {
         out
     }
 
+    /// A socket the kernel has now, or one whose series is still kept.
+    pub fn knows(&self, cookie: u64) -> bool {
+        self.socks.contains_key(&cookie) || self.series.contains_key(&cookie)
+    }
+
     /// Samples of one socket newer than `since_ms` (empty until it is
     /// watched); None if the socket is unknown.
     pub fn series(&self, cookie: u64, since_ms: u64) -> Option<Series> {

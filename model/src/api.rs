@@ -15,7 +15,7 @@ pub mod route {
     /// GET: daemon state and health ([`Status`](super::Status)).
     pub const STATUS: &str = "/v1/status";
     /// GET [`SocketsQuery`](super::SocketsQuery): sockets read from the
-    /// kernel now (`Vec<Socket>`).
+    /// kernel at most a sampling interval ago (`Vec<Socket>`).
     pub const SOCKETS: &str = "/v1/sockets";
     /// GET [`SnapshotQuery`](super::SnapshotQuery): what `bloatd top`
     /// draws ([`Snapshot`](crate::Snapshot)).
@@ -187,7 +187,11 @@ pub struct FloorEntry {
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Floors {
     pub window_s: u32,
+    /// The bound of the peers' floors (`floor_entries`) and of the
+    /// prefixes' (a table of their own, so peers cannot push them out).
     pub capacity: u32,
+    #[serde(default)]
+    pub prefix_capacity: u32,
     /// Floors created since start, and those the LRU bound evicted.
     pub created: u64,
     pub evicted: u64,

@@ -690,6 +690,11 @@ pub struct PolicyState {
     pub cc_sockets: i64,
     pub bulk_sockets: i64,
     pub drwa_sockets: i64,
+    /// Why the reader of this snapshot may not switch DRWA or rules (the
+    /// API group watches; acting takes root or the admin group); None: it
+    /// may. Filled per request by the daemon from the connection's peer.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub refused: Option<String>,
 }
 
 /// Queueing delay distribution of the senders using one congestion

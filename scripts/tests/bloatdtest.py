@@ -413,8 +413,8 @@ def bpf_prog_ids(names):
 
 def bpf_map_dump(name):
     """The entries (formatted key, value) of the BPF maps called `name`,
-    for failure diagnostics."""
-    out = json.loads(run("bpftool", "-j", "map", "dump", "name", name, check=False).stdout or "[]")
+    for failure diagnostics; none when there is no such map."""
+    out = json.loads(run("bpftool", "-j", "map", "dump", "name", name, check=False).stdout.strip() or "[]")
     if out and isinstance(out[0], list):
         out = [e for m in out for e in m]
     return [(e["formatted"]["key"], e["formatted"].get("value", e["formatted"].get("values")))

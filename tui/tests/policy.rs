@@ -49,6 +49,7 @@ fn drwa_host(drwa: &str) -> Snapshot {
         cc_sockets: 1,
         bulk_sockets: 0,
         drwa_sockets: 1,
+        refused: None,
     });
     snap
 }
@@ -156,18 +157,34 @@ fn a_drwa_receivers_detail_draws_the_clamp_beside_the_data_per_rtt() {
 }
 
 #[test]
-fn the_d_key_asks_the_source_to_switch_drwa() {
+fn the_d_key_asks_the_source_to_switch_drwa_after_a_yes() {
     let mut app = app_with(drwa_host("off"));
     app.handle_key(Key::Char('D'));
+    assert_eq!(app.take_drwa_request(), None, "nothing before the yes");
+    assert_eq!(app.drwa_confirm(), Some(true));
+    let screen = text(&mut app, 120, 24);
+    assert!(
+        screen.contains("Switch DRWA on for every receiver of every namespace?"),
+        "{screen}"
+    );
+    app.handle_key(Key::Char('y'));
     assert_eq!(app.take_drwa_request(), Some(true), "off -> on");
     assert_eq!(app.take_drwa_request(), None, "asked once");
     let mut app = app_with(drwa_host("on"));
     app.handle_key(Key::Char('D'));
+    app.handle_key(Key::Char('Y'));
     assert_eq!(app.take_drwa_request(), Some(false), "on -> off");
+    // Any other key says no, and does nothing else.
+    let mut app = app_with(drwa_host("on"));
+    app.handle_key(Key::Char('D'));
+    app.handle_key(Key::Char('q'));
+    assert_eq!(app.take_drwa_request(), None);
+    assert!(!app.should_quit(), "the key only answered the question");
+    assert_eq!(app.status(), Some("DRWA left as it was"));
     // A bloatd that did not arm DRWA: nothing asked, the user is told why.
     let mut app = app_with(cubic_download_host());
     app.handle_key(Key::Char('D'));
-    assert_eq!(app.take_drwa_request(), None);
+    assert_eq!((app.take_drwa_request(), app.drwa_confirm()), (None, None));
     assert!(app.status().unwrap().contains("--drwa=off"));
     let screen = text(&mut app, 120, 24);
     assert!(
@@ -177,4 +194,18 @@ fn the_d_key_asks_the_source_to_switch_drwa() {
     // The answer goes after a while.
     app.tick(T0_MS + 10_000);
     assert!(app.status().is_none());
+}
+
+#[test]
+fn a_reader_who_may_only_watch_is_told_why_the_d_key_does_nothing() {
+    let mut snap = drwa_host("off");
+    let why = "uid 1000 (groups bloatd) may watch but not switch DRWA (every receiver of every \
+               namespace): that changes the kernel and needs root";
+    snap.policy.as_mut().unwrap().refused = Some(why.into());
+    let mut app = app_with(snap);
+    app.handle_key(Key::Char('D'));
+    assert_eq!((app.drwa_confirm(), app.take_drwa_request()), (None, None));
+    assert_eq!(app.status(), Some(why));
+    let screen = text(&mut app, 200, 24);
+    assert!(screen.contains("may watch but not switch DRWA"), "{screen}");
 }

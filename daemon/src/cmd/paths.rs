@@ -33,9 +33,10 @@ pub fn run(cfg: &Config, args: &PathsArgs) -> anyhow::Result<ExitCode> {
             return Ok(ExitCode::SUCCESS);
         }
         println!(
-            "{} floors (capacity {}, window {} s; {} created, {} evicted by the bound)",
+            "{} floors (capacity {} peers and {} prefixes, window {} s; {} created, {} evicted by the bound)",
             f.floors.len(),
             f.capacity,
+            f.prefix_capacity,
             f.window_s,
             f.created,
             f.evicted

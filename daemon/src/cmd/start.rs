@@ -142,7 +142,7 @@ impl StartArgs {
 /// `bloatd start [--foreground]`.
 pub fn run(cfg: &Config, args: &StartArgs) -> anyhow::Result<ExitCode> {
     if args.foreground {
-        super::init_logging(&cfg.log);
+        super::init_logging(&cfg.log, &cfg.run_dir);
         run_foreground(cfg)
     } else {
         let argv: Vec<String> = std::env::args().skip(1).collect();
@@ -302,10 +302,60 @@ fn sd_notify(path: &std::ffi::OsStr, msg: &str) {
     }
 }
 
+/// The signals that stop the daemon. SIGHUP ends it like SIGTERM (there
+/// is no reload: a new config takes a restart), so a hung-up terminal that
+/// started `bloatd start --foreground` restores the default cc on its way.
+struct StopSignals {
+    term: tokio::signal::unix::Signal,
+    int: tokio::signal::unix::Signal,
+    hup: tokio::signal::unix::Signal,
+}
+
+impl StopSignals {
+    /// Take the signals in from now on (in `rt`'s context): one that comes
+    /// while bloatd sets up waits until the setup is done, then stops it
+    /// with the cleanup, instead of killing it half attached.
+    fn install(rt: &tokio::runtime::Runtime) -> std::io::Result<StopSignals> {
+        use tokio::signal::unix::{signal, SignalKind};
+        let _in_rt = rt.enter();
+        Ok(StopSignals {
+            term: signal(SignalKind::terminate())?,
+            int: signal(SignalKind::interrupt())?,
+            hup: signal(SignalKind::hangup())?,
+        })
+    }
+
+    /// The next stop signal's name.
+    async fn recv(&mut self) -> &'static str {
+        tokio::select! {
+            _ = self.term.recv() => "SIGTERM",
+            _ = self.int.recv() => "SIGINT",
+            _ = self.hup.recv() => "SIGHUP",
+        }
+    }
+
+    /// A stop signal that came during the setup, if one did. The kernel
+    /// handed it to tokio's handler, which only wrote to a pipe: one turn
+    /// of the runtime's driver (a yield) delivers it to `recv` first.
+    async fn pending(&mut self) -> Option<&'static str> {
+        tokio::task::yield_now().await;
+        tokio::select! {
+            biased;
+            s = self.recv() => Some(s),
+            _ = std::future::ready(()) => None,
+        }
+    }
+}
+
 /// `bloatd start --foreground`: run until SIGTERM, SIGINT or SIGHUP.
 fn run_foreground(cfg: &Config) -> anyhow::Result<ExitCode> {
     // SAFETY: umask(2) always succeeds. Nothing bloatd creates is for others.
     unsafe { libc::umask(0o077) };
+    // The signal handlers before anything is attached.
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let mut signals = StopSignals::install(&rt)?;
     let (dir, lock, tcp, unix, core) = match setup(cfg) {
         Ok(s) => s,
         Err(e) => {
@@ -314,11 +364,15 @@ fn run_foreground(cfg: &Config) -> anyhow::Result<ExitCode> {
         }
     };
     tracing::info!(
-        "bloatd {} running: metrics on http://{}/metrics, API on {} ({})",
+        "bloatd {} running: metrics on http://{}/metrics, API on {} (watch: {}; act: {})",
         env!("CARGO_PKG_VERSION"),
         cfg.listen,
         cfg.socket_path().display(),
         match cfg.api_gid() {
+            Some((name, _)) => format!("root and group {name}"),
+            None => "root only".into(),
+        },
+        match cfg.authority().admin {
             Some((name, _)) => format!("root and group {name}"),
             None => "root only".into(),
         }
@@ -327,9 +381,6 @@ fn run_foreground(cfg: &Config) -> anyhow::Result<ExitCode> {
     install_panic_hook();
     let panic_file = std::env::var_os(TEST_PANIC_ENV).map(std::path::PathBuf::from);
     let core = Arc::new(Mutex::new(core));
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()?;
     let interval = Duration::from_millis(cfg.interval_ms);
     let result = rt.block_on(async {
         let tcp = tokio::net::TcpListener::from_std(tcp)?;
@@ -355,24 +406,20 @@ fn run_foreground(cfg: &Config) -> anyhow::Result<ExitCode> {
         );
         let api_srv = server::serve(
             unix,
-            server::api_router(core.clone()),
+            server::api_router(core.clone(), cfg.authority()),
             server::Limits::DEFAULT,
         );
+        if let Some(s) = signals.pending().await {
+            tracing::info!("{s} during start: stopping");
+            notify_ready(&Err(format!("bloatd got {s} while starting and stopped")));
+            return Ok(());
+        }
         notify_ready(&Ok(()));
-        use tokio::signal::unix::{signal, SignalKind};
-        let mut term = signal(SignalKind::terminate())?;
-        let mut int = signal(SignalKind::interrupt())?;
-        // SIGHUP ends the daemon like SIGTERM (there is no reload: a new
-        // config takes a restart), so a hung-up terminal that started
-        // `bloatd start --foreground` restores the default cc on its way.
-        let mut hup = signal(SignalKind::hangup())?;
         tokio::select! {
             r = metrics => r.map_err(anyhow::Error::from),
             r = api_srv => r.map_err(anyhow::Error::from),
             _ = ticker => Ok(()),
-            _ = term.recv() => { tracing::info!("SIGTERM: stopping"); Ok(()) }
-            _ = int.recv() => { tracing::info!("SIGINT: stopping"); Ok(()) }
-            _ = hup.recv() => { tracing::info!("SIGHUP: stopping"); Ok(()) }
+            s = signals.recv() => { tracing::info!("{s}: stopping"); Ok(()) }
         }
     });
     // Detach probes, restore the default cc, unregister our algorithms:

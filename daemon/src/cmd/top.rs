@@ -52,7 +52,7 @@ impl Source for Backend {
             }),
             Backend::Embedded(core) => {
                 core.tick();
-                core.snapshot(req, false)
+                core.snapshot(req, false, me())
             }
         }
     }
@@ -64,7 +64,7 @@ impl Source for Backend {
                 ClientError::Status { body, .. } => body,
                 e => e.to_string(),
             }),
-            Backend::Embedded(core) => core.set_drwa(on),
+            Backend::Embedded(core) => core.set_drwa(on, me().uid),
         }
     }
 }
@@ -104,9 +104,18 @@ impl Backend {
         match self {
             Backend::Api(client) => Ok(client.snapshot(&SnapshotRequest::default(), true)?),
             Backend::Embedded(core) => core
-                .snapshot(&SnapshotRequest::default(), true)
+                .snapshot(&SnapshotRequest::default(), true, me())
                 .map_err(anyhow::Error::msg),
         }
+    }
+}
+
+/// The embedded dashboard is its own only viewer.
+fn me() -> crate::authority::Viewer {
+    let p = crate::authority::Peer::me();
+    crate::authority::Viewer {
+        uid: p.uid,
+        pid: p.pid,
     }
 }
 
@@ -118,7 +127,7 @@ fn terminal_size() -> Option<(u16, u16)> {
 }
 
 pub fn run(cfg: &Config, opts: &TopArgs) -> anyhow::Result<ExitCode> {
-    super::init_logging("warn");
+    super::init_logging("warn", &cfg.run_dir);
     let mut backend = Backend::open(cfg)?;
     if !opts.once {
         bloatd_tui::run(

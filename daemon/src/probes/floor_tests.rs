@@ -21,13 +21,28 @@ extern "C" {
     fn bloatd_floor_infer(own_min_us: u32, queue_us: u32, route_floor_us: u32) -> u32;
 }
 
-/// The kernel's `floors` map as the test sees it: bounded, least recently
-/// used first out, with the probes' counters.
-struct Env {
+/// One of the kernel's floor maps as the test sees it: bounded, least
+/// recently used first out.
+#[derive(Default)]
+struct Table {
     floors: HashMap<[u8; 24], Box<BloatdFloor>>,
     used: Vec<[u8; 24]>,
     bound: usize,
     evicted: u64,
+}
+
+impl Table {
+    fn touch(&mut self, k: [u8; 24]) {
+        self.used.retain(|x| *x != k);
+        self.used.push(k);
+    }
+}
+
+/// The kernel's `floors` (peers) and `prefix_floors` maps, with the
+/// probes' counters.
+struct Env {
+    peers: Table,
+    prefixes: Table,
     counts: HashMap<u32, u64>,
     /// What the bottleneck's reading lets the probes infer (0: nothing).
     infer: u32,
@@ -39,20 +54,32 @@ fn key_bytes(k: &BloatdPathKey) -> [u8; 24] {
 }
 
 impl Env {
+    /// `bound` floors of peers, and as many of prefixes.
     fn new(bound: usize) -> Box<Env> {
         Box::new(Env {
-            floors: HashMap::new(),
-            used: Vec::new(),
-            bound,
-            evicted: 0,
+            peers: Table {
+                bound,
+                ..Default::default()
+            },
+            prefixes: Table {
+                bound,
+                ..Default::default()
+            },
             counts: HashMap::new(),
             infer: 0,
         })
     }
 
-    fn touch(&mut self, k: [u8; 24]) {
-        self.used.retain(|x| *x != k);
-        self.used.push(k);
+    /// The table the probes name (enum bloatd_floor_table), checked
+    /// against the key: a peer's key is a whole address.
+    fn table(&mut self, k: &BloatdPathKey, table: u32) -> &mut Table {
+        let whole = if k.family == 10 { 128 } else { 32 };
+        assert_eq!(table == 0, k.prefix_len == whole, "the key's table");
+        if table == 0 {
+            &mut self.peers
+        } else {
+            &mut self.prefixes
+        }
     }
 
     fn count(&self, s: u32) -> u64 {
@@ -64,14 +91,16 @@ impl Env {
 extern "C" fn bloatd_test_floor_lookup(
     env: *mut c_void,
     key: *const BloatdPathKey,
+    table: u32,
 ) -> *mut BloatdFloor {
     // SAFETY: the test passes its own Env; the key points at a live key.
-    let (env, k) = unsafe { (&mut *(env as *mut Env), key_bytes(&*key)) };
-    if !env.floors.contains_key(&k) {
+    let (env, key) = unsafe { (&mut *(env as *mut Env), &*key) };
+    let (t, k) = (env.table(key, table), key_bytes(key));
+    if !t.floors.contains_key(&k) {
         return std::ptr::null_mut();
     }
-    env.touch(k);
-    &mut **env.floors.get_mut(&k).unwrap() as *mut BloatdFloor
+    t.touch(k);
+    &mut **t.floors.get_mut(&k).unwrap() as *mut BloatdFloor
 }
 
 #[no_mangle]
@@ -79,19 +108,21 @@ extern "C" fn bloatd_test_floor_insert(
     env: *mut c_void,
     key: *const BloatdPathKey,
     f: *const BloatdFloor,
+    table: u32,
 ) -> i32 {
     // SAFETY: as above.
-    let (env, k, f) = unsafe { (&mut *(env as *mut Env), key_bytes(&*key), *f) };
-    if env.floors.contains_key(&k) {
+    let (env, key, f) = unsafe { (&mut *(env as *mut Env), &*key, *f) };
+    let (t, k) = (env.table(key, table), key_bytes(key));
+    if t.floors.contains_key(&k) {
         return -17; // EEXIST, as BPF_NOEXIST
     }
-    if env.floors.len() >= env.bound {
-        let oldest = env.used.remove(0);
-        env.floors.remove(&oldest);
-        env.evicted += 1;
+    if t.floors.len() >= t.bound {
+        let oldest = t.used.remove(0);
+        t.floors.remove(&oldest);
+        t.evicted += 1;
     }
-    env.floors.insert(k, Box::new(f));
-    env.touch(k);
+    t.floors.insert(k, Box::new(f));
+    t.touch(k);
     0
 }
 
@@ -129,7 +160,7 @@ fn v4(a: [u8; 4], own_us: u32) -> BloatdFloorSubject {
         route_id: 7,
         own_us,
         family: 2,
-        pad: 0,
+        moved: 0,
         daddr,
     }
 }
@@ -141,7 +172,7 @@ fn v6(a: &str, own_us: u32) -> BloatdFloorSubject {
         route_id: 7,
         own_us,
         family: 10,
-        pad: 0,
+        moved: 0,
         daddr: ip.octets(),
     }
 }
@@ -309,13 +340,71 @@ fn inference_needs_a_queue_and_stays_above_the_route_floor() {
 fn a_new_route_starts_the_floor_over() {
     let mut env = Env::new(64);
     refresh(&mut env, &cfg(), &v4([10, 0, 0, 2], 40_000), 100);
+    // A socket over another gateway, with nothing over the old route for
+    // a while: the path changed.
     let mut moved = v4([10, 0, 0, 2], 90_000);
-    moved.route_id = 8; // another gateway
+    moved.route_id = 8;
+    assert_eq!(
+        refresh(&mut env, &cfg(), &moved, 110),
+        (90_000, floor_source::SOCKET)
+    );
+    assert_eq!(env.count(stat::FLOOR_ROUTE), 1);
+    // A live connection re-routed under it (the route table changed): at
+    // once, though the old route fed the floor a second ago.
+    let mut env = Env::new(64);
+    refresh(&mut env, &cfg(), &v4([10, 0, 0, 2], 40_000), 100);
+    moved.moved = 1;
     assert_eq!(
         refresh(&mut env, &cfg(), &moved, 101),
         (90_000, floor_source::SOCKET)
     );
     assert_eq!(env.count(stat::FLOOR_ROUTE), 1);
+    // Its next refresh, over the route it moved to: nothing more.
+    assert_eq!(refresh(&mut env, &cfg(), &moved, 102).0, 90_000);
+    assert_eq!(env.count(stat::FLOOR_ROUTE), 1);
+}
+
+#[test]
+fn flows_to_one_peer_over_two_next_hops_share_its_floor() {
+    // ECMP: a bulk download hashed to one next hop learned 40 ms; a fetch
+    // hashed to the other opens behind the queue. Refreshing in turn for
+    // a minute, neither starts the floor over.
+    let mut env = Env::new(64);
+    let bulk = v4([10, 0, 0, 2], 40_000);
+    let mut fetch = v4([10, 0, 0, 2], 1_440_000);
+    fetch.route_id = 8;
+    refresh(&mut env, &cfg(), &bulk, 100);
+    for t in 101..160 {
+        assert_eq!(
+            refresh(&mut env, &cfg(), &fetch, t),
+            (40_000, floor_source::PEER)
+        );
+        assert_eq!(refresh(&mut env, &cfg(), &bulk, t).0, 40_000);
+    }
+    assert_eq!(env.count(stat::FLOOR_ROUTE), 0);
+    // Both next hops are known now: a fetch over either after a quiet
+    // while does not start it over either.
+    assert_eq!(refresh(&mut env, &cfg(), &fetch, 400).0, 40_000);
+    assert_eq!(refresh(&mut env, &cfg(), &bulk, 800).0, 40_000);
+    assert_eq!(env.count(stat::FLOOR_ROUTE), 0);
+}
+
+#[test]
+fn a_flood_of_peers_does_not_push_out_the_prefixes() {
+    // A prefix learned from one peer, then 100 peers of another /24 (a
+    // remote host's addresses) through a table of 16 peers.
+    let mut env = Env::new(16);
+    refresh(&mut env, &cfg(), &v4([10, 0, 1, 2], 40_000), 100);
+    for i in 0..100u8 {
+        refresh(&mut env, &cfg(), &v4([10, 0, 2, i], 30_000), 101);
+    }
+    assert_eq!(env.peers.evicted, 101 - 16);
+    assert_eq!(env.prefixes.evicted, 0);
+    // A new peer of the first /24 still starts from its prefix's floor.
+    assert_eq!(
+        refresh(&mut env, &cfg(), &v4([10, 0, 1, 9], 600_000), 102),
+        (40_000, floor_source::PREFIX)
+    );
 }
 
 #[test]
@@ -334,14 +423,14 @@ fn the_floor_table_is_bounded_and_counts_what_it_creates() {
             100 + i as u32,
         );
     }
-    assert_eq!(env.floors.len(), 4);
+    assert_eq!(env.peers.floors.len(), 4);
     assert_eq!(env.count(stat::FLOOR_NEW), 10);
     // The daemon's count of what the bound dropped: created - present.
     assert_eq!(
-        super::floor_evictions(env.count(stat::FLOOR_NEW), env.floors.len() as u64),
+        super::floor_evictions(env.count(stat::FLOOR_NEW), env.peers.floors.len() as u64),
         6
     );
-    assert_eq!(env.evicted, 6);
+    assert_eq!(env.peers.evicted, 6);
     // The least recently used went: the first peers have no history now.
     assert_eq!(
         refresh(&mut env, &cfg, &v4([10, 0, 0, 0], 700_000), 200).1,

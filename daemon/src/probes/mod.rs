@@ -112,10 +112,11 @@ pub struct Probes {
     slots: Slots,
     _dump: MapData,
     _socks: MapData,
-    /// Read the floors map, and count it (kept alive with them by `_floors`).
-    floors: MapIter,
-    floors_count: MapIter,
-    _floors: MapData,
+    /// Read the floor maps (peers, prefixes), and count them (kept alive
+    /// with them by `_floors`).
+    floors: [MapIter; 2],
+    floors_count: [MapIter; 2],
+    _floors: [MapData; 2],
     /// Why closing senders are not sampled, if they are not.
     sockops_error: Option<String>,
     /// What the kernel offers beyond the core.
@@ -235,6 +236,12 @@ fn make_overflow_entries(
 /// that existed before (they are not refused) fit too.
 const DUMP_SLACK: u32 = 256;
 
+/// The prefixes' floor table's bound: a quarter of the peers' (a prefix
+/// serves many peers), at least 16.
+pub fn prefix_floor_entries(floor_entries: u32) -> u32 {
+    (floor_entries / 4).max(16)
+}
+
 /// Floors the LRU bound pushed out: the probes count what they create, the
 /// map holds what is left (the daemon deletes none).
 pub fn floor_evictions(created: u64, present: u64) -> u64 {
@@ -350,10 +357,13 @@ fn iter_unbound(
         .ok_or_else(|| ProbeError::Object(format!("program {name} missing from object")))?
         .try_into()
         .map_err(|e| ProbeError::Object(errstr(e)))?;
-    prog.load(target, btf).map_err(|e| ProbeError::Load {
-        name,
-        detail: errstr(e),
-    })?;
+    // One program can walk several maps: loaded once, attached to each.
+    if prog.fd().is_err() {
+        prog.load(target, btf).map_err(|e| ProbeError::Load {
+            name,
+            detail: errstr(e),
+        })?;
+    }
     let prog_fd = prog.fd().map_err(|e| ProbeError::Load {
         name,
         detail: errstr(e),
@@ -377,10 +387,13 @@ fn iter_attach(
         .ok_or_else(|| ProbeError::Object(format!("program {name} missing from object")))?
         .try_into()
         .map_err(|e| ProbeError::Object(errstr(e)))?;
-    prog.load(target, btf).map_err(|e| ProbeError::Load {
-        name,
-        detail: errstr(e),
-    })?;
+    // One program can walk several maps: loaded once, attached to each.
+    if prog.fd().is_err() {
+        prog.load(target, btf).map_err(|e| ProbeError::Load {
+            name,
+            detail: errstr(e),
+        })?;
+    }
     let prog_fd = prog.fd().map_err(|e| ProbeError::Load {
         name,
         detail: errstr(e),
@@ -423,6 +436,7 @@ impl Probes {
             .override_global("drwa_lambda_x256", &cfg.policy.drwa_lambda_x256, true)
             .override_global("drwa_min_bytes", &cfg.policy.drwa_min_bytes, true)
             .map_max_entries("floors", cfg.floor_entries)
+            .map_max_entries("prefix_floors", prefix_floor_entries(cfg.floor_entries))
             .map_max_entries("svc_stats", cfg.service_entries)
             .map_max_entries("dump", cfg.map_capacity + DUMP_SLACK)
             .load(OBJECT)
@@ -503,9 +517,15 @@ impl Probes {
                 detail: errstr(e),
             })?;
         make_overflow_entries(&mut svc_stats)?;
-        let Map::LruHashMap(floors_map) = map(&mut ebpf, "floors")? else {
-            return Err(ProbeError::Object("map floors is not an LRU hash".into()));
-        };
+        let mut floor_maps = Vec::new();
+        for name in ["floors", "prefix_floors"] {
+            let Map::LruHashMap(m) = map(&mut ebpf, name)? else {
+                return Err(ProbeError::Object(format!("map {name} is not an LRU hash")));
+            };
+            floor_maps.push(m);
+        }
+        let [floors_map, prefix_floors_map]: [MapData; 2] =
+            floor_maps.try_into().expect("two floor maps");
         // The rules are in their map before the program that reads them runs.
         let mut policy_maps = policy::PolicyMaps::load(&mut ebpf, &cfg.policy)?;
         if cfg.policy.drwa_armed || cfg.policy.saved_pin.is_some() {
@@ -550,9 +570,14 @@ impl Probes {
             detail: e.to_string(),
         })?;
         let dump = iter_attach(&mut ebpf, &btf, "dump_socks", "bpf_sk_storage_map", &socks)?;
-        let floors = iter_attach(&mut ebpf, &btf, "dump_floors", "bpf_map_elem", &floors_map)?;
-        let floors_count =
-            iter_attach(&mut ebpf, &btf, "count_floors", "bpf_map_elem", &floors_map)?;
+        let mut floor_iter = |name| -> Result<[MapIter; 2], ProbeError> {
+            Ok([
+                iter_attach(&mut ebpf, &btf, name, "bpf_map_elem", &floors_map)?,
+                iter_attach(&mut ebpf, &btf, name, "bpf_map_elem", &prefix_floors_map)?,
+            ])
+        };
+        let floors = floor_iter("dump_floors")?;
+        let floors_count = floor_iter("count_floors")?;
 
         let mut probes = Probes {
             ebpf,
@@ -563,7 +588,7 @@ impl Probes {
             _socks: socks,
             floors,
             floors_count,
-            _floors: floors_map,
+            _floors: [floors_map, prefix_floors_map],
             sockops_error,
             kernel,
             stats,
@@ -798,19 +823,20 @@ impl Probes {
         self.map_capacity
     }
 
-    /// Every path floor the kernel keeps (peers and prefixes), in one read.
+    /// Every path floor the kernel keeps (peers and prefixes), in one read
+    /// of each table.
     pub fn floors(&self) -> Result<Vec<(BloatdPathKey, BloatdFloor)>, ProbeError> {
-        let bytes = self.floors.read().map_err(|e| ProbeError::Map {
-            map: "floors",
-            detail: e.to_string(),
-        })?;
         let (k, v) = (
             std::mem::size_of::<BloatdPathKey>(),
             std::mem::size_of::<BloatdFloor>(),
         );
-        Ok(bytes
-            .chunks_exact(k + v)
-            .map(|c| {
+        let mut out = Vec::new();
+        for it in &self.floors {
+            let bytes = it.read().map_err(|e| ProbeError::Map {
+                map: "floors",
+                detail: e.to_string(),
+            })?;
+            out.extend(bytes.chunks_exact(k + v).map(|c| {
                 // SAFETY: both are plain data generated from BTF; sizes checked by chunks_exact.
                 unsafe {
                     (
@@ -818,23 +844,29 @@ impl Probes {
                         std::ptr::read_unaligned(c[k..].as_ptr() as *const BloatdFloor),
                     )
                 }
-            })
-            .collect())
+            }));
+        }
+        Ok(out)
     }
 
-    /// How many floors the kernel keeps now (one pass, nothing copied).
+    /// How many floors the kernel keeps now, peers and prefixes (one pass
+    /// over each table, nothing copied).
     pub fn floors_count(&self) -> Result<u64, ProbeError> {
-        let bytes = self.floors_count.read().map_err(|e| ProbeError::Map {
-            map: "floors",
-            detail: e.to_string(),
-        })?;
-        bytes
-            .get(..8)
-            .map(|b| u64::from_ne_bytes(b.try_into().unwrap()))
-            .ok_or_else(|| ProbeError::Map {
+        let mut n = 0;
+        for it in &self.floors_count {
+            let bytes = it.read().map_err(|e| ProbeError::Map {
                 map: "floors",
-                detail: format!("the count iterator returned {} bytes", bytes.len()),
-            })
+                detail: e.to_string(),
+            })?;
+            n += bytes
+                .get(..8)
+                .map(|b| u64::from_ne_bytes(b.try_into().unwrap()))
+                .ok_or_else(|| ProbeError::Map {
+                    map: "floors",
+                    detail: format!("the count iterator returned {} bytes", bytes.len()),
+                })?;
+        }
+        Ok(n)
     }
 
     /// Why the sock_ops program is not attached, if it is not.

@@ -107,7 +107,10 @@ pub struct App {
     histories: Histories,
     notices: Notices,
     summary: HostSummary,
-    /// DRWA on (true) or off asked for with the D key, for the run loop.
+    /// DRWA on (true) or off asked for with the D key, awaiting the
+    /// user's yes: it acts on every receiver of every namespace.
+    drwa_confirm: Option<bool>,
+    /// DRWA on (true) or off, confirmed, for the run loop.
     drwa_request: Option<bool>,
     /// A one-line answer to the user's last action, and when it was given.
     status: Option<(String, u64)>,
@@ -147,6 +150,7 @@ impl App {
             histories: Histories::default(),
             notices: Notices::default(),
             summary: HostSummary::default(),
+            drwa_confirm: None,
             drwa_request: None,
             status: None,
         }
@@ -209,6 +213,14 @@ impl App {
             self.prompt_key(key);
             return;
         }
+        if let Some(on) = self.drwa_confirm.take() {
+            if key == Key::Char('y') || key == Key::Char('Y') {
+                self.drwa_request = Some(on);
+            } else {
+                self.status = Some(("DRWA left as it was".into(), self.now_ms));
+            }
+            return;
+        }
         if self.help {
             match key {
                 Key::Esc | Key::Char('?') => self.help = false,
@@ -260,20 +272,35 @@ impl App {
         }
     }
 
-    /// The D key: DRWA on if it is off, off if it is on; a bloatd that did
-    /// not arm it at start cannot switch it, and the user is told so.
+    /// The D key: DRWA on if it is off, off if it is on, once the user
+    /// says yes (it acts on every receiver of every namespace). A bloatd
+    /// that did not arm DRWA cannot switch it, and a reader the daemon lets
+    /// watch but not act may not: the user is told why.
     fn toggle_drwa(&mut self) {
-        match self.snapshot.policy.as_ref().map(|p| p.drwa.as_str()) {
-            Some("on") => self.drwa_request = Some(false),
-            Some("off") => self.drwa_request = Some(true),
+        let policy = self.snapshot.policy.as_ref();
+        let on = match policy.map(|p| p.drwa.as_str()) {
+            Some("on") => false,
+            Some("off") => true,
             _ => {
                 self.status = Some((
                     "DRWA is disabled in this bloatd: start it with --drwa=off (or --drwa) to switch it here"
                         .into(),
                     self.now_ms,
-                ))
+                ));
+                return;
             }
+        };
+        if let Some(why) = policy.and_then(|p| p.refused.clone()) {
+            self.status = Some((why, self.now_ms));
+            return;
         }
+        self.status = None;
+        self.drwa_confirm = Some(on);
+    }
+
+    /// The switch the D key waits to confirm: DRWA on (true) or off.
+    pub fn drwa_confirm(&self) -> Option<bool> {
+        self.drwa_confirm
     }
 
     /// What the D key asked for, once (the run loop asks the source).

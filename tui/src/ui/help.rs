@@ -11,7 +11,19 @@ use ratatui::text::{Line, Span};
 use ratatui::widgets::{Block, BorderType, Paragraph, Widget};
 
 pub(super) fn render_footer(app: &App, area: Rect, buf: &mut Buffer) {
-    let line = if let Some(status) = app.status() {
+    let line = if let Some(on) = app.drwa_confirm() {
+        Line::from(vec![
+            Span::styled(
+                format!(
+                    " Switch DRWA {} for every receiver of every namespace? ",
+                    if on { "on" } else { "off" }
+                ),
+                WARN,
+            ),
+            Span::styled("y", TITLE),
+            Span::styled(" yes · any other key: no", DIM),
+        ])
+    } else if let Some(status) = app.status() {
         // The answer to the user's last action (the D key).
         Line::from(vec![Span::styled(format!(" {status}"), WARN)])
     } else if let Some(prompt) = app.prompt() {
@@ -115,7 +127,7 @@ pub(super) fn help(app: &App, area: Rect, buf: &mut Buffer) {
         ),
         key(
             "p D",
-            "pause / resume · DRWA on / off, live (bloatd --drwa[=off])",
+            "pause / resume · DRWA on/off, asks first (root, admin_group)",
         ),
         key("Esc ?", "back / this help"),
         key("q", "quit"),
