@@ -270,7 +270,7 @@ impl Core {
         };
         let (mut summary, mut matched) = (None, None);
         if req.limit.is_some() {
-            let (rows, n, s) = bloatd_model::select::select_rows(sockets, req, threshold_us)?;
+            let (rows, n, s) = bloatd_model::select::select_rows(&sockets, req, threshold_us)?;
             (sockets, matched, summary) = (rows, Some(n), Some(s));
         }
         Ok(Snapshot {
