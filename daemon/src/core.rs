@@ -7,7 +7,7 @@ use crate::clock::Clock;
 use crate::config::Config;
 use crate::metrics::{Metrics, Scrape};
 use crate::probes::{abi, abi::stat, ProbeConfig, Probes};
-use crate::tracker::Tracker;
+use crate::tracker::{Rows, Tracker};
 use bloatd_model::api::{CcInfo, FloorEntry, Floors, Status};
 use bloatd_model::{FloorSource, Health, NetPath, Series, Snapshot, SnapshotRequest, Socket};
 use std::collections::{HashMap, HashSet};
@@ -96,14 +96,28 @@ impl Core {
     /// Read every record of the kernel, refreshed from its socket now, into
     /// the tracker, with the state of bloatd's congestion controls.
     fn read(&mut self) {
+        let started = Instant::now();
         match self.probes.read_all() {
-            Ok(recs) => self.tracker.refresh(recs),
+            Ok(recs) => {
+                let states = if self.cc.is_empty() {
+                    HashMap::new()
+                } else {
+                    self.cc.states()
+                };
+                self.tracker.refresh(recs, states);
+            }
             Err(e) => tracing::warn!("{e}"),
         }
-        if !self.cc.is_empty() {
-            self.tracker.set_cc_states(self.cc.states());
+        self.last_read = Some(started);
+    }
+
+    /// Read now, unless a read started after `asked` (when the request
+    /// arrived): requests that wait for each other share one read, and each
+    /// still gets numbers read after it asked.
+    fn read_since(&mut self, asked: Instant) {
+        if self.last_read.is_none_or(|t| t < asked) {
+            self.read();
         }
-        self.last_read = Some(Instant::now());
     }
 
     /// Read again unless the last read is less than an interval old: a
@@ -168,11 +182,17 @@ impl Core {
         }
     }
 
-    /// Sockets with their numbers read from the kernel now (not the last
-    /// sample), for `bloatd sockets` and scripts comparing with `ss`.
+    /// Sockets with their numbers read from the kernel after `asked` (not
+    /// the last sample), for `bloatd sockets` and scripts comparing with
+    /// `ss`, to be turned into `Socket`s as they are sent.
+    pub fn socket_rows(&mut self, all: bool, asked: Instant) -> Rows {
+        self.read_since(asked);
+        self.tracker.rows(&Clock::now(), all)
+    }
+
+    /// The same, all at once.
     pub fn sockets_fresh(&mut self, all: bool) -> Vec<Socket> {
-        self.read();
-        self.tracker.sockets(&Clock::now(), all)
+        self.socket_rows(all, Instant::now()).iter().collect()
     }
 
     /// Sockets grouped by path, worst queue first (`prefix`: by the
@@ -241,17 +261,32 @@ impl Core {
         }
     }
 
-    /// What the dashboard draws (`req`): the sockets as of the last read (at
-    /// most an interval old; `fresh`: read now), all of them or, with a
-    /// limit, the first rows in its sort order passing its filter with the
-    /// host's summary (`bloatd_model::select::select_rows`), plus the samples of
-    /// one socket newer than `since_ms`. A dashboard asking counts as
-    /// someone looking. Err: a bad sort key or filter.
+    /// What the dashboard draws (`req`): the sockets as of the last read
+    /// (`read_if_stale`; `fresh`: read after `asked`), all of them or,
+    /// with a limit, the first rows in its sort order passing its filter
+    /// with the host's summary (`bloatd_model::select::select_rows`), plus
+    /// the samples of one socket newer than `since_ms`. A dashboard asking
+    /// counts as someone looking. Err: a bad sort key or filter.
     pub fn snapshot(&mut self, req: &SnapshotRequest, fresh: bool) -> Result<Snapshot, String> {
+        let (mut snap, rows) = self.snapshot_parts(req, fresh, Instant::now())?;
+        if let Some(rows) = rows {
+            snap.sockets = rows.iter().collect();
+        }
+        Ok(snap)
+    }
+
+    /// The same, with every socket (no `limit`) left as `Rows` for the
+    /// caller to stream: the snapshot's `sockets` is then empty.
+    pub fn snapshot_parts(
+        &mut self,
+        req: &SnapshotRequest,
+        fresh: bool,
+        asked: Instant,
+    ) -> Result<(Snapshot, Option<Rows>), String> {
         let first_look = self.viewer_until.is_none_or(|t| t <= Instant::now());
         self.viewer_until = Some(Instant::now() + VIEWER_TTL);
         if fresh {
-            self.read();
+            self.read_since(asked);
         } else {
             self.read_if_stale();
         }
@@ -262,18 +297,22 @@ impl Core {
         }
         let clock = Clock::now();
         let threshold_us = (self.cfg.bloat_threshold_ms * 1000).min(u32::MAX as u64) as u32;
-        let mut sockets = self.tracker.sockets(&clock, false);
-        let paths = if req.paths {
-            crate::paths::paths_of(&sockets, None)
-        } else {
-            Vec::new()
-        };
-        let (mut summary, mut matched) = (None, None);
-        if req.limit.is_some() {
-            let (rows, n, s) = bloatd_model::select::select_rows(&sockets, req, threshold_us)?;
-            (sockets, matched, summary) = (rows, Some(n), Some(s));
+        let (mut sockets, mut summary, mut matched, mut all) = (Vec::new(), None, None, None);
+        let mut paths = Vec::new();
+        if req.limit.is_some() || req.paths {
+            let rows = self.tracker.sockets(&clock, false);
+            if req.paths {
+                paths = crate::paths::paths_of(&rows, None);
+            }
+            if req.limit.is_some() {
+                let (page, n, s) = bloatd_model::select::select_rows(&rows, req, threshold_us)?;
+                (sockets, matched, summary) = (page, Some(n), Some(s));
+            }
         }
-        Ok(Snapshot {
+        if req.limit.is_none() {
+            all = Some(self.tracker.rows(&clock, false));
+        }
+        let snap = Snapshot {
             summary,
             matched,
             taken_ms: clock.unix_ms,
@@ -288,7 +327,8 @@ impl Core {
             health: self.health(),
             paths,
             policy: self.policy_state(),
-        })
+        };
+        Ok((snap, all))
     }
 
     /// One socket's samples newer than `since_ms` (API), and keep it watched

@@ -17,6 +17,7 @@ mod policy;
 mod probes;
 mod rundir;
 mod server;
+mod stream;
 mod text;
 mod tracker;
 

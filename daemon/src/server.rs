@@ -15,7 +15,7 @@ use bloatd_model::api::{
 use std::collections::BTreeMap;
 use std::future::Future;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use tokio::io::{AsyncRead, AsyncWrite};
 
 pub type Shared = Arc<Mutex<Core>>;
@@ -30,14 +30,21 @@ pub fn api_router(core: Shared) -> Router {
         .route(
             route::SOCKETS,
             get(|State(c): State<Shared>, Query(q): Query<SocketsQuery>| async move {
-                Json(c.lock().unwrap().sockets_fresh(q.all.is_set()))
+                let asked = Instant::now();
+                let rows = c.lock().unwrap().socket_rows(q.all.is_set(), asked);
+                crate::stream::sockets(rows)
             }),
         )
         .route(
             route::SNAPSHOT,
             get(|State(c): State<Shared>, Query(q): Query<SnapshotQuery>| async move {
-                match c.lock().unwrap().snapshot(&q.request(), q.fresh.is_set()) {
-                    Ok(s) => Json(s).into_response(),
+                let asked = Instant::now();
+                let parts = c.lock().unwrap().snapshot_parts(&q.request(), q.fresh.is_set(), asked);
+                match parts {
+                    Ok((s, None)) => Json(s).into_response(),
+                    Ok((s, Some(rows))) => crate::stream::snapshot(&s, rows).unwrap_or_else(|e| {
+                        error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string())
+                    }),
                     Err(e) => error(StatusCode::BAD_REQUEST, e),
                 }
             }),
