@@ -11,6 +11,7 @@ use crate::tracker::{Rows, Tracker};
 use bloatd_model::api::{CcInfo, FloorEntry, Floors, Status};
 use bloatd_model::{FloorSource, Health, NetPath, Series, Snapshot, SnapshotRequest, Socket};
 use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// How long a dashboard counts as looking after its last snapshot, and an
@@ -22,6 +23,27 @@ const SERIES_TTL: Duration = Duration::from_secs(60);
 const WATCH_MOST_QUEUED: usize = 32;
 const WATCH_EVERY: Duration = Duration::from_secs(1);
 const HOUSEKEEPING_EVERY: Duration = Duration::from_secs(10);
+/// Watching costs in proportion to what it shows: dashboards and series
+/// share one full read for at least a sampling interval, and for as long as
+/// it took (reading and making the rows) times this factor, so whatever
+/// the number of sockets the reads for watchers take at most about 1% of a
+/// core. The rows a dashboard draws are as old as that read (about a second
+/// with 10,000 busy sockets here); its detail socket's series and the most
+/// queued sockets' come from the probes at every interval.
+const WATCH_READ_SHARE: u32 = 100;
+
+/// The last full read: when it started and what it cost.
+struct Reading {
+    started: Instant,
+    cost: Duration,
+}
+
+/// Every socket of one read as the dashboard's `Socket`s, made once per read
+/// for all the dashboards and requests that ask before the next.
+struct ViewRows {
+    read: u64,
+    rows: Arc<Vec<Socket>>,
+}
 
 pub struct Core {
     probes: Probes,
@@ -35,7 +57,10 @@ pub struct Core {
     mode: &'static str,
     started_unix_ms: u64,
     /// When the tracker last read every record, if ever.
-    last_read: Option<Instant>,
+    last_read: Option<Reading>,
+    /// Full reads made so far (which read `view_rows` was made from).
+    reads: u64,
+    view_rows: Option<ViewRows>,
     /// Sockets watched on request (the dashboard's detail socket, API
     /// series requests), until when.
     watch_until: HashMap<u64, Instant>,
@@ -84,6 +109,8 @@ impl Core {
             mode,
             started_unix_ms: Clock::now().unix_ms,
             last_read: None,
+            reads: 0,
+            view_rows: None,
             watch_until: HashMap::new(),
             viewer_until: None,
             last_watch: Instant::now(),
@@ -108,25 +135,52 @@ impl Core {
             }
             Err(e) => tracing::warn!("{e}"),
         }
-        self.last_read = Some(started);
+        self.reads += 1;
+        self.last_read = Some(Reading {
+            started,
+            cost: started.elapsed(),
+        });
     }
 
     /// Read now, unless a read started after `asked` (when the request
     /// arrived): requests that wait for each other share one read, and each
     /// still gets numbers read after it asked.
     fn read_since(&mut self, asked: Instant) {
-        if self.last_read.is_none_or(|t| t < asked) {
+        if self.last_read.as_ref().is_none_or(|r| r.started < asked) {
             self.read();
         }
     }
 
-    /// Read again unless the last read is less than an interval old: a
-    /// dashboard refreshing faster than the probes sample sees nothing new.
-    fn read_if_stale(&mut self) {
+    /// Read for someone watching (dashboards, series): unless the last read
+    /// is younger than a sampling interval, and than WATCH_READ_SHARE times
+    /// what it cost.
+    fn read_for_watchers(&mut self) {
         let interval = Duration::from_millis(self.cfg.interval_ms);
-        if self.last_read.is_none_or(|t| t.elapsed() >= interval) {
+        let stale = self
+            .last_read
+            .as_ref()
+            .is_none_or(|r| r.started.elapsed() >= interval.max(r.cost * WATCH_READ_SHARE));
+        if stale {
             self.read();
         }
+    }
+
+    /// Every socket of the last read as `Socket`s, shared by whoever asks
+    /// before the next read. Making them counts in the read's cost.
+    fn view_rows(&mut self) -> Arc<Vec<Socket>> {
+        if let Some(v) = self.view_rows.as_ref().filter(|v| v.read == self.reads) {
+            return v.rows.clone();
+        }
+        let t0 = Instant::now();
+        let rows = Arc::new(self.tracker.sockets(&Clock::now(), false));
+        if let Some(r) = self.last_read.as_mut() {
+            r.cost += t0.elapsed();
+        }
+        self.view_rows = Some(ViewRows {
+            read: self.reads,
+            rows: rows.clone(),
+        });
+        rows
     }
 
     /// Called every sampling interval: take in the watched sockets' samples;
@@ -262,7 +316,7 @@ impl Core {
     }
 
     /// What the dashboard draws (`req`): the sockets as of the last read
-    /// (`read_if_stale`; `fresh`: read after `asked`), all of them or,
+    /// (`read_for_watchers`; `fresh`: read after `asked`), all of them or,
     /// with a limit, the first rows in its sort order passing its filter
     /// with the host's summary (`bloatd_model::select::select_rows`), plus
     /// the samples of one socket newer than `since_ms`. A dashboard asking
@@ -288,7 +342,7 @@ impl Core {
         if fresh {
             self.read_since(asked);
         } else {
-            self.read_if_stale();
+            self.read_for_watchers();
         }
         if let Some(c) = req.series {
             self.watch(c, VIEWER_TTL);
@@ -300,7 +354,7 @@ impl Core {
         let (mut sockets, mut summary, mut matched, mut all) = (Vec::new(), None, None, None);
         let mut paths = Vec::new();
         if req.limit.is_some() || req.paths {
-            let rows = self.tracker.sockets(&clock, false);
+            let rows = self.view_rows();
             if req.paths {
                 paths = crate::paths::paths_of(&rows, None);
             }
@@ -334,7 +388,7 @@ impl Core {
     /// One socket's samples newer than `since_ms` (API), and keep it watched
     /// for a minute: the first request starts its series.
     pub fn series(&mut self, cookie: u64, since_ms: u64) -> Option<Series> {
-        self.read_if_stale();
+        self.read_for_watchers();
         self.watch(cookie, SERIES_TTL);
         self.tracker.series(cookie, since_ms)
     }
