@@ -7,9 +7,10 @@ LAB_OUT ?= lab-results
 
 DOCS   := target/docs
 RULES  := daemon/dist/prometheus
+FLEET_CHECK := daemon/dist/kubernetes/check
 
-.PHONY: all deps build lint test unit-test kernel-test rules-test integration-test vm-test bench docs install uninstall \
-        deb vmlinux demo lab lab-quick delayline clean
+.PHONY: all deps build lint test unit-test kernel-test rules-test fleet-test integration-test vm-test bench docs \
+        install uninstall deb image fleet-manifest vmlinux demo lab lab-quick delayline clean
 
 all: build
 
@@ -22,9 +23,10 @@ build:
 	$(CARGO) build --release
 	scripts/lab/delayline/build.sh >/dev/null
 
-## test: everything CI runs: lint, unit tests, then kernel integration tests,
-## then the kernel matrix (Debian's 5.10, 6.1, 6.12 in VMs, and this host's)
-test: deps build lint unit-test rules-test kernel-test integration-test vm-test
+## test: everything CI runs: lint, unit tests, the fleet kit's checks, then
+## kernel integration tests, then the kernel matrix (Debian's 5.10, 6.1,
+## 6.12 in VMs, and this host's)
+test: deps build lint unit-test rules-test fleet-test kernel-test integration-test vm-test
 
 ## lint: rustfmt and clippy (warnings are errors), kernel-test code included
 lint:
@@ -45,6 +47,17 @@ kernel-test:
 rules-test:
 	promtool check rules $(RULES)/bloatd.rules.yml
 	cd $(RULES) && promtool test rules bloatd.rules.test.yml
+
+## fleet-test: the Helm chart and the plain DaemonSet manifest: helm lint,
+## helm template and a strict decode of every rendered object into the
+## Kubernetes API types (Go; modules and build cached after the first run)
+fleet-test: build
+	@command -v go >/dev/null || { echo "fleet-test: needs Go >= 1.26 (go.mod of $(FLEET_CHECK))" >&2; exit 1; }
+	cd $(FLEET_CHECK) && BLOATD_BIN=$(CURDIR)/$(BIN) go test -count=1 ./...
+
+## fleet-manifest: regenerate daemon/dist/kubernetes/bloatd.yaml from the chart
+fleet-manifest:
+	cd $(FLEET_CHECK) && go test -count=1 -run TestPlainManifest . -args -update
 
 integration-test:
 	scripts/tests/run.sh
@@ -99,6 +112,12 @@ uninstall:
 ## completions, rules, docs)
 deb: docs
 	daemon/dist/deb/build.sh
+
+## image: the container image localhost/bloatd:VERSION (buildah, from the
+## Debian package's files and the Debian libraries it links) and its archive
+## target/image/bloatd_VERSION_ARCH.tar
+image: deb
+	daemon/dist/container/build.sh
 
 ## vmlinux: regenerate bpf/vmlinux.h from the running kernel's BTF
 vmlinux:

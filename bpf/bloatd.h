@@ -118,6 +118,7 @@ enum bloatd_flag {
 	BLOATD_F_ACTIVE = 0x2,		/* data moved in the interval this sample closes
 					 * (delivered or arrived, in order or not) */
 	BLOATD_F_RCV_TS = 0x4,		/* rcv_ts_rtt_us holds a measurement */
+	BLOATD_F_OFO = 0x8,		/* data waited out of order at the last sample */
 };
 
 /* Counters in the per-CPU `stats` array. */
@@ -165,7 +166,8 @@ struct bloatd_sock {
 	__u64 bytes_acked;
 	__u64 bytes_received;
 	__u64 ca_ops;		/* icsk_ca_ops address: a change means a new cc */
-	__u64 throughput_bps;	/* goodput between the last two samples, bit/s */
+	__u64 throughput_bps;	/* data that crossed the link between the last two
+				 * samples, bit/s (sock_rate_bps) */
 	__u64 prev_acked;	/* bytes_acked at the previous sample */
 	__u64 prev_received;	/* bytes_received at the previous sample */
 	__u64 floor_ns;		/* CLOCK_MONOTONIC of the last floor refresh */
@@ -192,6 +194,9 @@ struct bloatd_sock {
 	__u32 ifindex;		/* egress interface */
 	__u32 prev_delivered;	/* tp->delivered at the previous sample (SACKed count) */
 	__u32 prev_segs_in;	/* tp->data_segs_in at the previous sample */
+	__u32 prev_sacked;	/* tp->sacked_out at the previous sample */
+	__u32 prev_ooopack;	/* tp->rcv_ooopack at the previous sample */
+	__u32 prev_tsval;	/* the peer's TSval at the previous sample */
 	__u32 prev_retrans;	/* total_retrans already counted in the statistics */
 	__u32 bloated_sec;	/* the last second this socket counted as bloated */
 	__u16 counted;		/* its slot in `sock_counts` + 1, 0 = not counted */

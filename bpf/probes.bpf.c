@@ -525,6 +525,15 @@ static __always_inline void sock_queues(struct bloatd_sock *s)
  * RTT is the lowest of its samples (sock_interval): an application-limited
  * sender echoes an ACK it received long before it had more to send, which
  * can only make a sample longer, never shorter.
+ *
+ * The clock is the stack's last refresh: the previous segment's
+ * processing, or anything the socket sent since. A request/response
+ * client (Prometheus scraping every second) sends its request a second
+ * after the last response segment and reads that segment's echo against
+ * the request's time: a second of "queue" on loopback. The previous
+ * probe's clock bounds the segment's processing time from below, so a
+ * sample counts only when the two bounds are close: the gap between
+ * segments at most a quarter of the sample (gap_us).
  */
 /* Whether the connection agreed on microsecond TCP timestamps (Linux 6.7,
  * tcp_usec_ts). Before 6.7 the field does not exist and every connection
@@ -556,7 +565,8 @@ static __always_inline __u32 rcv_ts_rtt_us(const struct tcp_sock *tp, __u32 tsec
 	return rtt_us;
 }
 
-static __always_inline void measure_rcv_rtt(struct bloatd_sock *s, const struct tcp_sock *tp)
+static __always_inline void measure_rcv_rtt(struct bloatd_sock *s, const struct tcp_sock *tp,
+					    __u64 gap_us)
 {
 	__u32 tsecr = tp->rx_opt.rcv_tsecr, rtt_us;
 
@@ -564,7 +574,7 @@ static __always_inline void measure_rcv_rtt(struct bloatd_sock *s, const struct 
 		return;
 	s->rcv_last_tsecr = tsecr;
 	rtt_us = rcv_ts_rtt_us(tp, tsecr);
-	if (!rtt_us)
+	if (!rtt_us || gap_us * 4 > rtt_us)
 		return;
 	if (!s->rcv_ts_min_us || rtt_us < s->rcv_ts_min_us)
 		s->rcv_ts_min_us = rtt_us;
@@ -715,6 +725,9 @@ static __always_inline void sock_interval_start(struct bloatd_sock *s, const str
 	s->prev_received = s->bytes_received;
 	s->prev_delivered = tp->delivered;
 	s->prev_segs_in = tp->data_segs_in;
+	s->prev_sacked = tp->sacked_out;
+	s->prev_ooopack = tp->rcv_ooopack;
+	s->prev_tsval = tp->rx_opt.rcv_tsval;
 	s->sample_ns = now_ns;
 }
 
@@ -759,9 +772,61 @@ static __always_inline struct bloatd_sock *sock_create(struct sock *sk,
 }
 
 /*
+ * The rate of the data that crossed the link in the interval, counted as
+ * it arrived, never when a cumulative ACK or the filling of a hole finally
+ * accounts for it (a recovery's whole window would land in one interval:
+ * 50 Mbit/s read on a 16 Mbit/s link). d_acked, d_rcvd: bytes_acked and
+ * bytes_received since the previous sample, dt_us the time since it.
+ *
+ * Sender: bytes cumulatively acknowledged plus segments SACKed, as the
+ * kernel's delivery rate counts SACKed data (tp->delivered): the
+ * cumulative ACK that ends a recovery adds the hole, not the window the
+ * SACKs already counted. Over the longer of the time the ACKs took to
+ * arrive and the time the peer took to send them (its timestamps, TSval):
+ * ACKs that come bunched (a stalled uplink, a cellular scheduler) are no
+ * faster link. A TSval tick is 1 ms to 1 s (RFC 7323, 5.4), 1 us where
+ * both ends agreed on microseconds: counted as 1 ms, a slower peer's span
+ * reads shorter than it was, so the guard never lowers a true rate; a span
+ * over twice the ACKs' is no bunching and is ignored.
+ * Receiver: while no segment arrives out of order, the in-order bytes;
+ * around a loss, the data segments that arrived (in order or not) at the
+ * peer's segment size, which is what the sender's SACKs count too.
+ */
+static __always_inline __u64 sock_rate_bps(struct bloatd_sock *s, const struct tcp_sock *tp,
+					   __u64 d_acked, __u64 d_rcvd, __u64 dt_us)
+{
+	__u32 sacked = tp->sacked_out, ooopack = tp->rcv_ooopack;
+	__u32 segs = tp->data_segs_in - s->prev_segs_in;
+	__u32 tsval = tp->rx_opt.rcv_tsval, ticks = tsval - s->prev_tsval;
+	__u64 peer_us = (__u64)ticks * (tcp_usec_ts(tp) ? 1 : 1000), bytes = d_rcvd;
+	__s64 snd = (__s64)d_acked + ((__s64)sacked - (__s64)s->prev_sacked) * s->mss;
+	int ofo = tp->out_of_order_queue.rb_node != NULL;
+
+	if (ofo || (s->flags & BLOATD_F_OFO) || ooopack != s->prev_ooopack)
+		bytes = (__u64)segs * tp->inet_conn.icsk_ack.rcv_mss;
+	if (ofo)
+		s->flags |= BLOATD_F_OFO;
+	else
+		s->flags &= ~BLOATD_F_OFO;
+	s->prev_sacked = sacked;
+	s->prev_ooopack = ooopack;
+	if (s->role != BLOATD_ROLE_RECEIVER) {
+		/* SACK marks no cumulative ACK covered (reneging, a reno flow's
+		 * timeout) leave it below zero: nothing crossed. */
+		bytes = snd > 0 ? snd : 0;
+		if ((s->flags & BLOATD_F_TIMESTAMPS) && s->prev_tsval && peer_us > dt_us &&
+		    peer_us < 2 * dt_us)
+			dt_us = peer_us;
+	}
+	s->prev_tsval = tsval;
+	/* bytes * 8e6 / us: exact up to 2 TB between samples. */
+	return s->sample_ns && dt_us ? bytes * 8000000 / dt_us : 0;
+}
+
+/*
  * Close the interval: the role from what moved since the previous sample
  * (a connection's first bytes, or a request/response turn, must not pin it
- * to a side for life), the goodput over the real time between the two
+ * to a side for life), the data rate over the real time between the two
  * samples, and whether the socket carried data at all: segments delivered
  * to the peer or data arrived, counted even while a loss holds the
  * cumulative ACK still (a sender in recovery behind a deep queue can see
@@ -788,8 +853,7 @@ static __always_inline void sock_interval(struct bloatd_sock *s, const struct tc
 		s->flags |= BLOATD_F_ACTIVE;
 	else
 		s->flags &= ~BLOATD_F_ACTIVE;
-	/* bytes * 8e6 / us: exact up to 2 TB between samples. */
-	s->throughput_bps = s->sample_ns && dt_us ? moved * 8000000 / dt_us : 0;
+	s->throughput_bps = sock_rate_bps(s, tp, d_acked, d_rcvd, dt_us);
 	/* The receiver's RTT of this interval: its lowest echo sample. */
 	if (s->rcv_ts_min_us) {
 		s->rcv_ts_rtt_us = s->rcv_ts_min_us;
@@ -874,9 +938,9 @@ int BPF_PROG(tcp_probe, struct sock *sk, const struct sk_buff *skb)
 	if (!s && !(s = sock_create(sk, tp, bpf_get_socket_cookie(sk))))
 		return 0;
 	now_ns = tcp_clock_ns(tp);
-	s->update_ns = now_ns;
 	if (s->flags & BLOATD_F_TIMESTAMPS)
-		measure_rcv_rtt(s, tp);
+		measure_rcv_rtt(s, tp, (now_ns - s->update_ns) / 1000);
+	s->update_ns = now_ns;
 	/* Signed: the TCP clock can trail the real time of the last sample. */
 	if ((__s64)(now_ns - s->sample_ns) >= (__s64)sample_interval_ns)
 		sock_sample(s, tp);

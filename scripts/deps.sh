@@ -16,6 +16,9 @@ PKGS=(
 	# the Debian package's dependencies (dpkg-shlibdeps) and its API group, the
 	# unit's system-call filter applied to test daemons (python3-seccomp)
 	systemd util-linux dpkg-dev adduser python3-seccomp
+	# the fleet kit: the image (buildah), run as the DaemonSet's pod in
+	# test_image.py (podman with runc, which takes hybrid cgroup hosts)
+	buildah podman runc
 	# plots and statistics for the lab
 	python3 python3-matplotlib
 	# the kernel matrix (scripts/vm/): VMs, their initramfs, the guest

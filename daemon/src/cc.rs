@@ -8,8 +8,29 @@ use std::collections::HashMap;
 
 pub struct CcSet {
     reg: Option<Registration>,
+    /// Why this kernel cannot run them, when it cannot (one line).
+    declined: Option<String>,
     /// The host default before bloatd first changed it.
     prev_default: Option<String>,
+}
+
+/// Whether a registration failure is this kernel's lack of a feature (the
+/// congestion controls are then declined, with one line, and the rest of
+/// bloatd starts) or something the user must fix (another bloatd holds the
+/// names, no privilege: start fails). The kernel's BPF TCP congestion
+/// controls call TCP kfuncs, which came in Linux 5.13; the verifier of an
+/// older kernel refuses the programs.
+fn declined(e: &bloatd_cc::CcError) -> Option<String> {
+    use bloatd_cc::CcError;
+    let what = match e {
+        CcError::VerifierRejected { name, .. } => format!("the kernel's verifier refused {name}"),
+        CcError::Load { name, .. } => format!("the kernel refused to load {name}"),
+        CcError::MissingBtf => "no kernel BTF".to_string(),
+        _ => return None,
+    };
+    Some(format!(
+        "{what}: BPF congestion controls need struct_ops with TCP kfuncs (Linux 5.13); the daemon's log has the kernel's words"
+    ))
 }
 
 impl CcSet {
@@ -21,21 +42,37 @@ impl CcSet {
                     .ok_or_else(|| anyhow::anyhow!("unknown congestion control '{n}'"))
             })
             .collect::<anyhow::Result<_>>()?;
-        let reg = if algos.is_empty() {
-            None
-        } else {
-            let reg = Registration::register(&algos, opts)?;
-            for a in reg.stale_removed() {
-                tracing::warn!(
-                    "{a}: removed the registration a killed bloatd left (registered by map update, held by no process)"
-                );
-            }
-            Some(reg)
-        };
-        Ok(CcSet {
-            reg,
+        let mut set = CcSet {
+            reg: None,
+            declined: None,
             prev_default: None,
-        })
+        };
+        if algos.is_empty() {
+            return Ok(set);
+        }
+        match Registration::register(&algos, opts) {
+            Ok(reg) => {
+                for a in reg.stale_removed() {
+                    tracing::warn!(
+                        "{a}: removed the registration a killed bloatd left (registered by map update, held by no process)"
+                    );
+                }
+                set.reg = Some(reg);
+            }
+            Err(e) => match declined(&e) {
+                Some(why) => {
+                    tracing::warn!("congestion controls declined: {e}");
+                    set.declined = Some(why);
+                }
+                None => return Err(e.into()),
+            },
+        }
+        Ok(set)
+    }
+
+    /// Why the congestion controls were declined, if they were.
+    pub fn declined(&self) -> Option<&str> {
+        self.declined.as_deref()
     }
 
     pub fn is_empty(&self) -> bool {
@@ -162,5 +199,32 @@ pub fn view(s: &bloatd_cc::AlgoState) -> CcState {
             hystart_round: c.hystart_round,
             hystart_found: c.hystart_found_ack_train || c.hystart_found_delay,
         },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_what_the_kernel_lacks_is_declined() {
+        use bloatd_cc::CcError;
+        let refused = CcError::VerifierRejected {
+            name: "bloatd_cubic",
+            message: "load: Invalid argument".into(),
+            log_tail: "unknown func tcp_slow_start#1234\n".into(),
+        };
+        let why = declined(&refused).expect("a verifier refusal is declined");
+        assert!(why.contains("bloatd_cubic") && why.contains("Linux 5.13") && !why.contains('\n'));
+        assert!(declined(&CcError::MissingBtf).is_some());
+        // what the user must fix still fails start
+        assert!(declined(&CcError::AlreadyRegistered {
+            name: "bloatd_cubic"
+        })
+        .is_none());
+        assert!(declined(&CcError::NotRoot {
+            what: "load".into()
+        })
+        .is_none());
     }
 }

@@ -441,4 +441,33 @@ mod tests {
         assert!(e.contains("groupadd"), "{e}");
         assert!(Config::parse("api_group = \"root\"\n").is_ok());
     }
+
+    /// The Helm chart's schema (daemon/dist/helm/bloatd/values.schema.json)
+    /// refuses unknown config keys at `helm install`, as bloatd does at
+    /// start: it must know every key but the ones the chart sets itself.
+    #[test]
+    fn the_charts_schema_knows_every_key() {
+        let schema: serde_json::Value =
+            serde_json::from_str(include_str!("../dist/helm/bloatd/values.schema.json")).unwrap();
+        let mut chart: Vec<&str> = schema["properties"]["config"]["properties"]
+            .as_object()
+            .unwrap()
+            .keys()
+            .map(String::as_str)
+            .collect();
+        // listen, run_dir, api_group: set by the chart; map_entries: a
+        // deprecated name.
+        let by_chart = ["listen", "run_dir", "api_group", "map_entries"];
+        let mut ours: Vec<&str> = KEYS
+            .iter()
+            .map(|(k, _)| *k)
+            .filter(|k| !by_chart.contains(k))
+            .collect();
+        chart.sort();
+        ours.sort();
+        assert_eq!(
+            chart, ours,
+            "add the new key to config.properties in daemon/dist/helm/bloatd/values.schema.json"
+        );
+    }
 }

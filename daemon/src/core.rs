@@ -300,6 +300,7 @@ impl Core {
             self.cc
                 .registered_by()
                 .map(|by| crate::kernel::CcRegistration { names: &names, by }),
+            self.cc.declined(),
         )
     }
 

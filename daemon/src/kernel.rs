@@ -151,6 +151,7 @@ pub fn features(
     k: &Kernel,
     sockops_error: Option<&str>,
     cc: Option<CcRegistration<'_>>,
+    cc_declined: Option<&str>,
 ) -> Vec<Feature> {
     use FeatureState::{Fallback, Off, On};
     let mut out = vec![
@@ -209,6 +210,13 @@ pub fn features(
             ),
         });
     }
+    if let Some(why) = cc_declined {
+        out.push(feature(
+            "cc_link",
+            Off,
+            format!("bloatd_westwood and bloatd_cubic not registered: {why}"),
+        ));
+    }
     out
 }
 
@@ -240,6 +248,7 @@ mod tests {
                 names: &names,
                 by: bloatd_cc::RegisterBy::MapUpdate,
             }),
+            None,
         );
         let by_name = |n: &str| f.iter().find(|x| x.name == n).unwrap();
         assert_eq!(by_name("ca_state_events").state, FeatureState::Fallback);
@@ -256,7 +265,7 @@ mod tests {
             cong_state_tracepoint: true,
             usec_ts: true,
         };
-        let f = features(&k, Some("no cgroup v2 hierarchy is mounted"), None);
+        let f = features(&k, Some("no cgroup v2 hierarchy is mounted"), None, None);
         assert!(f.iter().all(|x| x.name != "cc_link"));
         let notes = notes(&f);
         assert_eq!(notes.len(), 1);
@@ -264,5 +273,23 @@ mod tests {
             notes[0].starts_with("sock_ops off: no cgroup v2"),
             "{notes:?}"
         );
+    }
+
+    #[test]
+    fn congestion_controls_a_kernel_refuses_are_declined_in_one_line() {
+        let k = Kernel {
+            cong_state_tracepoint: true,
+            usec_ts: true,
+        };
+        let why = "the kernel's verifier refused bloatd_cubic: BPF congestion controls need struct_ops with TCP kfuncs (Linux 5.13)";
+        let f = features(&k, None, None, Some(why));
+        let cc = f.iter().find(|x| x.name == "cc_link").unwrap();
+        assert_eq!(cc.state, FeatureState::Off);
+        assert!(
+            cc.detail.contains("Linux 5.13") && !cc.detail.contains('\n'),
+            "{}",
+            cc.detail
+        );
+        assert_eq!(notes(&f).len(), 1);
     }
 }

@@ -1,9 +1,17 @@
-//! Prometheus metrics (prometheus-client, text format 0.0.4 on /metrics).
+//! Prometheus metrics: /metrics in the text format 0.0.4, written from one
+//! table of families ([`FAMILIES`]: name, type, help, labels, values).
 //!
 //! Labels are bounded: `cc` (the algorithms loaded in the kernel, at most
 //! 15 names plus "other"), `role` (sender/receiver) and `state` (TCP state);
-//! probe self-metrics use `probe` and `reason`. A socket's addresses or ports
-//! never become a label: a busy server would create a series per connection.
+//! probe self-metrics use `probe` and `reason`, the policy's `action`. A
+//! socket's addresses or ports never become a label: a busy server would
+//! create a series per connection.
+//!
+//! **Receivers carry no `cc`.** The congestion control that drives a
+//! transfer is its sender's; a receiving socket's own algorithm (its
+//! namespace's default, say bbr) acts on nothing the receiver measures.
+//! A download's queue shows as `{role="receiver"}`, summed over whatever
+//! algorithm its sockets happen to have ([`cc_role`], the one place).
 //!
 //! The per-socket series are aggregated in the kernel where the sample is
 //! taken (bpf/bloatd.h, `struct bloatd_cc_stats`: per-CPU log buckets by
@@ -16,15 +24,17 @@
 //!
 //! One way in: `Core::metrics_text` reads a [`Scrape`] (the kernel's
 //! statistics and counters, the congestion controls' state) and
-//! [`Metrics::encode`] writes it out; nothing else feeds a series.
+//! [`Metrics::encode`] writes it out; nothing else feeds a series. Each
+//! family's values come as [`Row`]s that carry every dimension they are
+//! known by; the family keeps the labels its table entry lists and adds up
+//! the rest. A bounded label the rows carry becomes a label of a family by
+//! naming it in the family's `labels`.
 
 use crate::probes::abi::{hist, limits, stat, tcp_state_name, BloatdCcStats, BloatdRoleStats};
 use crate::probes::Counters;
 use bloatd_model::Role;
-use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, NoLabelSet};
-use prometheus_client::metrics::MetricType;
-use prometheus_client::registry::Registry;
-use std::sync::{Arc, Mutex};
+use std::collections::BTreeMap;
+use std::fmt::Write;
 
 extern "C" {
     // bpf/stats_host.c: the buckets the probes count into (stats.h).
@@ -32,8 +42,8 @@ extern "C" {
     fn bloatd_cwnd_bound(i: u32) -> u32;
 }
 
-/// Upper bounds of `n` buckets as the encoder wants them: bound(i) in the
-/// metric's unit for all but the last, which is +Inf.
+/// Upper bounds of `n` buckets: bound(i) in the metric's unit for all but
+/// the last, which is +Inf.
 fn bounds(n: u32, bound: impl Fn(u32) -> f64) -> Vec<f64> {
     (0..n - 1).map(bound).chain([f64::INFINITY]).collect()
 }
@@ -56,47 +66,13 @@ fn cwnd_bounds() -> Vec<f64> {
 
 /// Role labels in the kernel's order (`struct bloatd_cc_stats`: [0]
 /// sender, [1] receiver).
-const ROLES: [&str; 2] = [Role::ALL[0].name(), Role::ALL[1].name()];
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct CcRole {
-    cc: String,
-    role: &'static str,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct CcRoleState {
-    cc: String,
-    role: &'static str,
-    state: &'static str,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct ProbeLabel {
-    probe: &'static str,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct ReasonLabel {
-    reason: &'static str,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct CcLabel {
-    pub cc: String,
-}
-
-/// A part of bloatd beyond the core (kernel.rs: a fixed set of names).
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct FeatureLabel {
-    feature: String,
-}
+const ROLES: [Role; 2] = [Role::ALL[0], Role::ALL[1]];
 
 /// Everything /metrics shows, read by `Core::metrics_text` at scrape time:
 /// the one input of the metrics.
 #[derive(Clone, Debug, Default)]
 pub struct Scrape {
-    /// Statistics by congestion control name, summed over CPUs.
+    /// Statistics by congestion control name, merged over CPUs.
     pub per_cc: Vec<(String, BloatdCcStats)>,
     /// Records alive: (cc, role index, state index, count).
     pub sockets: Vec<(String, usize, usize, i64)>,
@@ -124,451 +100,616 @@ pub struct Scrape {
     pub features: Vec<bloatd_model::Feature>,
 }
 
-/// What the collector encodes: the last scrape.
-#[derive(Debug, Default)]
-struct State {
-    scrape: Scrape,
+/// A metric's type, as the text format names it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Kind {
+    Counter,
+    Gauge,
+    Histogram,
 }
 
-/// The collector of every series: the registry holds it alone.
-#[derive(Debug)]
-struct Collector {
-    state: Arc<Mutex<State>>,
-}
-
-pub struct Metrics {
-    registry: Registry,
-    state: Arc<Mutex<State>>,
-}
-
-impl Default for Metrics {
-    fn default() -> Self {
-        Self::new()
-    }
-}
-
-impl Metrics {
-    pub fn new() -> Metrics {
-        let mut registry = Registry::with_prefix("bloatd");
-        let state = Arc::new(Mutex::new(State::default()));
-        registry.register_collector(Box::new(Collector {
-            state: state.clone(),
-        }));
-        Metrics { registry, state }
-    }
-
-    /// The exposition of `scrape` in Prometheus text format 0.0.4, which
-    /// every scraper and `promtool check metrics` read.
-    pub fn encode(&self, scrape: Scrape) -> String {
-        self.state.lock().unwrap().scrape = scrape;
-        let mut out = String::new();
-        prometheus_client::encoding::text::encode(&mut out, &self.registry)
-            .expect("encoding to a String cannot fail");
-        openmetrics_to_text(&out)
-    }
-}
-
-/// A histogram's (sum, count, per-bucket counts) in the encoder's form.
-fn histogram(counts: &[u64], bounds: &[f64], sum: f64) -> (f64, u64, Vec<(f64, u64)>) {
-    let buckets: Vec<(f64, u64)> = bounds.iter().copied().zip(counts.iter().copied()).collect();
-    (sum, counts.iter().sum(), buckets)
-}
-
-/// One histogram family over (cc, role) from the kernel's statistics;
-/// label sets with no observation are left out, as a family that was never
-/// observed would be.
-/// A histogram as the encoder takes it: sum, count, (upper bound, cumulative count).
-type Hist = (f64, u64, Vec<(f64, u64)>);
-
-fn encode_histograms(
-    encoder: &mut DescriptorEncoder,
-    name: &str,
-    help: &str,
-    view: &Scrape,
-    pick: &dyn Fn(&BloatdRoleStats) -> Option<Hist>,
-    roles: &[usize],
-) -> Result<(), std::fmt::Error> {
-    let mut m = encoder.encode_descriptor(name, help, None, MetricType::Histogram)?;
-    for (cc, st) in &view.per_cc {
-        for &r in roles {
-            let Some((sum, count, buckets)) = pick(&st.role[r]) else {
-                continue;
-            };
-            if count == 0 {
-                continue;
-            }
-            let labels = CcRole {
-                cc: cc.clone(),
-                role: ROLES[r],
-            };
-            if roles.len() == 1 {
-                m.encode_family(&CcLabel { cc: cc.clone() })?
-                    .encode_histogram::<NoLabelSet>(sum, count, &buckets, None)?;
-            } else {
-                m.encode_family(&labels)?
-                    .encode_histogram::<NoLabelSet>(sum, count, &buckets, None)?;
-            }
+impl Kind {
+    fn name(self) -> &'static str {
+        match self {
+            Kind::Counter => "counter",
+            Kind::Gauge => "gauge",
+            Kind::Histogram => "histogram",
         }
     }
-    Ok(())
 }
 
-fn delay_hist(h: u32) -> impl Fn(&BloatdRoleStats) -> Option<Hist> {
+/// One family of /metrics.
+struct Family {
+    /// The name its series carry (counters with their `_total`).
+    name: &'static str,
+    kind: Kind,
+    help: &'static str,
+    /// The labels of its series, in this order; every other dimension of
+    /// its rows is added up.
+    labels: &'static [&'static str],
+    /// Its values in a scrape. A family with no row is left out, as one
+    /// never observed.
+    rows: fn(&Scrape) -> Vec<Row>,
+}
+
+/// A value with the dimensions it is known by (`cc`, `role`, `state`, ...).
+/// A dimension a row lacks is no label of its series.
+#[derive(Clone, Debug)]
+struct Row {
+    dims: Vec<(&'static str, String)>,
+    value: Value,
+}
+
+#[derive(Clone, Debug)]
+enum Value {
+    Number(f64),
+    /// Upper bounds (+Inf last), observations per bucket (not
+    /// cumulative), and their sum.
+    Histogram {
+        bounds: Vec<f64>,
+        counts: Vec<u64>,
+        sum: f64,
+    },
+}
+
+impl Value {
+    /// Add `other` in: the value of a series whose rows differ only in
+    /// dimensions the family does not label.
+    fn add(&mut self, other: &Value) {
+        match (self, other) {
+            (Value::Number(a), Value::Number(b)) => *a += b,
+            (
+                Value::Histogram { counts, sum, .. },
+                Value::Histogram {
+                    counts: c, sum: s, ..
+                },
+            ) => {
+                for (a, b) in counts.iter_mut().zip(c) {
+                    *a += b;
+                }
+                *sum += s;
+            }
+            _ => unreachable!("a family's rows are of one kind"),
+        }
+    }
+}
+
+fn row(dims: &[(&'static str, &str)], v: f64) -> Row {
+    Row {
+        dims: dims.iter().map(|&(k, v)| (k, v.to_string())).collect(),
+        value: Value::Number(v),
+    }
+}
+
+/// The dimensions of statistics of congestion control `cc` in role index
+/// `role`: a receiver's own congestion control drives nothing it measures,
+/// so its rows carry the role alone.
+fn cc_role(cc: &str, role: usize) -> Vec<(&'static str, String)> {
+    match ROLES[role] {
+        Role::Sender => vec![("cc", cc.to_string()), ("role", Role::Sender.name().into())],
+        Role::Receiver => vec![("role", Role::Receiver.name().into())],
+    }
+}
+
+/// Each (cc, role index, its statistics) the kernel keeps.
+fn cc_roles(v: &Scrape) -> impl Iterator<Item = (&str, usize, &BloatdRoleStats)> {
+    v.per_cc
+        .iter()
+        .flat_map(|(cc, st)| (0..ROLES.len()).map(move |r| (cc.as_str(), r, &st.role[r])))
+}
+
+fn has_observations(r: &BloatdRoleStats) -> bool {
+    r.delay[hist::QUEUE as usize].iter().any(|&x| x > 0)
+}
+
+/// Each (cc, role) of the kernel's statistics that saw an observation,
+/// with its dimensions.
+fn observed(v: &Scrape) -> impl Iterator<Item = (Vec<(&'static str, String)>, &BloatdRoleStats)> {
+    cc_roles(v)
+        .filter(|(_, _, rs)| has_observations(rs))
+        .map(|(cc, r, rs)| (cc_role(cc, r), rs))
+}
+
+/// Rows of delay histogram `h` (enum bloatd_hist), seconds.
+fn delay_rows(v: &Scrape, h: u32) -> Vec<Row> {
     let bounds = delay_bounds_s();
-    move |r: &BloatdRoleStats| {
-        let h = h as usize;
-        Some(histogram(
-            &r.delay[h],
-            &bounds,
-            r.delay_sum_us[h] as f64 / 1e6,
-        ))
-    }
+    let h = h as usize;
+    observed(v)
+        .map(|(dims, r)| Row {
+            dims,
+            value: Value::Histogram {
+                bounds: bounds.clone(),
+                counts: r.delay[h].to_vec(),
+                sum: r.delay_sum_us[h] as f64 / 1e6,
+            },
+        })
+        .collect()
 }
 
-fn counter<L: EncodeLabelSet>(
-    encoder: &mut DescriptorEncoder,
-    name: &str,
-    help: &str,
-    values: &[(L, u64)],
-) -> Result<(), std::fmt::Error> {
-    let mut m = encoder.encode_descriptor(name, help, None, MetricType::Counter)?;
-    for (labels, v) in values {
-        m.encode_family(labels)?
-            .encode_counter::<NoLabelSet, _, u64>(v, None)?;
-    }
-    Ok(())
+fn cwnd_rows(v: &Scrape) -> Vec<Row> {
+    let bounds = cwnd_bounds();
+    observed(v)
+        .filter(|(_, r)| r.cwnd.iter().any(|&x| x > 0))
+        .map(|(dims, r)| Row {
+            dims,
+            value: Value::Histogram {
+                bounds: bounds.clone(),
+                counts: r.cwnd.to_vec(),
+                sum: r.cwnd_sum as f64,
+            },
+        })
+        .collect()
 }
 
-fn gauge<L: EncodeLabelSet>(
-    encoder: &mut DescriptorEncoder,
-    name: &str,
-    help: &str,
-    values: &[(L, i64)],
-) -> Result<(), std::fmt::Error> {
-    let mut m = encoder.encode_descriptor(name, help, None, MetricType::Gauge)?;
-    for (labels, v) in values {
-        m.encode_family(labels)?.encode_gauge(v)?;
-    }
-    Ok(())
+/// Retransmissions of every (cc, role) that saw an observation or one.
+fn retrans_rows(v: &Scrape) -> Vec<Row> {
+    cc_roles(v)
+        .filter(|(_, _, rs)| rs.retrans > 0 || has_observations(rs))
+        .map(|(cc, r, rs)| Row {
+            dims: cc_role(cc, r),
+            value: Value::Number(rs.retrans as f64),
+        })
+        .collect()
 }
 
-fn plain_gauge(
-    encoder: &mut DescriptorEncoder,
-    name: &str,
-    help: &str,
-    v: i64,
-) -> Result<(), std::fmt::Error> {
-    encoder
-        .encode_descriptor(name, help, None, MetricType::Gauge)?
-        .encode_gauge(&v)
-}
-
-fn plain_counter(
-    encoder: &mut DescriptorEncoder,
-    name: &str,
-    help: &str,
-    v: u64,
-) -> Result<(), std::fmt::Error> {
-    encoder
-        .encode_descriptor(name, help, None, MetricType::Counter)?
-        .encode_counter::<NoLabelSet, _, u64>(&v, None)
-}
-
-impl prometheus_client::collector::Collector for Collector {
-    fn encode(&self, mut e: DescriptorEncoder) -> Result<(), std::fmt::Error> {
-        let state = self.state.lock().unwrap();
-        // As a metric family would: nothing until the first observation.
-        if let Some(w) = state
-            .scrape
-            .westwood_cwnd_pipe
-            .as_ref()
-            .filter(|w| w.count() > 0)
-        {
-            let (sum, count, buckets) =
-                histogram(&w.counts, &bloatd_cc::RatioHistogram::bounds(), w.sum);
-            e.encode_descriptor(
-                "westwood_cwnd_pipe_ratio",
-                "Westwood+ sockets: cwnd / (BWE x RTTmin / MSS), how far cwnd sits above the estimated pipe (one observation per socket per sampling interval in which it got ACKs, counted in the kernel).",
-                None,
-                MetricType::Histogram,
-            )?
-            .encode_family(&CcLabel { cc: "bloatd_westwood".into() })?
-            .encode_histogram::<NoLabelSet>(sum, count, &buckets, None)?;
-        }
-        e.encode_descriptor("build", "bloatd build.", None, MetricType::Info)?
-            .encode_info(&vec![("version", env!("CARGO_PKG_VERSION"))])?;
-        let v = &state.scrape;
-        let both = [0usize, 1];
-        encode_histograms(
-            &mut e,
-            "tcp_queueing_delay_seconds",
-            "Queueing delay per socket sample: srtt minus the path's floor for senders, the measured receiver RTT minus it for receivers",
-            v,
-            &delay_hist(hist::QUEUE),
-            &both,
-        )?;
-        encode_histograms(
-            &mut e,
-            "tcp_srtt_seconds",
-            "Smoothed RTT per socket sample (receivers: their RTT measured from echoed timestamps, else the kernel's estimate)",
-            v,
-            &delay_hist(hist::RTT),
-            &both,
-        )?;
-        encode_histograms(
-            &mut e,
-            "tcp_min_rtt_seconds",
-            "The floor each sample's queueing delay is measured against: the lowest RTT of the path (README, Path floors)",
-            v,
-            &delay_hist(hist::FLOOR),
-            &both,
-        )?;
-        let cwnd = cwnd_bounds();
-        encode_histograms(
-            &mut e,
-            "tcp_cwnd_segments",
-            "Congestion window of sending sockets per sample, segments",
-            v,
-            &|r: &BloatdRoleStats| Some(histogram(&r.cwnd, &cwnd, r.cwnd_sum as f64)),
-            &[0],
-        )?;
-        let mut retrans = Vec::new();
-        let mut bloated = Vec::new();
-        for (cc, st) in &v.per_cc {
-            for r in both {
-                let rs = &st.role[r];
-                let labels = CcRole {
-                    cc: cc.clone(),
-                    role: ROLES[r],
-                };
-                if rs.retrans > 0 || rs.delay[0].iter().any(|&x| x > 0) {
-                    retrans.push((labels.clone(), rs.retrans));
-                }
-                let slot = (v.bloated_second & 3) as usize;
-                let n = if rs.bloated_sec[slot] == v.bloated_second {
-                    rs.bloated[slot]
-                } else {
-                    0
-                };
-                if rs.delay[0].iter().any(|&x| x > 0) {
-                    bloated.push((labels, n as i64));
-                }
+/// Distinct sockets bloated in the second asked for: a slot counts only
+/// if it is stamped with that second (an older stamp is an old second's).
+fn bloated_rows(v: &Scrape) -> Vec<Row> {
+    let slot = (v.bloated_second & 3) as usize;
+    observed(v)
+        .map(|(dims, r)| {
+            let n = if r.bloated_sec[slot] == v.bloated_second {
+                r.bloated[slot]
+            } else {
+                0
+            };
+            Row {
+                dims,
+                value: Value::Number(n as f64),
             }
-        }
-        counter(
-            &mut e,
-            "tcp_retransmits",
-            "Segments retransmitted",
-            &retrans,
-        )?;
-        let sockets: Vec<(CcRoleState, i64)> = v
-            .sockets
-            .iter()
-            .map(|(cc, r, s, n)| {
-                (
-                    CcRoleState {
-                        cc: cc.clone(),
-                        role: ROLES[*r],
-                        state: tcp_state_name(*s as u8),
-                    },
-                    *n,
-                )
-            })
-            .collect();
-        gauge(&mut e, "tcp_sockets", "TCP sockets tracked", &sockets)?;
-        gauge(
-            &mut e,
-            "tcp_bloated_sockets",
-            "Sockets whose queueing delay reached the bloat threshold in the last whole second",
-            &bloated,
-        )?;
-        let c = &v.counters;
-        let events: Vec<(ProbeLabel, u64)> = [
+        })
+        .collect()
+}
+
+fn socket_rows(v: &Scrape) -> Vec<Row> {
+    v.sockets
+        .iter()
+        .map(|(cc, r, s, n)| {
+            let mut dims = cc_role(cc, *r);
+            dims.push(("state", tcp_state_name(*s as u8).to_string()));
+            Row {
+                dims,
+                value: Value::Number(*n as f64),
+            }
+        })
+        .collect()
+}
+
+fn westwood_rows(v: &Scrape) -> Vec<Row> {
+    v.westwood_cwnd_pipe
+        .iter()
+        .filter(|w| w.count() > 0)
+        .map(|w| Row {
+            dims: vec![("cc", "bloatd_westwood".into())],
+            value: Value::Histogram {
+                bounds: bloatd_cc::RatioHistogram::bounds(),
+                counts: w.counts.clone(),
+                sum: w.sum,
+            },
+        })
+        .collect()
+}
+
+/// Counters of the probes by label value: `(stat, value)`.
+fn stat_rows(v: &Scrape, label: &'static str, stats: &[(u32, &str)]) -> Vec<Row> {
+    stats
+        .iter()
+        .map(|&(i, name)| row(&[(label, name)], v.counters.get(i) as f64))
+        .collect()
+}
+
+fn event_rows(v: &Scrape) -> Vec<Row> {
+    stat_rows(
+        v,
+        "probe",
+        &[
             (stat::PROBE, "tcp_probe"),
             (stat::STATE, "inet_sock_set_state"),
             (stat::RETRANS, "tcp_retransmit_skb"),
             (stat::CONG, "tcp_cong_state_set"),
             (stat::ITER, "iter_tcp"),
             (stat::SOCKOPS, "sock_ops"),
-        ]
-        .into_iter()
-        .map(|(i, probe)| (ProbeLabel { probe }, c.get(i)))
-        .collect();
-        counter(&mut e, "probe_events", "Events seen by each probe", &events)?;
-        let dropped: Vec<(ReasonLabel, u64)> = [
+        ],
+    )
+}
+
+fn dropped_rows(v: &Scrape) -> Vec<Row> {
+    stat_rows(
+        v,
+        "reason",
+        &[
             (stat::DROP_MAP_FULL, "map_full"),
             (stat::DROP_RINGBUF, "ringbuf_full"),
-        ]
-        .into_iter()
-        .map(|(i, reason)| (ReasonLabel { reason }, c.get(i)))
-        .collect();
-        counter(
-            &mut e,
-            "probe_dropped",
-            "Losses: sockets not tracked because the socket map is full (map_full, each socket once), samples of watched sockets lost to a full ring buffer (ringbuf_full)",
-            &dropped,
-        )?;
-        plain_gauge(
-            &mut e,
-            "probe_map_entries",
-            "Entries in the kernel's socket map",
-            c.map_entries() as i64,
-        )?;
-        plain_gauge(
-            &mut e,
-            "probe_map_capacity",
-            "Capacity of the kernel's socket map",
-            v.map_capacity as i64,
-        )?;
-        let mut m = e.encode_descriptor(
-            "probe_run_time_seconds",
-            "Time spent in each probe (kernel BPF stats; zero unless bpf_stats is enabled)",
-            None,
-            MetricType::Counter,
-        )?;
-        for &(probe, ns, _) in &v.runs {
-            m.encode_family(&ProbeLabel { probe })?
-                .encode_counter::<NoLabelSet, _, u64>(&(ns as f64 / 1e9), None)?;
+        ],
+    )
+}
+
+fn one(v: f64) -> Vec<Row> {
+    vec![row(&[], v)]
+}
+
+/// The policy's rows: (label value, value) by `action`, when the policy
+/// is loaded.
+fn policy_rows(
+    v: &Scrape,
+    pick: fn(&bloatd_model::api::PolicyCounts) -> Vec<(&str, f64)>,
+) -> Vec<Row> {
+    v.policy
+        .iter()
+        .flat_map(|(c, _)| pick(c))
+        .map(|(action, n)| row(&[("action", action)], n))
+        .collect()
+}
+
+/// One row per part of bloatd beyond the core (kernel.rs: a fixed set of
+/// names), 1 where `on` says so of its state.
+fn feature_rows(v: &Scrape, on: fn(bloatd_model::FeatureState) -> bool) -> Vec<Row> {
+    v.features
+        .iter()
+        .map(|f| row(&[("feature", &f.name)], on(f.state) as u8 as f64))
+        .collect()
+}
+
+/// Every family of /metrics, in the order they are written. Names and
+/// meanings are a contract (DESIGN.md, README "Metrics").
+const FAMILIES: &[Family] = &[
+    Family {
+        name: "bloatd_build_info",
+        kind: Kind::Gauge,
+        help: "bloatd build.",
+        labels: &["version"],
+        rows: |_| vec![row(&[("version", env!("CARGO_PKG_VERSION"))], 1.0)],
+    },
+    Family {
+        name: "bloatd_westwood_cwnd_pipe_ratio",
+        kind: Kind::Histogram,
+        help: "Westwood+ sockets: cwnd / (BWE x RTTmin / MSS), how far cwnd sits above the estimated pipe (one observation per socket per sampling interval in which it got ACKs, counted in the kernel).",
+        labels: &["cc"],
+        rows: westwood_rows,
+    },
+    Family {
+        name: "bloatd_tcp_queueing_delay_seconds",
+        kind: Kind::Histogram,
+        help: "Queueing delay per socket sample: srtt minus the path's floor for senders (cc: the sender's congestion control), the measured receiver RTT minus it for receivers (no cc: the remote sender's drives a download)",
+        labels: &["cc", "role"],
+        rows: |v| delay_rows(v, hist::QUEUE),
+    },
+    Family {
+        name: "bloatd_tcp_srtt_seconds",
+        kind: Kind::Histogram,
+        help: "Smoothed RTT per socket sample (receivers: their RTT measured from echoed timestamps, else the kernel's estimate)",
+        labels: &["cc", "role"],
+        rows: |v| delay_rows(v, hist::RTT),
+    },
+    Family {
+        name: "bloatd_tcp_min_rtt_seconds",
+        kind: Kind::Histogram,
+        help: "The floor each sample's queueing delay is measured against: the lowest RTT of the path (README, Path floors)",
+        labels: &["cc", "role"],
+        rows: |v| delay_rows(v, hist::FLOOR),
+    },
+    Family {
+        name: "bloatd_tcp_cwnd_segments",
+        kind: Kind::Histogram,
+        help: "Congestion window of sending sockets per sample, segments",
+        labels: &["cc"],
+        rows: cwnd_rows,
+    },
+    Family {
+        name: "bloatd_tcp_retransmits_total",
+        kind: Kind::Counter,
+        help: "Segments retransmitted",
+        labels: &["cc", "role"],
+        rows: retrans_rows,
+    },
+    Family {
+        name: "bloatd_tcp_sockets",
+        kind: Kind::Gauge,
+        help: "TCP sockets tracked (receivers: no cc)",
+        labels: &["cc", "role", "state"],
+        rows: socket_rows,
+    },
+    Family {
+        name: "bloatd_tcp_bloated_sockets",
+        kind: Kind::Gauge,
+        help: "Sockets whose queueing delay reached the bloat threshold in the last whole second (receivers: no cc)",
+        labels: &["cc", "role"],
+        rows: bloated_rows,
+    },
+    Family {
+        name: "bloatd_feature_enabled",
+        kind: Kind::Gauge,
+        help: "1 where this kernel runs the part of bloatd (as designed or by a fallback), 0 where it was declined at start: `bloatd status` says why",
+        labels: &["feature"],
+        rows: |v| feature_rows(v, |s| s != bloatd_model::FeatureState::Off),
+    },
+    Family {
+        name: "bloatd_feature_fallback",
+        kind: Kind::Gauge,
+        help: "1 where the part runs by a fallback this kernel allows (`bloatd status` says which)",
+        labels: &["feature"],
+        rows: |v| feature_rows(v, |s| s == bloatd_model::FeatureState::Fallback),
+    },
+    Family {
+        name: "bloatd_probe_events_total",
+        kind: Kind::Counter,
+        help: "Events seen by each probe",
+        labels: &["probe"],
+        rows: event_rows,
+    },
+    Family {
+        name: "bloatd_probe_dropped_total",
+        kind: Kind::Counter,
+        help: "Losses: sockets not tracked because the socket map is full (map_full, each socket once), samples of watched sockets lost to a full ring buffer (ringbuf_full)",
+        labels: &["reason"],
+        rows: dropped_rows,
+    },
+    Family {
+        name: "bloatd_probe_map_entries",
+        kind: Kind::Gauge,
+        help: "Entries in the kernel's socket map",
+        labels: &[],
+        rows: |v| one(v.counters.map_entries() as f64),
+    },
+    Family {
+        name: "bloatd_probe_map_capacity",
+        kind: Kind::Gauge,
+        help: "Capacity of the kernel's socket map",
+        labels: &[],
+        rows: |v| one(v.map_capacity as f64),
+    },
+    Family {
+        name: "bloatd_probe_run_time_seconds_total",
+        kind: Kind::Counter,
+        help: "Time spent in each probe (kernel BPF stats; zero unless bpf_stats is enabled)",
+        labels: &["probe"],
+        rows: |v| {
+            v.runs
+                .iter()
+                .map(|&(probe, ns, _)| row(&[("probe", probe)], ns as f64 / 1e9))
+                .collect()
+        },
+    },
+    Family {
+        name: "bloatd_probe_runs_total",
+        kind: Kind::Counter,
+        help: "Runs of each probe (kernel BPF stats; zero unless bpf_stats is enabled)",
+        labels: &["probe"],
+        rows: |v| {
+            v.runs
+                .iter()
+                .map(|&(probe, _, n)| row(&[("probe", probe)], n as f64))
+                .collect()
+        },
+    },
+    Family {
+        name: "bloatd_path_floors",
+        kind: Kind::Gauge,
+        help: "Path floors the kernel keeps (peers and prefixes)",
+        labels: &[],
+        rows: |v| one(v.floors as f64),
+    },
+    Family {
+        name: "bloatd_path_floors_created_total",
+        kind: Kind::Counter,
+        help: "Path floors created (peers and prefixes)",
+        labels: &[],
+        rows: |v| one(v.counters.get(stat::FLOOR_NEW) as f64),
+    },
+    Family {
+        name: "bloatd_path_floors_evicted_total",
+        kind: Kind::Counter,
+        help: "Path floors the bound (floor_entries) pushed out, least recently used first",
+        labels: &[],
+        rows: |v| one(v.counters.floors_evicted(v.floors) as f64),
+    },
+    Family {
+        name: "bloatd_path_floors_inferred_total",
+        kind: Kind::Counter,
+        help: "Floors inferred for a new peer from the queue its route's bottleneck held",
+        labels: &[],
+        rows: |v| one(v.counters.get(stat::FLOOR_INFERRED) as f64),
+    },
+    Family {
+        name: "bloatd_path_floor_route_changes_total",
+        kind: Kind::Counter,
+        help: "Floors started over because the peer is now reached through another interface or gateway",
+        labels: &[],
+        rows: |v| one(v.counters.get(stat::FLOOR_ROUTE) as f64),
+    },
+    Family {
+        name: "bloatd_cc_export_failures_total",
+        kind: Kind::Counter,
+        help: "State snapshots of bloatd's congestion controls that their map refused (full or out of memory); the socket's state stays stale until its next export",
+        labels: &["cc"],
+        rows: |v| {
+            v.cc_export_failures
+                .iter()
+                .map(|(cc, n)| row(&[("cc", cc)], *n as f64))
+                .collect()
+        },
+    },
+    Family {
+        name: "bloatd_policy_sockets",
+        kind: Kind::Gauge,
+        help: "Live sockets under each policy action: cc (a rule chose the congestion control at the handshake), bulk (a bulk rule switched it mid-flow), drwa (DRWA clamps the receive window now)",
+        labels: &["action"],
+        rows: |v| {
+            policy_rows(v, |c| {
+                vec![
+                    ("cc", c.cc_sockets as f64),
+                    ("bulk", c.bulk_sockets as f64),
+                    ("drwa", c.drwa_sockets as f64),
+                ]
+            })
+        },
+    },
+    Family {
+        name: "bloatd_policy_actions_total",
+        kind: Kind::Counter,
+        help: "What the policy did: cc (congestion control set at a handshake), bulk (switched mid-flow), drwa (a DRWA round set a window clamp), drwa_restore (a window given back)",
+        labels: &["action"],
+        rows: |v| {
+            policy_rows(v, |c| {
+                vec![
+                    ("cc", c.cc_set_total as f64),
+                    ("bulk", c.bulk_switched_total as f64),
+                    ("drwa", c.drwa_rounds_total as f64),
+                    ("drwa_restore", c.drwa_restored_total as f64),
+                ]
+            })
+        },
+    },
+    Family {
+        name: "bloatd_policy_failures_total",
+        kind: Kind::Counter,
+        help: "Policy actions the kernel refused: cc (bpf_setsockopt TCP_CONGESTION), drwa (TCP_WINDOW_CLAMP)",
+        labels: &["action"],
+        rows: |v| {
+            policy_rows(v, |c| {
+                vec![
+                    ("cc", c.cc_failed_total as f64),
+                    ("drwa", c.drwa_failed_total as f64),
+                ]
+            })
+        },
+    },
+    Family {
+        name: "bloatd_drwa_enabled",
+        kind: Kind::Gauge,
+        help: "1 while DRWA is switched on for every armed receiver (drwa = \"on\", the API, bloatd top's key)",
+        labels: &[],
+        rows: |v| {
+            v.policy
+                .iter()
+                .map(|(_, m)| row(&[], (*m == bloatd_model::policy::DrwaMode::On) as u8 as f64))
+                .collect()
+        },
+    },
+];
+
+/// Writes /metrics.
+#[derive(Debug, Default)]
+pub struct Metrics;
+
+impl Metrics {
+    pub fn new() -> Metrics {
+        Metrics
+    }
+
+    /// The exposition of `scrape` in Prometheus text format 0.0.4, which
+    /// every scraper and `promtool check metrics` read.
+    pub fn encode(&self, scrape: Scrape) -> String {
+        let mut out = String::new();
+        for f in FAMILIES {
+            encode_family(&mut out, f, &scrape);
         }
-        let runs: Vec<(ProbeLabel, u64)> = v
-            .runs
-            .iter()
-            .map(|&(probe, _, n)| (ProbeLabel { probe }, n))
-            .collect();
-        counter(
-            &mut e,
-            "probe_runs",
-            "Runs of each probe (kernel BPF stats; zero unless bpf_stats is enabled)",
-            &runs,
-        )?;
-        use bloatd_model::FeatureState;
-        let feature = |f: &bloatd_model::Feature, v: bool| {
-            (
-                FeatureLabel {
-                    feature: f.name.clone(),
-                },
-                v as i64,
-            )
-        };
-        let enabled: Vec<_> = v
-            .features
-            .iter()
-            .map(|f| feature(f, f.state != FeatureState::Off))
-            .collect();
-        gauge(
-            &mut e,
-            "feature_enabled",
-            "1 where this kernel runs the part of bloatd (as designed or by a fallback), 0 where it was declined at start: `bloatd status` says why",
-            &enabled,
-        )?;
-        let fallback: Vec<_> = v
-            .features
-            .iter()
-            .map(|f| feature(f, f.state == FeatureState::Fallback))
-            .collect();
-        gauge(
-            &mut e,
-            "feature_fallback",
-            "1 where the part runs by a fallback this kernel allows (`bloatd status` says which)",
-            &fallback,
-        )?;
-        plain_gauge(
-            &mut e,
-            "path_floors",
-            "Path floors the kernel keeps (peers and prefixes)",
-            v.floors as i64,
-        )?;
-        plain_counter(
-            &mut e,
-            "path_floors_created",
-            "Path floors created (peers and prefixes)",
-            c.get(stat::FLOOR_NEW),
-        )?;
-        plain_counter(
-            &mut e,
-            "path_floors_evicted",
-            "Path floors the bound (floor_entries) pushed out, least recently used first",
-            c.floors_evicted(v.floors),
-        )?;
-        plain_counter(
-            &mut e,
-            "path_floors_inferred",
-            "Floors inferred for a new peer from the queue its route's bottleneck held",
-            c.get(stat::FLOOR_INFERRED),
-        )?;
-        plain_counter(
-            &mut e,
-            "path_floor_route_changes",
-            "Floors started over because the peer is now reached through another interface or gateway",
-            c.get(stat::FLOOR_ROUTE),
-        )?;
-        let failures: Vec<(CcLabel, u64)> = v
-            .cc_export_failures
-            .iter()
-            .map(|(cc, n)| (CcLabel { cc: cc.clone() }, *n))
-            .collect();
-        counter(
-            &mut e,
-            "cc_export_failures",
-            "State snapshots of bloatd's congestion controls that their map refused (full or out of memory); the socket's state stays stale until its next export",
-            &failures,
-        )?;
-        if let Some((counts, drwa)) = &v.policy {
-            crate::policy::encode_metrics(&mut e, counts, *drwa)?;
-        }
-        Ok(())
+        out
     }
 }
 
-/// prometheus-client writes OpenMetrics. The older text format differs in
-/// metadata only: a counter's HELP/TYPE name carries the `_total` of its
-/// samples, there is no `info` type (an info metric is a gauge of 1 named
-/// `_info`), no `# UNIT` and no `# EOF`. Samples are the same.
-pub fn openmetrics_to_text(om: &str) -> String {
-    let mut out = String::with_capacity(om.len());
-    let mut renamed: std::collections::HashMap<&str, String> = std::collections::HashMap::new();
-    for line in om.lines() {
-        if let Some(rest) = line.strip_prefix("# TYPE ") {
-            if let Some((name, kind)) = rest.split_once(' ') {
-                match kind {
-                    "counter" => {
-                        renamed.insert(name, format!("{name}_total"));
-                    }
-                    "info" => {
-                        renamed.insert(name, format!("{name}_info"));
-                    }
-                    _ => {}
+/// One family: its rows grouped by the labels it keeps (the others added
+/// up), then HELP, TYPE and its series.
+fn encode_family(out: &mut String, f: &Family, scrape: &Scrape) {
+    let mut series: BTreeMap<Vec<(&str, String)>, Value> = BTreeMap::new();
+    for r in (f.rows)(scrape) {
+        let key: Vec<(&str, String)> = f
+            .labels
+            .iter()
+            .filter_map(|l| r.dims.iter().find(|(d, _)| d == l).cloned())
+            .collect();
+        match series.get_mut(&key) {
+            Some(v) => v.add(&r.value),
+            None => {
+                series.insert(key, r.value);
+            }
+        }
+    }
+    if series.is_empty() {
+        return;
+    }
+    let _ = writeln!(out, "# HELP {} {}", f.name, escape_help(f.help));
+    let _ = writeln!(out, "# TYPE {} {}", f.name, f.kind.name());
+    for (labels, value) in &series {
+        match value {
+            Value::Number(v) => sample(out, f.name, "", labels, None, *v),
+            Value::Histogram {
+                bounds,
+                counts,
+                sum,
+            } => {
+                let mut cumulative = 0;
+                for (le, n) in bounds.iter().zip(counts) {
+                    cumulative += n;
+                    sample(out, f.name, "_bucket", labels, Some(*le), cumulative as f64);
                 }
+                sample(out, f.name, "_sum", labels, None, *sum);
+                sample(out, f.name, "_count", labels, None, cumulative as f64);
             }
         }
     }
-    for line in om.lines() {
-        if line == "# EOF" || line.starts_with("# UNIT ") {
-            continue;
-        }
-        let meta = ["# HELP ", "# TYPE "]
-            .into_iter()
-            .find(|p| line.starts_with(p));
-        match meta {
-            Some(prefix) => {
-                let rest = &line[prefix.len()..];
-                let (name, tail) = rest.split_once(' ').unwrap_or((rest, ""));
-                let name = renamed.get(name).map(String::as_str).unwrap_or(name);
-                let tail = if prefix == "# TYPE " && tail == "info" {
-                    "gauge"
-                } else {
-                    tail
-                };
-                out.push_str(prefix);
-                out.push_str(name);
-                out.push(' ');
-                out.push_str(tail);
-            }
-            None => out.push_str(line),
-        }
-        out.push('\n');
+}
+
+/// One sample line: `name{labels,le="..."} value`.
+fn sample(
+    out: &mut String,
+    name: &str,
+    suffix: &str,
+    labels: &[(&str, String)],
+    le: Option<f64>,
+    v: f64,
+) {
+    out.push_str(name);
+    out.push_str(suffix);
+    let le = le.map(number);
+    let all = labels
+        .iter()
+        .map(|(k, v)| (*k, v.as_str()))
+        .chain(le.as_deref().map(|le| ("le", le)));
+    for (i, (k, v)) in all.enumerate() {
+        out.push(if i == 0 { '{' } else { ',' });
+        let _ = write!(out, "{k}=\"{}\"", escape_label(v));
     }
-    out
+    if !labels.is_empty() || le.is_some() {
+        out.push('}');
+    }
+    out.push(' ');
+    out.push_str(&number(v));
+    out.push('\n');
+}
+
+/// A value as the text format writes it: integers without a fraction,
+/// `+Inf` for infinity.
+fn number(v: f64) -> String {
+    if v == f64::INFINITY {
+        "+Inf".into()
+    } else if v == f64::NEG_INFINITY {
+        "-Inf".into()
+    } else if v.is_nan() {
+        "NaN".into()
+    } else {
+        format!("{v}")
+    }
+}
+
+fn escape_label(v: &str) -> String {
+    v.replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
+}
+
+fn escape_help(v: &str) -> String {
+    v.replace('\\', "\\\\").replace('\n', "\\n")
 }
 
 #[cfg(test)]
@@ -630,12 +771,13 @@ mod tests {
     fn kernel_histograms_encode_with_cc_and_role_only() {
         let text = Metrics::new().encode(view());
         for line in [
-            r#"bloatd_tcp_queueing_delay_seconds_bucket{le="0.5",cc="cubic",role="sender"} 1"#,
-            r#"bloatd_tcp_queueing_delay_seconds_bucket{le="0.2",cc="cubic",role="sender"} 0"#,
-            r#"bloatd_tcp_queueing_delay_seconds_bucket{le="+Inf",cc="cubic",role="sender"} 1"#,
+            r#"bloatd_tcp_queueing_delay_seconds_bucket{cc="cubic",role="sender",le="0.5"} 1"#,
+            r#"bloatd_tcp_queueing_delay_seconds_bucket{cc="cubic",role="sender",le="0.2"} 0"#,
+            r#"bloatd_tcp_queueing_delay_seconds_bucket{cc="cubic",role="sender",le="+Inf"} 1"#,
             r#"bloatd_tcp_queueing_delay_seconds_sum{cc="cubic",role="sender"} 0.25"#,
-            r#"bloatd_tcp_min_rtt_seconds_bucket{le="0.02",cc="cubic",role="sender"} 1"#,
-            r#"bloatd_tcp_cwnd_segments_bucket{le="512.0",cc="cubic"} 1"#,
+            r#"bloatd_tcp_queueing_delay_seconds_count{cc="cubic",role="sender"} 1"#,
+            r#"bloatd_tcp_min_rtt_seconds_bucket{cc="cubic",role="sender",le="0.02"} 1"#,
+            r#"bloatd_tcp_cwnd_segments_bucket{cc="cubic",le="512"} 1"#,
             r#"bloatd_tcp_retransmits_total{cc="cubic",role="sender"} 3"#,
             r#"bloatd_tcp_sockets{cc="cubic",role="sender",state="ESTAB"} 2"#,
             r#"bloatd_tcp_bloated_sockets{cc="cubic",role="sender"} 1"#,
@@ -651,6 +793,80 @@ mod tests {
             "no observation, no series"
         );
         assert!(!text.contains("# EOF"));
+        // Metadata as text format 0.0.4 has it: a counter's name with its
+        // `_total`, no OpenMetrics-only types or lines.
+        for bad in ["# UNIT", " info\n", "# TYPE bloatd_tcp_retransmits counter"] {
+            assert!(!text.contains(bad), "{bad}\n{text}");
+        }
+    }
+
+    /// Two congestion controls' receivers (each its namespace's default,
+    /// say) and a cubic sender: the senders keep their cc, the receivers
+    /// are one series without it, their observations and bloated sockets
+    /// added up.
+    #[test]
+    fn receivers_carry_no_cc() {
+        let mut v = view();
+        let mut bbr = BloatdCcStats::default();
+        for (st, n) in [(&mut v.per_cc[0].1, 2), (&mut bbr, 3)] {
+            let r = &mut st.role[1];
+            r.delay[hist::QUEUE as usize][9] = n;
+            r.delay_sum_us[hist::QUEUE as usize] = n * 300_000;
+            r.bloated[41 & 3] = n;
+            r.bloated_sec[41 & 3] = 41;
+        }
+        v.per_cc.push(("bbr".into(), bbr));
+        v.sockets.push(("bbr".into(), 1, 1, 4));
+        v.sockets.push(("cubic".into(), 1, 1, 1));
+        let text = Metrics::new().encode(v);
+        for line in [
+            r#"bloatd_tcp_queueing_delay_seconds_bucket{role="receiver",le="0.5"} 5"#,
+            r#"bloatd_tcp_queueing_delay_seconds_sum{role="receiver"} 1.5"#,
+            r#"bloatd_tcp_queueing_delay_seconds_count{cc="cubic",role="sender"} 1"#,
+            r#"bloatd_tcp_bloated_sockets{role="receiver"} 5"#,
+            r#"bloatd_tcp_bloated_sockets{cc="cubic",role="sender"} 1"#,
+            r#"bloatd_tcp_sockets{role="receiver",state="ESTAB"} 5"#,
+        ] {
+            assert!(text.contains(line), "missing {line}\n{text}");
+        }
+        assert!(
+            !text.contains(r#"cc="bbr""#) && !text.contains(r#"cc="cubic",role="receiver""#),
+            "{text}"
+        );
+    }
+
+    /// Every family's HELP and TYPE come once, before its samples, and
+    /// every sample line belongs to the family above it.
+    #[test]
+    fn one_pass_text_format() {
+        let text = Metrics::new().encode(Scrape {
+            policy: Some((Default::default(), bloatd_model::policy::DrwaMode::Off)),
+            ..view()
+        });
+        let mut family = "";
+        let mut seen = std::collections::HashSet::new();
+        for line in text.lines() {
+            if let Some(rest) = line.strip_prefix("# HELP ") {
+                family = rest.split(' ').next().unwrap();
+                assert!(seen.insert(family), "{family} twice");
+            } else if !line.starts_with("# TYPE ") {
+                assert!(line.starts_with(family), "{line} outside {family}");
+            }
+        }
+        assert!(text.contains("bloatd_drwa_enabled 0\n"));
+        assert_eq!(
+            FAMILIES.iter().filter(|f| seen.contains(f.name)).count(),
+            seen.len()
+        );
+    }
+
+    #[test]
+    fn label_values_and_help_are_escaped() {
+        assert_eq!(escape_label("a\"b\\c\nd"), r#"a\"b\\c\nd"#);
+        assert_eq!(escape_help("a\\b\nc"), r#"a\\b\nc"#);
+        assert_eq!(number(0.25), "0.25");
+        assert_eq!(number(512.0), "512");
+        assert_eq!(number(f64::INFINITY), "+Inf");
     }
 
     #[test]
@@ -670,11 +886,11 @@ mod tests {
         });
         for line in [
             "# TYPE bloatd_westwood_cwnd_pipe_ratio histogram",
-            r#"bloatd_westwood_cwnd_pipe_ratio_bucket{le="0.75",cc="bloatd_westwood"} 0"#,
-            r#"bloatd_westwood_cwnd_pipe_ratio_bucket{le="1.0",cc="bloatd_westwood"} 3"#,
-            r#"bloatd_westwood_cwnd_pipe_ratio_bucket{le="1.25",cc="bloatd_westwood"} 4"#,
-            r#"bloatd_westwood_cwnd_pipe_ratio_bucket{le="20.0",cc="bloatd_westwood"} 4"#,
-            r#"bloatd_westwood_cwnd_pipe_ratio_bucket{le="+Inf",cc="bloatd_westwood"} 5"#,
+            r#"bloatd_westwood_cwnd_pipe_ratio_bucket{cc="bloatd_westwood",le="0.75"} 0"#,
+            r#"bloatd_westwood_cwnd_pipe_ratio_bucket{cc="bloatd_westwood",le="1"} 3"#,
+            r#"bloatd_westwood_cwnd_pipe_ratio_bucket{cc="bloatd_westwood",le="1.25"} 4"#,
+            r#"bloatd_westwood_cwnd_pipe_ratio_bucket{cc="bloatd_westwood",le="20"} 4"#,
+            r#"bloatd_westwood_cwnd_pipe_ratio_bucket{cc="bloatd_westwood",le="+Inf"} 5"#,
             r#"bloatd_westwood_cwnd_pipe_ratio_count{cc="bloatd_westwood"} 5"#,
             r#"bloatd_westwood_cwnd_pipe_ratio_sum{cc="bloatd_westwood"} 33.5"#,
             r#"bloatd_build_info{version=""#,

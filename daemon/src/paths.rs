@@ -117,6 +117,7 @@ fn path_of(
             .unwrap_or(0),
         queue_delay_max_us: delays.last().copied().unwrap_or(0),
         sockets: members.len() as u32,
+        measured: measured.len() as u32,
         throughput_bps: members.iter().map(|s| s.throughput_bps).sum(),
         ccs,
     }
@@ -170,8 +171,29 @@ pub(crate) mod tests {
         );
         assert_eq!(p.throughput_bps, 3_000_000);
         assert_eq!(p.ccs, vec!["bbr", "cubic"]);
-        assert_eq!((p.grade(), p.rpm()), ("F", 122)); // 60000 / 490 ms
-        assert_eq!((paths[1].grade(), paths[1].rpm()), ("A+", 5000));
+        assert_eq!((p.grade(), p.rpm()), (Some("F"), Some(122))); // 60000 / 490 ms
+        assert_eq!((paths[1].grade(), paths[1].rpm()), (Some("A+"), Some(5000)));
+    }
+
+    /// A path none of whose sockets has an RTT sample yet (a connection
+    /// still in its handshake, a listener's peer) has no queue to grade:
+    /// no A+ and no RPM of 0.
+    #[test]
+    fn a_path_without_rtt_has_no_grade() {
+        let mut s = sock(1, "10.9.2.2", 40, 0, 0);
+        s.srtt_us = 0;
+        s.floor_us = 0;
+        let paths = paths_of(&[s], None);
+        let p = &paths[0];
+        assert_eq!((p.measured, p.grade(), p.rpm()), (0, None, None));
+        assert_eq!(
+            p.measured_text(),
+            ["-", "-", "-", "-", "-"].map(String::from)
+        );
+        assert_eq!(
+            paths_of(&[sock(1, "10.9.2.2", 40, 3, 0)], None)[0].measured_text(),
+            ["40ms", "3.0ms", "3.0ms", "A+", "1395"].map(String::from)
+        );
     }
 
     #[test]

@@ -4,12 +4,13 @@
 
 use crate::filter::Filter;
 use crate::sort::SortKey;
-use crate::{CcDelay, HostSummary, SnapshotRequest, Socket};
+use crate::{CcDelay, HostSummary, Role, SnapshotRequest, Socket};
 use std::collections::HashMap;
 
-/// The host's bloat over `sockets` (all of them: the filter does not apply).
+/// The host's bloat over `sockets` (all of them: the filter does not apply):
+/// senders by congestion control, receivers together (see [`CcDelay`]).
 pub fn summarize(sockets: &[Socket], threshold_us: u32) -> HostSummary {
-    let mut per_cc: HashMap<&str, Vec<u32>> = HashMap::new();
+    let mut per_cc: HashMap<(Role, &str), Vec<u32>> = HashMap::new();
     let mut summary = HostSummary {
         sockets: sockets.len(),
         ..Default::default()
@@ -17,7 +18,11 @@ pub fn summarize(sockets: &[Socket], threshold_us: u32) -> HostSummary {
     for s in sockets {
         let delay_us = s.view_queue_delay_us();
         if s.view_rtt_us() > 0 && s.view_min_rtt_us() > 0 {
-            per_cc.entry(s.cc.as_str()).or_default().push(delay_us);
+            let cc = match s.role {
+                Role::Sender => s.cc.as_str(),
+                Role::Receiver => "",
+            };
+            per_cc.entry((s.role, cc)).or_default().push(delay_us);
             summary.worst_queue_delay_us = summary.worst_queue_delay_us.max(delay_us);
         }
         if s.is_bloated(threshold_us) {
@@ -26,9 +31,11 @@ pub fn summarize(sockets: &[Socket], threshold_us: u32) -> HostSummary {
     }
     summary.per_cc = per_cc
         .into_iter()
-        .map(|(cc, mut delays)| distribution(cc, &mut delays))
+        .map(|((role, cc), mut delays)| distribution(role, cc, &mut delays))
         .collect();
-    summary.per_cc.sort_by(|a, b| a.cc.cmp(&b.cc));
+    summary
+        .per_cc
+        .sort_by(|a, b| (a.role == Role::Receiver, &a.cc).cmp(&(b.role == Role::Receiver, &b.cc)));
     summary
 }
 
@@ -79,7 +86,7 @@ pub fn select_rows(
 
 /// p50, p90 (nearest rank) and max of `delays`, which must not be empty.
 /// Linear: `select_nth_unstable` instead of a sort.
-fn distribution(cc: &str, delays: &mut [u32]) -> CcDelay {
+fn distribution(role: Role, cc: &str, delays: &mut [u32]) -> CcDelay {
     let n = delays.len();
     let nearest_rank = |p: usize| (n * p).div_ceil(100).max(1) - 1;
     let p50_us = *delays.select_nth_unstable(nearest_rank(50)).1;
@@ -87,6 +94,7 @@ fn distribution(cc: &str, delays: &mut [u32]) -> CcDelay {
     let max_us = *delays.select_nth_unstable(n - 1).1;
     CcDelay {
         cc: cc.to_string(),
+        role,
         sockets: n,
         p50_us,
         p90_us,

@@ -19,6 +19,11 @@ pub enum Role {
 impl Role {
     pub const ALL: [Role; 2] = [Role::Sender, Role::Receiver];
 
+    /// For serde's defaults: data from before the role was sent.
+    pub fn sender() -> Role {
+        Role::Sender
+    }
+
     /// The role as JSON, metric labels and sentences name it: `sender` or
     /// `receiver`.
     pub const fn name(self) -> &'static str {
@@ -93,6 +98,10 @@ pub struct NetPath {
     pub queue_delay_p50_us: u32,
     pub queue_delay_max_us: u32,
     pub sockets: u32,
+    /// Its sockets with an RTT sample and a floor: the queue, grade and
+    /// RPM come from them; 0 means there is nothing to grade.
+    #[serde(default)]
+    pub measured: u32,
     /// Goodput of its sockets together.
     pub throughput_bps: u64,
     /// Congestion controls of its sockets.
@@ -102,16 +111,38 @@ pub struct NetPath {
 impl NetPath {
     /// The bufferbloat grade of the DSLReports and Waveform tests, from the
     /// median queueing delay: A+ < 5 ms, A < 30, B < 60, C < 200, D < 400,
-    /// F otherwise.
-    pub fn grade(&self) -> &'static str {
-        grade(self.queue_delay_p50_us)
+    /// F otherwise. None without an RTT sample: an unmeasured path is no A+.
+    pub fn grade(&self) -> Option<&'static str> {
+        (self.measured > 0).then(|| grade(self.queue_delay_p50_us))
     }
 
     /// Loaded responsiveness in round trips per minute (IETF responsiveness
     /// draft: 60000 / loaded RTT in ms), estimated passively from the floor
-    /// plus the median queue: no probe traffic is sent.
-    pub fn rpm(&self) -> u32 {
-        rpm(self.floor_us as u64 + self.queue_delay_p50_us as u64)
+    /// plus the median queue: no probe traffic is sent. None without an RTT
+    /// sample.
+    pub fn rpm(&self) -> Option<u32> {
+        (self.measured > 0).then(|| rpm(self.floor_us as u64 + self.queue_delay_p50_us as u64))
+    }
+
+    /// Floor, queue (median, max), grade and RPM as tables show them: "-"
+    /// where no socket of the path has measured them (no floor yet, no
+    /// RTT sample).
+    pub fn measured_text(&self) -> [String; 5] {
+        let floor = if self.floor_us == 0 {
+            "-".into()
+        } else {
+            crate::format::ms(self.floor_us as u64)
+        };
+        if self.measured == 0 {
+            return [floor, "-".into(), "-".into(), "-".into(), "-".into()];
+        }
+        [
+            floor,
+            crate::format::ms(self.queue_delay_p50_us as u64),
+            crate::format::ms(self.queue_delay_max_us as u64),
+            self.grade().unwrap_or("-").to_string(),
+            self.rpm().map_or("-".into(), |r| r.to_string()),
+        ]
     }
 }
 
@@ -142,8 +173,8 @@ pub fn worst_path_sentence(paths: &[NetPath]) -> Option<String> {
         p.peer_text(),
         if p.interface.is_empty() { "?" } else { &p.interface },
         crate::format::ms(p.queue_delay_p50_us as u64),
-        p.grade(),
-        p.rpm()
+        p.grade()?,
+        p.rpm()?
     ))
 }
 
@@ -537,10 +568,16 @@ pub struct PolicyState {
     pub drwa_sockets: i64,
 }
 
-/// Queueing delay distribution of the sockets using one congestion control.
+/// Queueing delay distribution of the senders using one congestion
+/// control, or of all receivers: a receiver's own congestion control does
+/// not drive the transfer it receives (its remote sender's does), so
+/// receivers are one group, whatever their sockets use.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct CcDelay {
+    /// The senders' congestion control; "" for receivers.
     pub cc: String,
+    #[serde(default = "Role::sender")]
+    pub role: Role,
     /// Sockets of this cc with an RTT measurement (the others have no
     /// queueing delay to report and would pull the percentiles to zero).
     pub sockets: usize,
@@ -549,13 +586,24 @@ pub struct CcDelay {
     pub max_us: u32,
 }
 
+impl CcDelay {
+    /// What the group is called on screen: the senders' congestion
+    /// control, or `recv` (the table's name of the role) for receivers.
+    pub fn label(&self) -> &str {
+        match self.role {
+            Role::Sender => &self.cc,
+            Role::Receiver => Role::Receiver.short(),
+        }
+    }
+}
+
 /// The host's overall bloat, over all sockets (the filter does not apply).
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct HostSummary {
     pub sockets: usize,
     pub bloated: usize,
     pub worst_queue_delay_us: u32,
-    /// Congestion controls by name.
+    /// Senders by congestion control, then the receivers.
     pub per_cc: Vec<CcDelay>,
 }
 

@@ -153,19 +153,19 @@ static int serve(const char *ip, int port, int ports, long want)
 	}
 }
 
-static int connect_all(const char *ip, int port, int ports, long n, long busy)
+/*
+ * Opens n connections, a few thousand at a time so the listener's backlog
+ * keeps up, into fds. Returns 0 when all are established.
+ */
+static int open_all(const char *ip, int port, int ports, long n, int *fds)
 {
-	int ep = epoll_create1(0), tfd, i, k;
-	int *fds = calloc(n, sizeof(int));
-	long established = 0, failed = 0, next_busy = 0;
+	int ep = epoll_create1(0), i, k;
+	long established = 0, failed = 0;
 	struct epoll_event ev, evs[256];
-	struct itimerspec tick = { .it_interval = { 0, TICK_MS * 1000000 }, .it_value = { 0, TICK_MS * 1000000 } };
-	static char msg[MSG_BYTES];
 	double t0 = now_s();
 
-	if (ep < 0 || !fds)
-		die("setup");
-	/* Opened a few thousand at a time so the listener's backlog keeps up. */
+	if (ep < 0)
+		die("epoll");
 	for (long i0 = 0; i0 < n; i0 += 2000) {
 		for (long j = i0; j < n && j < i0 + 2000; j++) {
 			struct sockaddr_in a = addr_of(ip, port + (int)(j % ports));
@@ -201,11 +201,27 @@ static int connect_all(const char *ip, int port, int ports, long n, long busy)
 			}
 		}
 	}
+	close(ep);
 	if (failed) {
 		fprintf(stderr, "loadgen: %ld connections failed\n", failed);
 		return 1;
 	}
-	printf("ready %ld\n", established);
+	return 0;
+}
+
+static int connect_all(const char *ip, int port, int ports, long n, long busy)
+{
+	int tfd;
+	int *fds = calloc(n, sizeof(int));
+	long next_busy = 0;
+	struct itimerspec tick = { .it_interval = { 0, TICK_MS * 1000000 }, .it_value = { 0, TICK_MS * 1000000 } };
+	static char msg[MSG_BYTES];
+
+	if (!fds)
+		die("setup");
+	if (open_all(ip, port, ports, n, fds))
+		return 1;
+	printf("ready %ld\n", n);
 	fflush(stdout);
 	tfd = timerfd_create(CLOCK_MONOTONIC, 0);
 	if (tfd < 0 || timerfd_settime(tfd, 0, &tick, NULL))

@@ -10,6 +10,10 @@ echo
 echo "### server scale: 10,000 busy and 100,000 sockets (scripts/bench/scale.py)"
 $PY scripts/bench/scale.py ${BLOATD_BASELINE:+--baseline "$BLOATD_BASELINE"}
 echo
+echo "### the chart's pod under the same loads (scripts/bench/pod.py; make image first)"
+make --no-print-directory image >/dev/null
+$PY scripts/bench/pod.py
+echo
 echo "### acting on bloat: the sock_ops program per callback (scripts/bench/policy.sh)"
 scripts/bench/policy.sh
 echo

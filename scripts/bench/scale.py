@@ -23,6 +23,7 @@ addresses). Each is measured with bloatd as built, with `--no-floors` (the
 cost of keeping path floors) and, with --baseline, with another build.
 """
 import argparse
+import contextlib
 import json
 import os
 import resource
@@ -320,6 +321,25 @@ def run_churn(loadgen, n, rate, peers, variants):
     print(f"  {'machine CPU, same churn, no probes (%)':42s}{base['machine']:14.2f}")
 
 
+@contextlib.contextmanager
+def scale_lab():
+    """The direct lab (LAB), its namespaces tuned to hold many sockets, and
+    loadgen built: yields loadgen's path; removes it all after."""
+    out = tempfile.mkdtemp(prefix="bloatd-loadgen-")
+    loadgen = os.path.join(out, "loadgen")
+    sh("gcc", "-O2", "-Wall", "-o", loadgen, os.path.join(REPO, "scripts", "bench", "loadgen.c"))
+    subprocess.run([TOPO, "down", LAB], capture_output=True)
+    sh(TOPO, "up", LAB, "--direct", timeout=120)
+    try:
+        for side in ("snd", "rcv"):
+            sh(*nsx(side, "sysctl", "-qw", "net.ipv4.ip_local_port_range=1024 65535",
+                    "net.core.somaxconn=65535", "net.ipv4.tcp_max_syn_backlog=65535"))
+        yield loadgen
+    finally:
+        subprocess.run([TOPO, "down", LAB], capture_output=True)
+        shutil.rmtree(out, ignore_errors=True)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--seconds", type=float, default=20)
@@ -333,15 +353,7 @@ def main():
     args = ap.parse_args()
     if os.geteuid() != 0:
         raise SystemExit("scale.py: run as root (BPF, network namespaces)")
-    out = tempfile.mkdtemp(prefix="bloatd-loadgen-")
-    loadgen = os.path.join(out, "loadgen")
-    sh("gcc", "-O2", "-Wall", "-o", loadgen, os.path.join(REPO, "scripts", "bench", "loadgen.c"))
-    subprocess.run([TOPO, "down", LAB], capture_output=True)
-    sh(TOPO, "up", LAB, "--direct", timeout=120)
-    try:
-        for side in ("snd", "rcv"):
-            sh(*nsx(side, "sysctl", "-qw", "net.ipv4.ip_local_port_range=1024 65535",
-                    "net.core.somaxconn=65535", "net.ipv4.tcp_max_syn_backlog=65535"))
+    with scale_lab() as loadgen:
         variants = [("bloatd", BLOATD, ()), ("no floors", BLOATD, ("--no-floors",))]
         if args.baseline:
             variants.append(("baseline", args.baseline, ()))
@@ -350,9 +362,6 @@ def main():
                 run_churn(loadgen, args.churn, args.churn_rate, args.churn_peers, variants)
             else:
                 run_case(name, loadgen, args.seconds, variants)
-    finally:
-        subprocess.run([TOPO, "down", LAB], capture_output=True)
-        shutil.rmtree(out, ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-# Sourced by the demo and the lab tests: use the running bloatd, or start
+# Sourced by the demo (scripts/demo.sh): use the running bloatd, or start
 # one and remember to stop it. Needs BLOATD (the binary). lab.py applies the
 # same rule in Python (bloatd_ensure there).
 

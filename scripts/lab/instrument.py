@@ -12,7 +12,7 @@ named as in bloatd's API (model/src/view.rs):
   (matched by namespace inode) on the server's port. These are the numbers
   the lab reports.
 - backend "ss": `ss -tin` run in the sender namespace. The kernel's own
-  view: used to cross-check bloatd (scripts/tests/test_lab_instrument.sh)
+  view: used to cross-check bloatd (scripts/tests/test_lab_instrument.py)
   and to develop the lab without a daemon.
 
 The sender side is where the papers measure: the RTT the server's TCP sees,

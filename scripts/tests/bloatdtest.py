@@ -5,11 +5,13 @@ for the dashboard, and waiting for things to happen.
 
 Tests run as root on the real kernel. Everything a test makes (network
 namespaces, daemons, servers, terminals) is removed when the test ends,
-pass or fail.
+pass, fail or Ctrl-C (SIGINT or SIGTERM: TestCase.run, main).
 """
 
+import glob
 import json
 import os
+import re
 import sys
 import shutil
 import signal
@@ -19,6 +21,7 @@ import subprocess
 import tempfile
 import time
 import unittest
+import urllib.parse
 import urllib.request
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -27,6 +30,8 @@ from instrument import parse_ss  # noqa: E402  one `ss` parser for the lab and t
 BLOATD = os.environ.get("BLOATD_BIN", os.path.join(REPO, "target", "release", "bloatd"))
 TOPO = os.path.join(REPO, "scripts", "lab", "topo.sh")
 FLOWS = os.path.join(REPO, "scripts", "lab", "flows.py")
+LAB_PY = os.path.join(REPO, "scripts", "lab", "lab.py")
+LAB_RUN = "/run/bloatd-lab"  # topo.sh's pid files and logs of the emulators
 
 # BLOATD_UNIT_SANDBOX=1 (test_service.py sets it): every daemon a test
 # starts runs under the systemd unit's capability bounding set and
@@ -70,17 +75,32 @@ def available_cc():
 
 def stop(p, grace=3.0):
     """End a child process: SIGTERM, up to `grace` seconds to go, then
-    SIGKILL (at once with grace 0); reaped either way."""
+    SIGKILL (at once with grace 0); reaped either way, and the pipes to it
+    closed only then (it may still write while it ends)."""
     if p.poll() is None:
         if grace > 0:
             p.terminate()
             try:
                 p.wait(timeout=grace)
-                return
             except subprocess.TimeoutExpired:
                 pass
-        p.kill()
+        if p.poll() is None:
+            p.kill()
     p.wait()
+    for f in (p.stdin, p.stdout, p.stderr):
+        if f:
+            f.close()
+
+
+def interruptible(cmd, **kw):
+    """Start `cmd` for a test that interrupts it with SIGINT, as Ctrl-C
+    would: in a session of its own, as a shell's job control would put it
+    (the terminal's Ctrl-C meant for the test does not reach it too), and
+    with SIGINT's default action. A suite started from a background shell
+    (`make test &`, CI) inherits SIGINT ignored, an ignored signal stays
+    ignored across exec, and bash can then neither trap nor receive it."""
+    return subprocess.Popen(cmd, start_new_session=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL), **kw)
 
 
 def wait_for(pred, timeout=10.0, step=0.1, what="condition"):
@@ -153,6 +173,37 @@ class Daemon:
         shutil.rmtree(self.run_dir, ignore_errors=True)
 
 
+def topo_profile(name):
+    """One of topo.sh's profiles: {rate, delay_ms, buffer_bytes[, trace]}."""
+    return dict(f.split("=", 1) for f in run(TOPO, "profile", name).stdout.split())
+
+
+def netns_list():
+    return [line.split()[0] for line in run("ip", "netns", "list").stdout.splitlines() if line.strip()]
+
+
+def lab_leftovers(name):
+    """Everything the lab topology `name` can leave behind, one line per
+    item, [] when nothing is: its namespaces, its emulators (their command
+    line names their pid file) and run files, and what the lab must never
+    touch in the root namespace: links named like the router's, their
+    qdiscs, NFQUEUE rules."""
+    left = [f"namespace {ns}" for ns in netns_list() if ns.startswith(f"{name}-")]
+    procs = run("pgrep", "-af", rf"bloatd-lab/{name}\.(delay|link)", check=False).stdout
+    left += [f"process {line}" for line in procs.splitlines()]
+    left += [f"run file {f}" for f in sorted(glob.glob(f"{LAB_RUN}/{name}.*"))]
+    for line in run("ip", "-br", "link").stdout.splitlines():
+        if re.match(r"(snd0|rcv0)(@|\s)", line):
+            left.append(f"root link {line}")
+    left += [f"root qdisc {line}" for line in run("tc", "qdisc", "show").stdout.splitlines()
+             if re.search(r"dev (snd0|rcv0) ", line)]
+    for tool in ("iptables", "ip6tables"):
+        for table in ("raw", "mangle"):
+            rules = run(tool, "-t", table, "-S", check=False).stdout
+            left += [f"root rule {line}" for line in rules.splitlines() if "nfqueue" in line.lower()]
+    return left
+
+
 class Lab:
     """The sender-router-receiver topology of scripts/lab/topo.sh."""
 
@@ -171,9 +222,11 @@ class Lab:
     def exec(self, side, *cmd, **kw):
         return run("ip", "netns", "exec", self.ns(side), *cmd, **kw)
 
-    def spawn(self, side, *cmd):
-        p = subprocess.Popen(["ip", "netns", "exec", self.ns(side), *cmd],
-                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    def spawn(self, side, *cmd, **kw):
+        """A process in a namespace, ended by `close`; its output dropped,
+        its errors kept, unless `kw` (Popen's) says otherwise."""
+        kw = {"stdout": subprocess.DEVNULL, "stderr": subprocess.PIPE, "text": True, **kw}
+        p = subprocess.Popen(["ip", "netns", "exec", self.ns(side), *cmd], **kw)
         self.procs.append(p)
         return p
 
@@ -216,6 +269,10 @@ class Lab:
                 return [float(x.split("=")[1]) for x in out.split() if x.startswith("time=")]
         return Pinger()
 
+    def delay_line_pid(self):
+        """The pid of this topology's delay line (topo.sh's pid file)."""
+        return int(read(f"{LAB_RUN}/{self.name}.delay.pid"))
+
     def add_receiver_address(self, cidr):
         """A second address on the receiver, in another prefix, reached
         through the same router and bottleneck."""
@@ -248,26 +305,74 @@ class Lab:
     def close(self):
         for p in self.procs:
             stop(p, grace=0)
-            for f in (p.stdout, p.stderr):
-                if f:
-                    f.close()
         self.procs = []
         run(TOPO, "down", self.name, check=False, timeout=120)
 
 
-class Checks:
-    """Checks that go on after a failure, one "ok:" or "FAIL:" line each (the
-    shell tests' inline Python); `done()` exits 1 if any failed."""
+RULES = os.path.join(REPO, "daemon", "dist", "prometheus", "bloatd.rules.yml")
 
-    def __init__(self):
-        self.failed = 0
 
-    def __call__(self, ok, msg):
-        print(("  ok: " if ok else "  FAIL: ") + msg)
-        self.failed += not ok
+def rules_with_short_for(path, out_dir):
+    """A copy of the rule file `path` in `out_dir` where every `for:` of N
+    minutes waits N seconds; nothing else changes (expressions, windows,
+    labels, annotations). Returns the copy's path."""
+    with open(path) as f:
+        text = f.read()
+    short, n = re.subn(r"^(\s*for:\s*)(\d+)m\s*$", r"\g<1>\2s", text, flags=re.M)
+    if n != text.count("for:"):
+        raise AssertionError(f"{path}: a `for:` not in whole minutes")
+    out = os.path.join(out_dir, os.path.basename(path))
+    with open(out, "w") as f:
+        f.write(short)
+    return out
 
-    def done(self):
-        sys.exit(1 if self.failed else 0)
+
+class Prometheus:
+    """A real Prometheus server (Debian's package) scraping bloatd daemons
+    every second and evaluating `rules` (rule files) every second; its HTTP
+    API is the oracle of what an operator's server sees."""
+
+    def __init__(self, target_ports, rules=()):
+        self.tmp = tempfile.mkdtemp(prefix="bloatd-prom-")
+        cfg = os.path.join(self.tmp, "prometheus.yml")
+        targets = ", ".join(f"'127.0.0.1:{p}'" for p in target_ports)
+        with open(cfg, "w") as f:
+            f.write("global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n")
+            if rules:
+                f.write("rule_files:\n" + "".join(f"  - {r}\n" for r in rules))
+            f.write("scrape_configs:\n  - job_name: bloatd\n    static_configs:\n"
+                    f"      - targets: [{targets}]\n")
+        self.port = free_port()
+        self.proc = subprocess.Popen(
+            ["prometheus", f"--config.file={cfg}", f"--storage.tsdb.path={self.tmp}/data",
+             f"--web.listen-address=127.0.0.1:{self.port}"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        wait_for(lambda: self.query("up") is not None, timeout=30, what="prometheus up")
+
+    def _get(self, path, params=None):
+        url = f"http://127.0.0.1:{self.port}{path}"
+        if params:
+            url += "?" + urllib.parse.urlencode(params)
+        try:
+            with urllib.request.urlopen(url, timeout=5) as r:
+                body = json.load(r)
+        except OSError:
+            return None
+        return body.get("data") if body.get("status") == "success" else None
+
+    def query(self, promql):
+        """The instant vector of `promql` now: [{"metric": {...}, "value": [t, "v"]}], or None."""
+        data = self._get("/api/v1/query", {"query": promql})
+        return None if data is None else data["result"]
+
+    def alerts(self):
+        """Active alerts (pending and firing): [{"labels": {...}, "state": ...}]."""
+        data = self._get("/api/v1/alerts")
+        return [] if data is None else data["alerts"]
+
+    def close(self):
+        stop(self.proc, grace=10)
+        shutil.rmtree(self.tmp, ignore_errors=True)
 
 
 def proc_status(pid):
@@ -350,8 +455,167 @@ class Tmux:
         self("kill-server", check=False)
 
 
+# The fleet kit (issue 21): the chart rendered by its strict checker, and its
+# DaemonSet's pod run by podman the way a kubelet runs it.
+FLEET_CHECK = os.path.join(REPO, "daemon", "dist", "kubernetes", "check")
+POD_NAME = "bloatd-fleet-pod"
+
+
+def render(values=None):
+    """The chart's objects with `values` over its defaults and a free
+    metrics port, strictly decoded: {kind: obj}."""
+    values = {"metrics": {"port": free_port()}, **(values or {})}
+    out = run("go", "run", "./cmd/render", input=json.dumps(values), cwd=FLEET_CHECK, timeout=600).stdout
+    return {o["kind"]: o for o in json.loads(out)}
+
+
+def memory_bytes(quantity):
+    m = re.fullmatch(r"(\d+)(Ki|Mi|Gi)?", quantity)
+    return int(m[1]) * {None: 1, "Ki": 1 << 10, "Mi": 1 << 20, "Gi": 1 << 30}[m[2]]
+
+
+class Pod:
+    """The DaemonSet's pod, run by podman as the kubelet would run it: the
+    pod's namespaces, capabilities, no_new_privs, read-only root, seccomp
+    profile, memory limit, volumes (the ConfigMap's files, in-memory
+    emptyDirs, host paths), environment and arguments ($(VAR) expanded),
+    and its exec probes run as the kubelet runs them.
+
+    Under runc: Debian 12's podman defaults to crun, which refuses hybrid
+    cgroup hosts like this one ("cgroups in hybrid mode not supported").
+    RLIMIT_NOFILE and RLIMIT_NPROC are set: podman's rootful default raises
+    them, which needs CAP_SYS_RESOURCE, and this sandbox has none (4096:
+    bloatd holds about 600 descriptors at most, README "Limits on clients").
+    """
+
+    def __init__(self, objs, host_ip="127.0.0.1", seccomp=None, drop_caps=()):
+        self.dir = tempfile.mkdtemp(prefix="bloatd-pod-")
+        pod = objs["DaemonSet"]["spec"]["template"]["spec"]
+        self.container = c = pod["containers"][0]
+        sc = c["securityContext"]
+        args = ["podman", "run", "-d", "--name", POD_NAME, "--runtime", "runc",
+                "--ulimit", "nofile=4096:4096", "--ulimit", "nproc=4096:4096"]
+        if pod.get("hostNetwork"):
+            args.append("--network=host")
+        if pod.get("hostPID"):
+            args.append("--pid=host")
+        if "ALL" in sc["capabilities"]["drop"]:
+            args.append("--cap-drop=all")
+        self.caps = [x for x in sc["capabilities"]["add"] if x not in drop_caps]
+        args += [f"--cap-add=CAP_{x}" for x in self.caps]
+        if sc.get("allowPrivilegeEscalation") is False:
+            args += ["--security-opt", "no-new-privileges"]
+        if sc.get("readOnlyRootFilesystem"):
+            args.append("--read-only")
+        profile = seccomp or pod["securityContext"]["seccompProfile"]["type"]
+        if profile == "Unconfined":
+            args += ["--security-opt", "seccomp=unconfined"]
+        args += ["--user", f"{sc['runAsUser']}:{sc['runAsGroup']}"]
+        if "limits" in c["resources"]:
+            args += ["--memory", str(memory_bytes(c["resources"]["limits"]["memory"]))]
+        volumes = {v["name"]: v for v in pod["volumes"]}
+        for m in c["volumeMounts"]:
+            args += self.mount(volumes[m["name"]], m, objs)
+        env = {}
+        for e in c.get("env", []):
+            ref = e.get("valueFrom", {}).get("fieldRef", {}).get("fieldPath")
+            env[e["name"]] = host_ip if ref == "status.hostIP" else e.get("value", "")
+            args += ["--env", f"{e['name']}={env[e['name']]}"]
+        # the kubelet expands $(VAR) in args from the container's env
+        argv = [re.sub(r"\$\((\w+)\)", lambda x: env.get(x[1], x[0]), a) for a in c["args"]]
+        args += [c["image"], *argv]
+        self.listen = argv[argv.index("--listen") + 1]
+        run("podman", "rm", "-f", POD_NAME, check=False)
+        run(*args)
+
+    def mount(self, vol, m, objs):
+        ro = ":ro" if m.get("readOnly") else ""
+        if "hostPath" in vol:
+            if vol["hostPath"].get("type") == "DirectoryOrCreate":
+                os.makedirs(vol["hostPath"]["path"], mode=0o755, exist_ok=True)
+            return ["-v", f"{vol['hostPath']['path']}:{m['mountPath']}{ro}"]
+        if "emptyDir" in vol:
+            assert vol["emptyDir"].get("medium") == "Memory", vol
+            return ["--tmpfs", f"{m['mountPath']}:rw,mode=755,size={memory_bytes(vol['emptyDir']['sizeLimit'])}"]
+        if "configMap" in vol:
+            d = os.path.join(self.dir, vol["name"])
+            os.makedirs(d, exist_ok=True)
+            for k, v in objs["ConfigMap"]["data"].items():
+                with open(os.path.join(d, k), "w") as f:
+                    f.write(v)
+            src = os.path.join(d, m["subPath"]) if m.get("subPath") else d
+            return ["-v", f"{src}:{m['mountPath']}{ro}"]
+        raise AssertionError(f"a volume the test does not run: {vol}")
+
+    def probe(self, name):
+        """Run the container's `name` probe (an exec probe) once: passed?"""
+        cmd = self.container[name]["exec"]["command"]
+        return run("podman", "exec", POD_NAME, *cmd, check=False, timeout=30).returncode == 0
+
+    def exec(self, *cmd, **kw):
+        return run("podman", "exec", POD_NAME, *cmd, **kw)
+
+    def state(self):
+        out = run("podman", "inspect", POD_NAME, "--format", "{{json .State}}", check=False).stdout
+        return json.loads(out) if out.strip() else {}
+
+    def logs(self):
+        r = run("podman", "logs", POD_NAME, check=False)
+        return r.stdout + r.stderr
+
+    def started(self, timeout):
+        """Until the startup probe passes (True) or the container exits (False)."""
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            if self.probe("startupProbe"):
+                return True
+            if self.state().get("Status") == "exited":
+                return False
+            time.sleep(self.container["startupProbe"].get("periodSeconds", 1))
+        raise AssertionError(f"not started in {timeout}s:\n{self.logs()}")
+
+    def pid(self):
+        """The container's main process, as the host sees it."""
+        return self.state()["Pid"]
+
+    def memory(self):
+        """(now, peak) bytes charged to the container's memory cgroup: its
+        processes (probes and `kubectl exec` clients included) and the
+        kernel memory they allocate, BPF maps included."""
+        for line in read(f"/proc/{self.pid()}/cgroup").splitlines():
+            _, controllers, path = line.split(":", 2)
+            if controllers == "memory":
+                d = f"/sys/fs/cgroup/memory{path}"
+                return int(read(f"{d}/memory.usage_in_bytes")), int(read(f"{d}/memory.max_usage_in_bytes"))
+            if controllers == "" and os.path.exists(f"/sys/fs/cgroup{path}/memory.peak"):
+                d = f"/sys/fs/cgroup{path}"
+                return int(read(f"{d}/memory.current")), int(read(f"{d}/memory.peak"))
+        raise AssertionError("the pod has no memory cgroup")
+
+    def terminate(self, grace):
+        """What the kubelet does to end a pod: SIGTERM, SIGKILL after the
+        grace period. The exit code."""
+        run("podman", "stop", "-t", str(grace), POD_NAME, timeout=grace + 30)
+        return self.state()["ExitCode"]
+
+    def remove(self):
+        run("podman", "rm", "-f", POD_NAME, check=False)
+        run("rm", "-rf", self.dir, check=False)
+
+
 class TestCase(unittest.TestCase):
-    """Registers cleanups so daemons and labs go away on failure too."""
+    """Registers cleanups so daemons and labs go away on failure and on
+    Ctrl-C too."""
+
+    def run(self, result=None):
+        # unittest skips a test's cleanups when KeyboardInterrupt (Ctrl-C,
+        # or SIGTERM: see main) ends it: run them, then go on ending.
+        try:
+            return super().run(result)
+        except KeyboardInterrupt:
+            print(f"\n{self.id()}: interrupted, removing what it made", file=sys.stderr, flush=True)
+            self.doCleanups()
+            raise
 
     def daemon(self, *extra, **kw):
         d = Daemon(*extra, **kw)
@@ -371,9 +635,17 @@ class TestCase(unittest.TestCase):
         self.addCleanup(t.kill)
         return t
 
-    def process(self, cmd, grace=3.0, **kw):
-        """A child process, stopped (see `stop`) when the test ends."""
-        p = subprocess.Popen(cmd, **kw)
+    def prometheus(self, *target_ports, rules=()):
+        """A Prometheus server scraping these bloatd ports, stopped when
+        the test ends."""
+        p = Prometheus(target_ports, rules)
+        self.addCleanup(p.close)
+        return p
+
+    def process(self, cmd, grace=3.0, sigint=False, **kw):
+        """A child process, stopped (see `stop`) when the test ends; with
+        `sigint`, one the test interrupts (see `interruptible`)."""
+        p = interruptible(cmd, **kw) if sigint else subprocess.Popen(cmd, **kw)
         self.addCleanup(stop, p, grace)
         return p
 
@@ -383,4 +655,18 @@ def main():
         raise SystemExit("integration tests need root (BPF, network namespaces)")
     if not os.path.exists(BLOATD):
         raise SystemExit(f"{BLOATD} not found: run `make build` first")
-    unittest.main(verbosity=2)
+    received = [signal.SIGINT]
+
+    def on_term(signum, frame):
+        received[0] = signum
+        raise KeyboardInterrupt
+    # SIGTERM (a CI timeout, `kill`) ends a test as Ctrl-C does: its
+    # cleanups run (TestCase.run).
+    signal.signal(signal.SIGTERM, on_term)
+    try:
+        unittest.main(verbosity=2)
+    except KeyboardInterrupt:
+        # End by the signal, so that a shell running the suite (run.sh)
+        # sees it and stops too.
+        signal.signal(received[0], signal.SIG_DFL)
+        os.kill(os.getpid(), received[0])

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Runs every integration test (scripts/tests/test_*.py and test_*.sh) one
-# after another, as root, on the real kernel. Tests that measure share two
-# cores: running them in parallel would make them measure each other.
+# Runs every integration test (scripts/tests/test_*.py, on bloatdtest.py)
+# one after another, as root, on the real kernel. Tests that measure share
+# two cores: running them in parallel would make them measure each other.
 #   scripts/tests/run.sh              all of them
 #   scripts/tests/run.sh test_daemon  those whose name contains the word
 set -uo pipefail
@@ -14,15 +14,12 @@ export PYTHON=$PY
 
 failed=()
 start_all=$(date +%s)
-for t in scripts/tests/test_*.py scripts/tests/test_*.sh; do
+for t in scripts/tests/test_*.py; do
 	name=$(basename "$t")
 	[[ -n ${1:-} && $name != *"$1"* ]] && continue
 	echo "=== $name"
 	t0=$(date +%s)
-	case $t in
-	*.py) (cd scripts/tests && $PY "$name") ;;
-	*.sh) bash "$t" ;;
-	esac
+	(cd scripts/tests && $PY "$name")
 	rc=$?
 	echo "=== $name: $([[ $rc -eq 0 ]] && echo ok || echo "FAILED ($rc)") in $(( $(date +%s) - t0 ))s"
 	((rc == 0)) || failed+=("$name")

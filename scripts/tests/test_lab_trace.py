@@ -13,12 +13,12 @@ exactly one, so:
   2%, and per 100 ms window within max(3 packets, 10%) for 90% of windows;
 - each packet's lateness (arrival minus its opportunity plus the base delay)
   is small: median under 1 ms, 99th percentile under 5 ms (the VM's timer
-  tail, see test_lab_delay.sh).
+  tail, see test_lab_delay.py).
 
 The downlink (the .down trace, no delay) and the uplink (the .up trace, then
 the profile's base delay) of `lte`, and the downlink of `umts`. Nothing may
-be left behind after the lab goes (test_lab_topo.sh interrupts a trace
-link's `up` too).
+be left behind after the lab goes (bloatdtest.lab_leftovers;
+test_lab_topo.py interrupts a trace link's `up` too).
 """
 import bisect
 import json
@@ -26,20 +26,17 @@ import os
 import re
 import subprocess
 import sys
-import time
 
-from bloatdtest import FLOWS, RCV4, SND4, TOPO, TestCase, main, run
+from bloatdtest import FLOWS, LAB_RUN, RCV4, SND4, TOPO, TestCase, lab_leftovers, main, run, topo_profile
 
-LAB_RUN = "/run/bloatd-lab"
 BLAST_S = 12.0
 SETTLE_S = 1.5      # the buffer fills (1 MB at 3x the mean rate beyond it: < 0.5 s)
 WINDOW_NS = 100_000_000
 
 
 def profile(name):
-    out = run(TOPO, "profile", name).stdout.split()
-    kv = dict(f.split("=", 1) for f in out)
-    return kv["trace"], float(kv["delay_ms"])
+    p = topo_profile(name)
+    return p["trace"], float(p["delay_ms"])
 
 
 class Trace:
@@ -102,10 +99,8 @@ class TraceLink(TestCase):
         (ns, shifted back by the base delay) and the blast's span."""
         trace = Trace(trace_path, start_ns)
         src, dst, addr = ("snd", "rcv", RCV4) if direction == "down" else ("rcv", "snd", SND4)
-        sink = subprocess.Popen(["ip", "netns", "exec", lab.ns(dst), sys.executable, FLOWS,
-                                 "udp-sink", "--port", "9000", "--seconds", str(BLAST_S + 20)],
-                                stdout=subprocess.PIPE, text=True)
-        lab.procs.append(sink)
+        sink = lab.spawn(dst, sys.executable, FLOWS, "udp-sink", "--port", "9000",
+                         "--seconds", str(BLAST_S + 20), stdout=subprocess.PIPE, stderr=None)
         self.assertIn("listening", sink.stdout.readline())
         pps = int(4 * trace.mean_pps())
         blast = lab.exec(src, sys.executable, FLOWS, "udp-blast", "--addr", addr,
@@ -173,19 +168,14 @@ class TraceLink(TestCase):
         backlog = int(run(TOPO, "backlog", "bltrace").stdout)
         print(f"  topo.sh backlog after the blasts: {backlog} B")
         lab.close()
-        left = [f for f in os.listdir(LAB_RUN) if f.startswith("bltrace.")] \
-            if os.path.isdir(LAB_RUN) else []
-        self.assertEqual(left, [], "run files left behind")
-        procs = run("pgrep", "-af", "bloatd-lab/bltrace", check=False).stdout.strip()
-        self.assertEqual(procs, "", "emulator processes left behind")
+        self.assertEqual(lab_leftovers("bltrace"), [], "left behind")
 
     def test_umts_downlink(self):
         lab = self.lab("bltrace", profile="umts")
         down, _ = profile("umts")
         self.check_link(lab, "umts", "down", down, emulator_start("bltrace", "link"), 0)
         lab.close()
-        time.sleep(0.1)
-        self.assertNotIn("bltrace-rtr", run("ip", "netns", "list").stdout)
+        self.assertEqual(lab_leftovers("bltrace"), [], "left behind")
 
 
 if __name__ == "__main__":

@@ -55,6 +55,20 @@ pub enum CcError {
     )]
     Restricted { name: String },
 
+    #[error(
+        "not allowed to enter network namespace {netns}: setns needs CAP_SYS_ADMIN (and \
+         CAP_SYS_PTRACE for the namespaces of processes with more capabilities): run as root; \
+         in a container, add both (bloatd's Helm chart does when `cc` is not empty)"
+    )]
+    NoSetns { netns: String },
+
+    #[error(
+        "net.ipv4.tcp_congestion_control is read-only here (/proc/sys is mounted read-only, as \
+         in a container): set the default with sysctl on the host, or per connection with a \
+         policy rule (cc = ...)"
+    )]
+    ReadOnlySysctl,
+
     #[error("{what}: {source}")]
     Io {
         what: String,

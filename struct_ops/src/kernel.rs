@@ -118,6 +118,7 @@ fn write_default(name: &str) -> Result<(), CcError> {
         Some(libc::EPERM) => CcError::Restricted {
             name: name.to_string(),
         },
+        Some(libc::EROFS) => CcError::ReadOnlySysctl,
         _ => sysctl_err(e),
     })
 }
@@ -186,9 +187,7 @@ fn rewrite_netns_defaults(
             // SAFETY: f is an open nsfs file; setns only changes this thread.
             if unsafe { libc::setns(f.as_raw_fd(), libc::CLONE_NEWNET) } != 0 {
                 if io::Error::last_os_error().raw_os_error() == Some(libc::EPERM) {
-                    return Err(CcError::NotRoot {
-                        what: format!("enter network namespace {label}"),
-                    });
+                    return Err(CcError::NoSetns { netns: label });
                 }
                 continue; // the namespace went away meanwhile
             }

@@ -16,6 +16,7 @@
 
 mod algo;
 mod error;
+mod kconfig;
 mod kernel;
 mod registration;
 mod stale;

@@ -18,7 +18,8 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use libbpf_rs::{
-    libbpf_sys, ErrorKind, Link, MapCore, MapFlags, MapHandle, Object, ObjectBuilder, PrintLevel,
+    libbpf_sys, ErrorKind, Link, MapCore, MapFlags, MapHandle, Object, ObjectBuilder, OpenObject,
+    PrintLevel,
 };
 
 use crate::kernel::{
@@ -292,14 +293,46 @@ fn load(algo: Algo, opts: &Options, by: RegisterBy) -> Result<Loaded, CcError> {
     result.map_err(|(step, e)| classify(algo, step, e, &log))
 }
 
+/// The algorithm's object, opened. Where the kernel publishes no config,
+/// libbpf would refuse the object's `__kconfig` externs: it is handed the
+/// one value they need, measured (kconfig.rs).
+fn open_object(algo: Algo) -> Result<OpenObject, libbpf_rs::Error> {
+    let kconfig = crate::kconfig::kconfig_override().map_err(|e| {
+        libbpf_rs::Error::from(std::io::Error::new(std::io::ErrorKind::NotFound, e))
+    })?;
+    let Some(kconfig) = kconfig else {
+        return ObjectBuilder::default().open_memory(algo.object());
+    };
+    let kconfig = std::ffi::CString::new(kconfig).expect("no NUL in a kconfig line");
+    let name = std::ffi::CString::new(algo.name()).expect("no NUL in a name");
+    let opts = libbpf_sys::bpf_object_open_opts {
+        sz: std::mem::size_of::<libbpf_sys::bpf_object_open_opts>() as libbpf_sys::size_t,
+        object_name: name.as_ptr(),
+        kconfig: kconfig.as_ptr(),
+        ..Default::default()
+    };
+    let obj = algo.object();
+    // SAFETY: the object bytes and the option strings outlive the call
+    // (libbpf copies what it keeps); a null result sets errno.
+    let ptr = unsafe {
+        libbpf_sys::bpf_object__open_mem(
+            obj.as_ptr().cast(),
+            obj.len() as libbpf_sys::size_t,
+            &opts,
+        )
+    };
+    let ptr = std::ptr::NonNull::new(ptr)
+        .ok_or_else(|| libbpf_rs::Error::from(std::io::Error::last_os_error()))?;
+    // SAFETY: a bpf_object libbpf just opened, owned by nothing else.
+    Ok(unsafe { OpenObject::from_ptr(ptr) })
+}
+
 fn open_load_attach(
     algo: Algo,
     opts: &Options,
     by: RegisterBy,
 ) -> Result<Loaded, (&'static str, libbpf_rs::Error)> {
-    let mut open = ObjectBuilder::default()
-        .open_memory(algo.object())
-        .map_err(|e| ("open", e))?;
+    let mut open = open_object(algo).map_err(|e| ("open", e))?;
     if by == RegisterBy::MapUpdate {
         // The same object without BPF_F_LINK: a map the kernel registers
         // when it is written (libbpf's attach does the write, and its

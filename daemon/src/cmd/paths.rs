@@ -84,6 +84,7 @@ fn paths_table(paths: &[NetPath]) -> String {
         "THROUGHPUT"
     );
     for p in paths {
+        let [floor, queue, qmax, grade, rpm] = p.measured_text();
         let _ = writeln!(
             out,
             "{:<10} {:<28} {:<10} {:>9} {:<8} {:>9} {:>9} {:<5} {:>6} {:>5} {:>12}  {}",
@@ -94,12 +95,12 @@ fn paths_table(paths: &[NetPath]) -> String {
             } else {
                 &p.interface
             },
-            format::ms(p.floor_us as u64),
+            floor,
             p.floor_source.as_str(),
-            format::ms(p.queue_delay_p50_us as u64),
-            format::ms(p.queue_delay_max_us as u64),
-            p.grade(),
-            p.rpm(),
+            queue,
+            qmax,
+            grade,
+            rpm,
             p.sockets,
             format::rate(p.throughput_bps),
             p.ccs.join(",")

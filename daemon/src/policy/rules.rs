@@ -299,6 +299,28 @@ pub fn validate(rules: &[Rule], drwa_lambda: f64, drwa_min_bytes: u64) -> Result
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The Helm chart's schema knows a rule's keys, and no others.
+    #[test]
+    fn the_charts_schema_knows_every_rule_key() {
+        let schema: serde_json::Value =
+            serde_json::from_str(include_str!("../../dist/helm/bloatd/values.schema.json"))
+                .unwrap();
+        let rule = &schema["properties"]["config"]["properties"]["policy"]["items"]["properties"];
+        let mut chart: Vec<&str> = rule
+            .as_object()
+            .unwrap()
+            .keys()
+            .map(String::as_str)
+            .collect();
+        let mut ours: Vec<&str> = RULE_KEYS.iter().map(|(k, _)| *k).collect();
+        chart.sort();
+        ours.sort();
+        assert_eq!(
+            chart, ours,
+            "add the new key to the policy items in daemon/dist/helm/bloatd/values.schema.json"
+        );
+    }
     use bloatd_model::policy::{Bytes, DrwaMode};
 
     fn rule(toml: &str) -> Rule {

@@ -19,11 +19,13 @@ pub mod abi;
 #[cfg(test)]
 mod floor_tests;
 mod map_iter;
+#[cfg(test)]
+mod merge_tests;
 pub mod policy;
 
 use abi::{
-    stat, BloatdCcStats, BloatdControl, BloatdFloor, BloatdPathKey, BloatdSample, BloatdSock,
-    BloatdSockCounts,
+    stat, BloatdCcStats, BloatdControl, BloatdFloor, BloatdPathKey, BloatdRoleStats, BloatdSample,
+    BloatdSock, BloatdSockCounts,
 };
 use aya::maps::{Array, HashMap as BpfHashMap, Map, MapData, PerCpuArray, RingBuf};
 use aya::programs::{BtfTracePoint, CgroupAttachMode, Iter, SockOps};
@@ -157,23 +159,48 @@ pub fn floor_now(f: &BloatdFloor, window_s: u32, now_s: u32) -> Option<(u32, u32
     (us > 0).then_some((us, source))
 }
 
-/// Add one CPU's statistics into `sum`, field by field (the struct is u64s
-/// only, as bpf/bloatd.h defines it).
-fn add_cc_stats(sum: &mut BloatdCcStats, x: &BloatdCcStats) {
-    const N: usize = std::mem::size_of::<BloatdCcStats>() / 8;
-    // SAFETY: BloatdCcStats is repr(C) plain data made of u64 fields only
-    // (asserted below), so it is an array of N u64s.
-    let (a, b) = unsafe {
-        (
-            &mut *(sum as *mut BloatdCcStats as *mut [u64; N]),
-            &*(x as *const BloatdCcStats as *const [u64; N]),
-        )
-    };
-    for (a, b) in a.iter_mut().zip(b.iter()) {
-        *a = a.wrapping_add(*b);
+/// Merge `x` (another CPU's copy, or another index of the same name) into
+/// `sum`. Counts and sums add up. The bloated-socket slots do not: a slot
+/// holds the count of one second, stamped with that second, and each CPU
+/// stamps its own copy; a stamp is a value, not a quantity. Per slot the
+/// newest second wins and only the counts stamped with it add up (a CPU
+/// whose slot still holds an older second saw no bloated socket in it).
+pub fn merge_cc_stats(sum: &mut BloatdCcStats, x: &BloatdCcStats) {
+    for (a, b) in sum.role.iter_mut().zip(x.role.iter()) {
+        merge_role_stats(a, b);
     }
 }
-const _: () = assert!(std::mem::size_of::<BloatdCcStats>().is_multiple_of(8));
+
+fn merge_role_stats(a: &mut BloatdRoleStats, b: &BloatdRoleStats) {
+    let add = |a: &mut [u64], b: &[u64]| {
+        for (a, b) in a.iter_mut().zip(b) {
+            *a = a.wrapping_add(*b);
+        }
+    };
+    for (a, b) in a.delay.iter_mut().zip(b.delay.iter()) {
+        add(a, b);
+    }
+    add(&mut a.delay_sum_us, &b.delay_sum_us);
+    add(&mut a.cwnd, &b.cwnd);
+    add(
+        std::slice::from_mut(&mut a.cwnd_sum),
+        std::slice::from_ref(&b.cwnd_sum),
+    );
+    add(
+        std::slice::from_mut(&mut a.retrans),
+        std::slice::from_ref(&b.retrans),
+    );
+    for i in 0..a.bloated_sec.len() {
+        match b.bloated_sec[i].cmp(&a.bloated_sec[i]) {
+            std::cmp::Ordering::Greater => {
+                a.bloated_sec[i] = b.bloated_sec[i];
+                a.bloated[i] = b.bloated[i];
+            }
+            std::cmp::Ordering::Equal => a.bloated[i] += b.bloated[i],
+            std::cmp::Ordering::Less => {}
+        }
+    }
+}
 
 /// Read slots beyond the bound: records the startup walk made for sockets
 /// that existed before (they are not refused) fit too.
@@ -606,7 +633,7 @@ impl Probes {
                 }
             };
             for cpu in per_cpu.iter() {
-                add_cc_stats(&mut out[slot].1, cpu);
+                merge_cc_stats(&mut out[slot].1, cpu);
             }
         }
         Ok(out)

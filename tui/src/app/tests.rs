@@ -611,17 +611,27 @@ fn summary_per_cc_distribution() {
     fresh.min_rtt_us = 0;
     fresh.srtt_us = 0;
     sockets.push(fresh);
+    // Two receivers, each on its namespace's default: one group, no cc
+    // (the remote senders' congestion controls drive them).
+    for (cookie, cc, ms) in [(20, "bbr", 300), (21, "cubic", 500)] {
+        sockets.push(fixtures::receiving(
+            sock(cookie, "dl", cc, 0),
+            40_000,
+            ms * 1000,
+        ));
+    }
     let mut app = App::new();
     app.apply_snapshot(snap(0, sockets), 0);
     let s = app.summary();
-    assert_eq!(s.sockets, 14);
-    assert_eq!(s.bloated, 1);
-    assert_eq!(s.worst_queue_delay_us, 100_000);
+    assert_eq!(s.sockets, 16);
+    assert_eq!(s.bloated, 3);
+    assert_eq!(s.worst_queue_delay_us, 500_000);
     assert_eq!(
         s.per_cc,
         vec![
             CcDelay {
                 cc: "bloatd_westwood".into(),
+                role: Role::Sender,
                 sockets: 3,
                 p50_us: 2_000,
                 p90_us: 3_000,
@@ -629,13 +639,23 @@ fn summary_per_cc_distribution() {
             },
             CcDelay {
                 cc: "cubic".into(),
+                role: Role::Sender,
                 sockets: 10,
                 p50_us: 50_000,
                 p90_us: 90_000,
                 max_us: 100_000
             },
+            CcDelay {
+                cc: "".into(),
+                role: Role::Receiver,
+                sockets: 2,
+                p50_us: 300_000,
+                p90_us: 500_000,
+                max_us: 500_000
+            },
         ]
     );
+    assert_eq!(s.per_cc[2].label(), "recv");
 }
 
 #[test]

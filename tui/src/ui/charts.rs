@@ -36,25 +36,93 @@ pub(super) fn render_charts(
         centered_message("enlarge the terminal for charts", DIM, area, buf);
         return;
     }
-    let snap = app.snapshot();
-    let taken_ms = snap.taken_ms;
     let window_s = crate::app::HISTORY_WINDOW_MS as f64 / 1000.0;
-    let x_of = |t_ms: u64| (t_ms as f64 - taken_ms as f64) / 1000.0;
-    let recent: Vec<&Sample> = samples
+    let recent = Recent::new(samples, app.snapshot().taken_ms, window_s);
+    let no_samples = recent.samples.is_empty();
+    let row_areas = Layout::vertical(vec![Constraint::Fill(1); rows as usize]).split(area);
+    let cells: Vec<Rect> = row_areas
         .iter()
-        .copied()
-        .filter(|x| x_of(x.t_ms) >= -window_s)
+        .flat_map(|r| {
+            Layout::horizontal(vec![Constraint::Fill(1); columns as usize])
+                .spacing(1)
+                .split(*r)
+                .to_vec()
+        })
         .collect();
-    let points = |f: &dyn Fn(&Sample) -> Option<f64>| -> Vec<(f64, f64)> {
-        recent
-            .iter()
-            .filter_map(|x| f(x).map(|y| (x_of(x.t_ms), y)))
-            .collect()
-    };
-    let flat = |y: f64| vec![(-window_s, y), (0.0, y)];
-    let ms_of = |us: u32| us as f64 / 1000.0;
-    let role = s.role;
+    for ((title, series, label), cell) in charts_of(app, s, &recent).into_iter().zip(cells) {
+        chart(title, &series, label, no_samples, window_s, cell, buf);
+    }
+}
 
+/// The samples of the last minute, as points x seconds before the
+/// snapshot.
+struct Recent<'a> {
+    samples: Vec<&'a Sample>,
+    taken_ms: u64,
+    window_s: f64,
+}
+
+impl<'a> Recent<'a> {
+    fn new(samples: &[&'a Sample], taken_ms: u64, window_s: f64) -> Self {
+        let mut recent = Recent {
+            samples: Vec::new(),
+            taken_ms,
+            window_s,
+        };
+        recent.samples = samples
+            .iter()
+            .copied()
+            .filter(|x| recent.x_of(x.t_ms) >= -window_s)
+            .collect();
+        recent
+    }
+
+    fn x_of(&self, t_ms: u64) -> f64 {
+        (t_ms as f64 - self.taken_ms as f64) / 1000.0
+    }
+
+    /// The points of one quantity, where a sample has it.
+    fn points(&self, f: &dyn Fn(&Sample) -> Option<f64>) -> Vec<(f64, f64)> {
+        self.samples
+            .iter()
+            .filter_map(|x| f(x).map(|y| (self.x_of(x.t_ms), y)))
+            .collect()
+    }
+
+    /// A constant across the whole window (a threshold, W_max).
+    fn flat(&self, y: f64) -> Vec<(f64, f64)> {
+        vec![(-self.window_s, y), (0.0, y)]
+    }
+}
+
+fn ms_of(us: u32) -> f64 {
+    us as f64 / 1000.0
+}
+
+fn ms_label(v: f64) -> String {
+    format::ms((v * 1000.0).round() as u64)
+}
+
+fn seg_label(v: f64) -> String {
+    format!("{v:.0}")
+}
+
+fn kb_label(v: f64) -> String {
+    format!("{v:.0}k")
+}
+
+fn rate_label(v: f64) -> String {
+    format::rate(v.round() as u64)
+}
+
+/// The four charts: RTT against its floor, queueing delay, the window,
+/// throughput.
+fn charts_of(
+    app: &App,
+    s: &Socket,
+    recent: &Recent,
+) -> [(&'static str, Vec<Series>, AxisLabel<'static>); 4] {
+    let role = s.role;
     let rtt_name = match role {
         Role::Sender => "srtt",
         Role::Receiver => "rcv_rtt",
@@ -63,32 +131,67 @@ pub(super) fn render_charts(
         Series {
             name: rtt_name,
             color: Color::Yellow,
-            points: points(&|x| Some(ms_of(x.view_rtt_us(role)))),
+            points: recent.points(&|x| Some(ms_of(x.view_rtt_us(role)))),
         },
         Series {
             name: "min",
             color: Color::Green,
-            points: points(&|x| Some(ms_of(x.view_min_rtt_us(role)))),
+            points: recent.points(&|x| Some(ms_of(x.view_min_rtt_us(role)))),
         },
     ];
     let mut queue = vec![Series {
         name: "queue",
         color: Color::Red,
-        points: points(&|x| Some(ms_of(x.view_queue_delay_us(role)))),
+        points: recent.points(&|x| Some(ms_of(x.view_queue_delay_us(role)))),
     }];
-    if snap.bloat_threshold_us > 0 {
+    let threshold_us = app.snapshot().bloat_threshold_us;
+    if threshold_us > 0 {
         queue.push(Series {
             name: "threshold",
             color: Color::DarkGray,
-            points: flat(ms_of(snap.bloat_threshold_us)),
+            points: recent.flat(ms_of(threshold_us)),
         });
+    }
+    let throughput = vec![Series {
+        name: "throughput",
+        color: Color::Blue,
+        points: recent.points(&|x| Some(x.throughput_bps as f64)),
+    }];
+    [
+        ("RTT (gap = queue)", rtt, &ms_label),
+        ("queueing delay", queue, &ms_label),
+        window_chart(s, recent),
+        ("throughput", throughput, &rate_label),
+    ]
+}
+
+/// The window chart: cwnd (and Westwood+'s pipe, CUBIC's W_max), or for a
+/// receiver DRWA clamps, the clamp drawn beside the data that arrived per
+/// RTT (the clamp is lambda x floor/RTT x that).
+fn window_chart(s: &Socket, recent: &Recent) -> (&'static str, Vec<Series>, AxisLabel<'static>) {
+    let clamp = recent.points(&|x| x.drwa_clamp_bytes.map(|b| b as f64 / 1000.0));
+    if !clamp.is_empty() {
+        let rcvd = recent.points(&|x| x.drwa_rcvd_rtt_bytes.map(|b| b as f64 / 1000.0));
+        let window = vec![
+            Series {
+                name: "clamp",
+                color: Color::Green,
+                points: clamp,
+            },
+            Series {
+                name: "rcvd/RTT",
+                color: Color::Cyan,
+                points: rcvd,
+            },
+        ];
+        return ("DRWA window, kB", window, &kb_label);
     }
     let mut window = vec![Series {
         name: "cwnd",
         color: Color::Cyan,
-        points: points(&|x| Some(x.cwnd as f64)),
+        points: recent.points(&|x| Some(x.cwnd as f64)),
     }];
-    let pipe = points(&|x| x.pipe_segments.map(|p| p as f64));
+    let pipe = recent.points(&|x| x.pipe_segments.map(|p| p as f64));
     if !pipe.is_empty() {
         window.push(Series {
             name: "pipe",
@@ -100,61 +203,10 @@ pub(super) fn render_charts(
         window.push(Series {
             name: "W_max",
             color: Color::Magenta,
-            points: flat(*w_max_segments as f64),
+            points: recent.flat(*w_max_segments as f64),
         });
     }
-    let throughput = vec![Series {
-        name: "throughput",
-        color: Color::Blue,
-        points: points(&|x| Some(x.throughput_bps as f64)),
-    }];
-    // A receiver DRWA clamps: its window is the clamp, drawn beside the
-    // data that arrived per RTT (the clamp is lambda x floor/RTT x that).
-    let clamp = points(&|x| x.drwa_clamp_bytes.map(|b| b as f64 / 1000.0));
-    let drwa = !clamp.is_empty();
-    if drwa {
-        window = vec![
-            Series {
-                name: "clamp",
-                color: Color::Green,
-                points: clamp,
-            },
-            Series {
-                name: "rcvd/RTT",
-                color: Color::Cyan,
-                points: points(&|x| x.drwa_rcvd_rtt_bytes.map(|b| b as f64 / 1000.0)),
-            },
-        ];
-    }
-
-    let ms_label = |v: f64| format::ms((v * 1000.0).round() as u64);
-    let seg_label = |v: f64| format!("{v:.0}");
-    let kb_label = |v: f64| format!("{v:.0}k");
-    let rate_label = |v: f64| format::rate(v.round() as u64);
-    let no_samples = recent.is_empty();
-    let charts: [(&str, Vec<Series>, AxisLabel); 4] = [
-        ("RTT (gap = queue)", rtt, &ms_label),
-        ("queueing delay", queue, &ms_label),
-        if drwa {
-            ("DRWA window, kB", window, &kb_label)
-        } else {
-            ("window, segments", window, &seg_label)
-        },
-        ("throughput", throughput, &rate_label),
-    ];
-    let row_areas = Layout::vertical(vec![Constraint::Fill(1); rows as usize]).split(area);
-    let cells: Vec<Rect> = row_areas
-        .iter()
-        .flat_map(|r| {
-            Layout::horizontal(vec![Constraint::Fill(1); columns as usize])
-                .spacing(1)
-                .split(*r)
-                .to_vec()
-        })
-        .collect();
-    for ((title, series, label), cell) in charts.into_iter().zip(cells) {
-        chart(title, &series, label, no_samples, window_s, cell, buf);
-    }
+    ("window, segments", window, &seg_label)
 }
 
 fn chart(

@@ -14,11 +14,25 @@ use ratatui::text::{Line, Span};
 use ratatui::widgets::{Paragraph, Widget};
 
 pub(super) fn render_header(app: &App, area: Rect, notice_lines: u16, buf: &mut Buffer) {
+    let mut lines = vec![
+        Line::from(status_line(app)),
+        Line::from(distribution_line(app)),
+        Line::from(health_line(app)),
+    ];
+    lines.extend(notice_lines_of(app, notice_lines as usize));
+    Paragraph::new(lines).render(area, buf);
+}
+
+fn sep() -> Span<'static> {
+    Span::styled(" · ", DIM)
+}
+
+/// Line 1: sockets, bloated, worst queue, what the policy does, and
+/// whether the view is paused or the daemon gone.
+fn status_line(app: &App) -> Vec<Span<'static>> {
     let snap = app.snapshot();
     let summary = app.summary();
     let threshold_us = snap.bloat_threshold_us;
-    let sep = || Span::styled(" · ", DIM);
-
     let mode = if snap.health.mode.is_empty() {
         "?"
     } else {
@@ -56,27 +70,7 @@ pub(super) fn render_header(app: &App, area: Rect, notice_lines: u16, buf: &mut 
         format::ms(summary.worst_queue_delay_us as u64),
         worst_style,
     ));
-    if let Some(p) = &snap.policy {
-        status.push(sep());
-        let on = p.drwa == "on";
-        status.push(Span::styled(
-            format!("DRWA {}", p.drwa),
-            if on { GOOD } else { DIM },
-        ));
-        if p.drwa_sockets > 0 {
-            status.push(Span::raw(format!(" ({} clamped)", p.drwa_sockets)));
-        }
-        if p.rules > 0 {
-            status.push(sep());
-            status.push(Span::raw(format!(
-                "{} rule{}: {} cc, {} bulk",
-                p.rules,
-                if p.rules == 1 { "" } else { "s" },
-                p.cc_sockets,
-                p.bulk_sockets
-            )));
-        }
-    }
+    status.extend(policy_spans(app));
     if app.paused() {
         status.push(Span::raw("  "));
         status.push(Span::styled(
@@ -91,7 +85,39 @@ pub(super) fn render_header(app: &App, area: Rect, notice_lines: u16, buf: &mut 
             BLOATED.add_modifier(Modifier::REVERSED),
         ));
     }
+    status
+}
 
+/// What bloatd's policy is doing: DRWA, and the rules' sockets.
+fn policy_spans(app: &App) -> Vec<Span<'static>> {
+    let Some(p) = &app.snapshot().policy else {
+        return Vec::new();
+    };
+    let on = p.drwa == "on";
+    let mut spans = vec![
+        sep(),
+        Span::styled(format!("DRWA {}", p.drwa), if on { GOOD } else { DIM }),
+    ];
+    if p.drwa_sockets > 0 {
+        spans.push(Span::raw(format!(" ({} clamped)", p.drwa_sockets)));
+    }
+    if p.rules > 0 {
+        spans.push(sep());
+        spans.push(Span::raw(format!(
+            "{} rule{}: {} cc, {} bulk",
+            p.rules,
+            if p.rules == 1 { "" } else { "s" },
+            p.cc_sockets,
+            p.bulk_sockets
+        )));
+    }
+    spans
+}
+
+/// Line 2: the queueing-delay distribution per congestion control.
+fn distribution_line(app: &App) -> Vec<Span<'static>> {
+    let summary = app.summary();
+    let threshold_us = app.snapshot().bloat_threshold_us;
     let mut dist = vec![Span::styled(" qdelay p50/p90/max", DIM)];
     if summary.per_cc.is_empty() {
         dist.push(Span::styled(": no RTT measurements yet", DIM));
@@ -100,14 +126,20 @@ pub(super) fn render_header(app: &App, area: Rect, notice_lines: u16, buf: &mut 
         dist.push(Span::raw("  "));
         dist.extend(cc_distribution(cc, threshold_us));
     }
+    dist
+}
 
+/// Line 3: the daemon's health, the view's sort and filter, the parts of
+/// bloatd this kernel does not run as designed, and stale data.
+fn health_line(app: &App) -> Vec<Span<'static>> {
+    let snap = app.snapshot();
     let health = &snap.health;
     let dropped_style = if health.dropped_total > 0 {
         WARN
     } else {
         Style::new()
     };
-    let mut health_line = vec![
+    let mut line = vec![
         Span::raw(format!(" events {}", format::count(health.events_total))),
         sep(),
         Span::styled(
@@ -130,8 +162,8 @@ pub(super) fn render_header(app: &App, area: Rect, notice_lines: u16, buf: &mut 
         )),
     ];
     if !app.filter().is_empty() {
-        health_line.push(sep());
-        health_line.push(Span::styled(
+        line.push(sep());
+        line.push(Span::styled(
             format!("filter {}", app.filter().text()),
             WARN,
         ));
@@ -149,38 +181,39 @@ pub(super) fn render_header(app: &App, area: Rect, notice_lines: u16, buf: &mut 
             .map(|f| f.name.as_str())
             .collect();
         if !names.is_empty() {
-            health_line.push(sep());
-            health_line.push(Span::styled(format!("{label}: {}", names.join(",")), style));
+            line.push(sep());
+            line.push(Span::styled(format!("{label}: {}", names.join(",")), style));
         }
     }
     // Data older than two intervals is stale: say how stale.
     let age_ms = app.now_ms().saturating_sub(snap.taken_ms);
     if snap.taken_ms > 0 && age_ms > 2 * snap.interval_ms as u64 {
-        health_line.push(sep());
-        health_line.push(Span::styled(
+        line.push(sep());
+        line.push(Span::styled(
             format!("data {} old", format::age(age_ms)),
             WARN,
         ));
     }
+    line
+}
 
-    let mut lines = vec![
-        Line::from(status),
-        Line::from(dist),
-        Line::from(health_line),
-    ];
+/// The newest notices, `room` lines at most, the last saying how many
+/// did not fit.
+fn notice_lines_of(app: &App, room: usize) -> Vec<Line<'static>> {
     let notices = app.notices();
-    for (i, notice) in notices.iter().take(notice_lines as usize).enumerate() {
+    let mut lines = Vec::new();
+    for (i, notice) in notices.iter().take(room).enumerate() {
         let mut spans = vec![
             Span::styled(" ▲ ", BLOATED),
             Span::styled(notice_text(notice), BLOATED),
         ];
         let rest = notices.len() - i - 1;
-        if i + 1 == notice_lines as usize && rest > 0 {
+        if i + 1 == room && rest > 0 {
             spans.push(Span::styled(format!("  (+{rest} more)"), DIM));
         }
         lines.push(Line::from(spans));
     }
-    Paragraph::new(lines).render(area, buf);
+    lines
 }
 
 fn cc_distribution(cc: &CcDelay, threshold_us: u32) -> Vec<Span<'static>> {
@@ -200,7 +233,7 @@ fn cc_distribution(cc: &CcDelay, threshold_us: u32) -> Vec<Span<'static>> {
         }
     };
     vec![
-        Span::styled(format!("{}({})", cc.cc, cc.sockets), TITLE),
+        Span::styled(format!("{}({})", cc.label(), cc.sockets), TITLE),
         Span::raw(format!(" {}/{}/", short(&p50), short(&p90))),
         Span::styled(max, max_style),
     ]

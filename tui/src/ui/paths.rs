@@ -31,6 +31,7 @@ const COLUMNS: [(&str, u16, bool, u16); 12] = [
 ];
 
 fn cells(p: &NetPath) -> [String; 12] {
+    let [floor, queue, qmax, grade, rpm] = p.measured_text();
     [
         p.peer_text(),
         if p.interface.is_empty() {
@@ -39,12 +40,12 @@ fn cells(p: &NetPath) -> [String; 12] {
             p.interface.clone()
         },
         p.netns.to_string(),
-        format::ms(p.floor_us as u64),
+        floor,
         p.floor_source.as_str().to_string(),
-        format::ms(p.queue_delay_p50_us as u64),
-        format::ms(p.queue_delay_max_us as u64),
-        p.grade().to_string(),
-        p.rpm().to_string(),
+        queue,
+        qmax,
+        grade,
+        rpm,
         p.sockets.to_string(),
         format::rate(p.throughput_bps),
         p.ccs.join(","),

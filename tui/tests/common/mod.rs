@@ -118,6 +118,7 @@ pub fn cubic_download_paths() -> Vec<NetPath> {
                 queue_delay_p50_us: p50,
                 queue_delay_max_us: max,
                 sockets,
+                measured: sockets,
                 throughput_bps: bps,
                 ccs: ccs.iter().map(|c| c.to_string()).collect(),
             }
@@ -156,6 +157,21 @@ pub fn cubic_download_paths() -> Vec<NetPath> {
             0,
             &["bbr"],
         ),
+        // A connection with no RTT sample yet: nothing to grade.
+        NetPath {
+            measured: 0,
+            ..path(
+                v4(203, 0, 113, 9),
+                "wlan0",
+                0,
+                FloorSource::Socket,
+                0,
+                0,
+                1,
+                0,
+                &["cubic"],
+            )
+        },
     ]
 }
 
