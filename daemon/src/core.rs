@@ -28,9 +28,13 @@ const HOUSEKEEPING_EVERY: Duration = Duration::from_secs(10);
 /// it took (reading and making the rows) times this factor, so whatever
 /// the number of sockets the reads for watchers take at most about 1% of a
 /// core. The rows a dashboard draws are as old as that read (about a second
-/// with 10,000 busy sockets here); its detail socket's series and the most
-/// queued sockets' come from the probes at every interval.
+/// with 10,000 busy sockets here), never older than WATCH_READ_MAX_AGE: past
+/// that a list stops looking live, so with 100,000 sockets watching costs
+/// more than 1% rather than showing rows half a minute old. The detail
+/// socket's series and the most queued sockets' come from the probes at
+/// every interval.
 const WATCH_READ_SHARE: u32 = 100;
+const WATCH_READ_MAX_AGE: Duration = Duration::from_secs(5);
 
 /// The last full read: when it started and what it cost.
 struct Reading {
@@ -43,6 +47,13 @@ struct Reading {
 struct ViewRows {
     read: u64,
     rows: Arc<Vec<Socket>>,
+}
+
+/// Whether watchers need a new read, the last one being `age` old and
+/// having cost `cost`: not within a sampling interval, nor within
+/// WATCH_READ_SHARE times its cost, up to WATCH_READ_MAX_AGE.
+fn watch_read_due(age: Duration, cost: Duration, interval: Duration) -> bool {
+    age >= interval.max((cost * WATCH_READ_SHARE).min(WATCH_READ_MAX_AGE))
 }
 
 pub struct Core {
@@ -151,16 +162,15 @@ impl Core {
         }
     }
 
-    /// Read for someone watching (dashboards, series): unless the last read
-    /// is younger than a sampling interval, and than WATCH_READ_SHARE times
-    /// what it cost.
+    /// Read for someone watching (dashboards, series) when the last read is
+    /// due (`watch_read_due`).
     fn read_for_watchers(&mut self) {
         let interval = Duration::from_millis(self.cfg.interval_ms);
-        let stale = self
+        let due = self
             .last_read
             .as_ref()
-            .is_none_or(|r| r.started.elapsed() >= interval.max(r.cost * WATCH_READ_SHARE));
-        if stale {
+            .is_none_or(|r| watch_read_due(r.started.elapsed(), r.cost, interval));
+        if due {
             self.read();
         }
     }
@@ -599,5 +609,27 @@ impl Core {
             if enabled { "enabled" } else { "disabled" }
         );
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::watch_read_due;
+    use std::time::Duration;
+
+    #[test]
+    fn watchers_share_a_read_in_proportion_to_its_cost_up_to_a_bound() {
+        let ms = Duration::from_millis;
+        let interval = ms(100);
+        // A cheap read: every interval, as before.
+        assert!(!watch_read_due(ms(99), ms(0), interval));
+        assert!(watch_read_due(ms(100), ms(0), interval));
+        // 20 ms (10,000 busy sockets): shared for 2 s.
+        assert!(!watch_read_due(ms(1_999), ms(20), interval));
+        assert!(watch_read_due(ms(2_000), ms(20), interval));
+        // 300 ms (100,000 sockets): not 30 s, the bound.
+        assert!(watch_read_due(ms(5_000), ms(300), interval));
+        // An interval longer than the bound still holds.
+        assert!(!watch_read_due(ms(5_000), ms(300), ms(10_000)));
     }
 }
