@@ -153,11 +153,15 @@ impl Core {
         });
     }
 
-    /// Read now, unless a read started after `asked` (when the request
-    /// arrived): requests that wait for each other share one read, and each
-    /// still gets numbers read after it asked.
-    fn read_since(&mut self, asked: Instant) {
-        if self.last_read.as_ref().is_none_or(|r| r.started < asked) {
+    /// Read again unless the last read is less than an interval old: one
+    /// full read per interval serves every request for sockets in it.
+    fn read_if_stale(&mut self) {
+        let interval = Duration::from_millis(self.cfg.interval_ms);
+        if self
+            .last_read
+            .as_ref()
+            .is_none_or(|r| r.started.elapsed() >= interval)
+        {
             self.read();
         }
     }
@@ -246,23 +250,24 @@ impl Core {
         }
     }
 
-    /// Sockets with their numbers read from the kernel after `asked` (not
-    /// the last sample), for `bloatd sockets` and scripts comparing with
-    /// `ss`, to be turned into `Socket`s as they are sent.
-    pub fn socket_rows(&mut self, all: bool, asked: Instant) -> Rows {
-        self.read_since(asked);
+    /// Sockets with their numbers read from the kernel at most an interval
+    /// ago (`read_if_stale`; not the last streamed sample), for `bloatd
+    /// sockets` and scripts comparing with `ss`, to be turned into
+    /// `Socket`s as they are sent.
+    pub fn socket_rows(&mut self, all: bool) -> Rows {
+        self.read_if_stale();
         self.tracker.rows(&Clock::now(), all)
     }
 
     /// The same, all at once.
-    pub fn sockets_fresh(&mut self, all: bool) -> Vec<Socket> {
-        self.socket_rows(all, Instant::now()).iter().collect()
+    pub fn sockets(&mut self, all: bool) -> Vec<Socket> {
+        self.socket_rows(all).iter().collect()
     }
 
     /// Sockets grouped by path, worst queue first (`prefix`: by the
     /// configured prefixes instead of by peer).
     pub fn paths(&mut self, prefix: bool) -> Vec<NetPath> {
-        let socks = self.sockets_fresh(false);
+        let socks = self.sockets(false);
         let by = prefix.then_some((self.cfg.floor_prefix_v4, self.cfg.floor_prefix_v6));
         crate::paths::paths_of(&socks, by)
     }
@@ -327,13 +332,13 @@ impl Core {
     }
 
     /// What the dashboard draws (`req`): the sockets as of the last read
-    /// (`read_for_watchers`; `fresh`: read after `asked`), all of them or,
+    /// (`read_for_watchers`; `fresh`: read now), all of them or,
     /// with a limit, the first rows in its sort order passing its filter
     /// with the host's summary (`bloatd_model::select::select_rows`), plus
     /// the samples of one socket newer than `since_ms`. A dashboard asking
     /// counts as someone looking. Err: a bad sort key or filter.
     pub fn snapshot(&mut self, req: &SnapshotRequest, fresh: bool) -> Result<Snapshot, String> {
-        let (mut snap, rows) = self.snapshot_parts(req, fresh, Instant::now())?;
+        let (mut snap, rows) = self.snapshot_parts(req, fresh)?;
         if let Some(rows) = rows {
             snap.sockets = rows.iter().collect();
         }
@@ -346,12 +351,11 @@ impl Core {
         &mut self,
         req: &SnapshotRequest,
         fresh: bool,
-        asked: Instant,
     ) -> Result<(Snapshot, Option<Rows>), String> {
         let first_look = self.viewer_until.is_none_or(|t| t <= Instant::now());
         self.viewer_until = Some(Instant::now() + VIEWER_TTL);
         if fresh {
-            self.read_since(asked);
+            self.read();
         } else {
             self.read_for_watchers();
         }
@@ -502,7 +506,7 @@ impl Core {
     pub fn policy_info(&mut self) -> bloatd_model::api::PolicyInfo {
         use crate::policy::{describe_actions, describe_selectors};
         use bloatd_model::api::{PolicyInfo, RuleInfo};
-        let socks = self.sockets_fresh(true);
+        let socks = self.sockets(true);
         let rules = self
             .policy
             .names

@@ -15,7 +15,7 @@ use bloatd_model::api::{
 use std::collections::BTreeMap;
 use std::future::Future;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncWrite};
 
 pub type Shared = Arc<Mutex<Core>>;
@@ -30,16 +30,14 @@ pub fn api_router(core: Shared) -> Router {
         .route(
             route::SOCKETS,
             get(|State(c): State<Shared>, Query(q): Query<SocketsQuery>| async move {
-                let asked = Instant::now();
-                let rows = c.lock().unwrap().socket_rows(q.all.is_set(), asked);
+                let rows = c.lock().unwrap().socket_rows(q.all.is_set());
                 crate::stream::sockets(rows)
             }),
         )
         .route(
             route::SNAPSHOT,
             get(|State(c): State<Shared>, Query(q): Query<SnapshotQuery>| async move {
-                let asked = Instant::now();
-                let parts = c.lock().unwrap().snapshot_parts(&q.request(), q.fresh.is_set(), asked);
+                let parts = c.lock().unwrap().snapshot_parts(&q.request(), q.fresh.is_set());
                 match parts {
                     Ok((s, None)) => Json(s).into_response(),
                     Ok((s, Some(rows))) => crate::stream::snapshot(&s, rows).unwrap_or_else(|e| {
