@@ -97,6 +97,7 @@ install: docs
 	install -D -m 0644 $(DOCS)/completions/bloatd.fish $(DESTDIR)$(PREFIX)/share/fish/vendor_completions.d/bloatd.fish
 	install -D -m 0644 $(RULES)/bloatd.rules.yml $(DESTDIR)$(PREFIX)/share/bloatd/prometheus/bloatd.rules.yml
 	install -D -m 0644 $(RULES)/bloatd.rules.test.yml $(DESTDIR)$(PREFIX)/share/bloatd/prometheus/bloatd.rules.test.yml
+	install -D -m 0644 daemon/dist/grafana/bloatd.json $(DESTDIR)$(PREFIX)/share/bloatd/grafana/bloatd.json
 	[ -n "$(DESTDIR)" ] || getent group bloatd >/dev/null || groupadd --system bloatd
 	@echo "installed; start with: systemctl daemon-reload && systemctl enable --now bloatd"
 

@@ -35,6 +35,9 @@ enum bloatd_limits {
 	/* TCP states counted in the sockets gauge (TCP_ESTABLISHED ..
 	 * TCP_CLOSING, plus 0 for "unknown"). */
 	BLOATD_STATES = 13,
+	/* Histograms kept per service (struct bloatd_svc_stats): the first
+	 * two of enum bloatd_hist, queueing delay and RTT. */
+	BLOATD_SVC_HISTS = 2,
 };
 
 /* The delay histograms, per congestion control and role. */
@@ -136,7 +139,8 @@ enum bloatd_stat {
 	BLOATD_STAT_FLOOR_NEW = 10,	/* floors created (peers and prefixes) */
 	BLOATD_STAT_FLOOR_ROUTE = 11,	/* floors reset: the route toward the peer changed */
 	BLOATD_STAT_FLOOR_INFERRED = 12,	/* floors inferred from a bottleneck's queue */
-	BLOATD_STAT_MAX = 13,
+	BLOATD_STAT_SVC_FULL = 13,	/* samples counted as "other": svc_stats was full */
+	BLOATD_STAT_MAX = 14,
 };
 
 /*
@@ -171,8 +175,11 @@ struct bloatd_sock {
 	__u64 prev_acked;	/* bytes_acked at the previous sample */
 	__u64 prev_received;	/* bytes_received at the previous sample */
 	__u64 floor_ns;		/* CLOCK_MONOTONIC of the last floor refresh */
+	__u64 cgroup_id;	/* the socket's cgroup v2 (kernfs id), its service: read
+				 * once at creation (service_ops.h), 0 unknown */
 	__u32 netns;		/* network namespace inode */
-	__u32 pid;		/* tgid that connect()ed, 0 if unknown */
+	__u32 pid;		/* tgid that holds it: connect()'s caller, or the
+				 * listener's owner for an accepted one; 0 unknown */
 	__u32 cwnd;		/* snd_cwnd, segments */
 	__u32 ssthresh;		/* snd_ssthresh, segments */
 	__u32 inflight;		/* tcp_packets_in_flight() */
@@ -217,6 +224,35 @@ struct bloatd_sock {
 	struct bloatd_policy_sock pol;
 };
 
+/*
+ * The process that holds a socket (value of the `owners` socket storage,
+ * service_ops.h): set on a listener by listen(), which runs in its
+ * owner's context, and cloned by the kernel into every connection it
+ * accepts.
+ */
+struct bloatd_owner {
+	__u32 pid;		/* tgid */
+	__u32 pad;
+	char comm[BLOATD_COMM_LEN];
+};
+
+/* Key of `svc_stats`: one service (cgroup), congestion control and role.
+ * cgroup_id 0 holds what did not fit ("other"). */
+struct bloatd_svc_key {
+	__u64 cgroup_id;
+	__u32 cc_idx;		/* as bloatd_sock.cc_idx */
+	__u32 role;		/* 0 sender, 1 receiver, as bloatd_cc_stats.role */
+};
+
+/* Value of `svc_stats`: the queueing delay and RTT histograms of one key,
+ * counted at each sample as bloatd_role_stats counts them, shared by the
+ * CPUs (atomic adds: one entry per CPU would multiply the bound by the
+ * CPUs). */
+struct bloatd_svc_stats {
+	__u64 delay[BLOATD_SVC_HISTS][BLOATD_DELAY_BUCKETS];	/* enum bloatd_hist order */
+	__u64 delay_sum_us[BLOATD_SVC_HISTS];
+};
+
 /* Anchors every type user space reads into the object's BTF, from which
  * the build generates the Rust side (bpf/build_bpf.rs). */
 struct bloatd_abi {
@@ -233,6 +269,9 @@ struct bloatd_abi {
 	struct bloatd_policy_rule policy_rule;
 	struct bloatd_policy_ctl policy_ctl;
 	struct bloatd_policy_counts policy_counts;
+	struct bloatd_owner owner;
+	struct bloatd_svc_key svc_key;
+	struct bloatd_svc_stats svc_stats;
 	enum bloatd_hist hist;
 	enum bloatd_limits limits;
 	enum bloatd_role role;

@@ -96,6 +96,7 @@ mod bpf_build {
             "stats.h",
             "policy.h",
             "policy_ops.h",
+            "service_ops.h",
             "build_bpf.rs",
         ] {
             println!("cargo:rerun-if-changed={}", bpf.join(h).display());

@@ -40,6 +40,7 @@ enum bloatd_policy_match {
 enum bloatd_policy_action {
 	BLOATD_PA_CC = 0x1,		/* set the congestion control to `cc` */
 	BLOATD_PA_DRWA = 0x2,		/* DRWA on the receiving side, whatever the switch */
+	BLOATD_PA_NOTSENT_LOWAT = 0x4,	/* TCP_NOTSENT_LOWAT = notsent_lowat bytes */
 };
 
 /* Value of the `policy_rules` array, index = the rule's place in the
@@ -55,6 +56,10 @@ struct bloatd_policy_rule {
 	__u8 enabled;		/* the daemon can switch a rule off live */
 	__u8 pad;
 	char cc[BLOATD_POLICY_CC_LEN];
+	/* BLOATD_PA_NOTSENT_LOWAT: the most bytes the application may keep
+	 * written and unsent in the socket before a write waits (poll() says
+	 * not writable): the sender's own backlog, bounded. */
+	__u32 notsent_lowat;
 };
 
 /* Value of the `policy_ctl` array (one entry): what the daemon switches
@@ -76,7 +81,9 @@ enum bloatd_policy_count {
 	BLOATD_PC_DRWA_ROUNDS = 6,	/* DRWA rounds (one RTT each) that set a clamp */
 	BLOATD_PC_DRWA_RESTORED = 7,	/* windows given back (switch off, stop) */
 	BLOATD_PC_DRWA_FAILED = 8,	/* bpf_setsockopt(TCP_WINDOW_CLAMP) refused */
-	BLOATD_PC_MAX = 9,
+	BLOATD_PC_LOWAT_SET = 9,	/* TCP_NOTSENT_LOWAT set at a handshake */
+	BLOATD_PC_LOWAT_FAILED = 10,	/* bpf_setsockopt(TCP_NOTSENT_LOWAT) refused */
+	BLOATD_PC_MAX = 11,
 };
 
 struct bloatd_policy_counts {
@@ -90,6 +97,7 @@ enum bloatd_policy_flag {
 	BLOATD_POL_BULK_WAIT = 0x4,	/* a bulk rule waits for its bytes */
 	BLOATD_POL_CC_FAILED = 0x8,	/* a rule's congestion control was refused */
 	BLOATD_POL_BULK_DONE = 0x10,	/* a bulk rule switched it */
+	BLOATD_POL_LOWAT_FAILED = 0x20,	/* a rule's TCP_NOTSENT_LOWAT was refused */
 };
 
 /* What the policy did to one socket: part of its record (bloatd_sock.pol),
@@ -111,6 +119,7 @@ struct bloatd_policy_sock {
 	__u8 bulk_rule;		/* 1 + index of the bulk rule (waiting or done), 0 none */
 	__u8 drwa_rule;		/* 1 + index of the rule that asked for DRWA, 0 the switch */
 	__u8 flags;		/* enum bloatd_policy_flag */
+	__u8 lowat_rule;	/* 1 + index of the rule that set TCP_NOTSENT_LOWAT, 0 none */
 };
 
 /* The ports a rule selects. */

@@ -7,7 +7,8 @@
  *
  * Hooks, all callbacks of the one sock_ops program, asked for per socket:
  *   ACTIVE/PASSIVE_ESTABLISHED_CB  match the rules once: set the congestion
- *                 control (bpf_setsockopt(TCP_CONGESTION)), and ask for the
+ *                 control (bpf_setsockopt(TCP_CONGESTION)) and the unsent
+ *                 backlog's bound (TCP_NOTSENT_LOWAT), and ask for the
  *                 callbacks below only where a rule or DRWA needs them.
  *   RTT_CB        (bulk rules) one per ACK that carries an RTT sample, while
  *                 the connection has sent less than the rule's bytes; then the
@@ -30,6 +31,7 @@
 #define SOL_TCP 6
 #define TCP_WINDOW_CLAMP 10
 #define TCP_CONGESTION 13
+#define TCP_NOTSENT_LOWAT 25
 #define SOCKOPS_RTT_CB 12
 #define SOCKOPS_HDR_OPT_LEN_CB 14
 #define SOCKOPS_RTT_CB_FLAG 0x8
@@ -120,6 +122,21 @@ static __always_inline int policy_set_cc(struct bpf_sock_ops *skops,
 	return 0;
 }
 
+/* Bound the sender's own backlog: a write waits while the socket holds
+ * more than the rule's bytes unsent (TCP_NOTSENT_LOWAT). */
+static __always_inline int policy_set_lowat(struct bpf_sock_ops *skops,
+					    const struct bloatd_policy_rule *r)
+{
+	int bytes = r->notsent_lowat;
+
+	if (bpf_setsockopt(skops, SOL_TCP, TCP_NOTSENT_LOWAT, &bytes, sizeof(bytes))) {
+		policy_count(BLOATD_PC_LOWAT_FAILED, 1);
+		return -1;
+	}
+	policy_count(BLOATD_PC_LOWAT_SET, 1);
+	return 0;
+}
+
 /*
  * At the handshake: the first rule without a byte count that selects the
  * connection decides its congestion control and whether DRWA is forced on
@@ -133,6 +150,7 @@ static __always_inline __u32 policy_established(struct bpf_sock_ops *skops)
 	struct tcp_sock *tp;
 	struct sock *sk;
 	__u32 i, key, cb = 0, cc_rule = 0, bulk_rule = 0, drwa_rule = 0, failed = 0;
+	__u32 lowat_rule = 0, lowat_failed = 0;
 	__u16 sport, dport;
 
 	if (!policy_nrules && !drwa_armed)
@@ -156,7 +174,7 @@ static __always_inline __u32 policy_established(struct bpf_sock_ops *skops)
 				bulk_rule = i + 1;
 			continue;
 		}
-		if (cc_rule || drwa_rule)
+		if (cc_rule || drwa_rule || lowat_rule)
 			continue;	/* the first selecting rule decided */
 		if (r->actions & BLOATD_PA_CC) {
 			if (policy_set_cc(skops, r))
@@ -166,10 +184,17 @@ static __always_inline __u32 policy_established(struct bpf_sock_ops *skops)
 		}
 		if (r->actions & BLOATD_PA_DRWA)
 			drwa_rule = i + 1;
+		if (r->actions & BLOATD_PA_NOTSENT_LOWAT) {
+			if (policy_set_lowat(skops, r))
+				lowat_failed = 1;
+			else
+				lowat_rule = i + 1;
+		}
 	}
 	if (cc_rule)
 		policy_count(BLOATD_PC_CC_SET, 1);
-	if (!cc_rule && !bulk_rule && !drwa_rule && !failed && !drwa_armed)
+	if (!cc_rule && !bulk_rule && !drwa_rule && !failed && !drwa_armed && !lowat_rule &&
+	    !lowat_failed)
 		return 0;
 	/* A passive open meets this callback before its ESTABLISHED
 	 * tracepoint: the record may not exist yet. */
@@ -181,8 +206,11 @@ static __always_inline __u32 policy_established(struct bpf_sock_ops *skops)
 	if (cc_rule && !s->pol.cc_rule)
 		policy_count(BLOATD_PC_CC_SOCKETS, 1);
 	s->pol.cc_rule = cc_rule;
+	s->pol.lowat_rule = lowat_rule;
 	if (failed)
 		s->pol.flags |= BLOATD_POL_CC_FAILED;
+	if (lowat_failed)
+		s->pol.flags |= BLOATD_POL_LOWAT_FAILED;
 	if (bulk_rule) {
 		s->pol.bulk_rule = bulk_rule;
 		s->pol.flags |= BLOATD_POL_BULK_WAIT;

@@ -7,9 +7,10 @@
  *   tcp_probe            every segment a socket in ESTABLISHED receives: ACKs
  *                        on the sender, data on the receiver. The hot path.
  *   inet_sock_set_state  lifecycle: create the record (with pid/comm on an
- *                        active open), find the path's floor at the
- *                        handshake, send a last sample and delete it at
- *                        TCP_CLOSE.
+ *                        active open; at listen(), the owner of what the
+ *                        listener will accept: service_ops.h), find the
+ *                        path's floor at the handshake, send a last sample
+ *                        and delete it at TCP_CLOSE.
  *   tcp_retransmit_skb   keeps the record fresh while a sender is stalled in
  *                        loss recovery and receives nothing.
  *   tcp_cong_state_set   Open/Disorder/CWR/Recovery/Loss as it changes
@@ -243,6 +244,8 @@ static __always_inline void sock_refused(struct sock *sk)
 		stat_inc(BLOATD_STAT_DROP_MAP_FULL);
 	}
 }
+
+#include "service_ops.h"
 
 /*
  * The TCP clock: CLOCK_MONOTONIC in microseconds, which the stack stamps on
@@ -642,7 +645,7 @@ static __always_inline void stats_retrans(struct bloatd_sock *s, struct bloatd_r
 static __always_inline void sock_stats(struct bloatd_sock *s, __u64 now_ns)
 {
 	struct bloatd_role_stats *r = role_stats(s);
-	__u32 rx = s->role == BLOATD_ROLE_RECEIVER, rtt, queue, sec, slot;
+	__u32 rx = s->role == BLOATD_ROLE_RECEIVER, rtt, queue, queue_b, rtt_b, sec, slot;
 
 	if (!r)
 		return;
@@ -652,10 +655,13 @@ static __always_inline void sock_stats(struct bloatd_sock *s, __u64 now_ns)
 	if (!(s->flags & BLOATD_F_ACTIVE) || s->role == BLOATD_ROLE_UNKNOWN || !rtt || !s->floor_us)
 		return;
 	queue = rx ? s->rcv_queue_delay_us : s->queue_delay_us;
-	r->delay[BLOATD_HIST_QUEUE][delay_bucket(queue)]++;
+	queue_b = delay_bucket(queue);
+	rtt_b = delay_bucket(rtt);
+	r->delay[BLOATD_HIST_QUEUE][queue_b]++;
 	r->delay_sum_us[BLOATD_HIST_QUEUE] += queue;
-	r->delay[BLOATD_HIST_RTT][delay_bucket(rtt)]++;
+	r->delay[BLOATD_HIST_RTT][rtt_b]++;
 	r->delay_sum_us[BLOATD_HIST_RTT] += rtt;
+	service_stats(s, rx, queue_b, queue, rtt_b, rtt);
 	r->delay[BLOATD_HIST_FLOOR][delay_bucket(s->floor_us)]++;
 	r->delay_sum_us[BLOATD_HIST_FLOOR] += s->floor_us;
 	if (!rx) {
@@ -760,6 +766,7 @@ static __always_inline struct bloatd_sock *sock_create(struct sock *sk,
 	}
 	stat_inc(BLOATD_STAT_CREATED);
 	s->cookie = cookie;
+	sock_service(s, sk);
 	sock_identity(s, &sk->__sk_common);
 	sock_route(s, sk);
 	s->state = sk->__sk_common.skc_state;
@@ -997,6 +1004,10 @@ int BPF_PROG(inet_sock_set_state, const struct sock *csk, const int oldstate,
 	if (sk->sk_protocol != IPPROTO_TCP)
 		return 0;
 	stat_inc(BLOATD_STAT_STATE);
+	if (newstate == TCP_LISTEN) {
+		listen_owner(sk);
+		return 0;
+	}
 	tp = bpf_skc_to_tcp_sock(sk);
 	if (!tp)
 		return 0;

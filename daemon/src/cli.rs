@@ -50,6 +50,11 @@ pub enum Cmd {
     /// interface, with the path's floor (lowest RTT), the queue its sockets
     /// wait in now, the bufferbloat grade and the loaded responsiveness.
     Paths(cmd::paths::PathsArgs),
+    /// Services: the sockets grouped by the service they serve (systemd
+    /// unit, container or cgroup), with the queue its users wait in, split
+    /// between the network's queue and its own unsent backlog, the grade and
+    /// the passive responsiveness (RPM).
+    Services(cmd::services::ServicesArgs),
     /// Live dashboard. Uses the running daemon; without one, and as root,
     /// runs the probes itself (embedded mode).
     Top(cmd::top::TopArgs),

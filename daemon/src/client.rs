@@ -6,7 +6,7 @@ use bloatd_model::api::{
     route, CcInfo, DefaultReq, DefaultResp, DrwaReq, Floors, PathsQuery, PolicyInfo, RuleReq,
     SnapshotQuery, SocketsQuery, Status,
 };
-use bloatd_model::{NetPath, Snapshot, SnapshotRequest, Socket};
+use bloatd_model::{NetPath, ServiceView, Snapshot, SnapshotRequest, Socket};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 use std::io::{BufRead, BufReader, Read, Write};
@@ -170,6 +170,11 @@ impl Client {
                 prefix: prefix.into(),
             },
         )
+    }
+
+    /// Sockets grouped by service.
+    pub fn services(&self) -> Result<Vec<ServiceView>, ClientError> {
+        self.get(route::SERVICES, &())
     }
 
     pub fn floors(&self) -> Result<Floors, ClientError> {

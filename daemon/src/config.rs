@@ -27,6 +27,14 @@ const KEYS: &[(&str, &str)] = &[
     ("floor_prefix_v4", "an integer (prefix length)"),
     ("floor_prefix_v6", "an integer (prefix length)"),
     ("floor_infer", "true or false"),
+    (
+        "service_labels",
+        "an integer (services with a label of their own in /metrics)",
+    ),
+    (
+        "service_entries",
+        "an integer (per-service histograms the kernel keeps)",
+    ),
     ("bpf_stats", "true or false"),
     ("log", "a string, like \"info\""),
     ("api_group", "a group name, like \"bloatd\""),
@@ -108,6 +116,12 @@ pub struct Config {
     pub floor_prefix_v6: u8,
     /// Infer a new peer's floor from the queue its route's bottleneck holds.
     pub floor_infer: bool,
+    /// Services with a `service` label value of their own in /metrics: the
+    /// top N by socket-time; the others are summed as "other".
+    pub service_labels: u32,
+    /// Per-service histograms (service x congestion control x role) the
+    /// kernel keeps at most; beyond, samples count as "other".
+    pub service_entries: u32,
     /// Turn on the kernel's BPF run-time statistics while running
     /// (kernel.bpf_stats_enabled), so probe cost shows in /metrics.
     pub bpf_stats: bool,
@@ -147,6 +161,8 @@ impl Default for Config {
             floor_prefix_v4: 24,
             floor_prefix_v6: 64,
             floor_infer: true,
+            service_labels: 20,
+            service_entries: 8192,
             bpf_stats: false,
             log: "info".into(),
             api_group: None,
@@ -259,6 +275,18 @@ impl Config {
             return Err(ConfigError::Invalid(format!(
                 "floor_entries = {} is out of range (64..=1048576)",
                 self.floor_entries
+            )));
+        }
+        if !(1..=1000).contains(&self.service_labels) {
+            return Err(ConfigError::Invalid(format!(
+                "service_labels = {} is out of range (1..=1000)",
+                self.service_labels
+            )));
+        }
+        if !(256..=1_048_576).contains(&self.service_entries) {
+            return Err(ConfigError::Invalid(format!(
+                "service_entries = {} is out of range (256..=1048576)",
+                self.service_entries
             )));
         }
         if self.floor_prefix_v4 > 31 || self.floor_prefix_v6 > 127 {

@@ -79,6 +79,9 @@ pub struct Core {
     viewer_until: Option<Instant>,
     last_watch: Instant,
     last_housekeeping: Instant,
+    /// The kernel's per-service histograms, folded into /metrics' bounded
+    /// `service` label.
+    service_labels: crate::service::labels::ServiceLabels,
 }
 
 impl Core {
@@ -105,6 +108,7 @@ impl Core {
             floor_prefix_v6: cfg.floor_prefix_v6,
             floor_infer: cfg.floor_infer,
             floors: cfg.floors,
+            service_entries: cfg.service_entries,
         })?;
         let cc = CcSet::register(&cfg.cc, &cfg.cc_options())?;
         let mut tracker = Tracker::new(cfg.interval_ms, cfg.series_seconds);
@@ -126,6 +130,7 @@ impl Core {
             viewer_until: None,
             last_watch: Instant::now(),
             last_housekeeping: Instant::now(),
+            service_labels: crate::service::labels::ServiceLabels::new(cfg.service_labels as usize),
         };
         core.read();
         Ok(core)
@@ -212,8 +217,26 @@ impl Core {
             let watched = self.watched();
             self.tracker
                 .sweep(&clock, self.cfg.series_seconds, &|c| watched.contains(&c));
+            self.fold_services();
             self.last_housekeeping = Instant::now();
         }
+    }
+
+    /// Fold the kernel's per-service histograms into the `service` label's
+    /// totals, and delete the entries of cgroups that stopped counting, so
+    /// the kernel's bound holds the services active now (service/labels.rs).
+    fn fold_services(&mut self) {
+        let (entries, capacity) = self.probes.svc_stats();
+        let names = self.tracker.services();
+        names.learn(entries.iter().map(|(k, _)| k.cgroup_id));
+        let idle = self.service_labels.fold(
+            &entries,
+            &|id| names.name(id),
+            Instant::now(),
+            capacity as usize,
+        );
+        let gone = self.probes.svc_delete(&idle);
+        self.service_labels.forget(&gone);
     }
 
     /// What the probes should stream now: sockets watched on request, and
@@ -270,6 +293,11 @@ impl Core {
         let socks = self.sockets(false);
         let by = prefix.then_some((self.cfg.floor_prefix_v4, self.cfg.floor_prefix_v6));
         crate::paths::paths_of(&socks, by)
+    }
+
+    /// Sockets grouped by service, longest wait first.
+    pub fn services(&mut self) -> Vec<bloatd_model::ServiceView> {
+        crate::service::services_of(&self.sockets(false))
     }
 
     /// Every floor the kernel keeps, as the probes would read it now.
@@ -367,11 +395,14 @@ impl Core {
         let clock = Clock::now();
         let threshold_us = (self.cfg.bloat_threshold_ms * 1000).min(u32::MAX as u64) as u32;
         let (mut sockets, mut summary, mut matched, mut all) = (Vec::new(), None, None, None);
-        let mut paths = Vec::new();
-        if req.limit.is_some() || req.paths {
+        let (mut paths, mut services) = (Vec::new(), Vec::new());
+        if req.limit.is_some() || req.paths || req.services {
             let rows = self.view_rows();
             if req.paths {
                 paths = crate::paths::paths_of(&rows, None);
+            }
+            if req.services {
+                services = crate::service::services_of(&rows);
             }
             if req.limit.is_some() {
                 let (page, n, s) = bloatd_model::select::select_rows(&rows, req, threshold_us)?;
@@ -396,6 +427,7 @@ impl Core {
             health: self.health(),
             paths,
             policy: self.policy_state(),
+            services,
         };
         Ok((snap, all))
     }
@@ -411,14 +443,24 @@ impl Core {
     /// /metrics: the kernel's statistics of this moment. A few map reads,
     /// whatever the number of sockets.
     pub fn metrics_text(&mut self) -> String {
-        match self.metrics.as_ref() {
-            Some(m) => m.encode(self.scrape()),
-            None => String::new(),
+        if self.metrics.is_none() {
+            return String::new();
         }
+        let scrape = self.scrape();
+        self.metrics
+            .as_ref()
+            .map(|m| m.encode(scrape))
+            .unwrap_or_default()
     }
 
     /// Everything /metrics shows, read now.
-    fn scrape(&self) -> Scrape {
+    fn scrape(&mut self) -> Scrape {
+        // The per-service histograms first, the per-cc statistics right
+        // after: both count the same samples.
+        self.fold_services();
+        let probes = &self.probes;
+        let services =
+            crate::service::metrics::service_hists(&self.service_labels, &|i| probes.cc_name(i));
         let counters = self.probes.counters().unwrap_or_default();
         let per_cc = self.probes.cc_stats().unwrap_or_else(|e| {
             tracing::warn!("{e}");
@@ -448,6 +490,7 @@ impl Core {
             westwood_cwnd_pipe: self.cc.westwood_cwnd_pipe_ratio(),
             features: self.features(),
             policy: self.policy_counts().map(|c| (c, self.drwa)),
+            services,
         }
     }
 
@@ -516,6 +559,7 @@ impl Core {
                 let rule = self.cfg.policy.get(i).cloned();
                 let acts = |p: &bloatd_model::SocketPolicy| {
                     p.chose_cc() == Some(name.as_str())
+                        || p.notsent_lowat_rule.as_deref() == Some(name.as_str())
                         || p.drwa.as_ref().is_some_and(|d| d.by == *name)
                 };
                 RuleInfo {

@@ -105,6 +105,10 @@ pub struct Kernel {
     pub cong_state_tracepoint: bool,
     /// Microsecond TCP timestamps, tcp_sock.tcp_usec_ts (Linux 6.7).
     pub usec_ts: bool,
+    /// A socket's cgroup v2 as a pointer of its own,
+    /// sock_cgroup_data.cgroup (Linux 5.15); before, it shares a word with
+    /// net_cls/net_prio v1 data (service_ops.h).
+    pub sock_cgroup_ptr: bool,
 }
 
 impl Kernel {
@@ -112,6 +116,7 @@ impl Kernel {
         Kernel {
             cong_state_tracepoint: has_tracepoint(btf, CONG_STATE_TRACEPOINT),
             usec_ts: struct_has_member("tcp_sock", "tcp_usec_ts"),
+            sock_cgroup_ptr: struct_has_member("sock_cgroup_data", "cgroup"),
         }
     }
 }
@@ -181,6 +186,19 @@ pub fn features(
                 "receiver RTT from millisecond TCP timestamps: microsecond ones (tcp_sock.tcp_usec_ts) need Linux 6.7".into(),
             )
         },
+        if k.sock_cgroup_ptr {
+            feature(
+                "services",
+                On,
+                "each socket's service from its cgroup v2".into(),
+            )
+        } else {
+            feature(
+                "services",
+                Fallback,
+                "each socket's service from its cgroup v2, but sockets of processes in a net_cls or net_prio v1 cgroup count as the root (\"/\"): the kernel keeps their cgroup v2 apart only from Linux 5.15".into(),
+            )
+        },
         match sockops_error {
             None => feature(
                 "sock_ops",
@@ -236,6 +254,7 @@ mod tests {
     const OLD: Kernel = Kernel {
         cong_state_tracepoint: false,
         usec_ts: false,
+        sock_cgroup_ptr: false,
     };
 
     #[test]
@@ -255,8 +274,9 @@ mod tests {
         assert!(by_name("ca_state_events").detail.contains("Linux 5.19"));
         assert!(by_name("rcv_rtt_usec").detail.contains("Linux 6.7"));
         assert!(by_name("cc_link").detail.contains("Linux 6.4"));
+        assert!(by_name("services").detail.contains("Linux 5.15"));
         assert_eq!(by_name("sock_ops").state, FeatureState::On);
-        assert_eq!(notes(&f).len(), 3, "{:?}", notes(&f));
+        assert_eq!(notes(&f).len(), 4, "{:?}", notes(&f));
     }
 
     #[test]
@@ -264,6 +284,7 @@ mod tests {
         let k = Kernel {
             cong_state_tracepoint: true,
             usec_ts: true,
+            sock_cgroup_ptr: true,
         };
         let f = features(&k, Some("no cgroup v2 hierarchy is mounted"), None, None);
         assert!(f.iter().all(|x| x.name != "cc_link"));
@@ -280,6 +301,7 @@ mod tests {
         let k = Kernel {
             cong_state_tracepoint: true,
             usec_ts: true,
+            sock_cgroup_ptr: true,
         };
         let why = "the kernel's verifier refused bloatd_cubic: BPF congestion controls need struct_ops with TCP kfuncs (Linux 5.13)";
         let f = features(&k, None, None, Some(why));

@@ -17,6 +17,7 @@ mod policy;
 mod probes;
 mod rundir;
 mod server;
+mod service;
 mod stream;
 mod text;
 mod tracker;
@@ -56,6 +57,7 @@ fn main() -> ExitCode {
         Cmd::Status(a) => cmd::status::run(&cfg, a),
         Cmd::Sockets(a) => cmd::sockets::run(&cfg, a),
         Cmd::Paths(a) => cmd::paths::run(&cfg, a),
+        Cmd::Services(a) => cmd::services::run(&cfg, a),
         Cmd::Top(a) => cmd::top::run(&cfg, a),
         Cmd::Cc(a) => cmd::cc::run(&cfg, a),
         Cmd::Policy(a) => cmd::policy::run(&cfg, a),

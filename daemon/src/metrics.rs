@@ -2,10 +2,12 @@
 //! table of families ([`FAMILIES`]: name, type, help, labels, values).
 //!
 //! Labels are bounded: `cc` (the algorithms loaded in the kernel, at most
-//! 15 names plus "other"), `role` (sender/receiver) and `state` (TCP state);
-//! probe self-metrics use `probe` and `reason`, the policy's `action`. A
-//! socket's addresses or ports never become a label: a busy server would
-//! create a series per connection.
+//! 15 names plus "other"), `role` (sender/receiver), `state` (TCP state)
+//! and, on the queueing delay and RTT histograms, `service` (the top
+//! `service_labels` services plus "other": service/labels.rs); probe
+//! self-metrics use `probe` and `reason`, the policy's `action`. A socket's
+//! addresses or ports never become a label: a busy server would create a
+//! series per connection.
 //!
 //! **Receivers carry no `cc`.** The congestion control that drives a
 //! transfer is its sender's; a receiving socket's own algorithm (its
@@ -96,6 +98,9 @@ pub struct Scrape {
     /// bloatd_westwood's cwnd/pipe histogram as its struct_ops program
     /// counted it (None without bloatd_westwood).
     pub westwood_cwnd_pipe: Option<bloatd_cc::RatioHistogram>,
+    /// The queueing delay and RTT histograms by (cc, role, service), the
+    /// service label bounded (service/labels.rs).
+    pub services: Vec<crate::service::metrics::ServiceHist>,
     /// What this kernel runs of the parts beyond the core (kernel.rs).
     pub features: Vec<bloatd_model::Feature>,
 }
@@ -222,6 +227,34 @@ fn delay_rows(v: &Scrape, h: u32) -> Vec<Row> {
                 counts: r.delay[h].to_vec(),
                 sum: r.delay_sum_us[h] as f64 / 1e6,
             },
+        })
+        .collect()
+}
+
+/// Rows of delay histogram `h` by service (the queueing delay and the
+/// RTT): the same samples as [`delay_rows`], counted per cgroup in the
+/// kernel and folded into the bounded `service` label. Without them (no
+/// read yet) the rows by (cc, role) stand in, with no `service`.
+fn service_rows(v: &Scrape, h: u32) -> Vec<Row> {
+    if v.services.is_empty() {
+        return delay_rows(v, h);
+    }
+    let bounds = delay_bounds_s();
+    let h = h as usize;
+    v.services
+        .iter()
+        .filter(|s| s.stats.delay[h].iter().any(|&x| x > 0))
+        .map(|s| {
+            let mut dims = cc_role(&s.cc, s.role.min(1));
+            dims.push(("service", s.service.clone()));
+            Row {
+                dims,
+                value: Value::Histogram {
+                    bounds: bounds.clone(),
+                    counts: s.stats.delay[h].to_vec(),
+                    sum: s.stats.delay_sum_us[h] as f64 / 1e6,
+                },
+            }
         })
         .collect()
 }
@@ -380,16 +413,16 @@ const FAMILIES: &[Family] = &[
     Family {
         name: "bloatd_tcp_queueing_delay_seconds",
         kind: Kind::Histogram,
-        help: "Queueing delay per socket sample: srtt minus the path's floor for senders (cc: the sender's congestion control), the measured receiver RTT minus it for receivers (no cc: the remote sender's drives a download)",
-        labels: &["cc", "role"],
-        rows: |v| delay_rows(v, hist::QUEUE),
+        help: "Queueing delay per socket sample: srtt minus the path's floor for senders (cc: the sender's congestion control), the measured receiver RTT minus it for receivers (no cc: the remote sender's drives a download); service: the top service_labels services by socket-time and \"other\"",
+        labels: &["cc", "role", "service"],
+        rows: |v| service_rows(v, hist::QUEUE),
     },
     Family {
         name: "bloatd_tcp_srtt_seconds",
         kind: Kind::Histogram,
-        help: "Smoothed RTT per socket sample (receivers: their RTT measured from echoed timestamps, else the kernel's estimate)",
-        labels: &["cc", "role"],
-        rows: |v| delay_rows(v, hist::RTT),
+        help: "Smoothed RTT per socket sample (receivers: their RTT measured from echoed timestamps, else the kernel's estimate); by service, as the queueing delay",
+        labels: &["cc", "role", "service"],
+        rows: |v| service_rows(v, hist::RTT),
     },
     Family {
         name: "bloatd_tcp_min_rtt_seconds",
@@ -521,6 +554,13 @@ const FAMILIES: &[Family] = &[
         rows: |v| one(v.counters.get(stat::FLOOR_INFERRED) as f64),
     },
     Family {
+        name: "bloatd_service_overflow_total",
+        kind: Kind::Counter,
+        help: "Samples counted under service=\"other\" because the kernel's per-service histograms were full (service_entries)",
+        labels: &[],
+        rows: |v| one(v.counters.get(stat::SVC_FULL) as f64),
+    },
+    Family {
         name: "bloatd_path_floor_route_changes_total",
         kind: Kind::Counter,
         help: "Floors started over because the peer is now reached through another interface or gateway",
@@ -557,7 +597,7 @@ const FAMILIES: &[Family] = &[
     Family {
         name: "bloatd_policy_actions_total",
         kind: Kind::Counter,
-        help: "What the policy did: cc (congestion control set at a handshake), bulk (switched mid-flow), drwa (a DRWA round set a window clamp), drwa_restore (a window given back)",
+        help: "What the policy did: cc (congestion control set at a handshake), bulk (switched mid-flow), drwa (a DRWA round set a window clamp), drwa_restore (a window given back), notsent_lowat (a sender's unsent backlog bounded at a handshake)",
         labels: &["action"],
         rows: |v| {
             policy_rows(v, |c| {
@@ -566,6 +606,7 @@ const FAMILIES: &[Family] = &[
                     ("bulk", c.bulk_switched_total as f64),
                     ("drwa", c.drwa_rounds_total as f64),
                     ("drwa_restore", c.drwa_restored_total as f64),
+                    ("notsent_lowat", c.notsent_lowat_set_total as f64),
                 ]
             })
         },
@@ -573,13 +614,14 @@ const FAMILIES: &[Family] = &[
     Family {
         name: "bloatd_policy_failures_total",
         kind: Kind::Counter,
-        help: "Policy actions the kernel refused: cc (bpf_setsockopt TCP_CONGESTION), drwa (TCP_WINDOW_CLAMP)",
+        help: "Policy actions the kernel refused: cc (bpf_setsockopt TCP_CONGESTION), drwa (TCP_WINDOW_CLAMP), notsent_lowat (TCP_NOTSENT_LOWAT)",
         labels: &["action"],
         rows: |v| {
             policy_rows(v, |c| {
                 vec![
                     ("cc", c.cc_failed_total as f64),
                     ("drwa", c.drwa_failed_total as f64),
+                    ("notsent_lowat", c.notsent_lowat_failed_total as f64),
                 ]
             })
         },
@@ -732,7 +774,19 @@ mod tests {
         s.retrans = 3;
         s.bloated[41 & 3] = 1;
         s.bloated_sec[41 & 3] = 41;
+        // The same sample, as the kernel counts it for its service.
+        let mut svc = crate::probes::abi::BloatdSvcStats::default();
+        svc.delay[hist::QUEUE as usize][9] = 1;
+        svc.delay_sum_us[hist::QUEUE as usize] = 250_000;
+        svc.delay[hist::RTT as usize][9] = 1;
+        svc.delay_sum_us[hist::RTT as usize] = 270_000;
         Scrape {
+            services: vec![crate::service::metrics::ServiceHist {
+                service: "nginx.service".into(),
+                cc: "cubic".into(),
+                role: 0,
+                stats: svc,
+            }],
             per_cc: vec![("cubic".into(), cubic)],
             sockets: vec![("cubic".into(), 0, 1, 2)],
             bloated_second: 41,
@@ -768,14 +822,16 @@ mod tests {
     }
 
     #[test]
-    fn kernel_histograms_encode_with_cc_and_role_only() {
+    fn kernel_histograms_encode_with_cc_role_and_service_only() {
         let text = Metrics::new().encode(view());
         for line in [
-            r#"bloatd_tcp_queueing_delay_seconds_bucket{cc="cubic",role="sender",le="0.5"} 1"#,
-            r#"bloatd_tcp_queueing_delay_seconds_bucket{cc="cubic",role="sender",le="0.2"} 0"#,
-            r#"bloatd_tcp_queueing_delay_seconds_bucket{cc="cubic",role="sender",le="+Inf"} 1"#,
-            r#"bloatd_tcp_queueing_delay_seconds_sum{cc="cubic",role="sender"} 0.25"#,
-            r#"bloatd_tcp_queueing_delay_seconds_count{cc="cubic",role="sender"} 1"#,
+            r#"bloatd_tcp_queueing_delay_seconds_bucket{cc="cubic",role="sender",service="nginx.service",le="0.5"} 1"#,
+            r#"bloatd_tcp_queueing_delay_seconds_bucket{cc="cubic",role="sender",service="nginx.service",le="0.2"} 0"#,
+            r#"bloatd_tcp_queueing_delay_seconds_bucket{cc="cubic",role="sender",service="nginx.service",le="+Inf"} 1"#,
+            r#"bloatd_tcp_queueing_delay_seconds_sum{cc="cubic",role="sender",service="nginx.service"} 0.25"#,
+            r#"bloatd_tcp_queueing_delay_seconds_count{cc="cubic",role="sender",service="nginx.service"} 1"#,
+            r#"bloatd_tcp_srtt_seconds_sum{cc="cubic",role="sender",service="nginx.service"} 0.27"#,
+            "bloatd_service_overflow_total 0",
             r#"bloatd_tcp_min_rtt_seconds_bucket{cc="cubic",role="sender",le="0.02"} 1"#,
             r#"bloatd_tcp_cwnd_segments_bucket{cc="cubic",le="512"} 1"#,
             r#"bloatd_tcp_retransmits_total{cc="cubic",role="sender"} 3"#,
@@ -815,14 +871,27 @@ mod tests {
             r.bloated[41 & 3] = n;
             r.bloated_sec[41 & 3] = 41;
         }
+        // The same samples by service: both receivers in one.
+        for (cc, n) in [("cubic", 2), ("bbr", 3)] {
+            let mut stats = crate::probes::abi::BloatdSvcStats::default();
+            stats.delay[hist::QUEUE as usize][9] = n;
+            stats.delay_sum_us[hist::QUEUE as usize] = n * 300_000;
+            v.services.push(crate::service::metrics::ServiceHist {
+                service: "apt.service".into(),
+                cc: cc.into(),
+                role: 1,
+                stats,
+            });
+        }
         v.per_cc.push(("bbr".into(), bbr));
         v.sockets.push(("bbr".into(), 1, 1, 4));
         v.sockets.push(("cubic".into(), 1, 1, 1));
         let text = Metrics::new().encode(v);
         for line in [
-            r#"bloatd_tcp_queueing_delay_seconds_bucket{role="receiver",le="0.5"} 5"#,
-            r#"bloatd_tcp_queueing_delay_seconds_sum{role="receiver"} 1.5"#,
-            r#"bloatd_tcp_queueing_delay_seconds_count{cc="cubic",role="sender"} 1"#,
+            r#"bloatd_tcp_queueing_delay_seconds_bucket{role="receiver",service="apt.service",le="0.5"} 5"#,
+            r#"bloatd_tcp_queueing_delay_seconds_sum{role="receiver",service="apt.service"} 1.5"#,
+            r#"bloatd_tcp_queueing_delay_seconds_count{cc="cubic",role="sender",service="nginx.service"} 1"#,
+            r#"bloatd_tcp_min_rtt_seconds_count{cc="cubic",role="sender"} 1"#,
             r#"bloatd_tcp_bloated_sockets{role="receiver"} 5"#,
             r#"bloatd_tcp_bloated_sockets{cc="cubic",role="sender"} 1"#,
             r#"bloatd_tcp_sockets{role="receiver",state="ESTAB"} 5"#,

@@ -104,6 +104,9 @@ fn path_of(
     let mut ccs: Vec<String> = members.iter().map(|s| s.cc.clone()).collect();
     ccs.sort();
     ccs.dedup();
+    let mut services: Vec<String> = members.iter().map(|s| s.service.clone()).collect();
+    services.sort();
+    services.dedup();
     NetPath {
         netns,
         peer,
@@ -120,6 +123,7 @@ fn path_of(
         measured: measured.len() as u32,
         throughput_bps: members.iter().map(|s| s.throughput_bps).sum(),
         ccs,
+        services,
     }
 }
 

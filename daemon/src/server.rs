@@ -63,6 +63,10 @@ pub fn api_router(core: Shared) -> Router {
             }),
         )
         .route(
+            route::SERVICES,
+            get(|State(c): State<Shared>| async move { Json(c.lock().unwrap().services()) }),
+        )
+        .route(
             route::FLOORS,
             get(|State(c): State<Shared>| async move {
                 match c.lock().unwrap().floors() {

@@ -154,6 +154,7 @@ mod tests {
             },
             paths: Vec::new(),
             policy: None,
+            services: Vec::new(),
         };
         let (bytes, _) = collect(snapshot(&snap, t.rows(&clock, false)).unwrap());
         let streamed: Snapshot = serde_json::from_slice(&bytes).unwrap();

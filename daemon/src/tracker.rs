@@ -72,6 +72,8 @@ struct View {
     interval_ns: u64,
     /// Names of the policy rules, by their index in the kernel.
     rule_names: Arc<Vec<String>>,
+    /// Cgroup ids as service names.
+    services: crate::service::ServiceNames,
 }
 
 pub struct Tracker {
@@ -226,6 +228,7 @@ impl View {
             state: abi::tcp_state_name(r.state).to_string(),
             pid: (r.pid != 0).then_some(r.pid),
             comm: (!comm.is_empty()).then_some(comm),
+            service: self.services.name(r.cgroup_id),
             cc: cstr(&r.cc),
             role: role_of(r),
             cwnd: r.cwnd,
@@ -267,8 +270,14 @@ impl Tracker {
             view: View {
                 interval_ns: interval_ms * 1_000_000,
                 rule_names: Arc::default(),
+                services: crate::service::ServiceNames::new(crate::probes::cgroup2_root()),
             },
         }
+    }
+
+    /// The names of the services (cgroups) the sockets serve.
+    pub fn services(&mut self) -> &mut crate::service::ServiceNames {
+        &mut self.view.services
     }
 
     /// The names of the policy rules, so sockets can say which chose them.
@@ -296,6 +305,7 @@ impl Tracker {
     /// congestion controls by cookie: they are the state of every socket
     /// now; sockets the kernel no longer has are gone.
     pub fn refresh(&mut self, recs: Vec<BloatdSock>, cc_states: HashMap<u64, CcState>) {
+        self.view.services.learn(recs.iter().map(|r| r.cgroup_id));
         self.read = Arc::new(Read::new(recs, cc_states));
     }
 

@@ -28,6 +28,10 @@ pub mod route {
     pub const PATHS: &str = "/v1/paths";
     /// GET: every floor the kernel keeps ([`Floors`](super::Floors)).
     pub const FLOORS: &str = "/v1/floors";
+    /// GET: sockets grouped by service, with the wait of its users split
+    /// between the network's queue and its own backlog
+    /// (`Vec<ServiceView>`).
+    pub const SERVICES: &str = "/v1/services";
     /// GET: registered and available algorithms ([`CcInfo`](super::CcInfo)).
     pub const CC: &str = "/v1/cc";
     /// POST [`DefaultReq`](super::DefaultReq): set the host default,
@@ -86,6 +90,9 @@ pub struct SnapshotQuery {
     /// Also the sockets grouped by path (`Snapshot::paths`).
     #[serde(default)]
     pub paths: Flag,
+    /// Also the sockets grouped by service (`Snapshot::services`).
+    #[serde(default)]
+    pub services: Flag,
 }
 
 impl SnapshotQuery {
@@ -98,6 +105,7 @@ impl SnapshotQuery {
             limit: req.limit,
             fresh: fresh.into(),
             paths: req.paths.into(),
+            services: req.services.into(),
         }
     }
 
@@ -109,6 +117,7 @@ impl SnapshotQuery {
             filter: self.filter.clone(),
             limit: self.limit,
             paths: self.paths.is_set(),
+            services: self.services.is_set(),
         }
     }
 }
@@ -212,6 +221,11 @@ pub struct PolicyCounts {
     pub drwa_rounds_total: u64,
     pub drwa_restored_total: u64,
     pub drwa_failed_total: u64,
+    /// TCP_NOTSENT_LOWAT set at a handshake, and refused.
+    #[serde(default)]
+    pub notsent_lowat_set_total: u64,
+    #[serde(default)]
+    pub notsent_lowat_failed_total: u64,
 }
 
 /// `GET /v1/policy`: the rules, DRWA's state, and what they did.
@@ -268,6 +282,7 @@ mod tests {
             limit: Some(3),
             sort: None,
             paths: false,
+            services: false,
         };
         let q = serde_urlencoded::to_string(SnapshotQuery::new(&req, false)).unwrap();
         assert_eq!(q, "series=7&since_ms=9&filter=cc%3Acubic+x&limit=3");

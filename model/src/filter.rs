@@ -10,11 +10,14 @@ enum Term {
     Cc(String),
     /// `comm:NAME`: process name contains NAME.
     Comm(String),
+    /// `svc:NAME`: service name contains NAME.
+    Service(String),
     /// `port:N`: local or remote port is N.
     Port(u16),
     /// `addr:TEXT`: local or remote address contains TEXT.
     Addr(String),
-    /// Plain text: process or cc name contains it, or it is a port number.
+    /// Plain text: process, service or cc name contains it, or it is a
+    /// port number.
     Any { text: String, port: Option<u16> },
 }
 
@@ -26,8 +29,9 @@ pub struct Filter {
 }
 
 impl Filter {
-    /// Parses filter text. Terms: `cc:NAME`, `comm:NAME`, `port:N`,
-    /// `addr:TEXT`, or plain text (matches process, cc name or port).
+    /// Parses filter text. Terms: `cc:NAME`, `comm:NAME`, `svc:NAME`,
+    /// `port:N`, `addr:TEXT`, or plain text (matches process, service, cc
+    /// name or port).
     /// Matching ignores ASCII case.
     pub fn parse(text: &str) -> Result<Filter, String> {
         let mut terms = Vec::new();
@@ -37,6 +41,8 @@ impl Filter {
                 Term::Cc(v.to_string())
             } else if let Some(v) = lower.strip_prefix("comm:") {
                 Term::Comm(v.to_string())
+            } else if let Some(v) = lower.strip_prefix("svc:") {
+                Term::Service(v.to_string())
             } else if let Some(v) = lower.strip_prefix("addr:") {
                 Term::Addr(v.to_string())
             } else if let Some(v) = lower.strip_prefix("port:") {
@@ -73,6 +79,7 @@ impl Filter {
                 .comm
                 .as_deref()
                 .is_some_and(|c| contains_ignore_case(c, v)),
+            Term::Service(v) => contains_ignore_case(&s.service, v),
             Term::Port(p) => s.local_port == *p || s.remote_port == *p,
             Term::Addr(v) => {
                 contains_ignore_case(&s.remote_addr.to_string(), v)
@@ -82,6 +89,7 @@ impl Filter {
                 s.comm
                     .as_deref()
                     .is_some_and(|c| contains_ignore_case(c, text))
+                    || contains_ignore_case(&s.service, text)
                     || contains_ignore_case(&s.cc, text)
                     || port.is_some_and(|p| s.local_port == p || s.remote_port == p)
             }

@@ -148,6 +148,10 @@ pub struct Rule {
     pub cc: Option<String>,
     #[serde(default)]
     pub drwa: bool,
+    /// TCP_NOTSENT_LOWAT on the connections the rule selects: the most
+    /// bytes a sender keeps written and unsent before its writes wait.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub notsent_lowat: Option<Bytes>,
     #[serde(default = "yes")]
     pub enabled: bool,
 }

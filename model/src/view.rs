@@ -106,6 +106,9 @@ pub struct NetPath {
     pub throughput_bps: u64,
     /// Congestion controls of its sockets.
     pub ccs: Vec<String>,
+    /// The services its sockets serve.
+    #[serde(default)]
+    pub services: Vec<String>,
 }
 
 impl NetPath {
@@ -178,6 +181,98 @@ pub fn worst_path_sentence(paths: &[NetPath]) -> Option<String> {
     ))
 }
 
+/// One service (the sockets of one systemd unit, container or cgroup):
+/// how long its users wait for a round trip, split by where the wait is:
+/// in the network's queue (queueing delay against the path's floor) or in
+/// the service's own send buffers (bytes written, not yet sent, at the
+/// socket's delivery rate).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ServiceView {
+    /// As [`Socket::service`].
+    pub service: String,
+    pub sockets: u32,
+    /// Sockets that carried traffic in the last second: the numbers below
+    /// are theirs (all measured sockets' when none did).
+    pub active: u32,
+    /// Its sockets with an RTT sample and a floor: the queue, backlog time,
+    /// wait, grade and RPM come from them; 0 means there is nothing to
+    /// grade (as [`NetPath::measured`]).
+    #[serde(default)]
+    pub measured: u32,
+    /// The network's queue, each socket seen from its own side.
+    pub queue_delay_p50_us: u32,
+    pub queue_delay_p90_us: u32,
+    pub queue_delay_max_us: u32,
+    /// The service's own backlog: its senders' unsent bytes now, and the
+    /// time they take at each socket's delivery rate.
+    pub unsent_bytes: u64,
+    pub unsent_delay_p50_us: u32,
+    pub unsent_delay_max_us: u32,
+    /// The round trip its users wait (RTT from the socket's side plus its
+    /// unsent backlog), as the responsiveness draft aggregates probes: the
+    /// single-sided trimmed mean at the 95th percentile.
+    pub wait_us: u32,
+    /// Goodput of its sockets together.
+    pub throughput_bps: u64,
+    pub ccs: Vec<String>,
+    /// The processes that hold its sockets (by name).
+    pub processes: Vec<String>,
+}
+
+impl ServiceView {
+    /// The bufferbloat grade of its network queue (see [`NetPath::grade`]).
+    /// None without an RTT sample.
+    pub fn grade(&self) -> Option<&'static str> {
+        (self.measured > 0).then(|| grade(self.queue_delay_p50_us))
+    }
+
+    /// Passive responsiveness in round trips per minute, as
+    /// draft-ietf-ippm-responsiveness defines it for the loaded connection
+    /// (60000 / the trimmed mean round trip in ms), from what the sockets
+    /// wait instead of probes: no traffic is sent. None without an RTT
+    /// sample.
+    pub fn rpm(&self) -> Option<u32> {
+        (self.measured > 0).then(|| rpm(self.wait_us as u64))
+    }
+
+    /// Queue (p50, p90, max), grade, backlog time, wait and RPM as tables
+    /// show them: "-" where no socket of the service has measured them.
+    pub fn measured_text(&self) -> [String; 7] {
+        if self.measured == 0 {
+            return std::array::from_fn(|_| "-".into());
+        }
+        let ms = |us: u32| crate::format::ms(us as u64);
+        [
+            ms(self.queue_delay_p50_us),
+            ms(self.queue_delay_p90_us),
+            ms(self.queue_delay_max_us),
+            self.grade().unwrap_or("-").to_string(),
+            ms(self.unsent_delay_p50_us),
+            ms(self.wait_us),
+            self.rpm().map_or("-".into(), |r| r.to_string()),
+        ]
+    }
+}
+
+/// One sentence on the worst service (the first: services come longest
+/// wait first), for an operator: how long its users wait and where the
+/// wait is. None when its network queue is under 60 ms (grade C) and its
+/// backlog too.
+pub fn worst_service_sentence(services: &[ServiceView]) -> Option<String> {
+    let s = services
+        .first()
+        .filter(|s| s.queue_delay_p50_us >= 60_000 || s.unsent_delay_p50_us >= 60_000)?;
+    Some(format!(
+        "{}'s users wait {} a round trip: {} network queue, {} own send buffers; grade {}, {} RPM",
+        s.service,
+        crate::format::ms(s.wait_us as u64),
+        crate::format::ms(s.queue_delay_p50_us as u64),
+        crate::format::ms(s.unsent_delay_p50_us as u64),
+        s.grade()?,
+        s.rpm()?
+    ))
+}
+
 /// Bufferbloat grade of a queueing delay (see [`NetPath::grade`]).
 pub fn grade(queue_delay_us: u32) -> &'static str {
     match queue_delay_us {
@@ -237,9 +332,17 @@ pub struct Socket {
     pub remote_port: u16,
     /// TCP state, as `ss` names it: "ESTAB", "FIN-WAIT-1", ...
     pub state: String,
-    /// Process that opened the connection, where known (active opens).
+    /// The process that holds the socket, where known: the one that
+    /// connect()ed, or for an accepted connection its listener's owner
+    /// (the process that called listen(), or held it when bloatd started).
     pub pid: Option<u32>,
     pub comm: Option<String>,
+    /// The service it serves: its cgroup v2 (taken when the socket was
+    /// created; an accepted connection has its listener's) as a systemd
+    /// unit (`nginx.service`), a container (`pod/UID/CONTAINER`,
+    /// `container/ID`) or the cgroup's path; "" where unknown.
+    #[serde(default)]
+    pub service: String,
     /// Congestion control name (icsk_ca_ops->name).
     pub cc: String,
     pub role: Role,
@@ -315,6 +418,12 @@ pub struct SocketPolicy {
     pub bulk_waiting: bool,
     /// The kernel refused a rule's congestion control.
     pub cc_failed: bool,
+    /// The rule that bounded its unsent backlog (TCP_NOTSENT_LOWAT), and
+    /// whether the kernel refused it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub notsent_lowat_rule: Option<String>,
+    #[serde(default)]
+    pub notsent_lowat_failed: bool,
     /// DRWA on this (receiving) socket.
     pub drwa: Option<Drwa>,
 }
@@ -329,14 +438,18 @@ impl SocketPolicy {
     }
 
     /// A short mark of what acts on the socket: `R` a rule chose its
-    /// congestion control, `B` a bulk rule switched it, `D` DRWA clamps its
-    /// window (`d` DRWA watches it, no clamp now).
+    /// congestion control, `B` a bulk rule switched it, `L` a rule bounds
+    /// its unsent backlog, `D` DRWA clamps its window (`d` DRWA watches it,
+    /// no clamp now).
     pub fn mark(&self) -> String {
         let mut m = String::new();
         if self.bulk_rule.is_some() && !self.bulk_waiting && !self.cc_failed {
             m.push('B');
         } else if self.cc_rule.is_some() {
             m.push('R');
+        }
+        if self.notsent_lowat_rule.is_some() {
+            m.push('L');
         }
         match &self.drwa {
             Some(d) if d.clamp_bytes > 0 => m.push('D'),
@@ -552,6 +665,10 @@ pub struct Snapshot {
     /// What bloatd's policy is doing (absent from a bloatd without one).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub policy: Option<PolicyState>,
+    /// With `services` in the request: every socket grouped by service,
+    /// longest wait first, as `bloatd services` shows them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub services: Vec<ServiceView>,
 }
 
 /// The policy's state for the dashboard's header.
@@ -623,6 +740,9 @@ pub struct SnapshotRequest {
     /// Also group the sockets by path (the dashboard's paths view).
     #[serde(default)]
     pub paths: bool,
+    /// Also group the sockets by service (the dashboard's services view).
+    #[serde(default)]
+    pub services: bool,
 }
 
 #[cfg(test)]

@@ -157,6 +157,9 @@ def parse_ss(text, port=None, now=None):
             # clamp lowers it) and the window the peer offers us
             "rcv_ssthresh": _ss_field(info, "rcv_ssthresh"),
             "snd_wnd": _ss_field(info, "snd_wnd"),
+            # bytes the application wrote that the socket has not sent
+            # yet (ss prints notsent only when there are some)
+            "notsent_bytes": _ss_field(info, "notsent"),
         })
     return out
 

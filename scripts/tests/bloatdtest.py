@@ -222,11 +222,16 @@ class Lab:
     def exec(self, side, *cmd, **kw):
         return run("ip", "netns", "exec", self.ns(side), *cmd, **kw)
 
-    def spawn(self, side, *cmd, **kw):
+    def spawn(self, side, *cmd, cgroup=None, **kw):
         """A process in a namespace, ended by `close`; its output dropped,
-        its errors kept, unless `kw` (Popen's) says otherwise."""
+        its errors kept, unless `kw` (Popen's) says otherwise. In `cgroup`
+        (a Cgroup) if given: it joins the cgroup before `ip netns exec`,
+        whose fresh /sys has no cgroup mounts."""
         kw = {"stdout": subprocess.DEVNULL, "stderr": subprocess.PIPE, "text": True, **kw}
-        p = subprocess.Popen(["ip", "netns", "exec", self.ns(side), *cmd], **kw)
+        argv = ["ip", "netns", "exec", self.ns(side), *cmd]
+        if cgroup:
+            argv = cgroup.wrap(*argv)
+        p = subprocess.Popen(argv, **kw)
         self.procs.append(p)
         return p
 
@@ -339,7 +344,7 @@ class Prometheus:
         with open(cfg, "w") as f:
             f.write("global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n")
             if rules:
-                f.write("rule_files:\n" + "".join(f"  - {r}\n" for r in rules))
+                f.write("rule_files:\n" + "".join(f"  - {os.path.abspath(r)}\n" for r in rules))
             f.write("scrape_configs:\n  - job_name: bloatd\n    static_configs:\n"
                     f"      - targets: [{targets}]\n")
         self.port = free_port()
@@ -349,7 +354,9 @@ class Prometheus:
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         wait_for(lambda: self.query("up") is not None, timeout=30, what="prometheus up")
 
-    def _get(self, path, params=None):
+    def api(self, path, params=None):
+        """GET an HTTP API path (with `params`); its `data`, or None (not
+        up yet, error)."""
         url = f"http://127.0.0.1:{self.port}{path}"
         if params:
             url += "?" + urllib.parse.urlencode(params)
@@ -362,12 +369,12 @@ class Prometheus:
 
     def query(self, promql):
         """The instant vector of `promql` now: [{"metric": {...}, "value": [t, "v"]}], or None."""
-        data = self._get("/api/v1/query", {"query": promql})
+        data = self.api("/api/v1/query", {"query": promql})
         return None if data is None else data["result"]
 
     def alerts(self):
         """Active alerts (pending and firing): [{"labels": {...}, "state": ...}]."""
-        data = self._get("/api/v1/alerts")
+        data = self.api("/api/v1/alerts")
         return [] if data is None else data["alerts"]
 
     def close(self):
@@ -415,6 +422,56 @@ def bpf_map_dump(name):
 
 
 PROBE_PROGS = {"tcp_probe", "inet_sock_set_state", "tcp_retransmit_skb", "tcp_cong_state_set"}
+
+
+def cgroup2_root():
+    """Where the cgroup v2 hierarchy is mounted (/sys/fs/cgroup, or
+    /sys/fs/cgroup/unified on a hybrid host like this one)."""
+    with open("/proc/self/mounts") as f:
+        for line in f:
+            dev, path, fstype = line.split()[:3]
+            if fstype == "cgroup2":
+                return path
+    raise unittest.SkipTest("no cgroup v2 hierarchy mounted")
+
+
+class Cgroup:
+    """A cgroup v2 of the test's own, below the hierarchy's root: a
+    "service" whose processes it runs (`wrap`). bloatd names it by its path
+    (`service`)."""
+
+    def __init__(self, name, parent=None):
+        self.root = cgroup2_root()
+        self.path = tempfile.mkdtemp(prefix=f"bloatd-test-{name}-", dir=parent or self.root)
+        self.service = self.path[len(self.root):]
+
+    def wrap(self, *cmd):
+        """`cmd` run inside the cgroup: the shell joins it, then becomes
+        `cmd` (same pid), so every socket it opens is the cgroup's."""
+        return ["bash", "-c", f'echo $$ > {self.path}/cgroup.procs && exec "$@"', "bash", *cmd]
+
+    def remove(self):
+        """Move what is left in it (and below) to the root, then remove it
+        bottom up."""
+        for dirpath, _, _ in sorted(os.walk(self.path), key=lambda w: -len(w[0])):
+            try:
+                with open(os.path.join(dirpath, "cgroup.procs")) as f:
+                    pids = f.read().split()
+            except OSError:
+                pids = []
+            for pid in pids:
+                try:
+                    write(os.path.join(self.root, "cgroup.procs"), pid)
+                except OSError:
+                    pass
+            for _ in range(50):
+                try:
+                    os.rmdir(dirpath)
+                    break
+                except FileNotFoundError:
+                    break
+                except OSError:
+                    time.sleep(0.1)  # a process still leaving
 
 
 def sock_ops_attached():
@@ -627,6 +684,12 @@ class TestCase(unittest.TestCase):
         lab = Lab(name, **kw)
         self.addCleanup(lab.close)
         return lab
+
+    def cgroup(self, name, parent=None):
+        """A cgroup v2 of the test's own, removed when the test ends."""
+        cg = Cgroup(name, parent)
+        self.addCleanup(cg.remove)
+        return cg
 
     def tmux(self, name):
         """A tmux server of its own, killed when the test ends."""

@@ -83,6 +83,7 @@ class Package(TestCase):
                      "/usr/share/zsh/vendor-completions/_bloatd",
                      "/usr/share/fish/vendor_completions.d/bloatd.fish",
                      "/usr/share/bloatd/prometheus/bloatd.rules.yml",
+                     "/usr/share/bloatd/grafana/bloatd.json",
                      "/usr/share/doc/bloatd/copyright", "/etc/bloatd/bloatd.toml"):
             self.assertIn(path, files)
             self.assertTrue(os.path.exists(path), path)

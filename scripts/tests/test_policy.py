@@ -20,22 +20,11 @@ import signal
 import subprocess
 import tempfile
 import time
-import unittest
 
-from bloatdtest import (RCV4, SND4, TestCase, main, run, sock_ops_attached, wait_for)
+from bloatdtest import (RCV4, SND4, TestCase, cgroup2_root, main, run, sock_ops_attached,
+                        wait_for)
 
 BULK_BYTES = 2_000_000
-
-
-def cgroup2_root():
-    """Where the cgroup v2 hierarchy is mounted (/sys/fs/cgroup, or
-    /sys/fs/cgroup/unified on a hybrid host like this one)."""
-    with open("/proc/self/mounts") as f:
-        for line in f:
-            dev, path, fstype = line.split()[:3]
-            if fstype == "cgroup2":
-                return path
-    raise unittest.SkipTest("no cgroup v2 hierarchy mounted")
 
 
 def data_sockets(lab, side, port, remote=False):

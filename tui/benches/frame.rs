@@ -138,6 +138,7 @@ fn run_api(
             series: Vec::new(),
             paths: Vec::new(),
             policy: None,
+            services: vec![],
         };
         let json = serde_json::to_string(&page).unwrap();
         let encoded = Instant::now();

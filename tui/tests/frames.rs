@@ -303,3 +303,38 @@ fn header_names_parts_the_kernel_declined_or_runs_by_a_fallback() {
     let plain = render_once(&cubic_download_host(), 200, bloatd_tui::once_height(&snap));
     assert!(!plain.contains("fallback:") && !plain.contains("off:"));
 }
+
+#[test]
+fn services_view() {
+    let mut app = app_with(cubic_download_host());
+    app.handle_key(Key::Char('S'));
+    assert_eq!(app.view(), View::Services);
+    let req = app.snapshot_request();
+    assert!(
+        req.services && !req.paths,
+        "the services view asks the source for services"
+    );
+    let mut snap = cubic_download_host();
+    snap.services = two_services();
+    app.apply_snapshot(snap.clone(), snap.taken_ms);
+    let t = draw(&mut app, 120, 24);
+    insta::assert_snapshot!(t.backend());
+    let text = ui::buffer_text(t.backend().buffer());
+    assert!(
+        text.contains("backup.service's users wait 3520ms a round trip: 380ms network queue, 3100ms own send buffers; grade D, 17 RPM"),
+        "{text}"
+    );
+    // 80 columns keep the service, its queue, grade, backlog and RPM
+    let narrow = ui::buffer_text(draw(&mut app, 80, 24).backend().buffer());
+    let head = narrow.lines().find(|l| l.contains("SERVICE")).unwrap();
+    for col in ["SERVICE", "QUEUE", "GRADE", "BACKLOG", "RPM"] {
+        assert!(head.contains(col), "{head}");
+    }
+    // v from here goes to the paths, S again back to the sockets.
+    app.handle_key(Key::Char('v'));
+    assert_eq!(app.view(), View::Paths);
+    app.handle_key(Key::Char('S'));
+    app.handle_key(Key::Char('S'));
+    assert_eq!(app.view(), View::Table);
+    assert!(!app.snapshot_request().services);
+}

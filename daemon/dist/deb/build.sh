@@ -29,6 +29,7 @@ install -D -m 0644 $DOCS/completions/_bloatd "$ROOT/usr/share/zsh/vendor-complet
 install -D -m 0644 $DOCS/completions/bloatd.fish "$ROOT/usr/share/fish/vendor_completions.d/bloatd.fish"
 install -D -m 0644 daemon/dist/prometheus/bloatd.rules.yml "$ROOT/usr/share/bloatd/prometheus/bloatd.rules.yml"
 install -D -m 0644 daemon/dist/prometheus/bloatd.rules.test.yml "$ROOT/usr/share/bloatd/prometheus/bloatd.rules.test.yml"
+install -D -m 0644 daemon/dist/grafana/bloatd.json "$ROOT/usr/share/bloatd/grafana/bloatd.json"
 install -d "$ROOT/usr/share/doc/bloatd"
 gzip -9n < README.md > "$ROOT/usr/share/doc/bloatd/README.md.gz"
 install -d "$ROOT/usr/share/doc/bloatd/docs"

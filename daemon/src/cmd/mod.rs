@@ -5,6 +5,7 @@ pub mod cc;
 pub mod docs;
 pub mod paths;
 pub mod policy;
+pub mod services;
 pub mod sockets;
 pub mod start;
 pub mod status;

@@ -70,7 +70,7 @@ fn paths_table(paths: &[NetPath]) -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,
-        "{:<10} {:<28} {:<10} {:>9} {:<8} {:>9} {:>9} {:<5} {:>6} {:>5} {:>12}  CC",
+        "{:<10} {:<28} {:<10} {:>9} {:<8} {:>9} {:>9} {:<5} {:>6} {:>5} {:>12}  {:<16} SERVICES",
         "NETNS",
         "PEER",
         "IFACE",
@@ -81,13 +81,14 @@ fn paths_table(paths: &[NetPath]) -> String {
         "GRADE",
         "RPM",
         "SOCKS",
-        "THROUGHPUT"
+        "THROUGHPUT",
+        "CC"
     );
     for p in paths {
         let [floor, queue, qmax, grade, rpm] = p.measured_text();
         let _ = writeln!(
             out,
-            "{:<10} {:<28} {:<10} {:>9} {:<8} {:>9} {:>9} {:<5} {:>6} {:>5} {:>12}  {}",
+            "{:<10} {:<28} {:<10} {:>9} {:<8} {:>9} {:>9} {:<5} {:>6} {:>5} {:>12}  {:<16} {}",
             p.netns,
             p.peer_text(),
             if p.interface.is_empty() {
@@ -103,7 +104,8 @@ fn paths_table(paths: &[NetPath]) -> String {
             rpm,
             p.sockets,
             format::rate(p.throughput_bps),
-            p.ccs.join(",")
+            p.ccs.join(","),
+            p.services.join(",")
         );
     }
     if let Some(s) = bloatd_model::worst_path_sentence(paths) {

@@ -101,8 +101,9 @@ pub fn list_text(info: &PolicyInfo) -> String {
     }
     let c = &info.counts;
     out += &format!(
-        "since start: {} congestion controls set at handshakes, {} switched mid-flow, {} refused; {} DRWA rounds, {} windows given back\n",
-        c.cc_set_total, c.bulk_switched_total, c.cc_failed_total, c.drwa_rounds_total, c.drwa_restored_total
+        "since start: {} congestion controls set at handshakes, {} switched mid-flow, {} refused; {} DRWA rounds, {} windows given back; {} unsent backlogs bounded (notsent_lowat), {} refused\n",
+        c.cc_set_total, c.bulk_switched_total, c.cc_failed_total, c.drwa_rounds_total, c.drwa_restored_total,
+        c.notsent_lowat_set_total, c.notsent_lowat_failed_total
     );
     out
 }

@@ -64,6 +64,12 @@ fn policy_text(s: &Socket) -> String {
     if p.cc_failed {
         parts.push("cc-refused".into());
     }
+    if let Some(r) = &p.notsent_lowat_rule {
+        parts.push(format!("lowat:{r}"));
+    }
+    if p.notsent_lowat_failed {
+        parts.push("lowat-refused".into());
+    }
     if let Some(d) = &p.drwa {
         parts.push(if d.clamp_bytes > 0 {
             format!("drwa:{}", bloatd_model::format::bytes(d.clamp_bytes as u64))
@@ -120,10 +126,10 @@ fn cc_state_text(s: &Socket) -> String {
 /// kernel record (times in ms), and the inner state of bloatd's algorithms.
 fn sockets_table(socks: &[Socket]) -> String {
     /// Column widths; negative means left-aligned. The last column is free.
-    const WIDTHS: [i32; 18] = [
-        -18, 10, -24, -24, -15, -4, 6, 6, 9, 9, 9, 9, 14, 9, 9, 7, -8, -20,
+    const WIDTHS: [i32; 19] = [
+        -18, -20, 10, -24, -24, -15, -4, 6, 6, 9, 9, 9, 9, 14, 9, 9, 7, -8, -20,
     ];
-    fn row(out: &mut String, cells: [String; 19]) {
+    fn row(out: &mut String, cells: [String; 20]) {
         let mut line = String::new();
         for (cell, &w) in cells.iter().zip(WIDTHS.iter().chain(std::iter::once(&0))) {
             let width = w.unsigned_abs() as usize;
@@ -137,8 +143,9 @@ fn sockets_table(socks: &[Socket]) -> String {
     }
     let mut out = String::new();
     let header = [
-        "PROCESS", "NETNS", "LOCAL", "REMOTE", "CC", "ROLE", "CWND", "INFL", "SRTT", "MINRTT",
-        "FLOOR", "QDELAY", "UNSENT", "RCVRTT", "RCVQDLY", "RETRANS", "CA", "POLICY", "CCSTATE",
+        "PROCESS", "SERVICE", "NETNS", "LOCAL", "REMOTE", "CC", "ROLE", "CWND", "INFL", "SRTT",
+        "MINRTT", "FLOOR", "QDELAY", "UNSENT", "RCVRTT", "RCVQDLY", "RETRANS", "CA", "POLICY",
+        "CCSTATE",
     ];
     row(&mut out, header.map(String::from));
     let ep = |a: &std::net::IpAddr, p: u16| match a {
@@ -156,6 +163,7 @@ fn sockets_table(socks: &[Socket]) -> String {
             &mut out,
             [
                 process,
+                s.service.clone(),
                 s.netns.to_string(),
                 ep(&s.local_addr, s.local_port),
                 ep(&s.remote_addr, s.remote_port),

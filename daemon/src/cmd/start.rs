@@ -62,13 +62,18 @@ pub struct StartArgs {
     /// own minimum RTT (config `floors = false`; README, "Path floors").
     #[arg(long)]
     pub no_floors: bool,
+    /// Services with a `service` label value of their own in /metrics (the
+    /// top N by socket-time; the rest are "other") [default: 20]
+    #[arg(long, value_name = "N")]
+    pub service_labels: Option<u32>,
     /// Enable the kernel's BPF run-time statistics while running, to see
     /// each probe's cost in /metrics (costs a little per event).
     #[arg(long)]
     pub bpf_stats: bool,
     /// A congestion control rule, as KEY=VALUE,... with the keys of a
     /// [[policy]] table (name, dport, sport, cgroup, bulk_bytes, cc, drwa,
-    /// enabled), e.g. `sport=5201,cc=bloatd_westwood` or
+    /// notsent_lowat, enabled), e.g. `sport=5201,cc=bloatd_westwood`,
+    /// `sport=8080,notsent_lowat=128Ki` or
     /// `name=bulk,bulk_bytes=1M,cc=bloatd_westwood`. Repeatable; after the
     /// config's rules.
     #[arg(long = "policy", value_name = "RULE")]
@@ -108,6 +113,9 @@ impl StartArgs {
         }
         if self.no_floors {
             cfg.floors = false;
+        }
+        if let Some(n) = self.service_labels {
+            cfg.service_labels = n;
         }
         if self.bpf_stats {
             cfg.bpf_stats = true;

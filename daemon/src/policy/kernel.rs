@@ -91,6 +91,10 @@ pub fn resolve(rules: &[Rule], registered: &[String]) -> Result<Resolved, String
         if r.drwa {
             k.actions |= policy_action::DRWA as u8;
         }
+        if let Some(b) = r.notsent_lowat {
+            k.actions |= policy_action::NOTSENT_LOWAT as u8;
+            k.notsent_lowat = b.0.min(u32::MAX as u64) as u32;
+        }
         if let Some(p) = r.dport {
             k.selectors |= policy_match::DPORT as u8;
             (k.dport_lo, k.dport_hi) = (p.lo, p.hi);
@@ -153,6 +157,8 @@ pub fn socket_policy(rec: &BloatdSock, names: &[String]) -> Option<SocketPolicy>
         bulk_rule: name(p.bulk_rule),
         bulk_waiting: flags & policy_flag::BULK_WAIT != 0,
         cc_failed: flags & policy_flag::CC_FAILED != 0,
+        notsent_lowat_rule: name(p.lowat_rule),
+        notsent_lowat_failed: flags & policy_flag::LOWAT_FAILED != 0,
         drwa,
     };
     (sp != SocketPolicy::default()).then_some(sp)
@@ -173,6 +179,8 @@ pub fn policy_counts(c: &BloatdPolicyCounts) -> PolicyCounts {
         drwa_rounds_total: total(policy_count::DRWA_ROUNDS),
         drwa_restored_total: total(policy_count::DRWA_RESTORED),
         drwa_failed_total: total(policy_count::DRWA_FAILED),
+        notsent_lowat_set_total: total(policy_count::LOWAT_SET),
+        notsent_lowat_failed_total: total(policy_count::LOWAT_FAILED),
     }
 }
 

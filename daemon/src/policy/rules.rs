@@ -41,6 +41,10 @@ pub const RULE_KEYS: &[(&str, &str)] = &[
         "drwa",
         "true or false (DRWA on the connections the rule selects)",
     ),
+    (
+        "notsent_lowat",
+        "bytes, like 131072 or \"128Ki\" (TCP_NOTSENT_LOWAT: unsent bytes a sender may keep)",
+    ),
     ("enabled", "true or false"),
 ];
 
@@ -68,7 +72,7 @@ pub fn parse_flag(spec: &str) -> Result<Rule, String> {
                 "false" | "no" | "off" => toml::Value::Boolean(false),
                 _ => return Err(format!("--policy: `{k}` must be true or false")),
             },
-            "bulk_bytes" | "bulk" | "dport" | "sport" => match v.parse::<i64>() {
+            "bulk_bytes" | "bulk" | "dport" | "sport" | "notsent_lowat" => match v.parse::<i64>() {
                 Ok(i) => toml::Value::Integer(i),
                 Err(_) => toml::Value::String(v.to_string()),
             },
@@ -198,6 +202,9 @@ pub fn describe_actions(r: &Rule) -> String {
     if r.drwa {
         s.push("DRWA".into());
     }
+    if let Some(b) = r.notsent_lowat {
+        s.push(format!("notsent_lowat {}", format::bytes(b.0)));
+    }
     s.join(" + ")
 }
 
@@ -240,10 +247,22 @@ pub fn validate(rules: &[Rule], drwa_lambda: f64, drwa_min_bytes: u64) -> Result
             ));
         }
         names.push(name.clone());
-        if r.cc.is_none() && !r.drwa {
+        if r.cc.is_none() && !r.drwa && r.notsent_lowat.is_none() {
             return Err(format!(
-                "policy rule '{name}' does nothing: give it a congestion control (cc = \"bloatd_westwood\") or drwa = true"
+                "policy rule '{name}' does nothing: give it a congestion control (cc = \"bloatd_westwood\"), drwa = true or notsent_lowat = \"128Ki\""
             ));
+        }
+        if let Some(b) = r.notsent_lowat {
+            if r.bulk_bytes.is_some() {
+                return Err(format!(
+                    "policy rule '{name}': notsent_lowat is set when a connection opens, a bulk rule acts later: select the senders by sport, dport or cgroup instead"
+                ));
+            }
+            if !(1024..=1 << 30).contains(&b.0) {
+                return Err(format!(
+                    "policy rule '{name}': notsent_lowat must be from 1Ki to 1Gi bytes (a bulk sender keeps its link busy with a few bandwidth-delay products, like \"128Ki\")"
+                ));
+            }
         }
         if let Some(cc) = &r.cc {
             if cc.is_empty()
@@ -389,6 +408,29 @@ mod tests {
         ])
         .unwrap_err()
         .contains("unique"));
+    }
+
+    /// notsent_lowat alone is an action; out of its range, or on a bulk
+    /// rule (which acts after the handshake, where it is set), refused.
+    #[test]
+    fn notsent_lowat_is_bounded_and_not_for_bulk_rules() {
+        assert!(check(&["sport = 8080\nnotsent_lowat = \"128Ki\""]).is_ok());
+        let r = parse_flag("name=lowat,sport=8080,notsent_lowat=128Ki").unwrap();
+        assert_eq!(r.notsent_lowat, Some(Bytes(131_072)));
+        // Refused where it is read (0: no bytes) or where rules are checked.
+        for (bad, why) in [
+            ("0", "must be bytes"),
+            ("1000", "from 1Ki to 1Gi"),
+            ("\"2Gi\"", "from 1Ki to 1Gi"),
+        ] {
+            let table = format!("sport = 8080\nnotsent_lowat = {bad}");
+            let e = rule_from_table(&table.parse::<toml::Table>().unwrap())
+                .and_then(|r| validate(&[r], 3.0, 65536))
+                .unwrap_err();
+            assert!(e.contains("notsent_lowat") && e.contains(why), "{bad}: {e}");
+        }
+        let e = check(&["bulk_bytes = \"1M\"\nnotsent_lowat = \"128Ki\""]).unwrap_err();
+        assert!(e.contains("bulk rule acts later"), "{e}");
     }
 
     #[test]

@@ -25,7 +25,7 @@ pub mod policy;
 
 use abi::{
     stat, BloatdCcStats, BloatdControl, BloatdFloor, BloatdPathKey, BloatdRoleStats, BloatdSample,
-    BloatdSock, BloatdSockCounts,
+    BloatdSock, BloatdSockCounts, BloatdSvcKey, BloatdSvcStats,
 };
 use aya::maps::{Array, HashMap as BpfHashMap, Map, MapData, PerCpuArray, RingBuf};
 use aya::programs::{BtfTracePoint, CgroupAttachMode, Iter, SockOps};
@@ -97,6 +97,8 @@ pub struct ProbeConfig {
     pub floor_prefix_v6: u8,
     pub floor_infer: bool,
     pub floors: bool,
+    /// Per-service histograms kept at most (svc_stats, service_ops.h).
+    pub service_entries: u32,
     /// Rules and DRWA for the sock_ops program (policy.rs).
     pub policy: policy::PolicyConfig,
 }
@@ -124,6 +126,10 @@ pub struct Probes {
     cc_names: Array<MapData, [u8; 16]>,
     watch: BpfHashMap<MapData, u64, u8>,
     control: Array<MapData, BloatdControl>,
+    /// Queueing delay and RTT histograms per (cgroup, cc, role), and the
+    /// map's bound (service_ops.h).
+    svc_stats: BpfHashMap<MapData, BloatdSvcKey, BloatdSvcStats>,
+    service_entries: u32,
     watched: HashSet<u64>,
     map_capacity: u32,
     /// Holding this fd keeps kernel.bpf_stats_enabled on; dropped with us.
@@ -200,6 +206,29 @@ fn merge_role_stats(a: &mut BloatdRoleStats, b: &BloatdRoleStats) {
             std::cmp::Ordering::Less => {}
         }
     }
+}
+
+/// The entries of cgroup 0 in `svc_stats`, one per congestion control
+/// and role: where the probes count a sample when the map is full
+/// ("other"), made before the probes run so they always exist.
+fn make_overflow_entries(
+    m: &mut BpfHashMap<MapData, BloatdSvcKey, BloatdSvcStats>,
+) -> Result<(), ProbeError> {
+    for cc_idx in 0..abi::limits::CC_MAX {
+        for role in 0..2 {
+            let key = BloatdSvcKey {
+                cgroup_id: 0,
+                cc_idx,
+                role,
+            };
+            m.insert(key, BloatdSvcStats::default(), 0)
+                .map_err(|e| ProbeError::Map {
+                    map: "svc_stats",
+                    detail: errstr(e),
+                })?;
+        }
+    }
+    Ok(())
 }
 
 /// Read slots beyond the bound: records the startup walk made for sockets
@@ -389,6 +418,7 @@ impl Probes {
             .override_global("drwa_lambda_x256", &cfg.policy.drwa_lambda_x256, true)
             .override_global("drwa_min_bytes", &cfg.policy.drwa_min_bytes, true)
             .map_max_entries("floors", cfg.floor_entries)
+            .map_max_entries("svc_stats", cfg.service_entries)
             .map_max_entries("dump", cfg.map_capacity + DUMP_SLACK)
             .load(OBJECT)
             .map_err(|e| ProbeError::Object(errstr(e)))?;
@@ -462,6 +492,12 @@ impl Probes {
             map: "control",
             detail: errstr(e),
         })?;
+        let mut svc_stats =
+            BpfHashMap::try_from(map(&mut ebpf, "svc_stats")?).map_err(|e| ProbeError::Map {
+                map: "svc_stats",
+                detail: errstr(e),
+            })?;
+        make_overflow_entries(&mut svc_stats)?;
         let Map::LruHashMap(floors_map) = map(&mut ebpf, "floors")? else {
             return Err(ProbeError::Object("map floors is not an LRU hash".into()));
         };
@@ -523,6 +559,8 @@ impl Probes {
             cc_names,
             watch,
             control,
+            svc_stats,
+            service_entries: cfg.service_entries,
             watched: HashSet::new(),
             map_capacity: cfg.map_capacity,
             _stats_fd: stats_fd,
@@ -532,18 +570,38 @@ impl Probes {
         Ok(probes)
     }
 
-    /// Run the TCP iterator once: it records every socket of our network
-    /// namespace that exists now, including idle ones no tracepoint would
-    /// report until they carry traffic.
+    /// What exists before start: the TCP iterator records every socket of
+    /// our network namespace, including idle ones no tracepoint would
+    /// report until they carry traffic; then every task's open files give
+    /// the sockets (listeners above all) the process that holds them
+    /// (service_ops.h). The second only names processes: if it fails,
+    /// connections accepted from a listener opened before bloatd show
+    /// none, and bloatd goes on.
     fn seed(&mut self, btf: &Btf) -> Result<(), ProbeError> {
-        let name = "seed_sockets";
+        self.run_iter_once(btf, "seed_sockets", "tcp")?;
+        if let Err(e) = self.run_iter_once(btf, "seed_owners", "task_file") {
+            tracing::warn!(
+                "{e}: connections accepted by listeners opened before bloatd show no process"
+            );
+        }
+        Ok(())
+    }
+
+    /// Load the iterator program `name` over `target`, run it once, and
+    /// drop it.
+    fn run_iter_once(
+        &mut self,
+        btf: &Btf,
+        name: &'static str,
+        target: &str,
+    ) -> Result<(), ProbeError> {
         let prog: &mut Iter = self
             .ebpf
             .program_mut(name)
             .ok_or_else(|| ProbeError::Object(format!("program {name} missing from object")))?
             .try_into()
             .map_err(|e| ProbeError::Object(errstr(e)))?;
-        prog.load("tcp", btf).map_err(|e| ProbeError::Load {
+        prog.load(target, btf).map_err(|e| ProbeError::Load {
             name,
             detail: errstr(e),
         })?;
@@ -637,6 +695,21 @@ impl Probes {
             }
         }
         Ok(out)
+    }
+
+    /// Every per-service histogram the kernel keeps now, and its bound.
+    pub fn svc_stats(&self) -> (Vec<(BloatdSvcKey, BloatdSvcStats)>, u32) {
+        let entries = self.svc_stats.iter().filter_map(Result::ok).collect();
+        (entries, self.service_entries)
+    }
+
+    /// Delete per-service histograms whose counts were folded (idle
+    /// cgroups); returns those deleted.
+    pub fn svc_delete(&mut self, keys: &[BloatdSvcKey]) -> Vec<BloatdSvcKey> {
+        keys.iter()
+            .filter(|k| self.svc_stats.remove(k).is_ok())
+            .copied()
+            .collect()
     }
 
     /// Records alive now by congestion control index, role and state.

@@ -79,6 +79,9 @@ pub enum View {
     Detail,
     /// The sockets grouped by path (peer): floor, queue, grade, RPM.
     Paths,
+    /// The sockets grouped by service: the network's queue and the
+    /// service's own backlog side by side, grade, RPM.
+    Services,
 }
 
 /// The detail view's socket. It stays pinned when the socket closes, so its
@@ -130,6 +133,7 @@ impl App {
                 health: Default::default(),
                 paths: Vec::new(),
                 policy: None,
+                services: vec![],
             },
             now_ms: 0,
             link: Link::Connecting,
@@ -233,20 +237,26 @@ impl App {
             Key::PageDown => self.move_selection(page),
             Key::Home | Key::Char('g') => self.move_selection(isize::MIN),
             Key::End | Key::Char('G') => self.move_selection(isize::MAX),
-            Key::Char('v') => match self.view {
-                View::Paths => self.view = View::Table,
-                _ => {
-                    self.detail = None;
-                    self.view = View::Paths;
-                }
-            },
+            Key::Char('v') => self.toggle_view(View::Paths),
+            Key::Char('S') => self.toggle_view(View::Services),
             Key::Enter => match self.view {
                 View::Table => self.open_detail(),
-                View::Detail | View::Paths => self.close_detail(),
+                View::Detail | View::Paths | View::Services => self.close_detail(),
             },
             Key::Esc => self.close_detail(),
             Key::Char('D') => self.toggle_drwa(),
             _ => {}
+        }
+    }
+
+    /// `v` (paths) and `S` (services): to the view, or back to the table
+    /// from it.
+    fn toggle_view(&mut self, view: View) {
+        if self.view == view {
+            self.view = View::Table;
+        } else {
+            self.detail = None;
+            self.view = view;
         }
     }
 
@@ -348,6 +358,7 @@ impl App {
             filter: (!filter.is_empty()).then(|| filter.text().to_string()),
             limit: Some(limit),
             paths: self.view == View::Paths,
+            services: self.view == View::Services,
         }
     }
 

@@ -29,6 +29,7 @@ fn snap(taken_ms: u64, sockets: Vec<Socket>) -> Snapshot {
         health: Health::default(),
         paths: vec![],
         policy: None,
+        services: vec![],
     }
 }
 
@@ -74,6 +75,7 @@ fn the_source_selects_sorted_filtered_rows_and_summarises_all() {
         series: Some(5), // a bbr socket: filtered out, still sent for the detail pane
         since_ms: 0,
         paths: false,
+        services: false,
     };
     let (rows, matched, summary) = select_rows(&all, &req, 100_000).unwrap();
     assert_eq!(matched, 40);

@@ -19,7 +19,10 @@ pub(super) fn render_footer(app: &App, area: Rect, buf: &mut Buffer) {
             Span::styled(" filter> ", TITLE),
             Span::raw(prompt.text.clone()),
             Span::styled("█", Style::new().add_modifier(Modifier::SLOW_BLINK)),
-            Span::styled("  Enter apply · Esc cancel · cc: comm: port: addr:", DIM),
+            Span::styled(
+                "  Enter apply · Esc cancel · cc: comm: svc: port: addr:",
+                DIM,
+            ),
         ];
         if let Some(error) = &prompt.error {
             spans.insert(3, Span::styled(format!("  {error}"), BLOATED));
@@ -32,6 +35,7 @@ pub(super) fn render_footer(app: &App, area: Rect, buf: &mut Buffer) {
                 ("↑↓", "select"),
                 ("⏎", "detail"),
                 ("v", "paths"),
+                ("S", "services"),
                 ("s", "sort"),
                 ("f", "filter"),
                 ("p", "pause"),
@@ -47,6 +51,14 @@ pub(super) fn render_footer(app: &App, area: Rect, buf: &mut Buffer) {
             ],
             View::Paths => &[
                 ("v", "sockets"),
+                ("S", "services"),
+                ("p", "pause"),
+                ("?", "help"),
+                ("q", "quit"),
+            ],
+            View::Services => &[
+                ("S", "sockets"),
+                ("v", "paths"),
                 ("p", "pause"),
                 ("?", "help"),
                 ("q", "quit"),
@@ -88,9 +100,19 @@ pub(super) fn help(app: &App, area: Rect, buf: &mut Buffer) {
             "v",
             "paths: sockets grouped by peer, floor, queue, grade, RPM",
         ),
+        key(
+            "S",
+            "services: queue and own backlog per service, grade, RPM",
+        ),
         key("s", "next sort: qdelay rtt throughput cwnd retrans process"),
-        key("f", "filter: cc:cubic comm:curl port:443 addr:10.0.0.2"),
-        key("", "or plain text (process, cc or port); Esc cancels"),
+        key(
+            "f",
+            "filter: cc:cubic comm:curl svc:nginx port:443 addr:10.0.0.2",
+        ),
+        key(
+            "",
+            "or plain text (process, service, cc or port); Esc cancels",
+        ),
         key(
             "p D",
             "pause / resume · DRWA on / off, live (bloatd --drwa[=off])",
@@ -110,6 +132,8 @@ pub(super) fn help(app: &App, area: Rect, buf: &mut Buffer) {
         text("  RTT         srtt for senders, the receiver's RTT for receivers".into()),
         text("  GRADE RPM   paths: A+ <5 A <30 B <60 C <200 D <400 ms, else F;".into()),
         text("              round trips per minute at the loaded RTT".into()),
+        text("  BACKLOG     services: time its unsent bytes take to leave;".into()),
+        text("              WAIT = RTT + backlog (trimmed mean), RPM from it".into()),
         text("  CA          open, disord(er), cwr, recov(ery), loss".into()),
         text("  name*       bloatd_name: bloatd's own Westwood+ / CUBIC".into()),
         text("  ACT         R rule chose the cc, B bulk rule switched it, D DRWA clamps".into()),

@@ -3,16 +3,19 @@
 //! The screen, top to bottom: a header with the host's bloat (sockets,
 //! bloated count, worst queue, queueing-delay distribution per congestion
 //! control, daemon health, the newest "bloat started" notices), then the
-//! socket table, the detail view of one socket or the paths view (sockets
-//! grouped by peer), then a line of key hints. Only the rows on screen are formatted. Nothing here reads a clock:
+//! socket table, the detail view of one socket, the paths view (sockets
+//! grouped by peer) or the services view (grouped by service), then a line
+//! of key hints. Only the rows on screen are formatted. Nothing here reads a clock:
 //! ages are measured against the app's `now_ms`, charts against the
 //! snapshot's `taken_ms`.
 
 mod charts;
 mod detail;
+mod grouped;
 mod header;
 mod help;
 mod paths;
+mod services;
 mod table;
 
 use crate::app::{App, Link, View};
@@ -173,6 +176,9 @@ fn render_screen(app: &App, area: Rect, buf: &mut Buffer, interactive: bool) {
         }
         _ if interactive && app.view() == View::Detail => detail::render_detail(app, body, buf),
         _ if interactive && app.view() == View::Paths => paths::render_paths(app, body, buf),
+        _ if interactive && app.view() == View::Services => {
+            services::render_services(app, body, buf)
+        }
         _ => table::render_table(app, body, buf),
     }
     if interactive {

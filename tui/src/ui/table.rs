@@ -17,6 +17,7 @@ use ratatui::widgets::{Cell, Row, StatefulWidget, Table, TableState};
 enum Col {
     Marker,
     Process,
+    Service,
     Pid,
     Remote,
     LocalPort,
@@ -34,9 +35,10 @@ enum Col {
     Ca,
 }
 
-const DISPLAY_ORDER: [Col; 17] = [
+const DISPLAY_ORDER: [Col; 18] = [
     Col::Marker,
     Col::Process,
+    Col::Service,
     Col::Pid,
     Col::Remote,
     Col::LocalPort,
@@ -55,11 +57,12 @@ const DISPLAY_ORDER: [Col; 17] = [
 ];
 
 /// Which columns a narrow terminal keeps: the queue and whose it is first.
-const PRIORITY: [Col; 17] = [
+const PRIORITY: [Col; 18] = [
     Col::Marker,
     Col::QueueDelay,
     Col::Remote,
     Col::Process,
+    Col::Service,
     Col::Cc,
     Col::Act,
     Col::Rtt,
@@ -80,6 +83,7 @@ impl Col {
         match self {
             Col::Marker => "",
             Col::Process => "PROCESS",
+            Col::Service => "SERVICE",
             Col::Pid => "PID",
             Col::Remote => "REMOTE",
             Col::LocalPort => "LPORT",
@@ -131,6 +135,7 @@ impl Col {
     fn squeeze(self) -> Option<(usize, usize)> {
         match self {
             Col::Process => Some((7, 16)),
+            Col::Service => Some((7, 24)),
             Col::Remote => Some((15, 47)),
             Col::Cc => Some((6, 16)),
             Col::State => Some((5, 11)),
@@ -149,6 +154,13 @@ impl Col {
                 }
             }
             Col::Process => s.comm.clone().unwrap_or_else(|| "-".into()),
+            Col::Service => {
+                if s.service.is_empty() {
+                    "-".into()
+                } else {
+                    s.service.clone()
+                }
+            }
             Col::Pid => s.pid.map_or_else(|| "-".into(), |p| p.to_string()),
             Col::Remote => s.remote_endpoint().to_string(),
             Col::LocalPort => s.local_port.to_string(),

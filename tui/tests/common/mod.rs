@@ -6,7 +6,8 @@
 #![allow(dead_code)]
 
 use bloatd_model::{
-    CaState, CcState, FloorSource, Health, NetPath, Role, Sample, Series, Snapshot, Socket,
+    CaState, CcState, FloorSource, Health, NetPath, Role, Sample, Series, ServiceView, Snapshot,
+    Socket,
 };
 use std::net::{IpAddr, Ipv4Addr};
 
@@ -31,6 +32,7 @@ pub fn socket(cookie: u64) -> Socket {
         state: "ESTAB".into(),
         pid: Some(1000 + cookie as u32),
         comm: Some("curl".into()),
+        service: "session-2.scope".into(),
         cc: "cubic".into(),
         role: Role::Sender,
         cwnd: 10,
@@ -100,6 +102,7 @@ pub fn host(sockets: Vec<Socket>) -> Snapshot {
         },
         paths: vec![],
         policy: None,
+        services: vec![],
     }
 }
 
@@ -121,6 +124,7 @@ pub fn cubic_download_paths() -> Vec<NetPath> {
                 measured: sockets,
                 throughput_bps: bps,
                 ccs: ccs.iter().map(|c| c.to_string()).collect(),
+                services: vec!["session-2.scope".into()],
             }
         };
     vec![
@@ -172,6 +176,55 @@ pub fn cubic_download_paths() -> Vec<NetPath> {
                 &["cubic"],
             )
         },
+    ]
+}
+
+/// The services of a server behind one bloated uplink: a backup service
+/// writing far ahead of the link (its own backlog) and a web service whose
+/// users wait in the same network queue.
+pub fn two_services() -> Vec<ServiceView> {
+    let service =
+        |name: &str, socks, p50, p90, max, unsent, backlog, wait, bps, comm: &str| ServiceView {
+            service: name.into(),
+            sockets: socks,
+            active: socks,
+            measured: socks,
+            queue_delay_p50_us: p50,
+            queue_delay_p90_us: p90,
+            queue_delay_max_us: max,
+            unsent_bytes: unsent,
+            unsent_delay_p50_us: backlog,
+            unsent_delay_max_us: backlog,
+            wait_us: wait,
+            throughput_bps: bps,
+            ccs: vec!["cubic".into()],
+            processes: vec![comm.into()],
+        };
+    vec![
+        service(
+            "backup.service",
+            1,
+            380_000,
+            380_000,
+            380_000,
+            3_900_000,
+            3_100_000,
+            3_520_000,
+            9_500_000,
+            "rsync",
+        ),
+        service(
+            "nginx.service",
+            12,
+            375_000,
+            392_000,
+            401_000,
+            0,
+            0,
+            421_000,
+            400_000,
+            "nginx",
+        ),
     ]
 }
 

@@ -1,0 +1,197 @@
+/* SPDX-License-Identifier: GPL-2.0-only */
+/*
+ * Which service a socket serves, and who holds it: the part of the probes
+ * (probes.bpf.c) that attributes sockets to services. Nothing here runs per
+ * packet: a socket's service is resolved once, when its record is made,
+ * and counted per sample (at most once per socket per sampling interval).
+ *
+ * A service is the socket's cgroup v2 (sk->sk_cgrp_data: the cgroup of the
+ * process that created the socket, when it created it; an accepted
+ * connection inherits its listener's), not the cgroup of whatever task
+ * the probe happens to interrupt. The daemon names it (a systemd unit, a
+ * container, the cgroup's path: daemon/src/service.rs).
+ *
+ * Hooks (called from probes.bpf.c):
+ *   sock_create             sock_service(): the cgroup id, and the owner
+ *                           the socket carries (an accepted connection).
+ *   inet_sock_set_state to TCP_LISTEN  listen_owner(): listen() runs in the
+ *                           owner's context; its pid and comm go into the
+ *                           listener's `owners` storage, which the kernel
+ *                           clones into every connection it accepts
+ *                           (BPF_F_CLONE): accepted connections get their
+ *                           process without any walk of /proc.
+ *   sock_stats              service_stats(): the sample's queueing delay and
+ *                           RTT into the service's histograms (`svc_stats`).
+ * Iterator:
+ *   iter/task_file seed_owners  once at start: sockets opened before bloatd
+ *                           (listeners above all) get the process holding
+ *                           them, from every task's open files
+ *                           (bpf_sock_from_file, Linux 5.11: every kernel
+ *                           the core runs on).
+ */
+#ifndef BLOATD_SERVICE_OPS_H
+#define BLOATD_SERVICE_OPS_H
+
+/* The owner of a listener, cloned into each connection it accepts. */
+struct {
+	__uint(type, BPF_MAP_TYPE_SK_STORAGE);
+	__uint(map_flags, BPF_F_NO_PREALLOC | BPF_F_CLONE);
+	__type(key, int);
+	__type(value, struct bloatd_owner);
+} owners SEC(".maps");
+
+/*
+ * Queueing delay and RTT histograms per (cgroup, cc, role), shared by the
+ * CPUs. Bounded (service_entries): the daemon folds entries that stopped
+ * counting into its own totals and deletes them; samples that find the map
+ * full go to the entry of cgroup 0 of their cc and role, which the daemon
+ * makes at load and labels "other". Preallocated: a tracing program must
+ * not allocate.
+ */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 8192);	/* service_entries, set by the daemon */
+	__type(key, struct bloatd_svc_key);
+	__type(value, struct bloatd_svc_stats);
+} svc_stats SEC(".maps");
+
+/* The value a new svc_stats entry starts from. */
+const struct bloatd_svc_stats svc_zero = {};
+
+/* Before 5.15 (RHEL 9's 5.14) the cgroup pointer shares one word with
+ * net_cls/net_prio data (struct sock_cgroup_data's `val`). */
+struct sock_cgroup_data___v510 {
+	__u64 val;
+};
+
+/*
+ * The kernfs id of the socket's cgroup v2, which is the inode number of
+ * its directory under the cgroup2 mount (1: the root). 0 if unknown.
+ */
+static __always_inline __u64 sock_cgroup_id(const struct sock *sk)
+{
+	struct cgroup *cg;
+	__u64 v;
+
+	if (bpf_core_field_exists(struct sock_cgroup_data, cgroup)) {
+		cg = BPF_CORE_READ(sk, sk_cgrp_data.cgroup);
+	} else {
+		/* A low bit set means the word holds v1 data; the kernel's own
+		 * sock_cgroup_ptr() then answers the root, and so do we. */
+		v = BPF_CORE_READ((struct sock_cgroup_data___v510 *)&sk->sk_cgrp_data, val);
+		if (!v || (v & 3))
+			return 1;
+		cg = (struct cgroup *)v;
+	}
+	if (!cg)
+		return 0;
+	return BPF_CORE_READ(cg, kn, id);
+}
+
+/* A new record learns its service and, for an accepted connection, the
+ * owner its listener passed on (then dropped: the record keeps it). */
+static __always_inline void sock_service(struct bloatd_sock *s, struct sock *sk)
+{
+	struct bloatd_owner *o;
+
+	s->cgroup_id = sock_cgroup_id(sk);
+	o = bpf_sk_storage_get(&owners, sk, 0, 0);
+	if (!o)
+		return;
+	if (!s->pid) {
+		s->pid = o->pid;
+		__builtin_memcpy(s->comm, o->comm, sizeof(s->comm));
+	}
+	bpf_sk_storage_delete(&owners, sk);
+}
+
+/* listen(): the caller owns the listener and what it will accept. */
+static __always_inline void listen_owner(struct sock *sk)
+{
+	struct bloatd_owner *o = bpf_sk_storage_get(&owners, sk, 0, BPF_SK_STORAGE_GET_F_CREATE);
+
+	if (!o)
+		return;
+	o->pid = bpf_get_current_pid_tgid() >> 32;
+	bpf_get_current_comm(o->comm, sizeof(o->comm));
+}
+
+/*
+ * One sample into its service's histograms: the bucket indexes the caller
+ * computed for the per-cc statistics, and the values. rx: the receiver's
+ * histograms.
+ */
+static __always_inline void service_stats(const struct bloatd_sock *s, __u32 rx,
+					  __u32 queue_b, __u32 queue_us, __u32 rtt_b, __u32 rtt_us)
+{
+	struct bloatd_svc_key key = {
+		.cgroup_id = s->cgroup_id,
+		.cc_idx = s->cc_idx < BLOATD_CC_MAX ? s->cc_idx : BLOATD_CC_MAX - 1,
+		.role = rx,
+	};
+	struct bloatd_svc_stats *v = bpf_map_lookup_elem(&svc_stats, &key);
+
+	if (!v) {
+		/* Another CPU may insert the same key first: look again. */
+		bpf_map_update_elem(&svc_stats, &key, &svc_zero, BPF_NOEXIST);
+		v = bpf_map_lookup_elem(&svc_stats, &key);
+		if (!v) {
+			stat_inc(BLOATD_STAT_SVC_FULL);
+			key.cgroup_id = 0;
+			v = bpf_map_lookup_elem(&svc_stats, &key);
+			if (!v)
+				return;
+		}
+	}
+	if (queue_b >= BLOATD_DELAY_BUCKETS || rtt_b >= BLOATD_DELAY_BUCKETS)
+		return;
+	__sync_fetch_and_add(&v->delay[BLOATD_HIST_QUEUE][queue_b], 1);
+	__sync_fetch_and_add(&v->delay_sum_us[BLOATD_HIST_QUEUE], queue_us);
+	__sync_fetch_and_add(&v->delay[BLOATD_HIST_RTT][rtt_b], 1);
+	__sync_fetch_and_add(&v->delay_sum_us[BLOATD_HIST_RTT], rtt_us);
+}
+
+/*
+ * Once at start: every TCP socket some task holds open gets that task as
+ * its owner (the last holder walked wins: a listener systemd opened for
+ * socket activation names the service that inherited it), listeners for
+ * the connections they will accept, records without a process at once.
+ * Sockets of every network namespace, as far as the reader's pid
+ * namespace sees their tasks.
+ */
+SEC("iter/task_file")
+int seed_owners(struct bpf_iter__task_file *ctx)
+{
+	struct task_struct *task = ctx->task;
+	struct file *file = ctx->file;
+	struct bloatd_owner *o;
+	struct bloatd_sock *s;
+	struct socket *sock;
+	struct tcp_sock *tp;
+	struct sock *sk;
+
+	if (!task || !file)
+		return 0;
+	sock = bpf_sock_from_file(file);
+	if (!sock)
+		return 0;
+	sk = sock->sk;
+	if (!sk || !(tp = bpf_skc_to_tcp_sock(sk)))
+		return 0;
+	s = bpf_sk_storage_get(&socks, tp, 0, 0);
+	if (s) {
+		if (!s->pid) {
+			s->pid = task->tgid;
+			bpf_probe_read_kernel_str(s->comm, sizeof(s->comm), task->comm);
+		}
+		return 0;
+	}
+	o = bpf_sk_storage_get(&owners, tp, 0, BPF_SK_STORAGE_GET_F_CREATE);
+	if (!o)
+		return 0;
+	o->pid = task->tgid;
+	bpf_probe_read_kernel_str(o->comm, sizeof(o->comm), task->comm);
+	return 0;
+}
+
+#endif /* BLOATD_SERVICE_OPS_H */

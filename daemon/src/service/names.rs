@@ -1,0 +1,252 @@
+//! A socket's cgroup v2 as a service name.
+//!
+//! The probes give each socket's cgroup as its kernfs id, which is the
+//! inode number of the cgroup's directory under the cgroup2 mount. The
+//! daemon learns id -> path by walking the hierarchy, only when a read
+//! brings an id it has not seen (at most once per [`RESCAN_EVERY`]), and
+//! names the path: the innermost systemd unit (`nginx.service`,
+//! `session-2.scope`), a Kubernetes container (`pod/UID/CONTAINER`) or pod
+//! (`pod/UID`), another container (`container/ID`), else the path itself
+//! (`/bench/bulk`). A cgroup removed before it was seen keeps its id
+//! (`cgroup:ID`).
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Walks of the hierarchy at most this often (a new id within it waits).
+pub const RESCAN_EVERY: Duration = Duration::from_secs(1);
+/// Names kept at most; beyond, the table starts over at the next walk (a
+/// host that made and removed that many cgroups since the last one).
+const MAX_NAMES: usize = 65_536;
+/// Characters of a container id shown (as `docker ps` does).
+const SHORT_ID: usize = 12;
+
+/// The name of the root cgroup, and of a socket whose cgroup is unknown.
+pub const ROOT: &str = "/";
+pub const UNKNOWN: &str = "-";
+
+/// Cgroup ids and what they are called. A clone is cheap and keeps the
+/// names of its moment (an answer streaming out while a walk learns more).
+#[derive(Debug, Clone)]
+pub struct ServiceNames {
+    root: Option<PathBuf>,
+    /// id -> service name, copied on write.
+    known: Arc<HashMap<u64, String>>,
+    last_walk: Option<Instant>,
+}
+
+impl ServiceNames {
+    /// Names under the cgroup v2 mount `root` (None: none is mounted, every
+    /// id is named by its number).
+    pub fn new(root: Option<PathBuf>) -> ServiceNames {
+        ServiceNames {
+            root,
+            known: Arc::default(),
+            last_walk: None,
+        }
+    }
+
+    /// Make sure the ids of `ids` are named: walk the hierarchy once if one
+    /// is new and the last walk is old enough.
+    pub fn learn(&mut self, ids: impl IntoIterator<Item = u64>) {
+        let new = ids
+            .into_iter()
+            .any(|id| id != 0 && !self.known.contains_key(&id));
+        if !new || self.last_walk.is_some_and(|t| t.elapsed() < RESCAN_EVERY) {
+            return;
+        }
+        self.last_walk = Some(Instant::now());
+        let Some(root) = self.root.clone() else {
+            return;
+        };
+        let known = Arc::make_mut(&mut self.known);
+        if known.len() > MAX_NAMES {
+            known.clear();
+        }
+        for (id, path) in walk(&root) {
+            // Whoever may create a cgroup names it (a delegated subtree):
+            // escapes in a name must not reach a terminal.
+            known
+                .entry(id)
+                .or_insert_with(|| crate::text::printable(&service_of_path(&path)));
+        }
+    }
+
+    /// The service of cgroup `id`.
+    pub fn name(&self, id: u64) -> String {
+        match (id, self.known.get(&id)) {
+            (0, _) => UNKNOWN.into(),
+            (_, Some(name)) => name.clone(),
+            (id, None) => format!("cgroup:{id}"),
+        }
+    }
+}
+
+/// Every cgroup below `root` (itself included) as (id, path below the
+/// root with a leading '/'). A directory that goes away while walked is
+/// skipped.
+fn walk(root: &Path) -> Vec<(u64, String)> {
+    use std::os::unix::fs::MetadataExt;
+    let mut out = Vec::new();
+    let mut stack = vec![(root.to_path_buf(), String::new())];
+    while let Some((dir, rel)) = stack.pop() {
+        let Ok(meta) = std::fs::metadata(&dir) else {
+            continue;
+        };
+        out.push((
+            meta.ino(),
+            if rel.is_empty() {
+                ROOT.into()
+            } else {
+                rel.clone()
+            },
+        ));
+        let Ok(entries) = std::fs::read_dir(&dir) else {
+            continue;
+        };
+        for e in entries.flatten() {
+            if e.file_type().is_ok_and(|t| t.is_dir()) {
+                let name = e.file_name().to_string_lossy().into_owned();
+                stack.push((e.path(), format!("{rel}/{name}")));
+            }
+        }
+    }
+    out
+}
+
+/// The Kubernetes pod UID a cgroup directory names: `pod<UID>`
+/// (cgroupfs driver) or `kubepods-<qos>-pod<UID_with_underscores>.slice`
+/// (systemd driver).
+fn pod_uid(dir: &str) -> Option<String> {
+    let s = dir.strip_suffix(".slice").unwrap_or(dir);
+    let at = s.rfind("pod")?;
+    if at > 0 && !s[..at].ends_with('-') {
+        return None;
+    }
+    let uid = &s[at + 3..];
+    (uid.len() >= 32
+        && uid
+            .chars()
+            .all(|c| c.is_ascii_hexdigit() || c == '-' || c == '_'))
+    .then(|| uid.replace('_', "-"))
+}
+
+/// The container id a cgroup directory names: a runtime's scope
+/// (`cri-containerd-ID.scope`, `docker-ID.scope`, `crio-ID.scope`,
+/// `libpod-ID.scope`) or the bare id (cgroupfs driver).
+fn container_id(dir: &str) -> Option<&str> {
+    let s = dir.strip_suffix(".scope").unwrap_or(dir);
+    let id = ["cri-containerd-", "docker-", "crio-", "libpod-"]
+        .iter()
+        .find_map(|p| s.strip_prefix(p))
+        .unwrap_or(s);
+    (id.len() == 64 && id.chars().all(|c| c.is_ascii_hexdigit())).then_some(id)
+}
+
+/// The service a cgroup path (below the mount, '/'-separated) names.
+pub fn service_of_path(path: &str) -> String {
+    let dirs: Vec<&str> = path.split('/').filter(|d| !d.is_empty()).collect();
+    if dirs.is_empty() {
+        return ROOT.into();
+    }
+    let short = |id: &str| id[..SHORT_ID.min(id.len())].to_string();
+    if dirs.iter().any(|d| d.starts_with("kubepods")) {
+        if let Some(i) = dirs.iter().position(|d| pod_uid(d).is_some()) {
+            let uid = pod_uid(dirs[i]).unwrap_or_default();
+            return match dirs.get(i + 1).and_then(|d| container_id(d)) {
+                Some(c) => format!("pod/{uid}/{}", short(c)),
+                None => format!("pod/{uid}"),
+            };
+        }
+    }
+    if let Some(c) = dirs.iter().rev().find_map(|d| container_id(d)) {
+        return format!("container/{}", short(c));
+    }
+    if let Some(unit) = dirs
+        .iter()
+        .rev()
+        .find(|d| d.ends_with(".service") || d.ends_with(".scope"))
+    {
+        return unit.to_string();
+    }
+    format!("/{}", dirs.join("/"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_cgroup_path_names_its_service() {
+        let cid = "4f1c0e9d2b7a8c6e5d4f3a2b1c0d9e8f7a6b5c4d3e2f1a0b9c8d7e6f5a4b3c2d";
+        for (path, want) in [
+            ("/", "/"),
+            ("", "/"),
+            ("/system.slice/nginx.service", "nginx.service"),
+            // A service's own sub-cgroups are still the service.
+            ("/system.slice/nginx.service/workers", "nginx.service"),
+            ("/user.slice/user-1000.slice/session-3.scope", "session-3.scope"),
+            (
+                "/user.slice/user-1000.slice/user@1000.service/app.slice/app-firefox-1234.scope",
+                "app-firefox-1234.scope",
+            ),
+            // Kubernetes, systemd driver: the pod's UID has underscores.
+            (
+                &format!("/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod0f1e2d3c_4b5a_6978_8796_a5b4c3d2e1f0.slice/cri-containerd-{cid}.scope"),
+                "pod/0f1e2d3c-4b5a-6978-8796-a5b4c3d2e1f0/4f1c0e9d2b7a",
+            ),
+            // cgroupfs driver, and a pod's own cgroup (its sandbox).
+            (
+                &format!("/kubepods/besteffort/pod0f1e2d3c-4b5a-6978-8796-a5b4c3d2e1f0/{cid}"),
+                "pod/0f1e2d3c-4b5a-6978-8796-a5b4c3d2e1f0/4f1c0e9d2b7a",
+            ),
+            (
+                "/kubepods.slice/kubepods-pod0f1e2d3c_4b5a_6978_8796_a5b4c3d2e1f0.slice",
+                "pod/0f1e2d3c-4b5a-6978-8796-a5b4c3d2e1f0",
+            ),
+            (&format!("/system.slice/docker-{cid}.scope"), "container/4f1c0e9d2b7a"),
+            (&format!("/docker/{cid}"), "container/4f1c0e9d2b7a"),
+            // Neither a unit nor a container: the path.
+            ("/bench/bulk", "/bench/bulk"),
+            ("/kubepods.slice", "/kubepods.slice"),
+        ] {
+            assert_eq!(service_of_path(path), want, "{path}");
+        }
+    }
+
+    #[test]
+    fn ids_are_named_from_one_walk_and_unknown_ones_by_number() {
+        use std::os::unix::fs::MetadataExt;
+        // A directory tree stands in for the hierarchy: ids are inodes.
+        let root = std::env::temp_dir().join(format!("bloatd-names-{}", std::process::id()));
+        let unit = root.join("system.slice/web.service");
+        std::fs::create_dir_all(&unit).unwrap();
+        let id = std::fs::metadata(&unit).unwrap().ino();
+        let root_id = std::fs::metadata(&root).unwrap().ino();
+        let evil = root.join("x\x1b]0;owned\x07");
+        std::fs::create_dir_all(&evil).unwrap();
+        let evil_id = std::fs::metadata(&evil).unwrap().ino();
+        let mut names = ServiceNames::new(Some(root.clone()));
+        names.learn([id, root_id]);
+        assert_eq!(names.name(id), "web.service");
+        assert_eq!(
+            names.name(evil_id),
+            "/x?]0;owned?",
+            "no escape reaches a terminal"
+        );
+        assert_eq!(names.name(root_id), "/");
+        assert_eq!(names.name(0), "-");
+        // A new cgroup waits for the next walk (at most one per second).
+        let late = root.join("late");
+        std::fs::create_dir_all(&late).unwrap();
+        let late_id = std::fs::metadata(&late).unwrap().ino();
+        names.learn([late_id]);
+        assert_eq!(names.name(late_id), format!("cgroup:{late_id}"));
+        names.last_walk = None;
+        names.learn([late_id]);
+        assert_eq!(names.name(late_id), "/late");
+        std::fs::remove_dir_all(&root).unwrap();
+    }
+}
