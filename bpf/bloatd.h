@@ -269,6 +269,8 @@ struct bloatd_abi {
 	struct bloatd_policy_rule policy_rule;
 	struct bloatd_policy_ctl policy_ctl;
 	struct bloatd_policy_counts policy_counts;
+	struct bloatd_drwa_saved drwa_saved;
+	struct drwa_measure drwa_measure;
 	struct bloatd_owner owner;
 	struct bloatd_svc_key svc_key;
 	struct bloatd_svc_stats svc_stats;

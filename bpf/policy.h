@@ -81,9 +81,12 @@ enum bloatd_policy_count {
 	BLOATD_PC_DRWA_ROUNDS = 6,	/* DRWA rounds (one RTT each) that set a clamp */
 	BLOATD_PC_DRWA_RESTORED = 7,	/* windows given back (switch off, stop) */
 	BLOATD_PC_DRWA_FAILED = 8,	/* bpf_setsockopt(TCP_WINDOW_CLAMP) refused */
-	BLOATD_PC_LOWAT_SET = 9,	/* TCP_NOTSENT_LOWAT set at a handshake */
-	BLOATD_PC_LOWAT_FAILED = 10,	/* bpf_setsockopt(TCP_NOTSENT_LOWAT) refused */
-	BLOATD_PC_MAX = 11,
+	BLOATD_PC_DRWA_HELD = 9,	/* cuts taken back: the window fell, the RTT did not */
+	BLOATD_PC_DRWA_RECOVERED = 10,	/* windows given back that a bloatd which
+					 * did not stop had clamped */
+	BLOATD_PC_LOWAT_SET = 11,	/* TCP_NOTSENT_LOWAT set at a handshake */
+	BLOATD_PC_LOWAT_FAILED = 12,	/* bpf_setsockopt(TCP_NOTSENT_LOWAT) refused */
+	BLOATD_PC_MAX = 13,
 };
 
 struct bloatd_policy_counts {
@@ -106,20 +109,65 @@ struct bloatd_policy_sock {
 	__u64 drwa_round_us;	/* TCP clock when the current DRWA round began */
 	__u64 drwa_round_rcvd;	/* bytes_received then */
 	__u64 drwa_rtt_sum_us;	/* receiver RTT samples of the round, summed */
+	__u64 drwa_last_us;	/* TCP clock of its last ACK: a gap longer than an
+				 * RTT is an application pause (drwa_idle) */
+	__u64 drwa_ref_rate;	/* bytes/s delivered when the RTT last fell (drwa_round) */
+	__u64 drwa_max_rate;	/* the highest rate of recent rounds (an eighth
+				 * forgotten a round): what a cut taken back restores */
 	__u32 drwa_rtt_n;	/* and counted */
+	__u32 drwa_round_low_us;	/* the round's lowest sample */
 	__u32 drwa_last_tsecr;	/* the last echoed timestamp sampled */
 	__u32 drwa_rcvd_rtt;	/* bytes received in the last round: the sender's
 				 * window as the receiver sees it (cwnd_est) */
 	__u32 drwa_rtt_us;	/* the last round's RTT (the paper's RTT_est) */
-	__u32 drwa_floor_us;	/* the floor it was set against (the paper's RTT_min) */
+	__u32 drwa_min_us;	/* the connection's own minimum RTT: its handshake
+				 * and every sample since (the paper's RTT_min) */
+	__u32 drwa_base_us;	/* the RTT_min the last round used: drwa_min_us, or
+				 * the RTT it held at after a cut that drained nothing */
+	__u32 drwa_ref_low_us;	/* the lowest sample of the round that set drwa_ref_rate */
+	__u32 drwa_retry;	/* rounds left on a held RTT_min before drwa_min_us is
+				 * tried again (0: none held) */
+	__u32 drwa_held;	/* cuts taken back: the window fell, the RTT did not */
 	__u32 drwa_clamp;	/* window clamp DRWA set, bytes; 0 none */
-	__u32 drwa_orig_clamp;	/* window_clamp before DRWA first clamped it */
 	__u32 drwa_rounds;	/* rounds that set a clamp */
 	__u8 cc_rule;		/* 1 + index of the rule that set its cc, 0 none */
 	__u8 bulk_rule;		/* 1 + index of the bulk rule (waiting or done), 0 none */
 	__u8 drwa_rule;		/* 1 + index of the rule that asked for DRWA, 0 the switch */
 	__u8 flags;		/* enum bloatd_policy_flag */
+	__u8 drwa_fails;	/* cut sequences in a row that drained nothing */
+	__u8 cb_owned;		/* sock_ops callback flags bloatd turned on (and only
+				 * those it may turn off: another program's stay) */
 	__u8 lowat_rule;	/* 1 + index of the rule that set TCP_NOTSENT_LOWAT, 0 none */
+	__u8 pad[5];
+};
+
+/*
+ * What DRWA found on a socket before it first clamped it: the value of the
+ * `drwa_saved` socket storage, which bloatd pins under bpffs so that it
+ * outlives a daemon that dies without stopping (kill -9, a panic, the OOM
+ * killer): the next `bloatd start` or `bloatd stop` finds every clamped
+ * socket there and gives its window back. A contract between bloatd
+ * versions (the map's value size is checked before it is reused).
+ */
+struct bloatd_drwa_saved {
+	__u32 orig_clamp;	/* window_clamp before DRWA (the kernel's, or the
+				 * application's TCP_WINDOW_CLAMP) */
+	__u32 orig_rcvbuf;	/* sk_rcvbuf then */
+	__u32 clamp;		/* the clamp DRWA set last */
+	__u32 rcvbuf;		/* sk_rcvbuf when it set it */
+};
+
+/* One DRWA round as the receiver measured it (policy_ops.h, drwa_ack). */
+struct drwa_measure {
+	__u64 rcvd;		/* bytes received in the round */
+	__u32 dur_us;		/* how long it lasted (at least its RTT) */
+	__u32 rtt_us;		/* RTT_est: the average of its samples */
+	__u32 low_us;		/* its lowest sample (0: none) */
+	__u32 min_bytes;	/* the clamp's floor */
+	__u32 resolution_us;	/* RTT_est's granularity (millisecond timestamps: 1000) */
+	__u32 lambda_x256;	/* lambda, 8 fraction bits */
+	__u32 limit;		/* the clamp the socket has without DRWA: never above */
+	__u32 pad;
 };
 
 /* The ports a rule selects. */
@@ -133,58 +181,149 @@ static __always_inline int policy_ports_match(const struct bloatd_policy_rule *r
 	return 1;
 }
 
-/*
- * The window DRWA advertises: lambda x (RTT_min / RTT_est) x cwnd_est, where
- * cwnd_est is the data received in the last RTT. Below a queue of
- * (lambda - 1) x RTT_min it lets the sender grow (by up to lambda per round
- * with an empty queue), above it it shrinks the window toward lambda x the
- * bandwidth-delay product: the RTT settles at lambda x the floor while the
- * link stays full. A sender the window limits delivers the whole window per
- * RTT (cwnd_est = C x RTT_est), so one round lands on lambda x C x RTT_min:
- * no smoothing is needed, and an average over rounds only delays that (on
- * 3g, where a round lasts a second, by more than a web transfer lasts). RTT_min is the path's floor (never
- * above RTT_est), lambda a fixed point number with 8 fraction bits. Never
- * below min_bytes, so a round with little data (an application pause) does
- * not shut the window. resolution_us is the granularity of RTT_est: with
- * millisecond TCP timestamps a LAN's 50 us RTT reads 500-1000 us, and a
- * floor below that would look like a queue of 10-20 floors; the floor is
- * counted at the resolution at least.
- */
-static __always_inline __u32 drwa_window(__u32 cwnd_est, __u32 floor_us, __u32 rtt_us,
-					 __u32 lambda_x256, __u32 min_bytes, __u32 resolution_us)
-{
-	__u64 w;
+/* Rounds DRWA keeps a held RTT_min before it tries the connection's own
+ * minimum again: 16, doubling with each try that fails, up to 256. */
+#define DRWA_RETRY_ROUNDS 16
+#define DRWA_RETRY_MAX_SHIFT 4
 
-	if (!rtt_us)
-		return 0;
-	if (floor_us < resolution_us)
-		floor_us = resolution_us;
-	if (floor_us > rtt_us)
-		floor_us = rtt_us;
-	w = (__u64)cwnd_est * floor_us / rtt_us;
-	w = w * lambda_x256 >> 8;
-	if (w < min_bytes)
-		w = min_bytes;
+/* The clamp never goes above `limit` nor below `floor`. */
+static __always_inline __u32 drwa_bound(__u64 w, __u32 floor, __u32 limit)
+{
+	if (w < floor)
+		w = floor;
+	if (limit && w > limit)
+		w = limit;
 	return w > 0x7fffffff ? 0x7fffffff : (__u32)w;
 }
 
 /*
- * The window clamp to give back when DRWA lets go: what receive-buffer
- * autotuning made it (tcp_rcv_space_adjust sets window_clamp to
- * tcp_win_from_space(rcvbuf) each time it grows the buffer, which it may
- * have done under DRWA's clamp), never less than before DRWA touched it.
- * scaling_ratio is the kernel's (tp->scaling_ratio, 8 fraction bits), 0
- * where unknown.
+ * One DRWA round (Algorithm 1 of Jiang et al.): the window the receiver
+ * advertises is lambda x RTT_min / RTT_est x cwnd_est, where cwnd_est is
+ * the data of the last RTT: lambda x RTT_min x the delivery rate, the
+ * bandwidth-delay product at the rate the connection gets, lambda times.
+ * Below a queue of (lambda - 1) x RTT_min the sender may grow by lambda per
+ * round; above it the window shrinks toward lambda x the BDP, and the RTT
+ * settles at lambda x RTT_min with the link full.
+ *
+ * RTT_min is the connection's own minimum, as in the paper: no RTT sample
+ * of a connection is below its path's propagation delay, so lambda >= 2
+ * lets a window with no queue behind it grow at least as fast as the
+ * sender's slow start. A path floor shared with other sockets can be below
+ * it (a prefix's, one inferred from a bottleneck, one learned before the
+ * path got longer) and a window measured against it only shrinks.
+ *
+ * Two rules keep DRWA from ever doing worse than not acting, from the
+ * connection's own evidence:
+ * - It cuts only when the RTT is above lambda x RTT_min (a queue beyond its
+ *   target); otherwise the window may only grow. A round in which the
+ *   application sent less than its window (a pause, a short response)
+ *   says nothing about a queue and cannot shut the window.
+ * - A cut must drain a queue: a window-limited sender over a queue keeps
+ *   its rate while its RTT falls. If instead the rate falls (by more than
+ *   3/16 since the RTT last moved) while the RTT stays where it was
+ *   (within 1/16: a growing queue, a new flow's or a slower link's, resets
+ *   the measure, so the flow still yields to a web transfer that starts
+ *   beside it), what lies above
+ *   RTT_min is not a queue this window holds: the path's delay grew (an
+ *   LTE phone falling back to 3G on the same interface), or other flows
+ *   hold the queue. DRWA then takes the cut back (`drwa_held`): the window
+ *   goes back to what delivered the best recent rate, RTT_min is held at
+ *   the RTT the connection has now, and it tries its own minimum
+ *   again after DRWA_RETRY_ROUNDS rounds, twice as many after every try
+ *   that fails the same way (a try costs about one round at a reduced
+ *   rate).
+ * The clamp stays within [m->min_bytes, m->limit]; `prev` is the clamp set
+ * last (0: none).
  */
-static __always_inline __u32 drwa_restore_clamp(__u32 orig, __u32 now, __u32 rcvbuf,
-						__u32 scaling_ratio)
+static __always_inline __u32 drwa_round(struct bloatd_policy_sock *p,
+					const struct drwa_measure *m, __u32 prev)
 {
-	__u64 auto_clamp = (__u64)rcvbuf * scaling_ratio >> 8;
-	__u32 c = orig > now ? orig : now;
+	__u64 rate, w, b;
+	__u32 low = m->low_us ? m->low_us : m->rtt_us, shift;
 
-	if (auto_clamp > c)
-		c = auto_clamp > 0x7fffffff ? 0x7fffffff : (__u32)auto_clamp;
-	return c;
+	if (!m->dur_us || !m->rtt_us)
+		return prev;
+	if (!p->drwa_min_us || low < p->drwa_min_us)
+		p->drwa_min_us = low;
+	if (p->drwa_retry) {
+		if (--p->drwa_retry == 0)
+			p->drwa_base_us = p->drwa_min_us;	/* try it again */
+		else if (low < p->drwa_base_us)
+			p->drwa_base_us = low;
+	} else {
+		p->drwa_base_us = p->drwa_min_us;
+	}
+	rate = m->rcvd * 1000000 / m->dur_us;
+	p->drwa_max_rate -= p->drwa_max_rate >> 3;
+	if (rate > p->drwa_max_rate)
+		p->drwa_max_rate = rate;
+	b = p->drwa_base_us < m->resolution_us ? m->resolution_us : p->drwa_base_us;
+	/* lambda x RTT_min x rate, as lambda x RTT_min / RTT_est x cwnd_est */
+	w = (m->rcvd * b / m->dur_us * m->lambda_x256) >> 8;
+	if ((__u64)m->rtt_us * 256 <= b * m->lambda_x256) {
+		/* No queue beyond the target: the window may only grow. */
+		if (!p->drwa_retry)
+			p->drwa_fails = 0;
+		p->drwa_ref_low_us = 0;
+		return drwa_bound(w > prev ? w : prev, m->min_bytes, m->limit);
+	}
+	if (!p->drwa_ref_low_us || low * 16 < p->drwa_ref_low_us * 15 ||
+	    low * 16 > p->drwa_ref_low_us * 17) {
+		/* The RTT fell (the cuts drain a queue), rose (someone else's
+		 * queue grows: a new flow, a slower link), or the cuts begin:
+		 * measure the rate from here. */
+		p->drwa_ref_low_us = low;
+		p->drwa_ref_rate = rate;
+		return drwa_bound(w, m->min_bytes, m->limit);
+	}
+	if (rate * 16 >= p->drwa_ref_rate * 13)
+		return drwa_bound(w, m->min_bytes, m->limit);
+	/* The rate fell and the RTT did not: take the cut back. */
+	p->drwa_held++;
+	shift = p->drwa_fails < DRWA_RETRY_MAX_SHIFT ? p->drwa_fails : DRWA_RETRY_MAX_SHIFT;
+	if (p->drwa_fails < 255)
+		p->drwa_fails++;
+	p->drwa_retry = DRWA_RETRY_ROUNDS << shift;
+	p->drwa_base_us = low;
+	p->drwa_ref_low_us = 0;
+	b = low < m->resolution_us ? m->resolution_us : low;
+	w = (p->drwa_max_rate * b / 1000000 * m->lambda_x256) >> 8;
+	return drwa_bound(w > prev ? w : prev, m->min_bytes, m->limit);
+}
+
+/*
+ * The window clamp to give back when DRWA lets go, and the most DRWA may
+ * ever set: what the socket would have without DRWA. That is the clamp
+ * DRWA found (the kernel's, or an application's own TCP_WINDOW_CLAMP),
+ * exactly, unless receive-buffer autotuning has grown the buffer since:
+ * tcp_rcv_space_adjust then sets window_clamp to what it makes of the new
+ * buffer (tcp_win_from_space(sk_rcvbuf), overriding an application's clamp
+ * too), and the socket gets that. scaling_ratio is the kernel's (8
+ * fraction bits; 128, half the buffer, where the kernel has none).
+ */
+static __always_inline __u32 drwa_give_back(const struct bloatd_drwa_saved *sv, __u32 rcvbuf,
+					    __u32 scaling_ratio)
+{
+	__u64 auto_clamp;
+
+	if (rcvbuf <= sv->orig_rcvbuf)
+		return sv->orig_clamp;
+	auto_clamp = (__u64)rcvbuf * scaling_ratio >> 8;
+	return auto_clamp > 0x7fffffff ? 0x7fffffff : (__u32)auto_clamp;
+}
+
+/*
+ * Before a round: the clamp is not what DRWA set last. If the buffer did
+ * not grow, autotuning did not move it: the application set its own
+ * (TCP_WINDOW_CLAMP), and that is what DRWA gives back and never exceeds.
+ */
+static __always_inline void drwa_saw_clamp(struct bloatd_drwa_saved *sv, __u32 clamp_now,
+					   __u32 rcvbuf)
+{
+	if (!sv->clamp || clamp_now == sv->clamp || rcvbuf != sv->rcvbuf)
+		return;
+	sv->orig_clamp = clamp_now;
+	sv->orig_rcvbuf = rcvbuf;
 }
 
 #endif /* BLOATD_POLICY_H */

@@ -22,6 +22,14 @@
  *                 under the socket's lock and before tcp_select_window(), so
  *                 a clamp set here is in the window of the ACK being sent.
  *                 Nothing is reserved in the header: no option is written.
+ *
+ * Callback flags are shared by every sock_ops program that sees a socket
+ * (another tool's, in a child cgroup): bloatd turns off only those it
+ * turned on itself (`cb_owned`).
+ *
+ * What DRWA must give back lives in `drwa_saved`, socket storage the daemon
+ * pins under bpffs: a daemon that dies without stopping leaves it to the
+ * next one, whose `restore_windows` gives every window back.
  */
 #ifndef BLOATD_POLICY_OPS_H
 #define BLOATD_POLICY_OPS_H
@@ -49,6 +57,11 @@ const volatile __u32 drwa_lambda_x256 = 3 * 256;
 /* Bytes a connection receives before DRWA clamps it: only bulk receivers. */
 const volatile __u64 drwa_min_bytes = 65536;
 
+/* A receiver that gets data ACKs at least this often (the kernel's delayed
+ * ACK ceiling, TCP_DELACK_MAX): a longer silence, and one longer than an
+ * RTT, is an application pause (drwa_idle). */
+#define DRWA_IDLE_MIN_US 200000
+
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__uint(max_entries, BLOATD_POLICY_RULES);
@@ -69,6 +82,15 @@ struct {
 	__type(key, __u32);
 	__type(value, struct bloatd_policy_counts);
 } policy_counts SEC(".maps");
+
+/* What DRWA must give back (policy.h, struct bloatd_drwa_saved): pinned by
+ * the daemon, so it outlives it. */
+struct {
+	__uint(type, BPF_MAP_TYPE_SK_STORAGE);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, int);
+	__type(value, struct bloatd_drwa_saved);
+} drwa_saved SEC(".maps");
 
 /* The callback's socket as a tcp_sock (read once: the verifier tracks the
  * NULL check on the register it was made on). */
@@ -149,7 +171,7 @@ static __always_inline __u32 policy_established(struct bpf_sock_ops *skops)
 	struct bloatd_sock *s = NULL;
 	struct tcp_sock *tp;
 	struct sock *sk;
-	__u32 i, key, cb = 0, cc_rule = 0, bulk_rule = 0, drwa_rule = 0, failed = 0;
+	__u32 i, key, cb = 0, cc_rule = 0, bulk_rule = 0, drwa_rule = 0, failed = 0, min_rtt;
 	__u32 lowat_rule = 0, lowat_failed = 0;
 	__u16 sport, dport;
 
@@ -219,13 +241,26 @@ static __always_inline __u32 policy_established(struct bpf_sock_ops *skops)
 	if (drwa_rule || drwa_armed) {
 		s->pol.drwa_rule = drwa_rule;
 		s->pol.flags |= BLOATD_POL_DRWA_ARMED;
+		/* DRWA's RTT_min starts from the handshake's RTT (the kernel's
+		 * windowed minimum holds it now). */
+		min_rtt = tp->rtt_min.s[0].v;
+		if (min_rtt && min_rtt != ~0U)
+			s->pol.drwa_min_us = min_rtt;
 		cb |= SOCKOPS_WRITE_HDR_OPT_CB_FLAG;
 	}
+	/* Ours to turn off later: what no other program had turned on. */
+	s->pol.cb_owned |= cb & ~skops->bpf_sock_ops_cb_flags;
 	return cb;
 }
 
-static __always_inline void policy_cb_clear(struct bpf_sock_ops *skops, __u32 flag)
+/* Stop a callback bloatd asked for: only if bloatd turned it on. */
+static __always_inline void policy_cb_clear(struct bpf_sock_ops *skops, struct bloatd_sock *s,
+					    __u32 flag)
 {
+	flag &= s->pol.cb_owned;
+	if (!flag)
+		return;
+	s->pol.cb_owned &= ~flag;
 	bpf_sock_ops_cb_flags_set(skops, skops->bpf_sock_ops_cb_flags & ~flag);
 }
 
@@ -240,8 +275,10 @@ static __always_inline void policy_rtt(struct bpf_sock_ops *skops)
 	if (!policy_nrules || !(tp = skops_tcp_sock(skops)))
 		return;
 	s = bpf_sk_storage_get(&socks, tp, 0, 0);
-	if (!s || !(s->pol.flags & BLOATD_POL_BULK_WAIT) || !s->pol.bulk_rule) {
-		policy_cb_clear(skops, SOCKOPS_RTT_CB_FLAG);
+	if (!s)
+		return;
+	if (!(s->pol.flags & BLOATD_POL_BULK_WAIT) || !s->pol.bulk_rule) {
+		policy_cb_clear(skops, s, SOCKOPS_RTT_CB_FLAG);
 		return;
 	}
 	idx = s->pol.bulk_rule - 1;
@@ -252,7 +289,7 @@ static __always_inline void policy_rtt(struct bpf_sock_ops *skops)
 	if (!r->enabled || tp->bytes_acked < r->bulk_bytes)
 		return;
 	s->pol.flags &= ~BLOATD_POL_BULK_WAIT;
-	policy_cb_clear(skops, SOCKOPS_RTT_CB_FLAG);
+	policy_cb_clear(skops, s, SOCKOPS_RTT_CB_FLAG);
 	if (policy_set_cc(skops, r)) {
 		s->pol.flags |= BLOATD_POL_CC_FAILED;
 		return;
@@ -262,16 +299,20 @@ static __always_inline void policy_rtt(struct bpf_sock_ops *skops)
 	policy_count(BLOATD_PC_BULK_SOCKETS, 1);
 }
 
-/* The window clamp to give back (policy.h, drwa_restore_clamp). */
-static __always_inline int drwa_restore_value(const struct bloatd_sock *s,
-					      const struct tcp_sock *tp)
+/* tp->scaling_ratio (6.6+: the share of the buffer the window may use, 8
+ * fraction bits); before it, tcp_adv_win_scale's default of half. */
+static __always_inline __u32 drwa_scaling_ratio(const struct tcp_sock *tp)
 {
 	__u32 ratio = 0;
 
 	if (bpf_core_field_exists(tp->scaling_ratio))
 		ratio = BPF_CORE_READ(tp, scaling_ratio);
-	return drwa_restore_clamp(s->pol.drwa_orig_clamp, tp->window_clamp,
-				  tp->inet_conn.icsk_inet.sk.sk_rcvbuf, ratio);
+	return ratio ? ratio : 128;
+}
+
+static __always_inline __u32 drwa_rcvbuf(const struct tcp_sock *tp)
+{
+	return tp->inet_conn.icsk_inet.sk.sk_rcvbuf;
 }
 
 /* DRWA let go of the socket (err: whether setting the clamp back failed). */
@@ -288,13 +329,21 @@ static __always_inline void drwa_released(struct bloatd_sock *s, long err)
 	policy_count(BLOATD_PC_DRWA_RESTORED, 1);
 }
 
-/* The receive window DRWA let go of, given back at the socket's next ACK. */
+/* The receive window DRWA let go of, given back at the socket's next ACK:
+ * what it found (policy.h, drwa_give_back). */
 static __always_inline void drwa_release(struct bpf_sock_ops *skops, struct bloatd_sock *s,
-					 const struct tcp_sock *tp)
+					 struct tcp_sock *tp)
 {
-	int clamp = drwa_restore_value(s, tp);
+	struct bloatd_drwa_saved *sv = bpf_sk_storage_get(&drwa_saved, tp, 0, 0);
+	long err = -1;
+	int clamp;
 
-	drwa_released(s, bpf_setsockopt(skops, SOL_TCP, TCP_WINDOW_CLAMP, &clamp, sizeof(clamp)));
+	if (sv) {
+		clamp = drwa_give_back(sv, drwa_rcvbuf(tp), drwa_scaling_ratio(tp));
+		err = bpf_setsockopt(skops, SOL_TCP, TCP_WINDOW_CLAMP, &clamp, sizeof(clamp));
+		bpf_sk_storage_delete(&drwa_saved, tp);
+	}
+	drwa_released(s, err);
 }
 
 /* Is DRWA on for this socket now? */
@@ -315,107 +364,90 @@ static __always_inline int drwa_on(const struct bloatd_sock *s)
 }
 
 /*
- * Once per RTT, DRWA (Algorithm 1 of Jiang et al.): the receiver's RTT of
- * the round (RTT_est: the average of its echoed-timestamp samples, the
- * kernel's estimate without timestamps), the data it received in the round
- * (cwnd_est), and the window lambda x RTT_min / RTT_est x cwnd_est as the
- * clamp of the advertised window. RTT_min is the path's floor, which
- * other sockets may have learned before this flow built its queue: a minimum
- * the receiver took itself would include a queue that stood before it
- * opened.
+ * An application pause: no ACK for longer than an RTT (and than the
+ * delayed-ACK ceiling). The round under way spans it: the data it counted
+ * says nothing of the sender's window, and the first segment after it
+ * echoes an ACK from before it, an RTT sample as long as the pause.
  */
-static __always_inline void drwa_ack(struct bpf_sock_ops *skops)
+static __always_inline int drwa_idle(struct bloatd_policy_sock *p, __u64 now_us)
 {
-	struct bloatd_policy_sock *p;
-	struct bloatd_sock *s;
-	struct tcp_sock *tp;
-	__u32 rtt_us, sample, mss, limit, resolution, ratio = 0;
-	__u64 now_us, rcvd;
-	int clamp;
+	__u64 last = p->drwa_last_us;
+	__u32 rtt = p->drwa_rtt_us > p->drwa_min_us ? p->drwa_rtt_us : p->drwa_min_us;
 
-	if (!(tp = skops_tcp_sock(skops)))
-		return;
-	s = bpf_sk_storage_get(&socks, tp, 0, 0);
-	if (!s) {
-		policy_cb_clear(skops, SOCKOPS_WRITE_HDR_OPT_CB_FLAG);
-		return;
-	}
-	p = &s->pol;
-	if (tp->bytes_received < drwa_min_bytes) {
-		/* A bulk sender does not need a callback per segment it sends,
-		 * whether DRWA is on or not. */
-		if (tp->bytes_acked > drwa_min_bytes && !p->drwa_rule) {
-			p->flags &= ~BLOATD_POL_DRWA_ARMED;
-			policy_cb_clear(skops, SOCKOPS_WRITE_HDR_OPT_CB_FLAG);
-		}
-		return;
-	}
-	if (!drwa_on(s)) {
-		if (p->flags & BLOATD_POL_DRWA_CLAMPED)
-			drwa_release(skops, s, tp);
-		p->drwa_round_us = 0;
-		return;
-	}
-	now_us = tp->tcp_mstamp;
-	if (tp->tcp_header_len > 20 && tp->rx_opt.rcv_tsecr != p->drwa_last_tsecr) {
-		p->drwa_last_tsecr = tp->rx_opt.rcv_tsecr;
-		sample = rcv_ts_rtt_us(tp, tp->rx_opt.rcv_tsecr);
-		if (sample) {
-			p->drwa_rtt_sum_us += sample;
-			p->drwa_rtt_n++;
-		}
-	}
-	if (!p->drwa_round_us) {
-		p->drwa_round_us = now_us;
-		p->drwa_round_rcvd = tp->bytes_received;
-		p->drwa_rtt_sum_us = 0;
-		p->drwa_rtt_n = 0;
-		return;
-	}
-	if (p->drwa_rtt_n)
-		rtt_us = p->drwa_rtt_sum_us / p->drwa_rtt_n;
-	else if (p->drwa_rtt_us)
-		rtt_us = p->drwa_rtt_us;
-	else
-		rtt_us = tp->rcv_rtt_est.rtt_us >> 3;
-	if (!rtt_us || now_us - p->drwa_round_us < rtt_us)
-		return;
+	p->drwa_last_us = now_us;
+	if (rtt < DRWA_IDLE_MIN_US)
+		rtt = DRWA_IDLE_MIN_US;
+	return last && now_us - last > rtt;
+}
 
-	/* The round is over. */
-	rcvd = tp->bytes_received - p->drwa_round_rcvd;
-	p->drwa_rcvd_rtt = rcvd > 0xffffffff ? 0xffffffff : (__u32)rcvd;
-	p->drwa_rtt_us = rtt_us;
+/* The receiver's RTT from the timestamp the sender echoed (each new echo
+ * once): into the connection's own minimum and the round's samples. */
+static __always_inline void drwa_sample(struct bloatd_policy_sock *p, const struct tcp_sock *tp,
+					int idle)
+{
+	__u32 tsecr = tp->rx_opt.rcv_tsecr, sample;
+
+	if (tp->tcp_header_len <= 20 || tsecr == p->drwa_last_tsecr)
+		return;
+	p->drwa_last_tsecr = tsecr;
+	if (idle)
+		return;		/* it echoes an ACK from before the pause */
+	sample = rcv_ts_rtt_us(tp, tsecr);
+	if (!sample)
+		return;
+	if (!p->drwa_min_us || sample < p->drwa_min_us)
+		p->drwa_min_us = sample;
+	if (!p->drwa_round_low_us || sample < p->drwa_round_low_us)
+		p->drwa_round_low_us = sample;
+	p->drwa_rtt_sum_us += sample;
+	p->drwa_rtt_n++;
+}
+
+static __always_inline void drwa_round_start(struct bloatd_policy_sock *p,
+					     const struct tcp_sock *tp, __u64 now_us)
+{
 	p->drwa_round_us = now_us;
 	p->drwa_round_rcvd = tp->bytes_received;
 	p->drwa_rtt_sum_us = 0;
 	p->drwa_rtt_n = 0;
-	if (!s->floor_us)
-		return;		/* no floor yet: nothing to measure the queue against */
-	p->drwa_floor_us = s->floor_us;
-	mss = tp->inet_conn.icsk_ack.rcv_mss;
-	/* RTT_est from millisecond timestamps (unless the connection agreed
-	 * on microsecond ones) has a millisecond's resolution. */
-	resolution = tp->tcp_header_len > 20 &&
-		     !tcp_usec_ts(tp) ? 1000 : 0;
-	clamp = drwa_window(p->drwa_rcvd_rtt, s->floor_us, rtt_us, drwa_lambda_x256,
-			    2 * (mss ? mss : 1460), resolution);
-	if (!(p->flags & BLOATD_POL_DRWA_CLAMPED))
-		p->drwa_orig_clamp = tp->window_clamp;
-	/* DRWA only lowers the window: never above what autotuning gives. */
-	if (bpf_core_field_exists(tp->scaling_ratio))
-		ratio = BPF_CORE_READ(tp, scaling_ratio);
-	limit = drwa_restore_clamp(p->drwa_orig_clamp, 0, tp->inet_conn.icsk_inet.sk.sk_rcvbuf,
-				   ratio);
-	if ((__u32)clamp > limit)
-		clamp = limit;
+	p->drwa_round_low_us = 0;
+}
+
+/* Set DRWA's clamp on the socket, remembering what to give back. */
+static __always_inline void drwa_apply(struct bpf_sock_ops *skops, struct bloatd_sock *s,
+				       struct tcp_sock *tp, struct drwa_measure *m)
+{
+	struct bloatd_policy_sock *p = &s->pol;
+	struct bloatd_drwa_saved *sv;
+	__u32 rcvbuf = drwa_rcvbuf(tp), clamped = p->flags & BLOATD_POL_DRWA_CLAMPED;
+	int clamp;
+
+	sv = bpf_sk_storage_get(&drwa_saved, tp, 0, BPF_SK_STORAGE_GET_F_CREATE);
+	if (!sv) {
+		policy_count(BLOATD_PC_DRWA_FAILED, 1);
+		return;
+	}
+	if (!clamped) {
+		sv->orig_clamp = tp->window_clamp;
+		sv->orig_rcvbuf = rcvbuf;
+		sv->clamp = 0;
+	} else {
+		drwa_saw_clamp(sv, tp->window_clamp, rcvbuf);
+	}
+	m->limit = drwa_give_back(sv, rcvbuf, drwa_scaling_ratio(tp));
+	clamp = drwa_round(p, m, clamped ? p->drwa_clamp : 0);
 	/* Autotuning overwrites the clamp when it grows the buffer: set it
 	 * again each round, not only when it changes. */
 	if (tp->window_clamp != (__u32)clamp &&
 	    bpf_setsockopt(skops, SOL_TCP, TCP_WINDOW_CLAMP, &clamp, sizeof(clamp))) {
 		policy_count(BLOATD_PC_DRWA_FAILED, 1);
+		if (!clamped)
+			bpf_sk_storage_delete(&drwa_saved, tp);
 		return;
 	}
-	if (!(p->flags & BLOATD_POL_DRWA_CLAMPED)) {
+	sv->clamp = clamp;
+	sv->rcvbuf = rcvbuf;
+	if (!clamped) {
 		p->flags |= BLOATD_POL_DRWA_CLAMPED;
 		policy_count(BLOATD_PC_DRWA_SOCKETS, 1);
 	}
@@ -425,26 +457,127 @@ static __always_inline void drwa_ack(struct bpf_sock_ops *skops)
 }
 
 /*
- * At stop, for receivers that send no ACK while bloatd waits for them (an
- * idle download): every socket of the reader's network namespace that DRWA
- * clamps gets its window back. The TCP iterator holds the socket's lock, so
- * it may set the option; the daemon runs it in each namespace.
+ * Once per RTT, DRWA (policy.h, drwa_round): the receiver's RTT of the round
+ * (RTT_est: the average of its echoed-timestamp samples, the kernel's
+ * estimate without timestamps), the data it received in the round, and the
+ * connection's own minimum RTT decide the clamp of the advertised window.
+ */
+static __always_inline void drwa_round_close(struct bpf_sock_ops *skops, struct bloatd_sock *s,
+					     struct tcp_sock *tp, __u64 now_us)
+{
+	struct bloatd_policy_sock *p = &s->pol;
+	struct drwa_measure m = {};
+	__u64 rcvd, dur;
+	__u32 rtt_us, mss, held = p->drwa_held;
+
+	if (p->drwa_rtt_n)
+		rtt_us = p->drwa_rtt_sum_us / p->drwa_rtt_n;
+	else if (p->drwa_rtt_us)
+		rtt_us = p->drwa_rtt_us;
+	else
+		rtt_us = tp->rcv_rtt_est.rtt_us >> 3;
+	dur = now_us - p->drwa_round_us;
+	if (!rtt_us || dur < rtt_us)
+		return;
+
+	/* The round is over. */
+	rcvd = tp->bytes_received - p->drwa_round_rcvd;
+	m.rcvd = rcvd;
+	m.dur_us = dur > 0xffffffff ? 0xffffffff : (__u32)dur;
+	m.rtt_us = rtt_us;
+	m.low_us = p->drwa_round_low_us;
+	mss = tp->inet_conn.icsk_ack.rcv_mss;
+	m.min_bytes = 2 * (mss ? mss : 1460);
+	/* RTT_est from millisecond timestamps (unless the connection agreed
+	 * on microsecond ones) has a millisecond's resolution. */
+	m.resolution_us = tp->tcp_header_len > 20 &&
+			  !tcp_usec_ts(tp) ? 1000 : 0;
+	m.lambda_x256 = drwa_lambda_x256;
+	/* cwnd_est, for the view: the data of one RTT */
+	rcvd = rcvd * rtt_us / dur;
+	p->drwa_rcvd_rtt = rcvd > 0xffffffff ? 0xffffffff : (__u32)rcvd;
+	p->drwa_rtt_us = rtt_us;
+	drwa_round_start(p, tp, now_us);
+	drwa_apply(skops, s, tp, &m);
+	if (p->drwa_held != held)
+		policy_count(BLOATD_PC_DRWA_HELD, 1);
+}
+
+/* The callback per segment an armed socket sends: a receiver's ACKs. */
+static __always_inline void drwa_ack(struct bpf_sock_ops *skops)
+{
+	struct bloatd_policy_sock *p;
+	struct bloatd_sock *s;
+	struct tcp_sock *tp;
+	__u64 now_us;
+	int idle;
+
+	if (!(tp = skops_tcp_sock(skops)))
+		return;
+	s = bpf_sk_storage_get(&socks, tp, 0, 0);
+	if (!s || !(s->pol.flags & BLOATD_POL_DRWA_ARMED))
+		return;
+	p = &s->pol;
+	now_us = tp->tcp_mstamp;
+	idle = drwa_idle(p, now_us);
+	drwa_sample(p, tp, idle);
+	if (tp->bytes_received < drwa_min_bytes) {
+		/* A bulk sender does not need a callback per segment it sends,
+		 * whether DRWA is on or not. */
+		if (tp->bytes_acked > drwa_min_bytes && !p->drwa_rule) {
+			p->flags &= ~BLOATD_POL_DRWA_ARMED;
+			policy_cb_clear(skops, s, SOCKOPS_WRITE_HDR_OPT_CB_FLAG);
+		}
+		return;
+	}
+	if (!drwa_on(s)) {
+		if (p->flags & BLOATD_POL_DRWA_CLAMPED)
+			drwa_release(skops, s, tp);
+		p->drwa_round_us = 0;
+		return;
+	}
+	if (idle || !p->drwa_round_us) {
+		drwa_round_start(p, tp, now_us);
+		return;
+	}
+	drwa_round_close(skops, s, tp, now_us);
+}
+
+/*
+ * Gives back every window DRWA clamps in the reader's network namespace:
+ * at stop, for receivers that send no ACK while bloatd waits (an idle
+ * download), and at start, for what a bloatd that did not stop left in the
+ * pinned `drwa_saved`. The TCP iterator holds the socket's lock, so it may
+ * set the option; the daemon runs it in each namespace. Writes one word
+ * per window given back.
  */
 SEC("iter/tcp")
 int restore_windows(struct bpf_iter__tcp *ctx)
 {
 	struct sock_common *skc = ctx->sk_common;
+	struct bloatd_drwa_saved *sv;
 	struct bloatd_sock *s;
 	struct tcp_sock *tp;
+	long err;
 	int clamp;
 
 	if (!skc || !(tp = bpf_skc_to_tcp_sock(skc)))
 		return 0;
-	s = bpf_sk_storage_get(&socks, tp, 0, 0);
-	if (!s || !(s->pol.flags & BLOATD_POL_DRWA_CLAMPED))
+	sv = bpf_sk_storage_get(&drwa_saved, tp, 0, 0);
+	if (!sv)
 		return 0;
-	clamp = drwa_restore_value(s, tp);
-	drwa_released(s, bpf_setsockopt(tp, SOL_TCP, TCP_WINDOW_CLAMP, &clamp, sizeof(clamp)));
+	clamp = drwa_give_back(sv, drwa_rcvbuf(tp), drwa_scaling_ratio(tp));
+	err = bpf_setsockopt(tp, SOL_TCP, TCP_WINDOW_CLAMP, &clamp, sizeof(clamp));
+	bpf_sk_storage_delete(&drwa_saved, tp);
+	s = bpf_sk_storage_get(&socks, tp, 0, 0);
+	if (s && (s->pol.flags & BLOATD_POL_DRWA_CLAMPED)) {
+		drwa_released(s, err);
+	} else {
+		policy_count(BLOATD_PC_DRWA_RECOVERED, 1);
+		if (err)
+			policy_count(BLOATD_PC_DRWA_FAILED, 1);
+	}
+	bpf_seq_write(ctx->meta->seq, &clamp, sizeof(clamp));
 	return 0;
 }
 

@@ -25,6 +25,8 @@ fn main() {
             "bloatd_policy_rule",
             "bloatd_policy_ctl",
             "bloatd_policy_counts",
+            "bloatd_drwa_saved",
+            "drwa_measure",
             "bloatd_owner",
             "bloatd_svc_key",
             "bloatd_svc_stats",

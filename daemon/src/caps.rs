@@ -90,16 +90,33 @@ fn threads() -> usize {
         .unwrap_or(1)
 }
 
+/// The threads of the process once short-lived ones have gone, waiting up
+/// to a second. Start enters other network namespaces from a short-lived
+/// thread (DRWA's give-back, the congestion controls' defaults) and joins
+/// it, but a joined thread can still be listed in /proc/self/task: join
+/// returns when the kernel clears the thread's tid, early in its exit,
+/// before the task is reaped (seen on 6.1 in a one-CPU VM: "2 threads").
+fn threads_settled() -> usize {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(1);
+    loop {
+        let n = threads();
+        if n == 1 || std::time::Instant::now() >= deadline {
+            return n;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+}
+
 /// After start: keep only [`KEEP`], permitted but not effective; no
 /// inheritable or ambient capabilities, and no_new_privs so that no program
 /// bloatd could be made to run gains any. Capabilities belong to threads:
 /// this runs while the process has one thread, so every later thread
 /// inherits the reduced set.
 pub fn drop_after_start() -> io::Result<()> {
-    if threads() != 1 {
+    let n = threads_settled();
+    if n != 1 {
         return Err(io::Error::other(format!(
-            "{} threads: capabilities can only be dropped for the whole process while it has one",
-            threads()
+            "{n} threads: capabilities can only be dropped for the whole process while it has one"
         )));
     }
     // SAFETY: plain prctl calls with integer arguments.

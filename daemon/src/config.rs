@@ -45,7 +45,7 @@ const KEYS: &[(&str, &str)] = &[
     ("drwa", "\"on\", \"off\" or \"disabled\""),
     (
         "drwa_lambda",
-        "a number from 1.0 to 16.0 (the paper's lambda is 3)",
+        "a number from 2.0 to 16.0 (the paper's lambda is 3; below 2 DRWA would slow a connection that builds no queue)",
     ),
     (
         "drwa_min_bytes",

@@ -84,12 +84,35 @@ pub struct Core {
     service_labels: crate::service::labels::ServiceLabels,
 }
 
+/// Where the daemon pins DRWA's restore state (probes/policy.rs): reused if
+/// a daemon that did not stop left it; made when DRWA is armed. None: no
+/// pin (DRWA disabled and nothing left, or no BPF file system, which the
+/// log names: then a crash leaves the clamps on the sockets).
+fn drwa_saved_pin(cfg: &Config) -> Option<std::path::PathBuf> {
+    use crate::probes::policy::{pinned_usable, prepare_pin, saved_pin};
+    let pin = saved_pin(&cfg.run_dir);
+    if pinned_usable(&pin) {
+        return Some(pin);
+    }
+    if cfg.drwa == bloatd_model::policy::DrwaMode::Disabled {
+        return None;
+    }
+    match prepare_pin(&pin) {
+        Ok(()) => Some(pin),
+        Err(e) => {
+            tracing::warn!("DRWA's window clamps are not crash-safe: {e}; a bloatd that dies without stopping leaves them on the sockets it clamped");
+            None
+        }
+    }
+}
+
 impl Core {
     /// Load the probes, read what exists, register the congestion controls.
     pub fn start(cfg: &Config, mode: &'static str, with_metrics: bool) -> anyhow::Result<Core> {
         use bloatd_model::policy::DrwaMode;
         let policy =
             crate::policy::resolve(&cfg.policy, &cfg.cc).map_err(|e| anyhow::anyhow!(e))?;
+        let saved_pin = (mode == "daemon").then(|| drwa_saved_pin(cfg)).flatten();
         let probes = Probes::load(&ProbeConfig {
             policy: crate::probes::policy::PolicyConfig {
                 rules: policy.kernel.clone(),
@@ -97,6 +120,7 @@ impl Core {
                 drwa_on: cfg.drwa == DrwaMode::On,
                 drwa_lambda_x256: crate::policy::lambda_x256(cfg.drwa_lambda),
                 drwa_min_bytes: cfg.drwa_min_bytes,
+                saved_pin,
             },
             interval: Duration::from_millis(cfg.interval_ms),
             map_capacity: cfg.map_capacity,
@@ -588,6 +612,11 @@ impl Core {
                 mode: self.drwa.as_str().into(),
                 lambda: self.cfg.drwa_lambda,
                 min_bytes: self.cfg.drwa_min_bytes,
+                saved_pin: self
+                    .probes
+                    .policy
+                    .saved_pin()
+                    .map(|p| p.display().to_string()),
             },
             rules,
             counts: self.policy_counts().unwrap_or_default(),
@@ -619,6 +648,11 @@ impl Core {
     }
 
     /// DRWA on or off, live. Err: DRWA was not armed at start.
+    /// From now on a panic gives DRWA's windows back (cmd/start.rs).
+    pub fn arm_panic_give_back(&self) {
+        self.probes.policy.arm_panic_give_back();
+    }
+
     pub fn set_drwa(&mut self, on: bool) -> Result<(), String> {
         use bloatd_model::policy::DrwaMode;
         if self.drwa == DrwaMode::Disabled {

@@ -597,7 +597,7 @@ const FAMILIES: &[Family] = &[
     Family {
         name: "bloatd_policy_actions_total",
         kind: Kind::Counter,
-        help: "What the policy did: cc (congestion control set at a handshake), bulk (switched mid-flow), drwa (a DRWA round set a window clamp), drwa_restore (a window given back), notsent_lowat (a sender's unsent backlog bounded at a handshake)",
+        help: "What the policy did: cc (congestion control set at a handshake), bulk (switched mid-flow), drwa (a DRWA round set a window clamp), drwa_held (a DRWA cut taken back: the window fell, the RTT did not), drwa_restore (a window given back), drwa_recovered (a window given back that a bloatd which did not stop had clamped), notsent_lowat (a sender's unsent backlog bounded at a handshake)",
         labels: &["action"],
         rows: |v| {
             policy_rows(v, |c| {
@@ -605,7 +605,9 @@ const FAMILIES: &[Family] = &[
                     ("cc", c.cc_set_total as f64),
                     ("bulk", c.bulk_switched_total as f64),
                     ("drwa", c.drwa_rounds_total as f64),
+                    ("drwa_held", c.drwa_held_total as f64),
                     ("drwa_restore", c.drwa_restored_total as f64),
+                    ("drwa_recovered", c.drwa_recovered_total as f64),
                     ("notsent_lowat", c.notsent_lowat_set_total as f64),
                 ]
             })
@@ -803,6 +805,8 @@ mod tests {
             cc_sockets: 2,
             drwa_sockets: 1,
             bulk_switched_total: 5,
+            drwa_held_total: 3,
+            drwa_recovered_total: 4,
             ..Default::default()
         };
         let text = Metrics::new().encode(Scrape {
@@ -813,6 +817,8 @@ mod tests {
             r#"bloatd_policy_sockets{action="cc"} 2"#,
             r#"bloatd_policy_sockets{action="drwa"} 1"#,
             r#"bloatd_policy_actions_total{action="bulk"} 5"#,
+            r#"bloatd_policy_actions_total{action="drwa_held"} 3"#,
+            r#"bloatd_policy_actions_total{action="drwa_recovered"} 4"#,
             r#"bloatd_policy_failures_total{action="drwa"} 0"#,
             "# TYPE bloatd_policy_actions_total counter",
             "bloatd_drwa_enabled 1",

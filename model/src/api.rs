@@ -221,6 +221,13 @@ pub struct PolicyCounts {
     pub drwa_rounds_total: u64,
     pub drwa_restored_total: u64,
     pub drwa_failed_total: u64,
+    /// DRWA cuts taken back (the window fell, the RTT did not).
+    #[serde(default)]
+    pub drwa_held_total: u64,
+    /// Windows given back that a bloatd which did not stop had clamped
+    /// (found in the pinned `drwa_saved` at start or stop).
+    #[serde(default)]
+    pub drwa_recovered_total: u64,
     /// TCP_NOTSENT_LOWAT set at a handshake, and refused.
     #[serde(default)]
     pub notsent_lowat_set_total: u64,
@@ -242,6 +249,12 @@ pub struct DrwaInfo {
     pub mode: String,
     pub lambda: f64,
     pub min_bytes: u64,
+    /// Where what DRWA must give back is pinned (bpffs), so a daemon that
+    /// dies without stopping leaves it to the next start or stop; None:
+    /// not pinned (DRWA disabled, or no BPF file system: then a crash
+    /// leaves the clamps on the sockets).
+    #[serde(default)]
+    pub saved_pin: Option<String>,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]

@@ -462,7 +462,8 @@ impl SocketPolicy {
 
 /// Dynamic Receive Window Adjustment on a receiving socket (Jiang et al.,
 /// IMC 2012): once per RTT the advertised window is clamped to
-/// lambda x floor / RTT x the data received per RTT.
+/// lambda x RTT_min / RTT x the data received per RTT, RTT_min the
+/// connection's own minimum (bpf/policy.h, drwa_round).
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct Drwa {
     /// What turned it on: "switch" (--drwa, the API, the dashboard's key)
@@ -475,11 +476,17 @@ pub struct Drwa {
     /// Bytes received in the last round (one RTT): the sender's window as
     /// DRWA sees it.
     pub rcvd_per_rtt_bytes: u32,
-    /// The round's RTT (RTT_est) and the path's floor it was set against.
+    /// The round's RTT (RTT_est) and the RTT_min it was set against: the
+    /// connection's own minimum, or the RTT DRWA holds at after a cut that
+    /// drained no queue.
     pub rtt_us: u32,
-    pub floor_us: u32,
+    pub min_rtt_us: u32,
     /// Rounds that set a clamp.
     pub rounds: u32,
+    /// Cuts DRWA took back: the window fell and the RTT did not (the path
+    /// got longer, or other flows hold the queue).
+    #[serde(default)]
+    pub held: u32,
 }
 
 impl Socket {

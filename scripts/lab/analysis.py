@@ -125,6 +125,29 @@ def mean_ci(xs):
     return n, mean, t * sd / math.sqrt(n)
 
 
+def diff_ci(xs, ys):
+    """(mean of xs - mean of ys, 95% CI half-width or None), Welch's t
+    interval (unequal variances, Welch-Satterthwaite degrees of freedom),
+    after the same outlier rejection as mean_ci."""
+    xs, ys = reject_outliers(xs), reject_outliers(ys)
+    if not xs or not ys:
+        return None, None
+    d = sum(xs) / len(xs) - sum(ys) / len(ys)
+    if len(xs) < 2 or len(ys) < 2:
+        return d, None
+
+    def var_n(v):
+        m = sum(v) / len(v)
+        return sum((x - m) ** 2 for x in v) / (len(v) - 1) / len(v)
+    a, b = var_n(xs), var_n(ys)
+    if a + b == 0:
+        return d, 0.0
+    df = (a + b) ** 2 / ((a ** 2 / (len(xs) - 1) if a else 0) + (b ** 2 / (len(ys) - 1) if b else 0))
+    k = max(1, int(df))   # rounding the degrees of freedom down widens the interval
+    t = _T95[k - 1] if k <= len(_T95) else 1.96
+    return d, t * math.sqrt(a + b)
+
+
 def disjoint(a, b):
     """True when the 95% intervals of stats a and b (n, mean, ci) do not overlap
     and a is the larger."""

@@ -245,6 +245,10 @@ def run_campaign(args, labmod):
     steps = steps_of(p, profiles, args.f5_reps)
     if args.runs:
         steps = [s for s in steps if s["run"] in args.runs.upper().split(",")]
+    arms = args.f5_arms.split(",")
+    steps = [s for s in steps if s["arm"] in arms]
+    for s in steps:
+        s["shorts"] = args.shorts or s["shorts"]
     profs = {name: labmod.Profile(name) for name in profiles}
     if args.dry_run:
         for s in steps:
@@ -254,7 +258,7 @@ def run_campaign(args, labmod):
     check_daemon()
     os.makedirs(args.out, exist_ok=True)
     path = os.path.join(args.out, "f5.jsonl")
-    if os.path.exists(path):
+    if os.path.exists(path) and not args.append:
         os.rename(path, path + ".old")
     meta = {"started": time.strftime("%Y-%m-%d %H:%M:%S"), "quick": args.quick, "reps": args.f5_reps,
             "profiles": {n: profs[n].as_dict() for n in profiles}, "bulk_bytes": BULK_BYTES,
@@ -264,7 +268,7 @@ def run_campaign(args, labmod):
     t_start = time.monotonic()
     failed = []
     try:
-        with open(path, "w") as out:
+        with open(path, "a" if args.append else "w") as out:
             for i, step in enumerate(steps):
                 prof = profs[step["profile"]]
                 if prof.name != cur:
@@ -295,7 +299,10 @@ def run_campaign(args, labmod):
     lab.down()
     meta["minutes"] = round((time.monotonic() - t_start) / 60, 1)
     meta["failed_steps"] = failed
-    with open(os.path.join(args.out, "f5_meta.json"), "w") as f:
+    meta_path = os.path.join(args.out, "f5_meta.json")
+    if args.append and os.path.exists(meta_path):
+        meta = {"earlier": json.load(open(meta_path)), **meta}
+    with open(meta_path, "w") as f:
         json.dump(meta, f, indent=1)
     print(f"lab: F5 measured in {meta['minutes']} min", flush=True)
     return report(args.out)
@@ -316,6 +323,48 @@ METRICS = [("response_s", "web response (s)", 1, 2),
            ("ping_rtt_ms", "receiver RTT by ping (ms)", 1, 0),
            ("rcv_queue_ms", "receiver queue, bloatd (ms)", 1, 0),
            ("bulk_goodput_bps", "bulk goodput (Mbit/s)", 1e-6, 2)]
+
+
+def with_shares(recs):
+    """Each web transfer's own goodput (its bytes over its response time) and
+    the link's total over the transfer: what the bulk flows got plus it."""
+    out = []
+    for r in recs:
+        r = dict(r)
+        if r.get("response_s") and r.get("bytes"):
+            r["web_goodput_bps"] = r["bytes"] * 8 / r["response_s"]
+            if r.get("bulk_goodput_bps") is not None:
+                r["link_bps"] = r["bulk_goodput_bps"] + r["web_goodput_bps"]
+        out.append(r)
+    return out
+
+
+SHARES = [("bulk_goodput_bps", "bulk flows"), ("web_goodput_bps", "web transfer"),
+          ("link_bps", "link total")]
+
+
+def share_table(recs):
+    """Who gets the link with DRWA against neither (issue 18, item 7): the
+    bulk flows, the web transfer, their total over each web transfer, kbit/s
+    means with 95% CIs, and DRWA - neither with its 95% CI (Welch). A
+    difference whose interval excludes zero is marked *."""
+    recs = with_shares(recs)
+    confs = sorted({(r["profile"], r["run"]) for r in recs if r["arm"] == "drwa"})
+    lines = [f"{'profile':7} {'run':3} {'kbit/s':13} {'neither':>22} {'DRWA':>22} "
+             f"{'DRWA - neither':>24}  n"]
+    for prof, run in confs:
+        rows = {a: [r for r in recs if (r["profile"], r["run"], r["arm"]) == (prof, run, a)]
+                for a in ("none", "drwa")}
+        for m, label in SHARES:
+            xs = {a: [r.get(m) for r in rows[a]] for a in rows}
+            cells = [analysis.fmt_stat(analysis.mean_ci(xs[a]), 1e-3, 1) for a in ("none", "drwa")]
+            d, ci = analysis.diff_ci(xs["drwa"], xs["none"])
+            diff = "-" if d is None else f"{d / 1e3:+.1f}" + (f" ± {ci / 1e3:.1f}" if ci is not None else "")
+            mark = "*" if d is not None and ci is not None and abs(d) > ci else " "
+            n = "/".join(str(analysis.mean_ci(xs[a])[0]) for a in ("none", "drwa"))
+            lines.append(f"{prof:7} {run:3} {label:13} {cells[0]:>22} {cells[1]:>22} "
+                         f"{diff:>22}{mark}  {n}")
+    return "\n".join(lines)
 
 
 def stats(recs):
@@ -398,11 +447,15 @@ def plot(st, prof, path):
 
 
 def report(d):
-    st = stats(load(d))
+    recs = load(d)
+    st = stats(recs)
     tab = table(st)
     f5 = finding_f5(st)
+    shares = share_table(recs)
     with open(os.path.join(d, "f5_table.txt"), "w") as f:
         f.write(tab + "\n")
+    with open(os.path.join(d, "f5_shares.txt"), "w") as f:
+        f.write(shares + "\n")
     with open(os.path.join(d, "f5_finding.txt"), "w") as f:
         f.write(f5["line"] + "\n")
     made = []
@@ -414,6 +467,7 @@ def report(d):
     except ImportError as e:
         print(f"lab: no F5 plots ({e})")
     print(tab)
+    print(shares)
     print(f5["line"])
     print(f"lab: F5 table, finding and {len(made)} plots in {d}/")
     return 0

@@ -50,10 +50,31 @@ def set_cc(sock, cc):
             "see /proc/sys/net/ipv4/tcp_available_congestion_control") from e
 
 
+def serve_persistent(conn, rf, line):
+    """KEEP requests on one connection until the client closes it."""
+    cc = None
+    while len(line) == 3 and line[0] == "KEEP":
+        nbytes = int(line[1])
+        if cc != line[2]:
+            cc = line[2]
+            set_cc(conn, cc)
+        conn.sendall(f"OK {nbytes}\n".encode())
+        left = nbytes
+        while left > 0:
+            n = min(left, CHUNK_BYTES)
+            conn.sendall(_payload[:n])
+            left -= n
+        line = rf.readline(200).decode().split()
+
+
 def serve_one(conn):
     with conn:
         try:
-            line = conn.makefile("rb").readline(200).decode().split()
+            rf = conn.makefile("rb")
+            line = rf.readline(200).decode().split()
+            if line and line[0] == "KEEP":
+                serve_persistent(conn, rf, line)
+                return
             if len(line) != 4 or line[0] != "SEND":
                 conn.sendall(b"ERR bad request\n")
                 return
@@ -138,7 +159,54 @@ def fetch_one(addr, port, nbytes, cc, seconds, label, half_close=False):
             "goodput_bps": got * 8 / max(t1 - (t_first or t0), 1e-9)}
 
 
+def recv_exactly(sock, n, buf):
+    got = 0
+    while got < n:
+        k = sock.recv_into(buf, min(len(buf), n - got))
+        if k == 0:
+            raise OSError("server closed mid-response")
+        got += k
+    return got
+
+
+def fetch_persistent(args):
+    """--count responses on one connection, --gap seconds of application
+    pause between them; one 'done' record per response, its time from the
+    request to the last byte."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    set_cc(sock, args.cc)
+    sock.settimeout(900)
+    sock.connect((args.addr, args.port))
+    local_port = sock.getsockname()[1]
+    print(json.dumps({"event": "open", "label": args.label, "cc": args.cc,
+                      "local_port": local_port, "wall": time.time()}), flush=True)
+    buf = bytearray(CHUNK_BYTES)
+    rf = sock.makefile("rb", buffering=0)
+    for i in range(args.count):
+        if i and args.gap > 0:
+            time.sleep(args.gap)
+        t0 = time.monotonic()
+        sock.sendall(f"KEEP {args.bytes} {args.cc}\n".encode())
+        header = rf.readline(200).decode().split()
+        if len(header) != 2 or header[0] != "OK":
+            raise OSError(" ".join(header) or "server closed without answer")
+        got = recv_exactly(sock, int(header[1]), buf)
+        t1 = time.monotonic()
+        print(json.dumps({"event": "done", "label": args.label, "cc": args.cc,
+                          "local_port": local_port, "index": i, "bytes": got,
+                          "response_s": t1 - t0}), flush=True)
+    sock.close()
+    return 0
+
+
 def fetch(args):
+    if args.persistent:
+        try:
+            return fetch_persistent(args)
+        except OSError as e:
+            print(json.dumps({"event": "error", "label": args.label,
+                              "cc": args.cc, "error": str(e)}), flush=True)
+            return 1
     for i in range(args.count):
         if i and args.gap > 0:
             time.sleep(args.gap)
@@ -222,6 +290,9 @@ def main():
     f.add_argument("--count", type=int, default=1, help="sequential transfers")
     f.add_argument("--gap", type=float, default=1.0, help="seconds between transfers")
     f.add_argument("--label", default="")
+    f.add_argument("--persistent", action="store_true",
+                   help="all --count transfers on one connection, --gap seconds apart "
+                        "(an application pause between responses)")
     f.add_argument("--half-close", action="store_true",
                    help="shut the client's sending end after the request: the server "
                         "sends its response in CLOSE_WAIT")

@@ -543,6 +543,8 @@ def main():
                     help="finding F5 instead: runs C and D with DRWA on the receiver, with the bulk "
                          "flows to Westwood+ policy on the sender, and with neither (scripts/lab/f5.py)")
     ap.add_argument("--f5-reps", type=int, default=1, help="repetitions of each F5 configuration")
+    ap.add_argument("--f5-arms", default=",".join(f5.ARMS),
+                    help="comma list of F5 arms to run (default: %(default)s)")
     args = ap.parse_args()
     if args.analyze:
         rc = 0

@@ -37,6 +37,8 @@ usage: scripts/lab/topo.sh up NAME [options]    create (or re-create) the topolo
        scripts/lab/topo.sh down NAME            remove it: namespaces, qdiscs, rules, delay line
        scripts/lab/topo.sh status NAME          exit 0 if it exists, print its qdisc and delay line
        scripts/lab/topo.sh backlog NAME         bytes queued at the bottleneck now (tbf or trace link)
+       scripts/lab/topo.sh delay NAME MS        change the base RTT live (the delay line's delay), same
+                                                interface and gateway: the path got longer or shorter
        scripts/lab/topo.sh list                 namespaces that look like lab topologies
        scripts/lab/topo.sh profile NAME         print a profile as rate=.. delay_ms=.. buffer_bytes=.. [trace=..]
        scripts/lab/topo.sh profiles             print all profiles
@@ -254,7 +256,7 @@ down() {
 			ip netns del "$ns"
 		fi
 	done
-	rm -f "$LAB_RUN/$name.delay.pid" "$LAB_RUN/$name.delay.log" \
+	rm -f "$LAB_RUN/$name.delay.pid" "$LAB_RUN/$name.delay.log" "$LAB_RUN/$name.delay.ms" \
 		"$LAB_RUN/$name.link.pid" "$LAB_RUN/$name.link.log"
 }
 
@@ -267,7 +269,10 @@ offloads_off() {
 # NFQUEUE rules, only once it has bound the queue.
 delay_up() {
 	local name=$1 delay_ms=$2; shift 2
-	DELAY_CHILD=$(emulator_start "$name" delay "$@" --delay-ms "$delay_ms" --queue 0)
+	# The delay lives in a file, so `topo.sh delay` can change it live.
+	mkdir -p "$LAB_RUN"
+	echo "$delay_ms" >"$LAB_RUN/$name.delay.ms"
+	DELAY_CHILD=$(emulator_start "$name" delay "$@" --delay-file "$LAB_RUN/$name.delay.ms" --queue 0)
 	# raw PREROUTING: the first hook, before conntrack and routing.
 	nsx "$name-rtr" iptables -w -t raw -A PREROUTING -i rcv0 -j NFQUEUE --queue-num 0
 	nsx "$name-rtr" ip6tables -w -t raw -A PREROUTING -i rcv0 -j NFQUEUE --queue-num 0
@@ -470,12 +475,26 @@ backlog() {
 		/backlog/ { v = $2; if (v ~ /Kb$/) v *= 1024; else if (v ~ /Mb$/) v *= 1048576; else v += 0; print int(v); exit }'
 }
 
+# The base RTT, live: the delay line reads its file again on SIGHUP. New
+# packets take the new delay; held ones keep theirs (no reordering).
+set_delay() {
+	local name=$1 ms=${2:-} pid
+	[[ $ms =~ ^[0-9]+(\.[0-9]+)?$ ]] || die "delay: want a delay in ms, not '$ms'"
+	pid=$(cat "$LAB_RUN/$name.delay.pid" 2>/dev/null || true)
+	[[ $pid =~ ^[0-9]+$ ]] && kill -0 "$pid" 2>/dev/null ||
+		die "lab $name has no delay line (up with --delay-ms > 0)"
+	echo "$ms" >"$LAB_RUN/$name.delay.ms.new"
+	mv "$LAB_RUN/$name.delay.ms.new" "$LAB_RUN/$name.delay.ms"
+	kill -HUP "$pid"
+}
+
 cmd=${1:-}
 case $cmd in
 up) shift; check_name "${1:-}"; up "$@" ;;
 down) shift; check_name "${1:-}"; down "$1" ;;
 status) shift; check_name "${1:-}"; status "$1" ;;
 backlog) shift; check_name "${1:-}"; backlog "$1" ;;
+delay) shift; check_name "${1:-}"; set_delay "$1" "${2:-}" ;;
 list) ip netns list | awk '{print $1}' | sed -n 's/-snd$//p' ;;
 profile) shift; profile "${1:?profile name}" ;;
 profiles) while read -r p _; do echo "$p $(profile "$p")"; done <<<"$PROFILES"$'\n'"$TRACE_PROFILES" ;;

@@ -28,8 +28,9 @@ fn drwa_host(drwa: &str) -> Snapshot {
             clamp_segments: 325,
             rcvd_per_rtt_bytes: 455_000,
             rtt_us: 232_000,
-            floor_us: 80_000,
+            min_rtt_us: 80_000,
             rounds: 212,
+            held: 0,
         }),
         ..Default::default()
     });

@@ -79,6 +79,12 @@ pub fn list_text(info: &PolicyInfo) -> String {
         bloatd_model::format::bytes(d.min_bytes),
         info.counts.drwa_sockets
     );
+    if d.mode != "disabled" {
+        out += &match &d.saved_pin {
+            Some(p) => format!("  crash-safe: what DRWA must give back is pinned at {p}\n"),
+            None => "  not crash-safe: nothing pinned (no BPF file system), a crash leaves DRWA's clamps on the sockets\n".into(),
+        };
+    }
     if info.rules.is_empty() {
         out += "no congestion control rules ([[policy]] in the config, or start --policy)\n";
     } else {
@@ -101,9 +107,16 @@ pub fn list_text(info: &PolicyInfo) -> String {
     }
     let c = &info.counts;
     out += &format!(
-        "since start: {} congestion controls set at handshakes, {} switched mid-flow, {} refused; {} DRWA rounds, {} windows given back; {} unsent backlogs bounded (notsent_lowat), {} refused\n",
-        c.cc_set_total, c.bulk_switched_total, c.cc_failed_total, c.drwa_rounds_total, c.drwa_restored_total,
-        c.notsent_lowat_set_total, c.notsent_lowat_failed_total
+        "since start: {} congestion controls set at handshakes, {} switched mid-flow, {} refused; {} DRWA rounds, {} cuts taken back, {} windows given back, {} given back that a bloatd which did not stop had left; {} unsent backlogs bounded (notsent_lowat), {} refused\n",
+        c.cc_set_total,
+        c.bulk_switched_total,
+        c.cc_failed_total,
+        c.drwa_rounds_total,
+        c.drwa_held_total,
+        c.drwa_restored_total,
+        c.drwa_recovered_total,
+        c.notsent_lowat_set_total,
+        c.notsent_lowat_failed_total
     );
     out
 }

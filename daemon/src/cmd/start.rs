@@ -21,6 +21,9 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 const READY_ENV: &str = "BLOATD_READY_FD";
+/// Fault injection for the tests (scripts/tests/test_policy.py): the
+/// daemon panics at the first sampling tick after this file appears.
+const TEST_PANIC_ENV: &str = "BLOATD_TEST_PANIC_FILE";
 const READY_TIMEOUT: Duration = Duration::from_secs(60);
 
 #[derive(Args)]
@@ -320,6 +323,9 @@ fn run_foreground(cfg: &Config) -> anyhow::Result<ExitCode> {
             None => "root only".into(),
         }
     );
+    core.arm_panic_give_back();
+    install_panic_hook();
+    let panic_file = std::env::var_os(TEST_PANIC_ENV).map(std::path::PathBuf::from);
     let core = Arc::new(Mutex::new(core));
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -335,6 +341,9 @@ fn run_foreground(cfg: &Config) -> anyhow::Result<ExitCode> {
                 t.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
                 loop {
                     t.tick().await;
+                    if panic_file.as_deref().is_some_and(Path::exists) {
+                        panic!("{TEST_PANIC_ENV}: panicking as asked");
+                    }
                     core.lock().unwrap().tick();
                 }
             }
@@ -379,6 +388,26 @@ fn run_foreground(cfg: &Config) -> anyhow::Result<ExitCode> {
     drop(lock);
     tracing::info!("bloatd stopped");
     result.map(|_| ExitCode::SUCCESS)
+}
+
+/// A panic in the daemon gives DRWA's windows back before the process goes:
+/// the message first (into the log), then, with the kept capabilities
+/// raised (entering other namespaces needs CAP_SYS_ADMIN), every clamp
+/// back and the pin removed, then the process exits (101, as an uncaught
+/// panic does), wherever the panic happened: a daemon in an unknown state
+/// does not go on acting on the kernel. `Restart=on-failure` starts a new
+/// one.
+fn install_panic_hook() {
+    let previous = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        previous(info);
+        if let Some(g) = crate::probes::policy::GiveBack::for_panic() {
+            caps::raise_for_stop();
+            let n = g.all();
+            eprintln!("bloatd: after the panic, gave back {n} receive windows DRWA had clamped");
+        }
+        std::process::exit(101);
+    }));
 }
 
 type Setup = (

@@ -1,5 +1,6 @@
 //! `bloatd stop`: SIGTERM to the daemon, and wait until it has let go of
-//! everything it attached.
+//! everything it attached. With no daemon running, it gives back the DRWA
+//! window clamps a daemon that did not stop left behind (probes/policy.rs).
 
 use super::EXIT_NOT_RUNNING;
 use crate::config::Config;
@@ -74,6 +75,7 @@ pub fn run(cfg: &Config) -> anyhow::Result<ExitCode> {
     let pid = match lock_state(&cfg.run_dir)? {
         (LockState::Free, _) => {
             println!("bloatd is not running");
+            give_back_left(cfg);
             return Ok(ExitCode::from(EXIT_NOT_RUNNING));
         }
         (LockState::NoAccess, _) => {
@@ -99,5 +101,30 @@ pub fn run(cfg: &Config) -> anyhow::Result<ExitCode> {
         }
         std::thread::sleep(Duration::from_millis(50));
     }
-    anyhow::bail!("bloatd (pid {pid}) did not stop within 15 s; `kill -9 {pid}` is safe: the kernel detaches everything it attached")
+    anyhow::bail!(
+        "bloatd (pid {pid}) did not stop within 15 s. `kill -9 {pid}` ends it: {}; then `bloatd stop` or the next `bloatd start` gives them back",
+        CRASH_LEAVES
+    )
+}
+
+/// What a daemon that dies without stopping (kill -9, the OOM killer,
+/// systemd's stop timeout) leaves in the kernel: everything it attached is
+/// a link or a registration its descriptors held, which the kernel undoes,
+/// except these (README, "Operating bloatd").
+pub const CRASH_LEAVES: &str = "the kernel detaches its probes and sock_ops program and unregisters its congestion controls, but the receivers DRWA clamped keep their clamped window (what to give back stays pinned under /sys/fs/bpf/bloatd), connections keep the congestion control a rule gave them, and a namespace whose default is bloatd's algorithm keeps the killed one's until the next start adopts it";
+
+/// No daemon runs: give back what one that did not stop left clamped.
+fn give_back_left(cfg: &Config) {
+    let pin = crate::probes::policy::saved_pin(&cfg.run_dir);
+    match crate::probes::Probes::give_back_left(&pin) {
+        Ok(None) => {}
+        Ok(Some(n)) => println!(
+            "gave back {n} receive windows DRWA had clamped for a bloatd that did not stop (removed {})",
+            pin.display()
+        ),
+        Err(e) => eprintln!(
+            "bloatd: cannot give back the DRWA window clamps pinned at {}: {e}",
+            pin.display()
+        ),
+    }
 }

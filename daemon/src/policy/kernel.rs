@@ -148,8 +148,9 @@ pub fn socket_policy(rec: &BloatdSock, names: &[String]) -> Option<SocketPolicy>
                     clamp_segments: clamp.div_ceil(mss),
                     rcvd_per_rtt_bytes: p.drwa_rcvd_rtt,
                     rtt_us: p.drwa_rtt_us,
-                    floor_us: p.drwa_floor_us,
+                    min_rtt_us: p.drwa_base_us,
                     rounds: p.drwa_rounds,
+                    held: p.drwa_held,
                 }
             });
     let sp = SocketPolicy {
@@ -179,6 +180,8 @@ pub fn policy_counts(c: &BloatdPolicyCounts) -> PolicyCounts {
         drwa_rounds_total: total(policy_count::DRWA_ROUNDS),
         drwa_restored_total: total(policy_count::DRWA_RESTORED),
         drwa_failed_total: total(policy_count::DRWA_FAILED),
+        drwa_held_total: total(policy_count::DRWA_HELD),
+        drwa_recovered_total: total(policy_count::DRWA_RECOVERED),
         notsent_lowat_set_total: total(policy_count::LOWAT_SET),
         notsent_lowat_failed_total: total(policy_count::LOWAT_FAILED),
     }
@@ -194,23 +197,13 @@ pub fn lambda_x256(lambda: f64) -> u32 {
 /// the tests run the kernel's arithmetic.
 #[cfg(test)]
 mod c {
+    use crate::probes::abi::{BloatdDrwaSaved, BloatdPolicySock, DrwaMeasure};
     use bloatd_bpf_testing as _;
-
     extern "C" {
-        pub fn bloatd_drwa_window(
-            cwnd_est: u32,
-            floor_us: u32,
-            rtt_us: u32,
-            lambda_x256: u32,
-            min_bytes: u32,
-            resolution_us: u32,
-        ) -> u32;
-        pub fn bloatd_drwa_restore_clamp(
-            orig: u32,
-            now: u32,
-            rcvbuf: u32,
-            scaling_ratio: u32,
-        ) -> u32;
+        pub fn bloatd_drwa_round(p: *mut BloatdPolicySock, m: *const DrwaMeasure, prev: u32)
+            -> u32;
+        pub fn bloatd_drwa_give_back(sv: *const BloatdDrwaSaved, rcvbuf: u32, ratio: u32) -> u32;
+        pub fn bloatd_drwa_saw_clamp(sv: *mut BloatdDrwaSaved, clamp_now: u32, rcvbuf: u32);
         pub fn bloatd_policy_ports_match(
             r: *const super::BloatdPolicyRule,
             sport: u16,
@@ -222,6 +215,7 @@ mod c {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::probes::abi::{BloatdDrwaSaved, BloatdPolicySock, DrwaMeasure};
 
     fn rule(toml: &str) -> Rule {
         super::super::rules::rule_from_table(&toml.parse::<toml::Table>().unwrap()).unwrap()
@@ -247,68 +241,302 @@ mod tests {
             (policy_flag::BULK_DONE | policy_flag::DRWA_CLAMPED | policy_flag::DRWA_ARMED) as u8;
         rec.pol.drwa_clamp = 10_500;
         rec.pol.drwa_rounds = 3;
+        rec.pol.drwa_base_us = 40_000;
+        rec.pol.drwa_held = 2;
         let p = socket_policy(&rec, &names).unwrap();
         assert_eq!((p.chose_cc(), p.mark().as_str()), (Some("bulk"), "BD"));
         let d = p.drwa.unwrap();
         assert_eq!(
-            (d.by.as_str(), d.clamp_bytes, d.clamp_segments),
-            ("switch", 10_500, 11)
+            (
+                d.by.as_str(),
+                d.clamp_bytes,
+                d.clamp_segments,
+                d.min_rtt_us,
+                d.held
+            ),
+            ("switch", 10_500, 11, 40_000, 2)
         );
     }
 
+    const LAMBDA3: u32 = 768;
+
+    /// One round of `drwa_round` as the kernel runs it.
+    fn round(p: &mut BloatdPolicySock, rcvd: u64, dur_us: u32, rtt_us: u32, prev: u32) -> u32 {
+        let m = DrwaMeasure {
+            rcvd,
+            dur_us,
+            rtt_us,
+            low_us: rtt_us,
+            min_bytes: 2_896,
+            resolution_us: 0,
+            lambda_x256: LAMBDA3,
+            ..Default::default()
+        };
+        // SAFETY: pure C over the two structs.
+        unsafe { c::bloatd_drwa_round(p, &m, prev) }
+    }
+
     #[test]
-    fn drwa_window_is_the_papers() {
-        // SAFETY: pure C functions of plain integers.
+    fn drwa_round_is_the_papers_window() {
+        // lambda x RTT_min / RTT_est x cwnd_est = lambda x RTT_min x rate.
+        let sock = |min| BloatdPolicySock {
+            drwa_min_us: min,
+            ..Default::default()
+        };
+        // No queue (RTT at the minimum): lambda x what arrived.
+        assert_eq!(
+            round(&mut sock(80_000), 100_000, 80_000, 80_000, 0),
+            300_000
+        );
+        // A queue of 2 minima (RTT = 3 x min): the window holds.
+        assert_eq!(
+            round(&mut sock(80_000), 300_000, 240_000, 240_000, 300_000),
+            300_000
+        );
+        // A deep queue: one round lands on lambda x the BDP (16 Mbit/s x
+        // 80 ms = 160 kB), whatever the window was.
+        assert_eq!(
+            round(&mut sock(80_000), 1_000_000, 500_000, 500_000, 0),
+            480_000
+        );
+        // Never below the floor of 2 segments.
+        assert_eq!(round(&mut sock(80_000), 1_000, 960_000, 960_000, 0), 2_896);
+        // Below the target an application-limited round (a short response,
+        // 3 kB in an RTT) does not shut the window it had.
+        assert_eq!(
+            round(&mut sock(80_000), 3_000, 80_000, 80_000, 300_000),
+            300_000
+        );
+        // A round longer than its RTT counts its data per RTT.
+        assert_eq!(
+            round(&mut sock(80_000), 200_000, 160_000, 80_000, 0),
+            300_000
+        );
+        // The minimum is the connection's own: a sample below it lowers it.
+        let mut p = sock(0);
+        round(&mut p, 100_000, 90_000, 90_000, 0);
+        assert_eq!((p.drwa_min_us, p.drwa_base_us), (90_000, 90_000));
+    }
+
+    #[test]
+    fn millisecond_timestamps_count_a_lan_minimum_at_their_resolution() {
+        let mut p = BloatdPolicySock {
+            drwa_min_us: 40,
+            ..Default::default()
+        };
+        let m = DrwaMeasure {
+            rcvd: 100_000,
+            dur_us: 500,
+            rtt_us: 500,
+            low_us: 500,
+            lambda_x256: LAMBDA3,
+            resolution_us: 1_000,
+            ..Default::default()
+        };
+        // SAFETY: pure C.
+        let w = unsafe { c::bloatd_drwa_round(&mut p, &m, 0) };
+        assert_eq!(w, 600_000, "a 40 us minimum against 500 us is no queue");
+    }
+
+    /// A window-limited bulk flow (CUBIC-like: its own window large, halved
+    /// on overflow) over a link of `rate` bytes/s with a `buffer`, one RTT
+    /// a step, its base RTT from `base_us(step)`. Returns the bytes each
+    /// step delivered and the flow's state; `drwa` off leaves the window
+    /// to the sender.
+    struct Link {
+        rate: f64,
+        buffer: f64,
+        cwnd: f64,
+    }
+
+    fn run_flow(
+        link: &mut Link,
+        steps: usize,
+        base_us: impl Fn(usize) -> f64,
+        drwa: Option<(&mut BloatdPolicySock, u32)>,
+    ) -> Vec<(f64, f64)> {
+        let mut out = Vec::new();
+        let mut clamp = 0u32;
+        let (mut p, lambda) = match drwa {
+            Some((p, l)) => (Some(p), l),
+            None => (None, 0),
+        };
+        for step in 0..steps {
+            let base = base_us(step) / 1e6;
+            let bdp = link.rate * base;
+            let w = if clamp > 0 {
+                link.cwnd.min(clamp as f64)
+            } else {
+                link.cwnd
+            };
+            let queue = (w - bdp).max(0.0);
+            if queue > link.buffer {
+                link.cwnd *= 0.7; // loss
+            } else if w >= link.cwnd {
+                link.cwnd += 1448.0 * (link.cwnd / 1448.0).sqrt(); // growing
+            }
+            let q = queue.min(link.buffer);
+            let rtt = base + q / link.rate;
+            let delivered = w.min(bdp + q);
+            out.push((delivered, rtt));
+            if let Some(p) = p.as_deref_mut() {
+                let m = DrwaMeasure {
+                    rcvd: delivered as u64,
+                    dur_us: (rtt * 1e6) as u32,
+                    rtt_us: (rtt * 1e6) as u32,
+                    low_us: (rtt * 1e6) as u32,
+                    min_bytes: 2_896,
+                    resolution_us: 0,
+                    lambda_x256: lambda,
+                    ..Default::default()
+                };
+                // SAFETY: pure C.
+                clamp = unsafe { c::bloatd_drwa_round(p, &m, clamp) };
+            }
+        }
+        out
+    }
+
+    fn goodput(rounds: &[(f64, f64)]) -> f64 {
+        let bytes: f64 = rounds.iter().map(|r| r.0).sum();
+        let secs: f64 = rounds.iter().map(|r| r.1).sum();
+        bytes / secs
+    }
+
+    /// Over `secs` of rounds from `from`.
+    fn goodput_for(rounds: &[(f64, f64)], from: usize, secs: f64) -> f64 {
+        let mut t = 0.0;
+        let mut n = from;
+        while n < rounds.len() && t < secs {
+            t += rounds[n].1;
+            n += 1;
+        }
+        goodput(&rounds[from..n])
+    }
+
+    #[test]
+    fn drwa_keeps_a_flow_whose_path_got_longer_at_its_rate() {
+        // 8 Mbit/s, 1.5 MB buffer, base RTT 40 ms, then 200 ms (a phone
+        // from LTE to 3G on the same interface): with the 40 ms minimum
+        // lambda x min / RTT = 0.6 a round, and the paper's window would
+        // shrink to 2 segments for as long as the connection lives.
+        let base = |s: usize| if s < 100 { 40_000.0 } else { 200_000.0 };
+        let link = || Link {
+            rate: 1e6,
+            buffer: 1.5e6,
+            cwnd: 14_480.0,
+        };
+        let off = run_flow(&mut link(), 200, base, None);
+        for lambda in [512, LAMBDA3] {
+            let mut p = BloatdPolicySock::default();
+            let on = run_flow(&mut link(), 200, base, Some((&mut p, lambda)));
+            let (g_on, g_off) = (goodput_for(&on, 100, 16.0), goodput_for(&off, 100, 16.0));
+            assert!(
+                g_on >= 0.9 * g_off,
+                "lambda {lambda}: {g_on:.0} B/s with DRWA against {g_off:.0} without"
+            );
+            assert!(
+                p.drwa_held >= 1,
+                "the cut that drained nothing was taken back"
+            );
+            // And before the change DRWA did its job: the RTT near lambda x 40 ms.
+            let rtt_before = on[90].1;
+            assert!(rtt_before < 0.15, "RTT {rtt_before} s with DRWA at 40 ms");
+        }
+    }
+
+    #[test]
+    fn drwa_drains_a_real_queue_and_keeps_the_link_full() {
+        // 16 Mbit/s, 80 ms, 1 MB: CUBIC fills the buffer, then DRWA.
+        let mut link = Link {
+            rate: 2e6,
+            buffer: 1e6,
+            cwnd: 1.1e6,
+        };
+        let mut p = BloatdPolicySock {
+            drwa_min_us: 80_000,
+            ..Default::default()
+        };
+        let on = run_flow(&mut link, 60, |_| 80_000.0, Some((&mut p, LAMBDA3)));
+        let last = &on[40..];
+        let rtt = last.iter().map(|r| r.1).sum::<f64>() / last.len() as f64;
+        assert!(rtt <= 0.25, "RTT settles near lambda x 80 ms: {rtt}");
+        assert!(goodput(last) >= 0.95 * 2e6, "the link stays full");
+        assert_eq!(p.drwa_held, 0, "no cut was taken back");
+    }
+
+    #[test]
+    fn a_cut_that_drains_nothing_is_taken_back_and_the_minimum_tried_again() {
+        // The minimum is stale (40 ms, the path now 200 ms, no queue): the
+        // rate follows the window, the RTT stays.
+        let mut p = BloatdPolicySock {
+            drwa_min_us: 40_000,
+            ..Default::default()
+        };
+        let w1 = round(&mut p, 120_000, 200_000, 200_000, 120_000);
+        assert_eq!(w1, 72_000, "the paper cuts: 3 x 40 / 200");
+        let w2 = round(&mut p, 72_000, 200_000, 200_000, w1);
+        assert_eq!((p.drwa_held, p.drwa_base_us), (1, 200_000));
+        // Held at the RTT it has, the window back to what carried the best
+        // recent rate (600 kB/s, an eighth forgotten): 3 x 0.2 s x 525 kB/s.
+        assert_eq!(w2, 315_000, "the cut taken back");
+        assert_eq!(p.drwa_retry, 16);
+        for _ in 0..15 {
+            round(&mut p, 200_000, 200_000, 200_000, 216_000);
+        }
+        assert_eq!(p.drwa_base_us, 200_000);
+        round(&mut p, 200_000, 200_000, 200_000, 216_000);
+        assert_eq!(
+            (p.drwa_base_us, p.drwa_retry),
+            (40_000, 0),
+            "its own minimum, tried again"
+        );
+        // It fails again: held twice as long.
+        round(&mut p, 200_000, 200_000, 200_000, 216_000);
+        round(&mut p, 120_000, 200_000, 200_000, 120_000);
+        assert_eq!((p.drwa_held, p.drwa_retry, p.drwa_fails), (2, 32, 2));
+    }
+
+    #[test]
+    fn lambda_of_two_grows_the_window_as_fast_as_slow_start() {
+        let mut p = BloatdPolicySock {
+            drwa_min_us: 80_000,
+            ..Default::default()
+        };
+        let m = DrwaMeasure {
+            rcvd: 100_000,
+            dur_us: 80_000,
+            rtt_us: 80_000,
+            low_us: 80_000,
+            lambda_x256: 512,
+            ..Default::default()
+        };
+        // SAFETY: pure C.
+        assert_eq!(unsafe { c::bloatd_drwa_round(&mut p, &m, 0) }, 200_000);
+    }
+
+    #[test]
+    fn drwa_gives_back_exactly_what_it_found() {
+        let mut sv = BloatdDrwaSaved {
+            orig_clamp: 32_768,
+            orig_rcvbuf: 262_144,
+            clamp: 20_000,
+            rcvbuf: 262_144,
+        };
+        // SAFETY: pure C over a plain struct.
         unsafe {
-            // No queue (RTT at the floor): lambda x what arrived.
-            assert_eq!(
-                c::bloatd_drwa_window(100_000, 80_000, 80_000, 768, 5_000, 0),
-                300_000
-            );
-            // A queue of 2 floors (RTT = 3 x floor): the window holds.
-            assert_eq!(
-                c::bloatd_drwa_window(300_000, 80_000, 240_000, 768, 5_000, 0),
-                300_000
-            );
-            // A deep queue shrinks it, never below the minimum.
-            assert_eq!(
-                c::bloatd_drwa_window(300_000, 80_000, 960_000, 768, 5_000, 0),
-                75_000
-            );
-            assert_eq!(
-                c::bloatd_drwa_window(1_000, 80_000, 960_000, 768, 5_000, 0),
-                5_000
-            );
-            // A floor above the RTT (a stale floor) counts as the RTT.
-            assert_eq!(
-                c::bloatd_drwa_window(100_000, 90_000, 80_000, 768, 0, 0),
-                300_000
-            );
-            assert_eq!(c::bloatd_drwa_window(100_000, 80_000, 0, 768, 0, 0), 0);
-            // Millisecond timestamps on a LAN: a 40 us floor against an RTT
-            // that reads 500 us is no queue of 12 floors.
-            assert_eq!(
-                c::bloatd_drwa_window(100_000, 40, 500, 768, 0, 1000),
-                300_000
-            );
-            assert_eq!(c::bloatd_drwa_window(100_000, 40, 500, 768, 0, 0), 24_000);
-            // A window-limited sender delivers its window per RTT: from any
-            // queue, one round lands on lambda x the BDP (16 Mbit/s x 80 ms
-            // = 160 kB): a 400 kB window, 200 ms RTT.
-            assert_eq!(
-                c::bloatd_drwa_window(400_000, 80_000, 200_000, 768, 0, 0),
-                480_000
-            );
-            assert_eq!(
-                c::bloatd_drwa_window(1_000_000, 80_000, 500_000, 768, 0, 0),
-                480_000
-            );
-            // Given back: what autotuning made of the buffer, not less than before.
-            assert_eq!(
-                c::bloatd_drwa_restore_clamp(65_535, 20_000, 6_291_456, 128),
-                3_145_728
-            );
-            assert_eq!(c::bloatd_drwa_restore_clamp(65_535, 20_000, 0, 0), 65_535);
+            // An application's clamp, the buffer as it was: exactly that.
+            assert_eq!(c::bloatd_drwa_give_back(&sv, 262_144, 128), 32_768);
+            // Autotuning grew the buffer: the kernel would have moved the
+            // clamp with it (tcp_win_from_space).
+            assert_eq!(c::bloatd_drwa_give_back(&sv, 6_291_456, 128), 3_145_728);
+            // The application set another clamp while DRWA held its own:
+            // that is what it gets back.
+            c::bloatd_drwa_saw_clamp(&mut sv, 16_384, 262_144);
+            assert_eq!(c::bloatd_drwa_give_back(&sv, 262_144, 128), 16_384);
+            // Autotuning's clamp (the buffer grew) is not the application's.
+            c::bloatd_drwa_saw_clamp(&mut sv, 500_000, 1_000_000);
+            assert_eq!(sv.orig_clamp, 16_384);
         }
     }
 

@@ -208,6 +208,13 @@ pub fn describe_actions(r: &Rule) -> String {
     s.join(" + ")
 }
 
+/// DRWA's smallest lambda. With no queue the window grows by lambda x
+/// RTT_min / RTT a round (bpf/policy.h, drwa_round), and RTT_min is never
+/// above the RTT: at 1 the window can only shrink, and below 2 it grows
+/// more slowly than a sender in slow start, which doubles its window each
+/// RTT, so DRWA would hold back a connection that builds no queue.
+pub const DRWA_LAMBDA_MIN: f64 = 2.0;
+
 /// The checks that need nothing from the system: every rule well formed,
 /// names unique, no rule shadowed by an earlier one.
 pub fn validate(rules: &[Rule], drwa_lambda: f64, drwa_min_bytes: u64) -> Result<(), String> {
@@ -217,9 +224,9 @@ pub fn validate(rules: &[Rule], drwa_lambda: f64, drwa_min_bytes: u64) -> Result
             rules.len()
         ));
     }
-    if !(1.0..=16.0).contains(&drwa_lambda) {
+    if !(DRWA_LAMBDA_MIN..=16.0).contains(&drwa_lambda) {
         return Err(format!(
-            "drwa_lambda = {drwa_lambda} is out of range (1.0..=16.0; the paper's is 3)"
+            "drwa_lambda = {drwa_lambda} is out of range ({DRWA_LAMBDA_MIN:.1}..=16.0; the paper's is 3): below 2 a window with no queue behind it grows more slowly than the sender's slow start, and at 1 it can never grow"
         ));
     }
     if drwa_min_bytes > 1 << 40 {
@@ -386,6 +393,20 @@ mod tests {
         let e = parse_flag("dport=http,cc=cubic").unwrap_err();
         assert!(e.contains("`dport` must be"), "{e}");
         assert!(parse_flag("cc").unwrap_err().contains("KEY=VALUE"));
+    }
+
+    #[test]
+    fn lambda_below_two_is_refused_with_the_reason() {
+        for bad in [1.0, 1.5, 1.99, 16.5] {
+            let e = validate(&[], bad, 65_536).unwrap_err();
+            assert!(e.contains("out of range (2.0..=16.0"), "{e}");
+        }
+        assert!(validate(&[], 1.0, 65_536)
+            .unwrap_err()
+            .contains("can never grow"));
+        for good in [2.0, 3.0, 16.0] {
+            assert!(validate(&[], good, 65_536).is_ok());
+        }
     }
 
     #[test]

@@ -41,5 +41,6 @@ unsafe impl aya::Pod for BloatdBottleneck {}
 unsafe impl aya::Pod for BloatdPolicyRule {}
 unsafe impl aya::Pod for BloatdPolicyCtl {}
 unsafe impl aya::Pod for BloatdPolicyCounts {}
+unsafe impl aya::Pod for BloatdDrwaSaved {}
 unsafe impl aya::Pod for BloatdSvcKey {}
 unsafe impl aya::Pod for BloatdSvcStats {}

@@ -145,3 +145,26 @@ impl Slots {
             .collect())
     }
 }
+
+/// bpf_map_update_elem on a map fd, without a map object: for the panic
+/// hook, which must not wait for the lock of the map's owner.
+pub fn map_update<K, V>(map: BorrowedFd<'_>, key: &K, value: &V) -> io::Result<()> {
+    // SAFETY: all-zero is a valid bpf_attr.
+    let mut attr: bpf_attr = unsafe { std::mem::zeroed() };
+    attr.__bindgen_anon_2.map_fd = map.as_raw_fd() as u32;
+    attr.__bindgen_anon_2.key = key as *const K as u64;
+    attr.__bindgen_anon_2.__bindgen_anon_1.value = value as *const V as u64;
+    // SAFETY: attr points at a key and a value of the map's sizes.
+    let ret = unsafe {
+        libc::syscall(
+            libc::SYS_bpf,
+            bpf_cmd::BPF_MAP_UPDATE_ELEM as libc::c_int,
+            &mut attr as *mut bpf_attr,
+            std::mem::size_of::<bpf_attr>() as libc::c_uint,
+        )
+    };
+    if ret < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}

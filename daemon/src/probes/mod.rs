@@ -145,7 +145,7 @@ impl Drop for Probes {
         let left = self.policy.release_windows(Duration::from_secs(2));
         if left > 0 {
             tracing::warn!(
-                "{left} idle receivers keep DRWA's window clamp until their buffer grows"
+                "{left} receivers keep DRWA's window clamp for their life: bloatd could not enter their network namespace (no process or /run/netns name holds it)"
             );
         }
     }
@@ -398,7 +398,12 @@ impl Probes {
         crate::kernel::check_core(&btf)?;
         let kernel = crate::kernel::Kernel::detect(&btf);
         let interval_ns = cfg.interval.as_nanos() as u64;
-        let mut ebpf = EbpfLoader::new()
+        let mut loader = EbpfLoader::new();
+        if let Some(pin) = &cfg.policy.saved_pin {
+            // A map a daemon that did not stop left there is reused.
+            loader.map_pin_path(policy::SAVED_MAP, pin.as_path());
+        }
+        let mut ebpf = loader
             .btf(Some(&btf))
             .override_global("sample_interval_ns", &interval_ns, true)
             .override_global("map_capacity", &(cfg.map_capacity as u64), true)
@@ -503,6 +508,18 @@ impl Probes {
         };
         // The rules are in their map before the program that reads them runs.
         let mut policy_maps = policy::PolicyMaps::load(&mut ebpf, &cfg.policy)?;
+        if cfg.policy.drwa_armed || cfg.policy.saved_pin.is_some() {
+            let it = iter_unbound(&mut ebpf, &btf, "restore_windows", "tcp")?;
+            policy_maps.set_restore(it, cfg.policy.saved_pin.clone())?;
+            // What a daemon that did not stop left clamped goes back before
+            // this one's program sees a socket.
+            let recovered = policy_maps.give_back_left();
+            if recovered > 0 {
+                tracing::warn!(
+                    "gave back {recovered} receive windows a bloatd that did not stop had left clamped by DRWA"
+                );
+            }
+        }
         let sockops_error = attach_sock_ops(&mut ebpf).err();
         if let (Some(e), true) = (
             &sockops_error,
@@ -537,10 +554,6 @@ impl Probes {
         let floors_count =
             iter_attach(&mut ebpf, &btf, "count_floors", "bpf_map_elem", &floors_map)?;
 
-        if cfg.policy.drwa_armed {
-            let it = iter_unbound(&mut ebpf, &btf, "restore_windows", "tcp")?;
-            policy_maps.set_restore(it);
-        }
         let mut probes = Probes {
             ebpf,
             ring,
@@ -568,6 +581,29 @@ impl Probes {
         };
         probes.seed(&btf)?;
         Ok(probes)
+    }
+
+    /// `bloatd stop` with no daemon running: give back the windows a daemon
+    /// that did not stop left clamped in the map pinned at `pin`, then
+    /// remove the pin. Loads only the restore iterator. None: nothing there.
+    pub fn give_back_left(pin: &std::path::Path) -> Result<Option<u64>, ProbeError> {
+        if !policy::pinned_usable(pin) {
+            return Ok(None);
+        }
+        preflight()?;
+        let btf = Btf::from_sys_fs().map_err(|_| ProbeError::NoBtf)?;
+        let mut ebpf = EbpfLoader::new()
+            .btf(Some(&btf))
+            .map_pin_path(policy::SAVED_MAP, pin)
+            .map_max_entries("dump", 1)
+            .load(OBJECT)
+            .map_err(|e| ProbeError::Object(errstr(e)))?;
+        let it = iter_unbound(&mut ebpf, &btf, "restore_windows", "tcp")?;
+        let mut maps = policy::PolicyMaps::load(&mut ebpf, &policy::PolicyConfig::default())?;
+        maps.set_restore(it, Some(pin.to_path_buf()))?;
+        let n = maps.give_back_left();
+        policy::unpin(pin);
+        Ok(Some(n))
     }
 
     /// What exists before start: the TCP iterator records every socket of

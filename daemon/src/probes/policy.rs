@@ -1,13 +1,31 @@
 //! The policy's maps (bpf/policy_ops.h): the rules the sock_ops program
-//! applies, the live switches (DRWA on/off, stopping), and its counters.
+//! applies, the live switches (DRWA on/off, stopping), its counters, and
+//! what DRWA must give back.
+//!
+//! What DRWA found on each socket before it clamped it lives in the socket
+//! storage `drwa_saved`, which the daemon pins under bpffs
+//! ([`saved_pin`]): a daemon that dies without stopping (kill -9, a panic,
+//! the OOM killer, systemd's stop timeout) leaves it behind, and the next
+//! `bloatd start` or `bloatd stop` gives every window back with the TCP
+//! iterator `restore_windows`, then removes the pin. A panic gives them
+//! back on its way out ([`GiveBack`], the daemon's panic hook).
 
 use super::abi::{policy_count, BloatdPolicyCounts, BloatdPolicyCtl, BloatdPolicyRule};
-use super::map_iter::MapIter;
+use super::map_iter::{map_update, MapIter};
 use super::{errstr, ProbeError};
-use aya::maps::{Array, MapData};
+use aya::maps::{Array, MapData, MapInfo, MapType};
 use aya::Ebpf;
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
+
+/// The BPF file system systemd mounts at boot.
+pub const BPFFS: &str = "/sys/fs/bpf";
+const BPF_FS_MAGIC: i64 = 0xcafe_4a11;
+/// The socket storage DRWA's restore state lives in (policy_ops.h).
+pub const SAVED_MAP: &str = "drwa_saved";
 
 /// What the probes are loaded with.
 #[derive(Clone, Debug, Default)]
@@ -21,15 +39,164 @@ pub struct PolicyConfig {
     pub drwa_on: bool,
     pub drwa_lambda_x256: u32,
     pub drwa_min_bytes: u64,
+    /// Where `drwa_saved` is pinned (reused if a daemon left it there);
+    /// None: not pinned (DRWA disabled and nothing left, or no bpffs).
+    pub saved_pin: Option<PathBuf>,
+}
+
+/// Where the daemon of `run_dir` pins `drwa_saved`: one directory per run
+/// directory (/run/bloatd: /sys/fs/bpf/bloatd/run_bloatd), so daemons of
+/// different run directories never give back each other's windows.
+pub fn saved_pin(run_dir: &Path) -> PathBuf {
+    let tag: String = run_dir
+        .to_string_lossy()
+        .trim_matches('/')
+        .chars()
+        .map(|c| if c == '/' { '_' } else { c })
+        .take(200)
+        .collect();
+    Path::new(BPFFS).join("bloatd").join(tag).join(SAVED_MAP)
+}
+
+fn is_bpffs(dir: &Path) -> bool {
+    let Ok(c) = std::ffi::CString::new(dir.as_os_str().as_encoded_bytes()) else {
+        return false;
+    };
+    // SAFETY: a valid path and a zeroed statfs to fill.
+    let mut st: libc::statfs = unsafe { std::mem::zeroed() };
+    (unsafe { libc::statfs(c.as_ptr(), &mut st) }) == 0 && st.f_type as i64 == BPF_FS_MAGIC
+}
+
+/// Make `pin`'s directory on bpffs, mounting the BPF file system at
+/// /sys/fs/bpf first where nothing is (systemd does at boot; a machine
+/// without it may have none). Err: why DRWA's clamps cannot be pinned.
+pub fn prepare_pin(pin: &Path) -> Result<(), String> {
+    let root = Path::new(BPFFS);
+    if !is_bpffs(root) {
+        let c = |s: &str| std::ffi::CString::new(s).unwrap();
+        // SAFETY: plain mount(2) with valid strings.
+        let r = unsafe {
+            libc::mount(
+                c("bpf").as_ptr(),
+                c(BPFFS).as_ptr(),
+                c("bpf").as_ptr(),
+                0,
+                c("mode=0700").as_ptr() as *const libc::c_void,
+            )
+        };
+        if r != 0 {
+            return Err(format!(
+                "no BPF file system at {BPFFS} and mounting one failed ({}): `mount -t bpf bpf {BPFFS}`",
+                std::io::Error::last_os_error()
+            ));
+        }
+        tracing::info!("mounted the BPF file system at {BPFFS} (for DRWA's crash-safe state)");
+    }
+    let dir = pin.parent().unwrap_or(root);
+    std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))
+}
+
+/// Is the map pinned at `pin` one this bloatd can read: socket storage of
+/// this version's record? A map of another layout is unpinned (its
+/// windows cannot be given back by this version), named in the log.
+pub fn pinned_usable(pin: &Path) -> bool {
+    if !pin.exists() {
+        return false;
+    }
+    let want = std::mem::size_of::<super::abi::BloatdDrwaSaved>() as u32;
+    match MapInfo::from_pin(pin) {
+        Ok(i) if matches!(i.map_type(), Ok(MapType::SkStorage)) && i.value_size() == want => true,
+        Ok(i) => {
+            tracing::warn!(
+                "{} holds a map of another bloatd version (value size {}, want {want}): its DRWA window clamps cannot be given back; removing it",
+                pin.display(),
+                i.value_size()
+            );
+            unpin(pin);
+            false
+        }
+        Err(e) => {
+            tracing::warn!("{}: {}; removing it", pin.display(), errstr(e));
+            unpin(pin);
+            false
+        }
+    }
+}
+
+/// Remove the pin and the directories it leaves empty.
+pub fn unpin(pin: &Path) {
+    match std::fs::remove_file(pin) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => tracing::warn!("cannot remove {}: {e}", pin.display()),
+    }
+    let mut dir = pin.parent();
+    while let Some(d) = dir {
+        if d == Path::new(BPFFS) || std::fs::remove_dir(d).is_err() {
+            break;
+        }
+        dir = d.parent();
+    }
+}
+
+/// Gives back every window DRWA clamps: the restore iterator in every
+/// network namespace, `stopping` set first so no ACK clamps again, then
+/// the pin removed. Shared with the daemon's panic hook, which holds it
+/// weakly (a panic may come while the engine is locked).
+pub struct GiveBack {
+    restore: MapIter,
+    /// policy_ctl, written directly: the hook cannot wait for a lock.
+    ctl: OwnedFd,
+    pin: Mutex<Option<PathBuf>>,
+    done: AtomicBool,
+}
+
+static PANIC_GIVE_BACK: Mutex<Option<Weak<GiveBack>>> = Mutex::new(None);
+
+impl GiveBack {
+    /// Every window DRWA clamps in the namespaces this process can enter;
+    /// returns how many.
+    pub fn windows(&self) -> u64 {
+        restore_in_every_netns(&self.restore)
+    }
+
+    /// The last thing before the process ends (a stop, a panic): DRWA off
+    /// for good, every window back, the pin gone. Runs once.
+    pub fn all(&self) -> u64 {
+        if self.done.swap(true, Ordering::SeqCst) {
+            return 0;
+        }
+        let stop = BloatdPolicyCtl {
+            drwa_on: 0,
+            stopping: 1,
+        };
+        if let Err(e) = map_update(self.ctl.as_fd(), &0u32, &stop) {
+            tracing::warn!("setting DRWA's stop switch: {e}");
+        }
+        let n = self.windows();
+        if let Some(pin) = self.pin.lock().unwrap_or_else(|e| e.into_inner()).take() {
+            unpin(&pin);
+        }
+        n
+    }
+
+    /// The give-back a panic runs (cmd/start.rs, the panic hook), if the
+    /// daemon has one: DRWA armed, the engine alive.
+    pub fn for_panic() -> Option<Arc<GiveBack>> {
+        PANIC_GIVE_BACK.lock().ok()?.as_ref()?.upgrade()
+    }
 }
 
 pub struct PolicyMaps {
     rules: Array<MapData, BloatdPolicyRule>,
     ctl: Array<MapData, BloatdPolicyCtl>,
+    /// Another descriptor of policy_ctl, for [`GiveBack`].
+    ctl_fd: OwnedFd,
     counts: Array<MapData, BloatdPolicyCounts>,
     armed: bool,
-    /// iter/tcp `restore_windows`: gives idle receivers their windows back.
-    restore: Option<MapIter>,
+    /// iter/tcp `restore_windows`: gives windows back (idle receivers at
+    /// stop, what a daemon that did not stop left).
+    give_back: Option<Arc<GiveBack>>,
 }
 
 fn map_err(map: &'static str) -> impl Fn(aya::maps::MapError) -> ProbeError {
@@ -47,12 +214,25 @@ impl PolicyMaps {
             ebpf.take_map(name)
                 .ok_or_else(|| ProbeError::Object(format!("map {name} missing from object")))
         };
+        let ctl = take("policy_ctl")?;
+        let aya::maps::Map::Array(ctl_data) = &ctl else {
+            return Err(ProbeError::Object("map policy_ctl is not an array".into()));
+        };
+        let ctl_fd = ctl_data
+            .fd()
+            .as_fd()
+            .try_clone_to_owned()
+            .map_err(|e| ProbeError::Map {
+                map: "policy_ctl",
+                detail: e.to_string(),
+            })?;
         let mut maps = PolicyMaps {
             rules: Array::try_from(take("policy_rules")?).map_err(map_err("policy_rules"))?,
-            ctl: Array::try_from(take("policy_ctl")?).map_err(map_err("policy_ctl"))?,
+            ctl: Array::try_from(ctl).map_err(map_err("policy_ctl"))?,
+            ctl_fd,
             counts: Array::try_from(take("policy_counts")?).map_err(map_err("policy_counts"))?,
             armed: cfg.drwa_armed,
-            restore: None,
+            give_back: None,
         };
         for (i, r) in cfg.rules.iter().enumerate() {
             maps.rules
@@ -63,9 +243,46 @@ impl PolicyMaps {
         Ok(maps)
     }
 
-    /// The iterator that restores windows in one network namespace.
-    pub fn set_restore(&mut self, it: MapIter) {
-        self.restore = Some(it);
+    /// The iterator that restores windows, and the pin it empties.
+    pub fn set_restore(&mut self, it: MapIter, pin: Option<PathBuf>) -> Result<(), ProbeError> {
+        let ctl = self.ctl_fd.try_clone().map_err(|e| ProbeError::Map {
+            map: "policy_ctl",
+            detail: e.to_string(),
+        })?;
+        self.give_back = Some(Arc::new(GiveBack {
+            restore: it,
+            ctl,
+            pin: Mutex::new(pin),
+            done: AtomicBool::new(false),
+        }));
+        Ok(())
+    }
+
+    /// Give back what a daemon that did not stop left pinned, before the
+    /// sock_ops program is attached; then, if DRWA is not armed, the pin
+    /// goes. Returns how many windows.
+    pub fn give_back_left(&mut self) -> u64 {
+        let Some(g) = &self.give_back else { return 0 };
+        let n = g.windows();
+        if !self.armed {
+            if let Some(pin) = g.pin.lock().unwrap_or_else(|e| e.into_inner()).take() {
+                unpin(&pin);
+            }
+        }
+        n
+    }
+
+    /// Where `drwa_saved` is pinned now, if it is.
+    pub fn saved_pin(&self) -> Option<PathBuf> {
+        let g = self.give_back.as_ref()?;
+        g.pin.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// From now on a panic gives the windows back (cmd/start.rs).
+    pub fn arm_panic_give_back(&self) {
+        if let (Some(g), Ok(mut slot)) = (&self.give_back, PANIC_GIVE_BACK.lock()) {
+            *slot = Some(Arc::downgrade(g));
+        }
     }
 
     fn ctl(&self) -> Result<BloatdPolicyCtl, ProbeError> {
@@ -103,8 +320,8 @@ impl PolicyMaps {
     /// its window back at its next ACK (`stopping`), so wait until none is
     /// clamped, at most `timeout`; then the TCP iterator restores the rest
     /// (receivers that sent no ACK meanwhile) in every network namespace
-    /// it can enter. Returns how many are still clamped (sockets of a
-    /// namespace no process or /run/netns holds).
+    /// it can enter, and the pin goes. Returns how many are still clamped
+    /// (sockets of a namespace no process or /run/netns holds).
     pub fn release_windows(&mut self, timeout: Duration) -> i64 {
         if !self.armed {
             return 0;
@@ -121,10 +338,8 @@ impl PolicyMaps {
         while clamped(self) > 0 && Instant::now() < deadline {
             std::thread::sleep(Duration::from_millis(20));
         }
-        if clamped(self) > 0 {
-            if let Some(it) = &self.restore {
-                restore_in_every_netns(it);
-            }
+        if let Some(g) = &self.give_back {
+            g.all();
         }
         clamped(self)
     }
@@ -132,24 +347,32 @@ impl PolicyMaps {
 
 /// Run the restore iterator in every network namespace: a TCP iterator
 /// walks the namespace of the thread that creates it, and setns changes
-/// only the calling thread, so a short-lived thread enters each in turn.
-fn restore_in_every_netns(it: &MapIter) {
+/// only the calling thread, so a short-lived thread enters each in turn
+/// (it inherits the caller's capabilities: setns needs CAP_SYS_ADMIN).
+/// Returns how many windows it gave back.
+fn restore_in_every_netns(it: &MapIter) -> u64 {
     let namespaces = bloatd_cc::network_namespaces();
     std::thread::scope(|scope| {
-        scope.spawn(|| {
-            for (label, _, f) in namespaces {
-                // SAFETY: f is an open nsfs file; setns changes this thread only.
-                if unsafe { libc::setns(f.as_raw_fd(), libc::CLONE_NEWNET) } != 0 {
-                    tracing::debug!(
-                        "restoring DRWA windows: cannot enter {label}: {}",
-                        std::io::Error::last_os_error()
-                    );
-                    continue;
+        scope
+            .spawn(|| {
+                let mut n = 0u64;
+                for (label, _, f) in namespaces {
+                    // SAFETY: f is an open nsfs file; setns changes this thread only.
+                    if unsafe { libc::setns(f.as_raw_fd(), libc::CLONE_NEWNET) } != 0 {
+                        tracing::warn!(
+                            "giving back DRWA windows: cannot enter {label}: {}",
+                            std::io::Error::last_os_error()
+                        );
+                        continue;
+                    }
+                    match it.read() {
+                        Ok(out) => n += (out.len() / 4) as u64,
+                        Err(e) => tracing::warn!("giving back DRWA windows in {label}: {e}"),
+                    }
                 }
-                if let Err(e) = it.read() {
-                    tracing::warn!("restoring DRWA windows in {label}: {e}");
-                }
-            }
-        });
-    });
+                n
+            })
+            .join()
+            .unwrap_or(0)
+    })
 }

@@ -39,6 +39,14 @@
  * forwarded, MTU-sized packets should be queued (topo.sh: offloads off,
  * FORWARD chain), and GSO packets are segmented before they reach us.
  *
+ * Changing the delay live (--delay-file FILE, then SIGHUP): the path's RTT
+ * grows or shrinks mid-transfer on the same interface and gateway, as when
+ * a phone falls back from LTE to 3G. The new delay applies to packets that
+ * arrive from then on; packets already held keep theirs. The FIFO stays the
+ * whole schedule: when the delay shrinks, a packet due before the one ahead
+ * of it waits for it (the delay falls over one old delay, never out of
+ * order).
+ *
  * Usage: delayline -d DELAY_MS [-q QUEUE] [-p PIDFILE] [-r PRIO]
  *        delayline --trace FILE [--buffer-bytes N | --buffer-packets N]
  *                  [-d DELAY_MS] [-q QUEUE] [-p PIDFILE] [-r PRIO]
@@ -94,6 +102,8 @@ static uint32_t opp_left;	/* bytes it can still carry */
 static uint64_t buf_bytes_max, buf_pkts_max;	/* 0: unlimited */
 static uint64_t queued_bytes;	/* arrived, not departed */
 static uint32_t dep_head;	/* first held packet not departed yet */
+
+static const char *delay_file;	/* --delay-file: the delay, re-read on SIGHUP */
 
 static struct held ring[RING_SIZE];
 static uint32_t ring_head, ring_tail;	/* free-running; index with % RING_SIZE */
@@ -444,6 +454,8 @@ static void usage(void)
 		"       delayline --trace FILE [--buffer-bytes N | --buffer-packets N] [-d MS] ...\n"
 		"       delayline -t SECONDS [-r PRIO]\n"
 		"  -d, --delay-ms MS   delay every queued packet by MS (fractions allowed)\n"
+		"  -D, --delay-file F  the delay in ms from the file F, read again on SIGHUP\n"
+		"                      (without it SIGHUP ends the program)\n"
 		"  --trace FILE        send through a link following FILE (Mahimahi format:\n"
 		"                      one 1500-byte opportunity per line, ms); -d then adds\n"
 		"                      a constant delay after the link (default 0)\n"
@@ -454,7 +466,22 @@ static void usage(void)
 		"  -p, --pidfile F     write our pid to F once the queue is bound\n"
 		"  -r, --rt PRIO       run SCHED_FIFO at PRIO (1-99) for timer accuracy\n"
 		"  -t, --timer-test S  no queue: measure this host's timer lateness for S seconds\n"
-		"signals: USR1 prints lateness statistics, USR2 resets them, TERM/INT exit\n");
+		"signals: USR1 prints lateness statistics, USR2 resets them, HUP re-reads\n"
+		"--delay-file, TERM/INT exit\n");
+}
+
+/* The delay in milliseconds from --delay-file (0..60000); -1 if unreadable. */
+static double read_delay_file(const char *path)
+{
+	FILE *f = fopen(path, "r");
+	double ms = -1;
+
+	if (!f)
+		return -1;
+	if (fscanf(f, "%lf", &ms) != 1 || ms < 0 || ms > 60000)
+		ms = -1;
+	fclose(f);
+	return ms;
 }
 
 static int write_pidfile(const char *path)
@@ -471,6 +498,7 @@ int main(int argc, char **argv)
 {
 	static const struct option opts[] = {
 		{ "delay-ms", required_argument, NULL, 'd' },
+		{ "delay-file", required_argument, NULL, 'D' },
 		{ "queue", required_argument, NULL, 'q' },
 		{ "pidfile", required_argument, NULL, 'p' },
 		{ "rt", required_argument, NULL, 'r' },
@@ -490,9 +518,17 @@ int main(int argc, char **argv)
 	sigset_t sigs;
 	char buf[65536] __attribute__((aligned));
 
-	while ((c = getopt_long(argc, argv, "d:q:p:r:t:h", opts, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, "d:D:q:p:r:t:h", opts, NULL)) != -1) {
 		switch (c) {
 		case 'd': delay_ms = strtod(optarg, NULL); break;
+		case 'D':
+			delay_file = optarg;
+			delay_ms = read_delay_file(optarg);
+			if (delay_ms < 0) {
+				fprintf(stderr, "delayline: %s: want a delay in ms (0..60000)\n", optarg);
+				return 2;
+			}
+			break;
 		case 'q': queue = (unsigned int)strtoul(optarg, NULL, 10); break;
 		case 'p': pidfile = optarg; break;
 		case 'r': rt_prio = atoi(optarg); break;
@@ -649,12 +685,23 @@ int main(int argc, char **argv)
 			int stop = 0;
 
 			while (read(sfd, &si, sizeof(si)) == sizeof(si)) {
-				if (si.ssi_signo == SIGUSR1)
+				if (si.ssi_signo == SIGUSR1) {
 					print_stats(queue);
-				else if (si.ssi_signo == SIGUSR2)
+				} else if (si.ssi_signo == SIGUSR2) {
 					memset(&st, 0, sizeof(st));
-				else
+				} else if (si.ssi_signo == SIGHUP && delay_file) {
+					double ms = read_delay_file(delay_file);
+
+					if (ms < 0) {
+						fprintf(stderr, "delayline: %s: want a delay in ms (0..60000); keeping %.3f ms\n",
+							delay_file, delay_ns / 1e6);
+						continue;
+					}
+					delay_ns = (uint64_t)(ms * 1e6 + 0.5);
+					fprintf(stderr, "delayline: delay now %.3f ms\n", ms);
+				} else {
 					stop = 1;
+				}
 			}
 			if (stop)
 				break;

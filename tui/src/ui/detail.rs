@@ -184,10 +184,15 @@ fn policy_fields(s: &Socket) -> Vec<Vec<Span<'static>>> {
                 format::bytes(d.rcvd_per_rtt_bytes as u64)
             ))]);
             fields.push(vec![Span::raw(format!(
-                "RTT {} floor {} · {} rounds",
+                "RTT {} min {} · {} rounds{}",
                 ms(d.rtt_us),
-                ms(d.floor_us),
-                d.rounds
+                ms(d.min_rtt_us),
+                d.rounds,
+                if d.held > 0 {
+                    format!(" · {} cuts taken back", d.held)
+                } else {
+                    String::new()
+                }
             ))]);
         }
     }
