@@ -68,7 +68,8 @@ integration-test:
 vm-test:
 	scripts/vm/run.sh
 
-## bench: probe cost, daemon CPU, throughput ratios (not a test)
+## bench: probe cost, daemon CPU, throughput ratios, this build beside the
+## previous one (BLOATD_BASELINE=BIN, else HEAD~1 built; not a test)
 bench: deps build
 	scripts/bench/run.sh
 

@@ -9,7 +9,7 @@ use bloatd_model::api::{
 use bloatd_model::{NetPath, ServiceView, Snapshot, SnapshotRequest, Socket};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
-use std::io::{Read, Write};
+use std::io::{BufRead, BufReader, Read, Write};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -60,6 +60,20 @@ impl Client {
         target: &str,
         body: Option<&str>,
     ) -> Result<String, ClientError> {
+        let mut out = Vec::new();
+        self.request_to(method, target, body, &mut out)?;
+        String::from_utf8(out).map_err(|e| ClientError::Malformed(e.to_string()))
+    }
+
+    /// The request, its answer's body written to `out` as it arrives (an
+    /// answer with every socket of a big server is tens of megabytes).
+    fn request_to(
+        &self,
+        method: &str,
+        target: &str,
+        body: Option<&str>,
+        out: &mut dyn Write,
+    ) -> Result<(), ClientError> {
         let io = |err| ClientError::Io {
             path: self.path.clone(),
             err,
@@ -73,12 +87,18 @@ impl Client {
             body.len()
         );
         s.write_all(req.as_bytes()).map_err(io)?;
-        let mut raw = Vec::new();
-        s.read_to_end(&mut raw).map_err(io)?;
-        let text = String::from_utf8_lossy(&raw);
-        let (head, rest) = text
-            .split_once("\r\n\r\n")
-            .ok_or_else(|| ClientError::Malformed("no header end".into()))?;
+        let mut r = BufReader::with_capacity(1 << 16, s);
+        let mut head = String::new();
+        loop {
+            let mut line = String::new();
+            if r.read_line(&mut line).map_err(io)? == 0 {
+                return Err(ClientError::Malformed("no header end".into()));
+            }
+            if line == "\r\n" {
+                break;
+            }
+            head.push_str(&line);
+        }
         let status: u16 = head
             .split_whitespace()
             .nth(1)
@@ -88,30 +108,20 @@ impl Client {
             let l = l.to_ascii_lowercase();
             l.starts_with("transfer-encoding:") && l.contains("chunked")
         });
-        let body = if chunked {
-            dechunk(rest)?
-        } else {
-            rest.to_string()
-        };
         if status != 200 {
+            let mut body = Vec::new();
+            copy_body(&mut r, chunked, &mut body)?;
             return Err(ClientError::Status {
                 status,
-                body: body.trim().to_string(),
+                body: String::from_utf8_lossy(&body).trim().to_string(),
             });
         }
-        Ok(body)
+        copy_body(&mut r, chunked, out)
     }
 
     /// `GET route?query`, the answer's body as it came.
     fn get_text(&self, route: &str, query: &impl Serialize) -> Result<String, ClientError> {
-        let query = serde_urlencoded::to_string(query)
-            .map_err(|e| ClientError::Malformed(e.to_string()))?;
-        let target = if query.is_empty() {
-            route.to_string()
-        } else {
-            format!("{route}?{query}")
-        };
-        self.request("GET", &target, None)
+        self.request("GET", &target(route, query)?, None)
     }
 
     fn get<T: DeserializeOwned>(
@@ -141,9 +151,10 @@ impl Client {
         self.get(route::SOCKETS, &SocketsQuery { all: all.into() })
     }
 
-    /// The same, as the daemon's JSON text.
-    pub fn sockets_json(&self, all: bool) -> Result<String, ClientError> {
-        self.get_text(route::SOCKETS, &SocketsQuery { all: all.into() })
+    /// The same, the daemon's JSON text written to `out` as it comes.
+    pub fn sockets_json_to(&self, all: bool, out: &mut dyn Write) -> Result<(), ClientError> {
+        let target = target(route::SOCKETS, &SocketsQuery { all: all.into() })?;
+        self.request_to("GET", &target, None, out)
     }
 
     /// What `bloatd top` draws (`fresh`: read from the kernel now).
@@ -203,6 +214,17 @@ impl Client {
     }
 }
 
+/// `route?query` (just `route` for an empty query).
+fn target(route: &str, query: &impl Serialize) -> Result<String, ClientError> {
+    let query =
+        serde_urlencoded::to_string(query).map_err(|e| ClientError::Malformed(e.to_string()))?;
+    Ok(if query.is_empty() {
+        route.to_string()
+    } else {
+        format!("{route}?{query}")
+    })
+}
+
 fn decode<T: DeserializeOwned>(body: &str) -> Result<T, ClientError> {
     serde_json::from_str(body).map_err(|e| ClientError::Malformed(e.to_string()))
 }
@@ -225,32 +247,43 @@ fn permission_hint(socket: &Path) -> String {
     }
 }
 
-fn dechunk(mut s: &str) -> Result<String, ClientError> {
-    let mut out = String::new();
+/// The body after the head: as it is, or dechunked (what hyper sends when
+/// the daemon streams an answer). The connection is closed after it.
+fn copy_body(r: &mut impl BufRead, chunked: bool, out: &mut dyn Write) -> Result<(), ClientError> {
+    let io = |err: std::io::Error| ClientError::Malformed(format!("reading the answer: {err}"));
+    if !chunked {
+        std::io::copy(r, out).map_err(io)?;
+        return Ok(());
+    }
     loop {
-        let (size, rest) = s
-            .split_once("\r\n")
-            .ok_or_else(|| ClientError::Malformed("bad chunk".into()))?;
+        let mut size = String::new();
+        r.read_line(&mut size).map_err(io)?;
         let n = usize::from_str_radix(size.trim(), 16)
             .map_err(|_| ClientError::Malformed("bad chunk size".into()))?;
         if n == 0 {
-            return Ok(out);
+            return Ok(());
         }
-        if rest.len() < n {
+        let copied = std::io::copy(&mut r.take(n as u64), out).map_err(io)?;
+        if copied < n as u64 {
             return Err(ClientError::Malformed("short chunk".into()));
         }
-        out.push_str(&rest[..n]);
-        s = rest[n..].trim_start_matches("\r\n");
+        let mut crlf = [0u8; 2];
+        r.read_exact(&mut crlf).map_err(io)?;
     }
 }
 
 #[cfg(test)]
 mod tests {
     #[test]
-    fn dechunk_joins_chunks() {
-        assert_eq!(
-            super::dechunk("3\r\nabc\r\n2\r\nde\r\n0\r\n\r\n").unwrap(),
-            "abcde"
+    fn chunks_are_joined() {
+        let mut out = Vec::new();
+        let mut r = &b"3\r\nabc\r\n2\r\nde\r\n0\r\n\r\n"[..];
+        super::copy_body(&mut r, true, &mut out).unwrap();
+        assert_eq!(out, b"abcde");
+        let mut r = &b"3\r\nab"[..];
+        assert!(
+            super::copy_body(&mut r, true, &mut Vec::new()).is_err(),
+            "short chunk"
         );
     }
 }

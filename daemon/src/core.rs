@@ -8,10 +8,11 @@ use crate::clock::Clock;
 use crate::config::Config;
 use crate::metrics::{Metrics, Scrape};
 use crate::probes::{abi, abi::stat, ProbeConfig, Probes};
-use crate::tracker::Tracker;
+use crate::tracker::{Rows, Tracker};
 use bloatd_model::api::{CcInfo, FloorEntry, Floors, Status};
 use bloatd_model::{FloorSource, Health, NetPath, Series, Snapshot, SnapshotRequest, Socket};
 use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// How long a dashboard counts as looking after its last snapshot, and an
@@ -30,6 +31,38 @@ const VIEWERS_MAX: usize = 128;
 const WATCH_MOST_QUEUED: usize = 32;
 const WATCH_EVERY: Duration = Duration::from_secs(1);
 const HOUSEKEEPING_EVERY: Duration = Duration::from_secs(10);
+/// Watching costs in proportion to what it shows: dashboards and series
+/// share one full read for at least a sampling interval, and for as long as
+/// it took (reading and making the rows) times this factor, so whatever
+/// the number of sockets the reads for watchers take at most about 1% of a
+/// core. The rows a dashboard draws are as old as that read (about a second
+/// with 10,000 busy sockets here), never older than WATCH_READ_MAX_AGE: past
+/// that a list stops looking live, so with 100,000 sockets watching costs
+/// more than 1% rather than showing rows half a minute old. The detail
+/// socket's series and the most queued sockets' come from the probes at
+/// every interval.
+const WATCH_READ_SHARE: u32 = 100;
+const WATCH_READ_MAX_AGE: Duration = Duration::from_secs(5);
+
+/// The last full read: when it started and what it cost.
+struct Reading {
+    started: Instant,
+    cost: Duration,
+}
+
+/// Every socket of one read as the dashboard's `Socket`s, made once per read
+/// for all the dashboards and requests that ask before the next.
+struct ViewRows {
+    read: u64,
+    rows: Arc<Vec<Socket>>,
+}
+
+/// Whether watchers need a new read, the last one being `age` old and
+/// having cost `cost`: not within a sampling interval, nor within
+/// WATCH_READ_SHARE times its cost, up to WATCH_READ_MAX_AGE.
+fn watch_read_due(age: Duration, cost: Duration, interval: Duration) -> bool {
+    age >= interval.max((cost * WATCH_READ_SHARE).min(WATCH_READ_MAX_AGE))
+}
 
 /// Why `GET /v1/series/{cookie}` has no answer.
 #[derive(Debug, thiserror::Error)]
@@ -52,7 +85,10 @@ pub struct Core {
     mode: &'static str,
     started_unix_ms: u64,
     /// When the tracker last read every record, if ever.
-    last_read: Option<Instant>,
+    last_read: Option<Reading>,
+    /// Full reads made so far (which read `view_rows` was made from).
+    reads: u64,
+    view_rows: Option<ViewRows>,
     /// Sockets watched for API series requests, until when.
     series_watch: HashMap<u64, Instant>,
     /// Each dashboard's detail socket, until when.
@@ -130,6 +166,8 @@ impl Core {
             mode,
             started_unix_ms: Clock::now().unix_ms,
             last_read: None,
+            reads: 0,
+            view_rows: None,
             series_watch: HashMap::new(),
             viewers: HashMap::new(),
             viewer_until: None,
@@ -144,23 +182,67 @@ impl Core {
     /// Read every record of the kernel, refreshed from its socket now, into
     /// the tracker, with the state of bloatd's congestion controls.
     fn read(&mut self) {
+        let started = Instant::now();
         match self.probes.read_all() {
-            Ok(recs) => self.tracker.refresh(recs),
+            Ok(recs) => {
+                let states = if self.cc.is_empty() {
+                    HashMap::new()
+                } else {
+                    self.cc.states()
+                };
+                self.tracker.refresh(recs, states);
+            }
             Err(e) => tracing::warn!("{e}"),
         }
-        if !self.cc.is_empty() {
-            self.tracker.set_cc_states(self.cc.states());
-        }
-        self.last_read = Some(Instant::now());
+        self.reads += 1;
+        self.last_read = Some(Reading {
+            started,
+            cost: started.elapsed(),
+        });
     }
 
-    /// Read again unless the last read is less than an interval old: a
-    /// dashboard refreshing faster than the probes sample sees nothing new.
+    /// Read again unless the last read is less than an interval old: one
+    /// full read per interval serves every request for sockets in it.
     fn read_if_stale(&mut self) {
         let interval = Duration::from_millis(self.cfg.interval_ms);
-        if self.last_read.is_none_or(|t| t.elapsed() >= interval) {
+        if self
+            .last_read
+            .as_ref()
+            .is_none_or(|r| r.started.elapsed() >= interval)
+        {
             self.read();
         }
+    }
+
+    /// Read for someone watching (dashboards, series) when the last read is
+    /// due (`watch_read_due`).
+    fn read_for_watchers(&mut self) {
+        let interval = Duration::from_millis(self.cfg.interval_ms);
+        let due = self
+            .last_read
+            .as_ref()
+            .is_none_or(|r| watch_read_due(r.started.elapsed(), r.cost, interval));
+        if due {
+            self.read();
+        }
+    }
+
+    /// Every socket of the last read as `Socket`s, shared by whoever asks
+    /// before the next read. Making them counts in the read's cost.
+    fn view_rows(&mut self) -> Arc<Vec<Socket>> {
+        if let Some(v) = self.view_rows.as_ref().filter(|v| v.read == self.reads) {
+            return v.rows.clone();
+        }
+        let t0 = Instant::now();
+        let rows = Arc::new(self.tracker.sockets(&Clock::now(), false));
+        if let Some(r) = self.last_read.as_mut() {
+            r.cost += t0.elapsed();
+        }
+        self.view_rows = Some(ViewRows {
+            read: self.reads,
+            rows: rows.clone(),
+        });
+        rows
     }
 
     /// Called every sampling interval: take in the watched sockets' samples;
@@ -274,15 +356,21 @@ impl Core {
     }
 
     /// Sockets with their numbers read from the kernel at most an interval
-    /// ago (not the last streamed sample), for `bloatd sockets` and scripts
-    /// comparing with `ss`. The one full read of each interval serves every
-    /// request of /v1/sockets, /v1/paths, /v1/services and /v1/policy that
-    /// comes in it: a read takes ~0.7 s at 100k sockets on the one-threaded
-    /// runtime, and a client asking in a loop would otherwise starve the
-    /// sampler and /metrics.
-    pub fn sockets(&mut self, all: bool) -> Vec<Socket> {
+    /// ago (`read_if_stale`; not the last streamed sample), for `bloatd
+    /// sockets` and scripts comparing with `ss`, to be turned into
+    /// `Socket`s as they are sent. The one full read of each interval serves
+    /// every request of /v1/sockets, /v1/paths, /v1/services and /v1/policy
+    /// that comes in it: a read takes ~0.3 s at 100k sockets on the
+    /// one-threaded runtime, and a client asking in a loop would otherwise
+    /// starve the sampler and /metrics.
+    pub fn socket_rows(&mut self, all: bool) -> Rows {
         self.read_if_stale();
-        self.tracker.sockets(&Clock::now(), all)
+        self.tracker.rows(&Clock::now(), all)
+    }
+
+    /// The same, all at once.
+    pub fn sockets(&mut self, all: bool) -> Vec<Socket> {
+        self.socket_rows(all).iter().collect()
     }
 
     /// Sockets grouped by path, worst queue first (`prefix`: by the
@@ -358,24 +446,39 @@ impl Core {
         }
     }
 
-    /// What the dashboard draws (`req`): the sockets as of the last read (at
-    /// most an interval old; `fresh`: read now), all of them or, with a
-    /// limit, the first rows in its sort order passing its filter with the
-    /// host's summary (`bloatd_model::select::select_rows`), plus the samples of
-    /// one socket newer than `since_ms`. A dashboard asking counts as
-    /// someone looking. Err: a bad sort key or filter.
+    /// What the dashboard draws (`req`): the sockets as of the last read
+    /// (`read_for_watchers`; `fresh`: read now), all of them or,
+    /// with a limit, the first rows in its sort order passing its filter
+    /// with the host's summary (`bloatd_model::select::select_rows`), plus
+    /// the samples of one socket newer than `since_ms`. A dashboard asking
+    /// counts as someone looking. Err: a bad sort key or filter.
     pub fn snapshot(
         &mut self,
         req: &SnapshotRequest,
         fresh: bool,
         viewer: Viewer,
     ) -> Result<Snapshot, String> {
+        let (mut snap, rows) = self.snapshot_parts(req, fresh, viewer)?;
+        if let Some(rows) = rows {
+            snap.sockets = rows.iter().collect();
+        }
+        Ok(snap)
+    }
+
+    /// The same, with every socket (no `limit`) left as `Rows` for the
+    /// caller to stream: the snapshot's `sockets` is then empty.
+    pub fn snapshot_parts(
+        &mut self,
+        req: &SnapshotRequest,
+        fresh: bool,
+        viewer: Viewer,
+    ) -> Result<(Snapshot, Option<Rows>), String> {
         let first_look = self.viewer_until.is_none_or(|t| t <= Instant::now());
         self.viewer_until = Some(Instant::now() + VIEWER_TTL);
         if fresh {
             self.read();
         } else {
-            self.read_if_stale();
+            self.read_for_watchers();
         }
         // Only a socket the daemon knows is watched: a cookie made up
         // would hold a place in the kernel's watch map for nothing.
@@ -386,23 +489,25 @@ impl Core {
         }
         let clock = Clock::now();
         let threshold_us = (self.cfg.bloat_threshold_ms * 1000).min(u32::MAX as u64) as u32;
-        let mut sockets = self.tracker.sockets(&clock, false);
-        let paths = if req.paths {
-            crate::paths::paths_of(&sockets, None)
-        } else {
-            Vec::new()
-        };
-        let services = if req.services {
-            crate::service::services_of(&sockets)
-        } else {
-            Vec::new()
-        };
-        let (mut summary, mut matched) = (None, None);
-        if req.limit.is_some() {
-            let (rows, n, s) = bloatd_model::select::select_rows(sockets, req, threshold_us)?;
-            (sockets, matched, summary) = (rows, Some(n), Some(s));
+        let (mut sockets, mut summary, mut matched, mut all) = (Vec::new(), None, None, None);
+        let (mut paths, mut services) = (Vec::new(), Vec::new());
+        if req.limit.is_some() || req.paths || req.services {
+            let rows = self.view_rows();
+            if req.paths {
+                paths = crate::paths::paths_of(&rows, None);
+            }
+            if req.services {
+                services = crate::service::services_of(&rows);
+            }
+            if req.limit.is_some() {
+                let (page, n, s) = bloatd_model::select::select_rows(&rows, req, threshold_us)?;
+                (sockets, matched, summary) = (page, Some(n), Some(s));
+            }
         }
-        Ok(Snapshot {
+        if req.limit.is_none() {
+            all = Some(self.tracker.rows(&clock, false));
+        }
+        let snap = Snapshot {
             summary,
             matched,
             taken_ms: clock.unix_ms,
@@ -418,7 +523,8 @@ impl Core {
             paths,
             policy: self.policy_state(),
             services,
-        })
+        };
+        Ok((snap, all))
     }
 
     /// One socket's samples newer than `since_ms` (API), and keep it watched
@@ -426,7 +532,7 @@ impl Core {
     /// socket (nothing is watched for it), or the API's share of the watch
     /// list is full.
     pub fn series(&mut self, cookie: u64, since_ms: u64) -> Result<Series, SeriesError> {
-        self.read_if_stale();
+        self.read_for_watchers();
         let series = self
             .tracker
             .series(cookie, since_ms)
@@ -665,5 +771,27 @@ impl Core {
             if enabled { "enabled" } else { "disabled" }
         );
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::watch_read_due;
+    use std::time::Duration;
+
+    #[test]
+    fn watchers_share_a_read_in_proportion_to_its_cost_up_to_a_bound() {
+        let ms = Duration::from_millis;
+        let interval = ms(100);
+        // A cheap read: every interval, as before.
+        assert!(!watch_read_due(ms(99), ms(0), interval));
+        assert!(watch_read_due(ms(100), ms(0), interval));
+        // 20 ms (10,000 busy sockets): shared for 2 s.
+        assert!(!watch_read_due(ms(1_999), ms(20), interval));
+        assert!(watch_read_due(ms(2_000), ms(20), interval));
+        // 300 ms (100,000 sockets): not 30 s, the bound.
+        assert!(watch_read_due(ms(5_000), ms(300), interval));
+        // An interval longer than the bound still holds.
+        assert!(!watch_read_due(ms(5_000), ms(300), ms(10_000)));
     }
 }

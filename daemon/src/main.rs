@@ -19,6 +19,7 @@ mod probes;
 mod rundir;
 mod server;
 mod service;
+mod stream;
 mod text;
 mod tracker;
 

@@ -33,22 +33,27 @@ pub fn api_router(core: Shared, authority: Authority) -> Router {
         .route(
             route::SOCKETS,
             get(|State(c): State<Shared>, Query(q): Query<SocketsQuery>| async move {
-                Json(c.lock().unwrap().sockets(q.all.is_set()))
+                let rows = c.lock().unwrap().socket_rows(q.all.is_set());
+                crate::stream::sockets(rows)
             }),
         )
         .route(
             route::SNAPSHOT,
             get(|State(c): State<Shared>, caller: Caller, Query(q): Query<SnapshotQuery>| async move {
                 let viewer = caller.viewer();
-                match c.lock().unwrap().snapshot(&q.request(), q.fresh.is_set(), viewer) {
-                    Ok(mut s) => {
-                        // The dashboard tells its reader why its D key
-                        // cannot act, before it is pressed.
-                        if let Some(p) = s.policy.as_mut() {
-                            p.refused = caller.may_act("switch DRWA (every receiver of every namespace)").err();
-                        }
-                        Json(s).into_response()
+                let parts = c.lock().unwrap().snapshot_parts(&q.request(), q.fresh.is_set(), viewer);
+                match parts.map(|(mut s, rows)| {
+                    // The dashboard tells its reader why its D key cannot
+                    // act, before it is pressed.
+                    if let Some(p) = s.policy.as_mut() {
+                        p.refused = caller.may_act("switch DRWA (every receiver of every namespace)").err();
                     }
+                    (s, rows)
+                }) {
+                    Ok((s, None)) => Json(s).into_response(),
+                    Ok((s, Some(rows))) => crate::stream::snapshot(&s, rows).unwrap_or_else(|e| {
+                        error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string())
+                    }),
                     Err(e) => error(StatusCode::BAD_REQUEST, e),
                 }
             }),

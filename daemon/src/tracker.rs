@@ -3,11 +3,13 @@
 //! that the API serves and the dashboard draws.
 //!
 //! The state of every socket comes from full reads of the kernel's records
-//! (the map iterator), made when someone asks (API, dashboard), at most once
-//! per sampling interval. Series exist only for the sockets someone watches
-//! (`watch`): their samples come through the ring buffer. Nothing here runs
-//! per sample of an unwatched socket: the probes count every sample into the
-//! kernel's own statistics, which /metrics reads (metrics.rs).
+//! (the map iterator), made when someone asks (API, dashboard) and shared by
+//! every answer made from them ([`Read`]: an answer still streaming holds
+//! its read while the next one comes in). Series exist only for the sockets
+//! someone watches (`watch`): their samples come through the ring buffer.
+//! Nothing here runs per sample of an unwatched socket: the probes count
+//! every sample into the kernel's own statistics, which /metrics reads
+//! (metrics.rs).
 
 use crate::clock::Clock;
 use crate::probes::abi::{self, BloatdSample, BloatdSock};
@@ -15,6 +17,7 @@ use crate::text::cstr;
 use bloatd_model::{CaState, CcState, FloorSource, Role, Sample, Series, Socket};
 use std::collections::{HashMap, VecDeque};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::sync::Arc;
 
 const TCP_INFINITE_SSTHRESH: u32 = 0x7fff_ffff;
 
@@ -23,16 +26,89 @@ struct Tracked {
     cc_state: Option<CcState>,
 }
 
-pub struct Tracker {
-    socks: HashMap<u64, Tracked>,
-    /// Series of watched sockets, oldest first.
-    series: HashMap<u64, VecDeque<Sample>>,
+/// One full read of the kernel's records: the state of every socket at that
+/// moment. Immutable once made, so answers share it (`Arc`) instead of
+/// copying it, and one still streaming out keeps it while the tracker moves
+/// on to the next.
+#[derive(Default)]
+pub struct Read {
+    socks: Vec<Tracked>,
+    /// (cookie, index in `socks`), sorted: for the few lookups by cookie
+    /// (watched samples, series) without hashing every socket of every read.
+    by_cookie: Vec<(u64, u32)>,
+}
+
+impl Read {
+    fn new(recs: Vec<BloatdSock>, mut cc_states: HashMap<u64, CcState>) -> Read {
+        let socks: Vec<Tracked> = recs
+            .into_iter()
+            .map(|rec| Tracked {
+                cc_state: cc_states.remove(&rec.cookie),
+                rec,
+            })
+            .collect();
+        let mut by_cookie: Vec<(u64, u32)> = socks
+            .iter()
+            .enumerate()
+            .map(|(i, t)| (t.rec.cookie, i as u32))
+            .collect();
+        by_cookie.sort_unstable();
+        Read { socks, by_cookie }
+    }
+
+    fn get(&self, cookie: u64) -> Option<&Tracked> {
+        let i = self
+            .by_cookie
+            .binary_search_by_key(&cookie, |&(c, _)| c)
+            .ok()?;
+        Some(&self.socks[self.by_cookie[i].1 as usize])
+    }
+}
+
+/// What turning a record into a view-model `Socket` needs besides the
+/// record: cheap to clone into an answer that outlives the tracker's borrow.
+#[derive(Clone)]
+struct View {
     interval_ns: u64,
-    series_len: usize,
     /// Names of the policy rules, by their index in the kernel.
-    rule_names: Vec<String>,
+    rule_names: Arc<Vec<String>>,
     /// Cgroup ids as service names.
     services: crate::service::ServiceNames,
+}
+
+pub struct Tracker {
+    read: Arc<Read>,
+    /// Series of watched sockets, oldest first.
+    series: HashMap<u64, VecDeque<Sample>>,
+    series_len: usize,
+    view: View,
+}
+
+/// The sockets of one read as the API lists them, in their order (most
+/// queued first), turned into `Socket`s only as they are taken: an answer
+/// with every socket streams out without ever holding them all (the read
+/// itself is already in memory, shared).
+pub struct Rows {
+    read: Arc<Read>,
+    order: Vec<u32>,
+    view: View,
+    clock: Clock,
+}
+
+impl Rows {
+    pub fn len(&self) -> usize {
+        self.order.len()
+    }
+
+    /// The `i`th socket.
+    pub fn get(&self, i: usize) -> Socket {
+        self.view
+            .socket(&self.read.socks[self.order[i] as usize], &self.clock)
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = Socket> + '_ {
+        (0..self.len()).map(|i| self.get(i))
+    }
 }
 
 /// The side of the transfer: as the probes decided it from what moved in
@@ -43,6 +119,15 @@ pub fn role_of(rec: &BloatdSock) -> Role {
         abi::role::RECEIVER => Role::Receiver,
         _ if rec.bytes_received > rec.bytes_acked => Role::Receiver,
         _ => Role::Sender,
+    }
+}
+
+/// Queueing delay from the socket's own side: what `Socket::view_queue_delay_us`
+/// says of the socket this record becomes.
+fn view_queue_delay_us(rec: &BloatdSock) -> u32 {
+    match role_of(rec) {
+        Role::Receiver => rec.rcv_queue_delay_us,
+        Role::Sender => rec.queue_delay_us,
     }
 }
 
@@ -127,76 +212,7 @@ fn sample_of(x: &BloatdSample, clock: &Clock, pipe_segments: Option<u32>) -> Sam
     }
 }
 
-impl Tracker {
-    pub fn new(interval_ms: u64, series_seconds: u64) -> Tracker {
-        Tracker {
-            socks: HashMap::new(),
-            series: HashMap::new(),
-            interval_ns: interval_ms * 1_000_000,
-            series_len: (series_seconds * 1000 / interval_ms.max(1)) as usize,
-            rule_names: Vec::new(),
-            services: crate::service::ServiceNames::new(crate::probes::cgroup2_root()),
-        }
-    }
-
-    /// The names of the services (cgroups) the sockets serve.
-    pub fn services(&mut self) -> &mut crate::service::ServiceNames {
-        &mut self.services
-    }
-
-    /// The names of the policy rules, so sockets can say which chose them.
-    pub fn set_rule_names(&mut self, names: Vec<String>) {
-        self.rule_names = names;
-    }
-
-    /// A sample of a watched socket joins its series.
-    pub fn apply(&mut self, x: &BloatdSample, clock: &Clock) {
-        if self.series_len == 0 {
-            return;
-        }
-        let pipe_segments = match self.socks.get(&x.cookie).and_then(|t| t.cc_state.as_ref()) {
-            Some(CcState::Westwood { pipe_segments, .. }) => Some(*pipe_segments),
-            _ => None,
-        };
-        let series = self.series.entry(x.cookie).or_default();
-        if series.len() >= self.series_len {
-            series.pop_front();
-        }
-        series.push_back(sample_of(x, clock, pipe_segments));
-    }
-
-    /// The kernel's records, read in full: they are the state of every
-    /// socket now; sockets the kernel no longer has are gone.
-    pub fn refresh(&mut self, recs: Vec<BloatdSock>) {
-        self.services.learn(recs.iter().map(|r| r.cgroup_id));
-        let mut socks = HashMap::with_capacity(recs.len());
-        for rec in recs {
-            let cc_state = self.socks.remove(&rec.cookie).and_then(|t| t.cc_state);
-            socks.insert(rec.cookie, Tracked { rec, cc_state });
-        }
-        // A fresh map: after churn the old one's capacity would stay.
-        self.socks = socks;
-    }
-
-    pub fn set_cc_states(&mut self, mut states: HashMap<u64, CcState>) {
-        for (cookie, t) in self.socks.iter_mut() {
-            t.cc_state = states.remove(cookie);
-        }
-    }
-
-    /// Drop the series of sockets no longer watched, and the samples that
-    /// fell out of the window.
-    pub fn sweep(&mut self, clock: &Clock, series_seconds: u64, watched: &dyn Fn(u64) -> bool) {
-        let horizon = clock.unix_ms.saturating_sub(series_seconds * 1000);
-        self.series.retain(|cookie, s| {
-            while s.front().is_some_and(|x| x.t_ms < horizon) {
-                s.pop_front();
-            }
-            watched(*cookie) && !s.is_empty()
-        });
-        self.series.shrink_to_fit();
-    }
-
+impl View {
     fn socket(&self, t: &Tracked, clock: &Clock) -> Socket {
         let r = &t.rec;
         let idle_ns = clock.mono_ns.saturating_sub(r.update_ns);
@@ -243,38 +259,107 @@ impl Tracker {
             policy: crate::policy::socket_policy(r, &self.rule_names),
         }
     }
+}
+
+impl Tracker {
+    pub fn new(interval_ms: u64, series_seconds: u64) -> Tracker {
+        Tracker {
+            read: Arc::default(),
+            series: HashMap::new(),
+            series_len: (series_seconds * 1000 / interval_ms.max(1)) as usize,
+            view: View {
+                interval_ns: interval_ms * 1_000_000,
+                rule_names: Arc::default(),
+                services: crate::service::ServiceNames::new(crate::probes::cgroup2_root()),
+            },
+        }
+    }
+
+    /// The names of the services (cgroups) the sockets serve.
+    pub fn services(&mut self) -> &mut crate::service::ServiceNames {
+        &mut self.view.services
+    }
+
+    /// The names of the policy rules, so sockets can say which chose them.
+    pub fn set_rule_names(&mut self, names: Vec<String>) {
+        self.view.rule_names = Arc::new(names);
+    }
+
+    /// A sample of a watched socket joins its series.
+    pub fn apply(&mut self, x: &BloatdSample, clock: &Clock) {
+        if self.series_len == 0 {
+            return;
+        }
+        let pipe_segments = match self.read.get(x.cookie).and_then(|t| t.cc_state.as_ref()) {
+            Some(CcState::Westwood { pipe_segments, .. }) => Some(*pipe_segments),
+            _ => None,
+        };
+        let series = self.series.entry(x.cookie).or_default();
+        if series.len() >= self.series_len {
+            series.pop_front();
+        }
+        series.push_back(sample_of(x, clock, pipe_segments));
+    }
+
+    /// The kernel's records, read in full, with the state of bloatd's
+    /// congestion controls by cookie: they are the state of every socket
+    /// now; sockets the kernel no longer has are gone.
+    pub fn refresh(&mut self, recs: Vec<BloatdSock>, cc_states: HashMap<u64, CcState>) {
+        self.view.services.learn(recs.iter().map(|r| r.cgroup_id));
+        self.read = Arc::new(Read::new(recs, cc_states));
+    }
+
+    /// Drop the series of sockets no longer watched, and the samples that
+    /// fell out of the window.
+    pub fn sweep(&mut self, clock: &Clock, series_seconds: u64, watched: &dyn Fn(u64) -> bool) {
+        let horizon = clock.unix_ms.saturating_sub(series_seconds * 1000);
+        self.series.retain(|cookie, s| {
+            while s.front().is_some_and(|x| x.t_ms < horizon) {
+                s.pop_front();
+            }
+            watched(*cookie) && !s.is_empty()
+        });
+        self.series.shrink_to_fit();
+    }
 
     /// Sockets in ESTABLISHED or with data still to deliver (a sender that
     /// closed its end while megabytes drain through a queue), all states
     /// with `all`; most queued first.
     pub fn sockets(&self, clock: &Clock, all: bool) -> Vec<Socket> {
-        let mut out: Vec<Socket> = self
-            .socks
-            .values()
-            .filter(|t| {
+        self.rows(clock, all).iter().collect()
+    }
+
+    /// The same, to be turned into `Socket`s as they are taken.
+    pub fn rows(&self, clock: &Clock, all: bool) -> Rows {
+        let socks = &self.read.socks;
+        let mut keyed: Vec<(u32, u64, u32)> = socks
+            .iter()
+            .enumerate()
+            .filter(|(_, t)| {
                 all || t.rec.state == abi::TCP_ESTABLISHED
                     || t.rec.inflight > 0
                     || t.rec.unsent_bytes > 0
             })
-            .map(|t| self.socket(t, clock))
+            .map(|(i, t)| (view_queue_delay_us(&t.rec), t.rec.cookie, i as u32))
             .collect();
-        out.sort_by(|a, b| {
-            b.view_queue_delay_us()
-                .cmp(&a.view_queue_delay_us())
-                .then(a.cookie.cmp(&b.cookie))
-        });
-        out
+        keyed.sort_unstable_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
+        Rows {
+            read: self.read.clone(),
+            order: keyed.into_iter().map(|(_, _, i)| i).collect(),
+            view: self.view.clone(),
+            clock: *clock,
+        }
     }
 
     /// A socket the kernel has now, or one whose series is still kept.
     pub fn knows(&self, cookie: u64) -> bool {
-        self.socks.contains_key(&cookie) || self.series.contains_key(&cookie)
+        self.read.get(cookie).is_some() || self.series.contains_key(&cookie)
     }
 
     /// Samples of one socket newer than `since_ms` (empty until it is
     /// watched); None if the socket is unknown.
     pub fn series(&self, cookie: u64, since_ms: u64) -> Option<Series> {
-        let known = self.socks.contains_key(&cookie);
+        let known = self.read.get(cookie).is_some();
         let samples: Vec<Sample> = self
             .series
             .get(&cookie)
@@ -287,17 +372,10 @@ impl Tracker {
     /// the watch list while someone looks at the dashboard.
     pub fn most_queued(&self, n: usize) -> Vec<u64> {
         let mut v: Vec<(u32, u64)> = self
+            .read
             .socks
-            .values()
-            .map(|t| {
-                let r = &t.rec;
-                let q = if role_of(r) == Role::Receiver {
-                    r.rcv_queue_delay_us
-                } else {
-                    r.queue_delay_us
-                };
-                (q, r.cookie)
-            })
+            .iter()
+            .map(|t| (view_queue_delay_us(&t.rec), t.rec.cookie))
             .collect();
         let n = n.min(v.len());
         if n > 0 && n < v.len() {
@@ -360,7 +438,7 @@ mod tests {
         a.throughput_bps = 10_000_000;
         a.floor_us = 15_000;
         a.floor_source = abi::floor_source::INFERRED as u8;
-        m.refresh(vec![a]);
+        m.refresh(vec![a], HashMap::new());
         let s = &m.sockets(&clock(1_100_000_000), false)[0];
         assert_eq!(s.throughput_bps, 10_000_000);
         assert_eq!(
@@ -399,7 +477,7 @@ mod tests {
         r.rcv_queue_delay_us = 430_000;
         r.flags |= (abi::flag::RCV_TS | abi::flag::TIMESTAMPS) as u8;
         let mut m = Tracker::new(100, 60);
-        m.refresh(vec![r]);
+        m.refresh(vec![r], HashMap::new());
         let s = &m.sockets(&clock(5), false)[0];
         assert_eq!(
             (s.rcv_rtt_us, s.rcv_ts_rtt_us, s.timestamps),
@@ -421,7 +499,7 @@ mod tests {
         r.role = abi::role::RECEIVER as u8;
         r.rcv_rtt_us = 60_000;
         let mut m = Tracker::new(100, 60);
-        m.refresh(vec![r]);
+        m.refresh(vec![r], HashMap::new());
         let s = &m.sockets(&clock(5), false)[0];
         assert_eq!(
             (s.timestamps, s.rcv_ts_rtt_us, s.view_rtt_us()),
@@ -432,10 +510,10 @@ mod tests {
     #[test]
     fn a_full_read_is_the_state_and_forgets_what_the_kernel_forgot() {
         let mut m = Tracker::new(100, 60);
-        m.refresh(vec![rec(1, 10), rec(2, 10)]);
+        m.refresh(vec![rec(1, 10), rec(2, 10)], HashMap::new());
         let mut newer = rec(1, 20);
         newer.cwnd = 50;
-        m.refresh(vec![newer]);
+        m.refresh(vec![newer], HashMap::new());
         assert_eq!(m.sockets(&clock(20), true).len(), 1);
         assert_eq!(m.sockets(&clock(20), false)[0].cwnd, 50);
     }
@@ -443,9 +521,9 @@ mod tests {
     #[test]
     fn watched_samples_make_the_series_whatever_reads_come_between() {
         let mut m = Tracker::new(100, 60);
-        m.refresh(vec![rec(1, 100)]);
+        m.refresh(vec![rec(1, 100)], HashMap::new());
         m.apply(&sample(1, 100_000_000, 5_000), &clock(100_000_000));
-        m.refresh(vec![rec(1, 300_000_000)]);
+        m.refresh(vec![rec(1, 300_000_000)], HashMap::new());
         m.apply(&sample(1, 200_000_000, 9_000), &clock(300_000_000));
         let s = m.series(1, 0).unwrap();
         assert_eq!(
@@ -461,7 +539,7 @@ mod tests {
             "since_ms"
         );
         assert!(m.series(99, 0).is_none(), "unknown socket");
-        m.refresh(vec![rec(2, 400_000_000)]);
+        m.refresh(vec![rec(2, 400_000_000)], HashMap::new());
         assert_eq!(
             m.series(1, 0).unwrap().samples.len(),
             2,
@@ -492,7 +570,7 @@ mod tests {
                 r
             })
             .collect();
-        m.refresh(recs);
+        m.refresh(recs, HashMap::new());
         let mut top = m.most_queued(2);
         top.sort();
         assert_eq!(top, vec![4, 5]);
@@ -507,7 +585,7 @@ mod tests {
         fin.inflight = 900;
         let mut done = rec(2, 10);
         done.state = 8; // CLOSE-WAIT, nothing left to send
-        m.refresh(vec![fin, done]);
+        m.refresh(vec![fin, done], HashMap::new());
         let listed: Vec<u64> = m
             .sockets(&clock(10), false)
             .iter()

@@ -76,8 +76,8 @@ pub struct SocketsQuery {
 }
 
 /// `GET /v1/snapshot?...`: a [`SnapshotRequest`] in a query string, and
-/// `fresh` (read the kernel now instead of using the last read, at most an
-/// interval old).
+/// `fresh` (read the kernel now instead of using the read shared by
+/// dashboards, up to 5 s old).
 #[derive(Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct SnapshotQuery {
     pub series: Option<u64>,

@@ -44,14 +44,16 @@ pub fn summarize(sockets: &[Socket], threshold_us: u32) -> HostSummary {
 /// the socket whose series it asks for, wherever it ranks), how many
 /// passed, and the host's summary over all. Done once by the daemon for
 /// the API and in process for embedded mode, so the client decodes and
-/// draws a page, not the host. An unknown sort key or a bad filter is an
-/// error the caller returns to the client.
+/// draws a page, not the host; only the page is copied out of `sockets`,
+/// which the daemon shares between the dashboards that ask within a read.
+/// An unknown sort key or a bad filter is an error the caller returns to
+/// the client.
 pub fn select_rows(
-    sockets: Vec<Socket>,
+    sockets: &[Socket],
     req: &SnapshotRequest,
     threshold_us: u32,
 ) -> Result<(Vec<Socket>, usize, HostSummary), String> {
-    let summary = summarize(&sockets, threshold_us);
+    let summary = summarize(sockets, threshold_us);
     let sort = match req.sort.as_deref() {
         None => SortKey::QueueDelay,
         Some(l) => SortKey::from_label(l).ok_or_else(|| {
@@ -60,10 +62,10 @@ pub fn select_rows(
         })?,
     };
     let filter = Filter::parse(req.filter.as_deref().unwrap_or(""))?;
-    let mut rows: Vec<Socket> = Vec::new();
+    let mut rows: Vec<&Socket> = Vec::new();
     let mut pinned = None;
     for s in sockets {
-        if filter.matches(&s) {
+        if filter.matches(s) {
             rows.push(s);
         } else if Some(s.cookie) == req.series {
             pinned = Some(s);
@@ -71,7 +73,7 @@ pub fn select_rows(
     }
     let matched = rows.len();
     let limit = req.limit.unwrap_or(usize::MAX).max(1);
-    let cmp = |a: &Socket, b: &Socket| sort.compare(a, b);
+    let cmp = |a: &&Socket, b: &&Socket| sort.compare(a, b);
     if limit < rows.len() {
         rows.select_nth_unstable_by(limit - 1, cmp);
         let beyond = rows.split_off(limit);
@@ -79,7 +81,7 @@ pub fn select_rows(
     }
     rows.sort_unstable_by(cmp);
     rows.extend(pinned);
-    Ok((rows, matched, summary))
+    Ok((rows.into_iter().cloned().collect(), matched, summary))
 }
 
 /// p50, p90 (nearest rank) and max of `delays`, which must not be empty.

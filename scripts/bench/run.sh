@@ -10,6 +10,10 @@ echo
 echo "### server scale: 10,000 busy and 100,000 sockets (scripts/bench/scale.py)"
 $PY scripts/bench/scale.py ${BLOATD_BASELINE:+--baseline "$BLOATD_BASELINE"}
 echo
+echo "### the kernel's share and the watcher's, this build beside the previous"
+echo "### (scripts/bench/share.py; BLOATD_BASELINE=BIN, or built from HEAD~1)"
+$PY scripts/bench/share.py --baseline "${BLOATD_BASELINE:-$(scripts/bench/baseline.sh HEAD~1)}"
+echo
 echo "### the chart's pod under the same loads (scripts/bench/pod.py; make image first)"
 make --no-print-directory image >/dev/null
 $PY scripts/bench/pod.py

@@ -123,9 +123,9 @@ fn run_api(
     let mut bytes = 0;
     for (i, snap) in snapshots.iter().enumerate() {
         let req = app.snapshot_request();
-        let all = snap.sockets.clone();
         let start = Instant::now();
-        let (rows, matched, summary) = select_rows(all, &req, snap.bloat_threshold_us).unwrap();
+        let (rows, matched, summary) =
+            select_rows(&snap.sockets, &req, snap.bloat_threshold_us).unwrap();
         let selected = Instant::now();
         let page = Snapshot {
             taken_ms: snap.taken_ms,

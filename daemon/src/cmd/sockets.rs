@@ -7,6 +7,7 @@ use bloatd_model::Socket;
 use clap::Args;
 use std::fmt::Write as _;
 use std::io::IsTerminal;
+use std::io::Write as _;
 use std::process::ExitCode;
 
 #[derive(Args)]
@@ -22,9 +23,12 @@ pub struct SocketsArgs {
 pub fn run(cfg: &Config, args: &SocketsArgs) -> anyhow::Result<ExitCode> {
     let client = Client::new(&cfg.socket_path());
     if args.json && !std::io::stdout().is_terminal() {
-        // Into a pipe or file, the daemon's JSON as it came: decoding and
+        // Into a pipe or file, the daemon's JSON as it comes: decoding and
         // re-encoding 100,000 sockets would cost more than reading them.
-        println!("{}", client.sockets_json(args.all)?);
+        let mut out = std::io::BufWriter::with_capacity(1 << 16, std::io::stdout().lock());
+        client.sockets_json_to(args.all, &mut out)?;
+        writeln!(out)?;
+        out.flush()?;
         return Ok(ExitCode::SUCCESS);
     }
     let socks = client.sockets(args.all)?;

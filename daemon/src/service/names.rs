@@ -12,6 +12,7 @@
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// Walks of the hierarchy at most this often (a new id within it waits).
@@ -26,12 +27,13 @@ const SHORT_ID: usize = 12;
 pub const ROOT: &str = "/";
 pub const UNKNOWN: &str = "-";
 
-/// Cgroup ids and what they are called.
-#[derive(Debug)]
+/// Cgroup ids and what they are called. A clone is cheap and keeps the
+/// names of its moment (an answer streaming out while a walk learns more).
+#[derive(Debug, Clone)]
 pub struct ServiceNames {
     root: Option<PathBuf>,
-    /// id -> service name.
-    known: HashMap<u64, String>,
+    /// id -> service name, copied on write.
+    known: Arc<HashMap<u64, String>>,
     last_walk: Option<Instant>,
 }
 
@@ -41,7 +43,7 @@ impl ServiceNames {
     pub fn new(root: Option<PathBuf>) -> ServiceNames {
         ServiceNames {
             root,
-            known: HashMap::new(),
+            known: Arc::default(),
             last_walk: None,
         }
     }
@@ -59,13 +61,14 @@ impl ServiceNames {
         let Some(root) = self.root.clone() else {
             return;
         };
-        if self.known.len() > MAX_NAMES {
-            self.known.clear();
+        let known = Arc::make_mut(&mut self.known);
+        if known.len() > MAX_NAMES {
+            known.clear();
         }
         for (id, path) in walk(&root) {
             // Whoever may create a cgroup names it (a delegated subtree):
             // escapes in a name must not reach a terminal.
-            self.known
+            known
                 .entry(id)
                 .or_insert_with(|| crate::text::printable(&service_of_path(&path)));
         }

@@ -77,7 +77,7 @@ fn the_source_selects_sorted_filtered_rows_and_summarises_all() {
         paths: false,
         services: false,
     };
-    let (rows, matched, summary) = select_rows(all.clone(), &req, 100_000).unwrap();
+    let (rows, matched, summary) = select_rows(&all, &req, 100_000).unwrap();
     assert_eq!(matched, 40);
     let cookies: Vec<u64> = rows.iter().map(|s| s.cookie).collect();
     assert_eq!(
@@ -100,12 +100,8 @@ fn the_source_selects_sorted_filtered_rows_and_summarises_all() {
         filter: None,
         ..req
     };
-    let (rows, _, _) = select_rows(
-        (1..=50).map(|c| sock(c, "x", "cubic", c as u32)).collect(),
-        &req,
-        0,
-    )
-    .unwrap();
+    let many: Vec<_> = (1..=50).map(|c| sock(c, "x", "cubic", c as u32)).collect();
+    let (rows, _, _) = select_rows(&many, &req, 0).unwrap();
     assert_eq!(rows.last().unwrap().cookie, 1);
     assert_eq!(rows.len(), 6);
     // Bad input is an error the API returns, not a panic.
@@ -113,14 +109,12 @@ fn the_source_selects_sorted_filtered_rows_and_summarises_all() {
         sort: Some("size".into()),
         ..Default::default()
     };
-    assert!(select_rows(Vec::new(), &bad, 0)
-        .unwrap_err()
-        .contains("qdelay"));
+    assert!(select_rows(&[], &bad, 0).unwrap_err().contains("qdelay"));
     let bad = SnapshotRequest {
         filter: Some("port:x".into()),
         ..Default::default()
     };
-    assert!(select_rows(Vec::new(), &bad, 0).is_err());
+    assert!(select_rows(&[], &bad, 0).is_err());
 }
 
 #[test]
@@ -737,7 +731,7 @@ fn the_source_sorts_and_filters_as_the_dashboard_would_for_every_key() {
                 limit: Some(25),
                 ..Default::default()
             };
-            let (rows, matched, _) = select_rows(all.clone(), &req, 100_000).unwrap();
+            let (rows, matched, _) = select_rows(&all, &req, 100_000).unwrap();
             let mut app = App::new();
             app.set_sort(sort);
             app.set_filter(parsed);

@@ -1,0 +1,340 @@
+#!/usr/bin/env python3
+"""The kernel's share and the watcher's, side by side (a benchmark: it
+reports, it does not judge).
+
+One command gives the figures of the overhead goals, for this build and a
+baseline build measured in the same run, in alternating order, on the same
+load (scripts/bench/loadgen.c over a veth pair at line rate,
+`topo.sh --direct`):
+
+  cold   10,000 busy sockets (5,000 connections, 200 B ten times a second):
+         the machine's CPU without bloatd, with this build, with the
+         baseline (no BPF statistics: they cost time themselves), then each
+         build again under the kernel's BPF statistics: every bloatd
+         program's share of one core, and tcp_probe's ns per event;
+  watch  the same load with `bloatd top` open in a terminal (tmux) and
+         /metrics scraped every 5 s: the daemon's and the dashboard's CPU;
+  hot    one download at line rate (iperf3 -R): tcp_probe's ns per event;
+  100k   100,000 established sockets (10,000 busy): `bloatd sockets --json`
+         wall time, and the whole /v1/snapshot: wall time, size, and how
+         much the daemon's resident memory grew while it answered.
+
+Each figure is the median of --rounds runs, with its range. The machine's
+CPU is compared side by side: each round measures without bloatd and with
+each build, in an order that alternates from round to round.
+
+Usage: scripts/bench/share.py [--rounds N] [--seconds S] [--baseline BIN]
+                              [--phase cold|watch|hot|100k]...   (root)
+--baseline takes a bloatd binary; scripts/bench/baseline.sh COMMIT builds
+one from a commit into target/baseline-COMMIT/ (what `make bench` does).
+"""
+import argparse
+import json
+import os
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from scale import (BLOATD, LAB, TOPO, Daemon, Load, machine_busy_s, nsx,  # noqa: E402
+                   proc_cpu_s, proc_rss_mb, sh)
+
+METRICS = "http://127.0.0.1:9498/metrics"
+
+
+def prog_runs():
+    """run_time_ns and run_cnt of every BPF program loaded, by id."""
+    return {p["id"]: (p.get("name", ""), p.get("run_time_ns", 0), p.get("run_cnt", 0))
+            for p in json.loads(sh("bpftool", "-j", "prog", "show").stdout)}
+
+
+def bpf_share(ids, before, after, wall_s):
+    """The programs `ids`' time over `wall_s`, as % of one core, and
+    tcp_probe's ns per event."""
+    total, probe_ns = 0, float("nan")
+    for i in ids:
+        if i not in before or i not in after:
+            continue
+        name, t1, c1 = after[i]
+        _, t0, c0 = before[i]
+        total += t1 - t0
+        if name == "tcp_probe" and c1 > c0:
+            probe_ns = (t1 - t0) / (c1 - c0)
+    return 100 * total / 1e9 / wall_s, probe_ns
+
+
+class Build:
+    """One bloatd binary under measurement; its programs are those that
+    appear when it starts."""
+
+    def __init__(self, name, binary):
+        self.name, self.binary = name, binary
+
+    def start(self, bpf_stats=False):
+        before = set(prog_runs())
+        d = Daemon(bpf_stats=bpf_stats, binary=self.binary)
+        d.progs = set(prog_runs()) - before
+        return d
+
+
+def busy_pct(seconds, during=None):
+    """The machine's CPU over `seconds` as % of one core (`during` runs the
+    window instead of a sleep)."""
+    m0, t0 = machine_busy_s(), time.monotonic()
+    (during or time.sleep)(seconds)
+    return 100 * (machine_busy_s() - m0) / (time.monotonic() - t0)
+
+
+def span(values):
+    v = [x for x in values if x == x]
+    if not v:
+        return "-"
+    return f"{statistics.median(v):.{2 if max(v) < 10 else 1 if max(v) < 100 else 0}f}" + \
+        (f" ({min(v):.3g}–{max(v):.3g})" if len(v) > 1 else "")
+
+
+def cold(builds, rounds, seconds, res):
+    """Machine CPU with and without, then BPF statistics, alternating."""
+    order = [None] + builds
+    for r in range(rounds):
+        for b in (order if r % 2 == 0 else order[::-1]):
+            if b is None:
+                res.setdefault("none", {}).setdefault("machine", []).append(busy_pct(seconds))
+                continue
+            d = b.start()
+            try:
+                time.sleep(3)
+                res[b.name].setdefault("machine", []).append(busy_pct(seconds))
+            finally:
+                d.stop()
+            d = b.start(bpf_stats=True)
+            try:
+                time.sleep(2)
+                p0, t0 = prog_runs(), time.monotonic()
+                time.sleep(seconds)
+                share, ns = bpf_share(d.progs, p0, prog_runs(), time.monotonic() - t0)
+            finally:
+                d.stop()
+            res[b.name].setdefault("bpf_share", []).append(share)
+            res[b.name].setdefault("probe_cold_ns", []).append(ns)
+        print(f"  cold round {r + 1}/{rounds}: " + ", ".join(
+            f"{k} {v['machine'][-1]:.1f}%" for k, v in res.items() if v.get("machine")), flush=True)
+
+
+class Scraper(threading.Thread):
+    """/metrics every `every` seconds, as Prometheus would."""
+
+    def __init__(self, every=5.0):
+        super().__init__(daemon=True)
+        self.every, self.stop, self.count = every, threading.Event(), 0
+
+    def run(self):
+        while not self.stop.is_set():
+            try:
+                urllib.request.urlopen(METRICS, timeout=5).read()
+                self.count += 1
+            except OSError:
+                pass
+            self.stop.wait(self.every)
+
+
+def top_in_tmux(binary, run_dir):
+    """`bloatd top` in a detached tmux session (a real terminal); returns
+    (server name, the top process's pid)."""
+    server = f"bshare-{os.getpid()}"
+    sh("tmux", "-L", server, "new-session", "-d", "-s", "top", "-x", "200", "-y", "50",
+       f"{binary} --run-dir {run_dir} top")
+    pid = int(sh("tmux", "-L", server, "list-panes", "-t", "top", "-F", "#{pane_pid}").stdout.split()[0])
+    return server, pid
+
+
+def watch(builds, rounds, seconds, res):
+    """Daemon and dashboard CPU while top is open and /metrics is scraped."""
+    for r in range(rounds):
+        for b in (builds if r % 2 == 0 else builds[::-1]):
+            d = b.start()
+            server = None
+            try:
+                server, top = top_in_tmux(b.binary, d.run_dir)
+                scraper = Scraper()
+                scraper.start()
+                time.sleep(5)
+                c0, k0, t0 = proc_cpu_s(d.pid), proc_cpu_s(top), time.monotonic()
+                time.sleep(seconds)
+                c1, k1, t1 = proc_cpu_s(d.pid), proc_cpu_s(top), time.monotonic()
+                scraper.stop.set()
+                dcpu, tcpu = 100 * (c1 - c0) / (t1 - t0), 100 * (k1 - k0) / (t1 - t0)
+            finally:
+                if server:
+                    subprocess.run(["tmux", "-L", server, "kill-server"], capture_output=True)
+                d.stop()
+            res[b.name].setdefault("daemon_watch", []).append(dcpu)
+            res[b.name].setdefault("top_watch", []).append(tcpu)
+            res[b.name].setdefault("watch_total", []).append(dcpu + tcpu)
+            print(f"  watch round {r + 1}/{rounds} {b.name}: daemon {dcpu:.2f}%, top {tcpu:.2f}%", flush=True)
+
+
+def download(seconds):
+    subprocess.run(nsx("snd", "iperf3", "-s", "-1", "-D", "-p", "5400"), check=True, capture_output=True)
+    time.sleep(0.3)
+    subprocess.run(nsx("rcv", "iperf3", "-c", "10.9.1.1", "-p", "5400", "-C", "cubic",
+                       "-t", str(int(seconds)), "-R"), check=True, capture_output=True)
+
+
+def hot(builds, rounds, seconds, res):
+    """tcp_probe per event on one flow at line rate."""
+    for r in range(rounds):
+        for b in (builds if r % 2 == 0 else builds[::-1]):
+            d = b.start(bpf_stats=True)
+            try:
+                time.sleep(1)
+                p0, t0 = prog_runs(), time.monotonic()
+                download(seconds)
+                _, ns = bpf_share(d.progs, p0, prog_runs(), time.monotonic() - t0)
+            finally:
+                d.stop()
+            res[b.name].setdefault("probe_hot_ns", []).append(ns)
+        print(f"  hot round {r + 1}/{rounds}: " + ", ".join(
+            f"{b.name} {res[b.name]['probe_hot_ns'][-1]:.0f} ns" for b in builds), flush=True)
+
+
+def timed_ms(fn):
+    t0 = time.monotonic()
+    out = fn()
+    return (time.monotonic() - t0) * 1000, out
+
+
+def snapshot_rss(d):
+    """The whole /v1/snapshot: wall ms, bytes, and the daemon's resident
+    memory growth while it answered (peak RSS reset before, MB)."""
+    with open(f"/proc/{d.pid}/clear_refs", "w") as f:
+        f.write("5")
+    rss0 = proc_rss_mb(d.pid)
+    ms, body = timed_ms(lambda: subprocess.run(
+        ["curl", "-sf", "--unix-socket", os.path.join(d.run_dir, "bloatd.sock"), "http://bloatd/v1/snapshot"],
+        check=True, capture_output=True).stdout)
+    for line in open(f"/proc/{d.pid}/status"):
+        if line.startswith("VmHWM:"):
+            peak = int(line.split()[1]) / 1024
+    return ms, len(body), peak - rss0
+
+
+def many(builds, rounds, load, res):
+    """`bloatd sockets --json` and the whole snapshot with 100,000 sockets."""
+    for r in range(rounds):
+        for b in (builds if r % 2 == 0 else builds[::-1]):
+            d = b.start()
+            try:
+                load.touch()
+                time.sleep(3)
+                ms, out = timed_ms(lambda: d.cli("sockets", "--json"))
+                res[b.name].setdefault("sockets_json_ms", []).append(ms)
+                res[b.name].setdefault("sockets_listed", []).append(len(json.loads(out)))
+                ms, size, grew = snapshot_rss(d)
+                res[b.name].setdefault("snapshot_ms", []).append(ms)
+                res[b.name].setdefault("snapshot_mb", []).append(size / 1e6)
+                res[b.name].setdefault("snapshot_rss_mb", []).append(grew)
+            finally:
+                d.stop()
+        print(f"  100k round {r + 1}/{rounds}: " + ", ".join(
+            f"{b.name} sockets --json {res[b.name]['sockets_json_ms'][-1]:.0f} ms" for b in builds), flush=True)
+
+
+ROWS = [
+    ("all bloatd BPF programs, 10k busy sockets (% of one core)", "bpf_share", "<= 2"),
+    ("tcp_probe per event, cold sockets (ns)", "probe_cold_ns", "<= 150"),
+    ("tcp_probe per event, line rate (ns)", "probe_hot_ns", "<= 100"),
+    ("machine CPU, same load (% of one core)", "machine", "<= +3 over none"),
+    ("daemon, top open, 5 s scrapes, 10k busy (%)", "daemon_watch", ""),
+    ("bloatd top itself (%)", "top_watch", ""),
+    ("daemon + top (%)", "watch_total", "<= 3"),
+    ("bloatd sockets --json, 100k sockets (ms)", "sockets_json_ms", "<= 300"),
+    ("/v1/snapshot, 100k sockets (ms)", "snapshot_ms", ""),
+    ("/v1/snapshot size (MB)", "snapshot_mb", ""),
+    ("daemon RSS growth during it (MB)", "snapshot_rss_mb", "bounded"),
+]
+
+
+def report(res, names):
+    cols = ["none"] + names if "none" in res else names
+    print(f"\n  {'':52s}" + "".join(f"{c:>22s}" for c in cols) + f"{'goal':>18s}")
+    for label, key, goal in ROWS:
+        if not any(key in res.get(c, {}) for c in cols):
+            continue
+        print(f"  {label:52s}" + "".join(f"{span(res.get(c, {}).get(key, [])):>22s}" for c in cols)
+              + f"{goal:>18s}")
+    if "none" in res:
+        base = statistics.median(res["none"]["machine"])
+        for n in names:
+            if res[n].get("machine"):
+                print(f"  machine CPU {n} minus none: {statistics.median(res[n]['machine']) - base:+.2f}% of one core")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--seconds", type=float, default=10, help="each measurement window")
+    ap.add_argument("--watch-seconds", type=float, default=30)
+    ap.add_argument("--baseline", metavar="BIN", help="a bloatd binary measured beside this build")
+    ap.add_argument("--phase", action="append", choices=["cold", "watch", "hot", "100k"])
+    ap.add_argument("--json", metavar="FILE", help="also write the raw figures here")
+    args = ap.parse_args()
+    if os.geteuid() != 0:
+        raise SystemExit("share.py: run as root (BPF, network namespaces)")
+    # A timeout's SIGTERM unwinds like ^C: daemons, tmux and the lab go.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    phases = args.phase or ["cold", "watch", "hot", "100k"]
+    builds = [Build("this build", BLOATD)]
+    if args.baseline:
+        builds.append(Build("baseline", os.path.abspath(args.baseline)))
+    res = {b.name: {} for b in builds}
+    out = tempfile.mkdtemp(prefix="bloatd-share-")
+    loadgen = os.path.join(out, "loadgen")
+    sh("gcc", "-O2", "-Wall", "-o", loadgen, os.path.join(os.path.dirname(os.path.abspath(__file__)), "loadgen.c"))
+    subprocess.run([TOPO, "down", LAB], capture_output=True)
+    sh(TOPO, "up", LAB, "--direct", timeout=120)
+    try:
+        for side in ("snd", "rcv"):
+            sh(*nsx(side, "sysctl", "-qw", "net.ipv4.ip_local_port_range=1024 65535",
+                    "net.core.somaxconn=65535", "net.ipv4.tcp_max_syn_backlog=65535"))
+        if "cold" in phases or "watch" in phases:
+            print("== 10,000 busy sockets (5,000 connections, 200 B ten times a second)", flush=True)
+            load = Load(loadgen, 10_000, 10_000)
+            try:
+                time.sleep(10)
+                if "cold" in phases:
+                    cold(builds, args.rounds, args.seconds, res)
+                if "watch" in phases:
+                    watch(builds, max(1, args.rounds // 2), args.watch_seconds, res)
+            finally:
+                load.close()
+        if "hot" in phases:
+            print("== one download at line rate", flush=True)
+            hot(builds, args.rounds, args.seconds, res)
+        if "100k" in phases:
+            print("== 100,000 established sockets, 10,000 busy", flush=True)
+            load = Load(loadgen, 100_000, 10_000)
+            try:
+                time.sleep(5)
+                many(builds, max(1, args.rounds // 2), load, res)
+            finally:
+                load.close()
+    finally:
+        subprocess.run([TOPO, "down", LAB], capture_output=True)
+        shutil.rmtree(out, ignore_errors=True)
+    print(f"\n== medians of the rounds (range), {time.strftime('%Y-%m-%d')}, "
+          f"{' vs '.join(f'{b.name}: {b.binary}' for b in builds)}")
+    report(res, [b.name for b in builds])
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(res, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
