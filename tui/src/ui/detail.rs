@@ -68,10 +68,12 @@ fn identity(s: &Socket, bloated: bool, closed: bool) -> Vec<Span<'static>> {
     identity
 }
 
+/// A duration in microseconds, as the dashboard prints one.
 fn ms(us: u32) -> String {
     format::ms(us as u64)
 }
 
+/// A field of plain text.
 fn text(t: String) -> Vec<Span<'static>> {
     vec![Span::raw(t)]
 }
@@ -177,7 +179,6 @@ fn policy_fields(s: &Socket) -> Vec<Vec<Span<'static>>> {
     let Some(p) = &s.policy else {
         return Vec::new();
     };
-    let ms = |us: u32| format::ms(us as u64);
     let mut fields = Vec::new();
     let mut head = vec![Span::styled("policy", TITLE)];
     match (&p.bulk_rule, p.bulk_waiting, p.cc_failed) {
@@ -235,7 +236,6 @@ fn policy_fields(s: &Socket) -> Vec<Vec<Span<'static>>> {
 /// The congestion control's own state: Westwood+ BWE and pipe (cwnd far
 /// above the pipe is the papers' "fat pipe"), CUBIC W_max, K and HyStart.
 fn cc_state_fields(s: &Socket) -> Vec<Vec<Span<'static>>> {
-    let ms = |us: u32| format::ms(us as u64);
     match &s.cc_state {
         Some(CcState::Westwood {
             bwe_bytes_per_s,
