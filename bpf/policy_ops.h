@@ -159,29 +159,23 @@ static __always_inline int policy_set_lowat(struct bpf_sock_ops *skops,
 	return 0;
 }
 
-/*
- * At the handshake: the first rule without a byte count that selects the
- * connection decides its congestion control and whether DRWA is forced on
- * it; the first bulk rule that selects it waits for its bytes. Returns the
- * callback flags the socket needs for that.
- */
-static __always_inline __u32 policy_established(struct bpf_sock_ops *skops)
+/* What the rules chose for a connection at its handshake: 1-based rule
+ * indexes (0: none), and whether a setsockopt the rule asked for failed. */
+struct policy_choice {
+	__u32 cc_rule, bulk_rule, drwa_rule, lowat_rule;
+	__u32 cc_failed, lowat_failed;
+};
+
+/* The first rule without a byte count that selects the connection applies
+ * its actions now; the first bulk rule that selects it is remembered. */
+static __always_inline void policy_choose(struct bpf_sock_ops *skops, struct sock *sk,
+					  struct policy_choice *c)
 {
 	struct bloatd_policy_rule *r;
-	struct bloatd_sock *s = NULL;
-	struct tcp_sock *tp;
-	struct sock *sk;
-	__u32 i, key, cb = 0, cc_rule = 0, bulk_rule = 0, drwa_rule = 0, failed = 0, min_rtt;
-	__u32 lowat_rule = 0, lowat_failed = 0;
-	__u16 sport, dport;
+	__u16 sport = sk->__sk_common.skc_num;
+	__u16 dport = bpf_ntohs(sk->__sk_common.skc_dport);
+	__u32 i, key;
 
-	if (!policy_nrules && !drwa_armed)
-		return 0;
-	if (!(tp = skops_tcp_sock(skops)))
-		return 0;
-	sk = (struct sock *)tp;
-	sport = sk->__sk_common.skc_num;
-	dport = bpf_ntohs(sk->__sk_common.skc_dport);
 	for (i = 0; i < BLOATD_POLICY_RULES && i < policy_nrules; i++) {
 		/* The key on the stack, the counter in a register: a counter
 		 * whose address a helper took would lose its bounds. */
@@ -192,54 +186,52 @@ static __always_inline __u32 policy_established(struct bpf_sock_ops *skops)
 		if ((r->selectors & BLOATD_PM_CGROUP) && !policy_cgroup_match(r, sk))
 			continue;
 		if (r->selectors & BLOATD_PM_BULK) {
-			if (!bulk_rule)
-				bulk_rule = i + 1;
+			if (!c->bulk_rule)
+				c->bulk_rule = i + 1;
 			continue;
 		}
-		if (cc_rule || drwa_rule || lowat_rule)
+		if (c->cc_rule || c->drwa_rule || c->lowat_rule)
 			continue;	/* the first selecting rule decided */
 		if (r->actions & BLOATD_PA_CC) {
 			if (policy_set_cc(skops, r))
-				failed = 1;
+				c->cc_failed = 1;
 			else
-				cc_rule = i + 1;
+				c->cc_rule = i + 1;
 		}
 		if (r->actions & BLOATD_PA_DRWA)
-			drwa_rule = i + 1;
+			c->drwa_rule = i + 1;
 		if (r->actions & BLOATD_PA_NOTSENT_LOWAT) {
 			if (policy_set_lowat(skops, r))
-				lowat_failed = 1;
+				c->lowat_failed = 1;
 			else
-				lowat_rule = i + 1;
+				c->lowat_rule = i + 1;
 		}
 	}
-	if (cc_rule)
-		policy_count(BLOATD_PC_CC_SET, 1);
-	if (!cc_rule && !bulk_rule && !drwa_rule && !failed && !drwa_armed && !lowat_rule &&
-	    !lowat_failed)
-		return 0;
-	/* A passive open meets this callback before its ESTABLISHED
-	 * tracepoint: the record may not exist yet. */
-	s = bpf_sk_storage_get(&socks, sk, 0, 0);
-	if (!s)
-		s = sock_create(sk, tp, bpf_get_socket_cookie(skops));
-	if (!s)
-		return 0;	/* beyond map_capacity: the cc is set, nothing to follow */
-	if (cc_rule && !s->pol.cc_rule)
+}
+
+/* Keep the choice in the socket's record; returns the callback flags the
+ * socket needs for it (a bulk rule's RTT callback, DRWA's header option). */
+static __always_inline __u32 policy_remember(struct bpf_sock_ops *skops, struct tcp_sock *tp,
+					     struct bloatd_sock *s,
+					     const struct policy_choice *c)
+{
+	__u32 cb = 0, min_rtt;
+
+	if (c->cc_rule && !s->pol.cc_rule)
 		policy_count(BLOATD_PC_CC_SOCKETS, 1);
-	s->pol.cc_rule = cc_rule;
-	s->pol.lowat_rule = lowat_rule;
-	if (failed)
+	s->pol.cc_rule = c->cc_rule;
+	s->pol.lowat_rule = c->lowat_rule;
+	if (c->cc_failed)
 		s->pol.flags |= BLOATD_POL_CC_FAILED;
-	if (lowat_failed)
+	if (c->lowat_failed)
 		s->pol.flags |= BLOATD_POL_LOWAT_FAILED;
-	if (bulk_rule) {
-		s->pol.bulk_rule = bulk_rule;
+	if (c->bulk_rule) {
+		s->pol.bulk_rule = c->bulk_rule;
 		s->pol.flags |= BLOATD_POL_BULK_WAIT;
 		cb |= SOCKOPS_RTT_CB_FLAG;
 	}
-	if (drwa_rule || drwa_armed) {
-		s->pol.drwa_rule = drwa_rule;
+	if (c->drwa_rule || drwa_armed) {
+		s->pol.drwa_rule = c->drwa_rule;
 		s->pol.flags |= BLOATD_POL_DRWA_ARMED;
 		/* DRWA's RTT_min starts from the handshake's RTT (the kernel's
 		 * windowed minimum holds it now). */
@@ -251,6 +243,40 @@ static __always_inline __u32 policy_established(struct bpf_sock_ops *skops)
 	/* Ours to turn off later: what no other program had turned on. */
 	s->pol.cb_owned |= cb & ~skops->bpf_sock_ops_cb_flags;
 	return cb;
+}
+
+/*
+ * At the handshake: the first rule without a byte count that selects the
+ * connection decides its congestion control and whether DRWA is forced on
+ * it; the first bulk rule that selects it waits for its bytes. Returns the
+ * callback flags the socket needs for that.
+ */
+static __always_inline __u32 policy_established(struct bpf_sock_ops *skops)
+{
+	struct policy_choice c = {};
+	struct bloatd_sock *s;
+	struct tcp_sock *tp;
+	struct sock *sk;
+
+	if (!policy_nrules && !drwa_armed)
+		return 0;
+	if (!(tp = skops_tcp_sock(skops)))
+		return 0;
+	sk = (struct sock *)tp;
+	policy_choose(skops, sk, &c);
+	if (c.cc_rule)
+		policy_count(BLOATD_PC_CC_SET, 1);
+	if (!c.cc_rule && !c.bulk_rule && !c.drwa_rule && !c.cc_failed && !drwa_armed &&
+	    !c.lowat_rule && !c.lowat_failed)
+		return 0;
+	/* A passive open meets this callback before its ESTABLISHED
+	 * tracepoint: the record may not exist yet. */
+	s = bpf_sk_storage_get(&socks, sk, 0, 0);
+	if (!s)
+		s = sock_create(sk, tp, bpf_get_socket_cookie(skops));
+	if (!s)
+		return 0;	/* beyond map_capacity: the cc is set, nothing to follow */
+	return policy_remember(skops, tp, s, &c);
 }
 
 /* Stop a callback bloatd asked for: only if bloatd turned it on. */

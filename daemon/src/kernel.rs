@@ -152,6 +152,8 @@ pub struct CcRegistration<'a> {
 
 /// Every part beyond the core and how this kernel runs it. `sockops_error`:
 /// why the cgroup sock_ops program is not attached, if it is not.
+// Long (85 lines) on purpose: a table, one entry per feature with its on and
+// fallback text side by side; helpers would only scatter it.
 pub fn features(
     k: &Kernel,
     sockops_error: Option<&str>,

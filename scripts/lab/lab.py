@@ -374,19 +374,8 @@ def pick_instrument(choice):
     return "ss"
 
 
-def run_campaign(args):
-    if os.geteuid() != 0 and not args.dry_run:
-        sys.exit("lab: needs root (network namespaces, qdiscs, iptables): run with sudo")
-    ccs = args.ccs.split(",")
-    plan = quick_plan(ccs, args.link) if args.quick else full_plan(ccs, args.link)
-    profiles = args.profiles.split(",") if args.profiles else list(plan)
-    unknown = [p for p in profiles if p not in plan]
-    if unknown:
-        other = [k for k in LINKS if k != args.link][0]
-        print(f"lab: profile(s) {', '.join(unknown)} not in the {args.link} link model's plan "
-              f"({', '.join(plan)}); --link {other} has {', '.join(LINKS[other].values())}",
-              file=sys.stderr)
-        return 2
+def select_steps(args, plan, profiles):
+    """The plan's steps on these profiles, cut to --runs, with --shorts and --a-seconds applied."""
     steps = expand(plan, profiles)
     if args.runs:
         steps = [s for s in steps if s["run"] in args.runs.upper().split(",")]
@@ -398,6 +387,11 @@ def run_campaign(args):
         for s in steps:
             if s["run"] == "A":
                 s["seconds"] = args.a_seconds
+    return steps
+
+
+def drop_missing_ccs(args, steps, ccs):
+    """Exits on an unregistered congestion control, unless told to skip its steps."""
     used = {s[k] for s in steps for k in ("cc", "bg_cc", "short_cc") if k in s}
     have, missing = check_ccs(cc_sorted_list(used))
     if missing and not args.skip_missing_cc and not args.dry_run:
@@ -408,22 +402,11 @@ def run_campaign(args):
         log(f"lab: skipping {', '.join(missing)} (not registered)")
         steps = [s for s in steps if not any(s.get(k) in missing for k in ("cc", "bg_cc", "short_cc"))]
         ccs = [c for c in ccs if c not in missing]
-    profs = {p: Profile(p) for p in profiles}
-    total_est = sum(profs[s["profile"]].estimate_s(s) for s in steps)
-    if args.dry_run:
-        for s in steps:
-            log(f"{s['profile']:5} {analysis.step_label(s)}  ~{profs[s['profile']].estimate_s(s):.0f} s")
-        log(f"lab: {len(steps)} steps, about {total_est / 60:.0f} min")
-        return 0
-    backend = pick_instrument(args.instrument)
-    os.makedirs(args.out, exist_ok=True)
-    meta = {"started": time.strftime("%Y-%m-%d %H:%M:%S"), "quick": args.quick,
-            "link": args.link, "roles": LINKS[args.link],
-            "instrument": backend, "ccs": ccs, "missing_ccs": missing,
-            "profiles": {p: profs[p].as_dict() for p in profiles},
-            "kernel": os.uname().release}
-    meta_path = os.path.join(args.out, "meta.json")
-    raw_path = os.path.join(args.out, "raw.jsonl")
+    return steps, ccs, missing
+
+
+def write_meta(args, meta, meta_path, raw_path):
+    """Writes meta.json, merged into the old one with --append; 2 if that one is another link's."""
     if args.append and os.path.exists(meta_path):
         # A campaign measured in parts (--profiles, --runs): one table
         with open(meta_path) as f:
@@ -433,7 +416,7 @@ def run_campaign(args):
                   file=sys.stderr)
             return 2
         meta["profiles"] = {**old.get("profiles", {}), **meta["profiles"]}
-        meta["ccs"] = cc_sorted_list(set(old.get("ccs", [])) | set(ccs))
+        meta["ccs"] = cc_sorted_list(set(old.get("ccs", [])) | set(meta["ccs"]))
         meta["parts"] = old.get("parts", 1) + 1
         meta["failed_steps"] = old.get("failed_steps", [])
         meta["minutes"] = old.get("minutes", 0)
@@ -441,12 +424,38 @@ def run_campaign(args):
         os.rename(raw_path, raw_path + ".old")
     with open(meta_path, "w") as f:
         json.dump(meta, f, indent=1)
-    log(f"lab: {len(steps)} steps on {', '.join(profiles)}, about {total_est / 60:.0f} min; "
-        f"instrument {backend}; results in {args.out}/")
+    return None
 
+
+def run_step(lab, inst, prof, step, backend, raw, failed):
+    """Measures one step into raw.jsonl; a failed step is logged and kept in failed."""
+    try:
+        recs = run_a(lab, inst, prof, step) if step["run"] == "A" else \
+            run_shorts(lab, inst, prof, step)
+    except RuntimeError as e:
+        # One failed step (a congestion control unregistered
+        # meanwhile, a flow that died) must not cost the campaign.
+        log(f"    step failed: {e}")
+        failed.append({**step, "error": str(e)})
+        lab.stop_flows()
+        recs = []
+    for r in recs:
+        r.update({k: v for k, v in step.items() if k not in ("shorts", "seconds")})
+        r["instrument"] = backend
+        raw.write(json.dumps(r) + "\n")
+    raw.flush()
+    if inst.errors:
+        log(f"    instrument errors: {inst.errors} (last: {inst.last_error})")
+        inst.errors = 0
+    inst.forget_before(time.time() - 5)
+    lab.wait_drained(prof.drain_s + 5)
+
+
+def measure(args, steps, profs, backend, raw_path, t_start):
+    """Runs the steps, one lab per profile in turn; the failed steps, or None if interrupted."""
+    total_est = sum(profs[s["profile"]].estimate_s(s) for s in steps)
     lab = Lab(args.name)
     failed = []
-    t_start = time.monotonic()
     done_est = 0.0
     cur_prof = None
     inst = None
@@ -469,26 +478,7 @@ def run_campaign(args):
                 desc = analysis.step_label(step)
                 log(f"[{i + 1:3d}/{len(steps)}] {elapsed / 60:5.1f} min, ETA {eta / 60:4.1f} min | "
                     f"{prof.name} {desc}")
-                try:
-                    recs = run_a(lab, inst, prof, step) if step["run"] == "A" else \
-                        run_shorts(lab, inst, prof, step)
-                except RuntimeError as e:
-                    # One failed step (a congestion control unregistered
-                    # meanwhile, a flow that died) must not cost the campaign.
-                    log(f"    step failed: {e}")
-                    failed.append({**step, "error": str(e)})
-                    lab.stop_flows()
-                    recs = []
-                for r in recs:
-                    r.update({k: v for k, v in step.items() if k not in ("shorts", "seconds")})
-                    r["instrument"] = backend
-                    raw.write(json.dumps(r) + "\n")
-                raw.flush()
-                if inst.errors:
-                    log(f"    instrument errors: {inst.errors} (last: {inst.last_error})")
-                    inst.errors = 0
-                inst.forget_before(time.time() - 5)
-                lab.wait_drained(prof.drain_s + 5)
+                run_step(lab, inst, prof, step, backend, raw, failed)
                 done_est += prof.estimate_s(step)
     except KeyboardInterrupt:
         log("\nlab: interrupted: stopping traffic and removing the lab")
@@ -496,7 +486,7 @@ def run_campaign(args):
             inst.stop()
         lab.down()
         log(f"lab: partial results kept in {raw_path}")
-        return 130
+        return None
     except Exception:
         if inst:
             inst.stop()
@@ -505,9 +495,51 @@ def run_campaign(args):
     if inst:
         inst.stop()
     lab.down()
+    return failed
+
+
+def run_campaign(args):
+    if os.geteuid() != 0 and not args.dry_run:
+        sys.exit("lab: needs root (network namespaces, qdiscs, iptables): run with sudo")
+    ccs = args.ccs.split(",")
+    plan = quick_plan(ccs, args.link) if args.quick else full_plan(ccs, args.link)
+    profiles = args.profiles.split(",") if args.profiles else list(plan)
+    unknown = [p for p in profiles if p not in plan]
+    if unknown:
+        other = [k for k in LINKS if k != args.link][0]
+        print(f"lab: profile(s) {', '.join(unknown)} not in the {args.link} link model's plan "
+              f"({', '.join(plan)}); --link {other} has {', '.join(LINKS[other].values())}",
+              file=sys.stderr)
+        return 2
+    steps, ccs, missing = drop_missing_ccs(args, select_steps(args, plan, profiles), ccs)
+    profs = {p: Profile(p) for p in profiles}
+    total_est = sum(profs[s["profile"]].estimate_s(s) for s in steps)
+    if args.dry_run:
+        for s in steps:
+            log(f"{s['profile']:5} {analysis.step_label(s)}  ~{profs[s['profile']].estimate_s(s):.0f} s")
+        log(f"lab: {len(steps)} steps, about {total_est / 60:.0f} min")
+        return 0
+    backend = pick_instrument(args.instrument)
+    os.makedirs(args.out, exist_ok=True)
+    meta = {"started": time.strftime("%Y-%m-%d %H:%M:%S"), "quick": args.quick,
+            "link": args.link, "roles": LINKS[args.link],
+            "instrument": backend, "ccs": ccs, "missing_ccs": missing,
+            "profiles": {p: profs[p].as_dict() for p in profiles},
+            "kernel": os.uname().release}
+    meta_path = os.path.join(args.out, "meta.json")
+    raw_path = os.path.join(args.out, "raw.jsonl")
+    if write_meta(args, meta, meta_path, raw_path) is not None:
+        return 2
+    log(f"lab: {len(steps)} steps on {', '.join(profiles)}, about {total_est / 60:.0f} min; "
+        f"instrument {backend}; results in {args.out}/")
+
+    t_start = time.monotonic()
+    failed = measure(args, steps, profs, backend, raw_path, t_start)
+    if failed is None:
+        return 130
     meta["failed_steps"] = meta.get("failed_steps", []) + failed
     meta["minutes"] = round(meta.get("minutes", 0) + (time.monotonic() - t_start) / 60, 1)
-    with open(os.path.join(args.out, "meta.json"), "w") as f:
+    with open(meta_path, "w") as f:
         json.dump(meta, f, indent=1)
     log(f"lab: measured in {meta['minutes']} min" +
         (f"; {len(failed)} step(s) failed, listed in meta.json" if failed else ""))

@@ -114,6 +114,24 @@ def data_sockets(lab, side, port, remote=False):
             and (s["bytes_acked"] > 100_000 or s["bytes_received"] > 100_000)]
 
 
+
+def received_mbps(lab, port, seconds=10):
+    """The download's rate at the receiver over `seconds`, from the kernel's
+    bytes_received of the connection to remote port `port`."""
+    b0, t0 = data_sockets(lab, "rcv", port, remote=True)[0]["bytes_received"], time.time()
+    time.sleep(seconds)
+    b1, t1 = data_sockets(lab, "rcv", port, remote=True)[0]["bytes_received"], time.time()
+    return (b1 - b0) * 8 / (t1 - t0) / 1e6
+
+
+def process_ended(pid, timeout=10):
+    """Whether process `pid` is gone within `timeout` seconds."""
+    try:
+        wait_for(lambda: not os.path.exists(f"/proc/{pid}"), timeout=timeout)
+        return True
+    except AssertionError:
+        return False
+
 class Policy(TestCase):
     def test_a_port_rule_picks_westwood_for_a_new_connection(self):
         d = self.daemon("--policy", "name=web,sport=5301,cc=bloatd_westwood")
@@ -237,6 +255,7 @@ class Policy(TestCase):
             return None
         return wait_for(clamped, timeout=20, step=0.5, what="DRWA's clamp, in bloatd and in ss")
 
+    # Long (93 lines): one scenario, run for each way the daemon can end.
     def test_stop_kill9_and_panic_give_every_window_back(self):
         """Whatever ends the daemon, the windows DRWA clamped are given back:
         by the daemon itself (stop, a panic), by the next `bloatd start` or
@@ -254,13 +273,6 @@ class Policy(TestCase):
         def check(ok, what):
             if not ok:
                 problems.append(what)
-
-        def ended(pid, timeout=10):
-            try:
-                wait_for(lambda: not os.path.exists(f"/proc/{pid}"), timeout=timeout)
-                return True
-            except AssertionError:
-                return False
 
         for how in ("stop", "panic", "kill -9, then start", "kill -9, then stop"):
             run(TOPO, "delay", "bp4", "40")
@@ -288,7 +300,7 @@ class Policy(TestCase):
                 self.assertEqual(d.stop().returncode, 0)
             elif how == "panic":
                 open(panic_file, "w").close()
-                if not ended(pid):
+                if not process_ended(pid):
                     problems.append(f"{how}: the daemon did not panic (no {panic_file} hook)")
                     os.kill(pid, signal.SIGKILL)
                 os.unlink(panic_file)
@@ -298,7 +310,7 @@ class Policy(TestCase):
                       f"{how}: no give-back in the log")
             else:
                 os.kill(pid, signal.SIGKILL)
-                self.assertTrue(ended(pid), "kill -9 ends the daemon")
+                self.assertTrue(process_ended(pid), "kill -9 ends the daemon")
                 check(os.path.exists(pin), f"{how}: what to give back did not outlive the daemon")
                 if how.endswith("start"):
                     t0 = time.time()
@@ -324,10 +336,7 @@ class Policy(TestCase):
             # The path gets longer: only a window given back keeps the pace.
             run(TOPO, "delay", "bp4", "200")
             time.sleep(1)
-            b0, t0 = data_sockets(lab, "rcv", 5306, remote=True)[0]["bytes_received"], time.time()
-            time.sleep(10)
-            b1, t1 = data_sockets(lab, "rcv", 5306, remote=True)[0]["bytes_received"], time.time()
-            mbps = (b1 - b0) * 8 / (t1 - t0) / 1e6
+            mbps = received_mbps(lab, 5306)
             results.append((how, clamp, offered, mbps))
             print(f"    {how}: clamp {clamp} B (ss rcv_ssthresh {offered}), then at 200 ms "
                   f"{mbps:.2f} Mbit/s", flush=True)

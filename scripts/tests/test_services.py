@@ -57,6 +57,7 @@ def ss_owner(lab, side, port):
 
 
 class Services(TestCase):
+    # Long (88 lines): one scenario, the same two services seen by each view in turn.
     def test_two_services_show_apart_in_sockets_top_paths_services_and_metrics(self):
         bulk, web = self.cgroup("bulk"), self.cgroup("web")
         lab = self.lab("bsv1", rate="10mbit", buffer_bytes=600_000, delay_ms=20)

@@ -254,70 +254,84 @@ pub fn validate(rules: &[Rule], drwa_lambda: f64, drwa_min_bytes: u64) -> Result
             ));
         }
         names.push(name.clone());
-        if r.cc.is_none() && !r.drwa && r.notsent_lowat.is_none() {
+        check_rule(r, &name)?;
+        check_not_shadowed(rules, i, &name, root)?;
+    }
+    Ok(())
+}
+
+/// One rule's own checks: it does something, and its values are well formed.
+fn check_rule(r: &Rule, name: &str) -> Result<(), String> {
+    if r.cc.is_none() && !r.drwa && r.notsent_lowat.is_none() {
+        return Err(format!(
+            "policy rule '{name}' does nothing: give it a congestion control (cc = \"bloatd_westwood\"), drwa = true or notsent_lowat = \"128Ki\""
+        ));
+    }
+    if let Some(b) = r.notsent_lowat {
+        if r.bulk_bytes.is_some() {
             return Err(format!(
-                "policy rule '{name}' does nothing: give it a congestion control (cc = \"bloatd_westwood\"), drwa = true or notsent_lowat = \"128Ki\""
+                "policy rule '{name}': notsent_lowat is set when a connection opens, a bulk rule acts later: select the senders by sport, dport or cgroup instead"
             ));
         }
-        if let Some(b) = r.notsent_lowat {
-            if r.bulk_bytes.is_some() {
-                return Err(format!(
-                    "policy rule '{name}': notsent_lowat is set when a connection opens, a bulk rule acts later: select the senders by sport, dport or cgroup instead"
-                ));
-            }
-            if !(1024..=1 << 30).contains(&b.0) {
-                return Err(format!(
-                    "policy rule '{name}': notsent_lowat must be from 1Ki to 1Gi bytes (a bulk sender keeps its link busy with a few bandwidth-delay products, like \"128Ki\")"
-                ));
-            }
-        }
-        if let Some(cc) = &r.cc {
-            if cc.is_empty()
-                || cc.len() > CC_NAME_MAX
-                || !cc.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
-            {
-                return Err(format!(
-                    "policy rule '{name}': unknown congestion control (a name of at most {CC_NAME_MAX} letters, digits and '_', like bloatd_westwood)"
-                ));
-            }
-        }
-        if r.bulk_bytes.is_some() && r.drwa {
+        if !(1024..=1 << 30).contains(&b.0) {
             return Err(format!(
-                "policy rule '{name}': a bulk rule counts the bytes a connection sends, DRWA acts on the data it receives: give DRWA its own rule (it starts after drwa_min_bytes received by itself)"
+                "policy rule '{name}': notsent_lowat must be from 1Ki to 1Gi bytes (a bulk sender keeps its link busy with a few bandwidth-delay products, like \"128Ki\")"
             ));
         }
-        if let Some(c) = &r.cgroup {
-            if c.trim_matches('/').is_empty() && c != "/" || c.split('/').any(|p| p == "..") {
-                return Err(format!(
-                    "policy rule '{name}': `cgroup` must be {}",
-                    RULE_KEYS[3].1
-                ));
-            }
-        }
-        for (j, earlier) in rules[..i].iter().enumerate() {
-            if earlier.bulk_bytes.is_some() != r.bulk_bytes.is_some() || !covers(earlier, r, root) {
-                continue;
-            }
-            let other = rule_name(earlier, j);
-            let stage = if r.bulk_bytes.is_some() {
-                "bulk rule"
-            } else {
-                "rule"
-            };
-            if covers(r, earlier, root)
-                && r.bulk_bytes == earlier.bulk_bytes
-                && describe_actions(r) != describe_actions(earlier)
-            {
-                return Err(format!(
-                    "policy rules '{other}' and '{name}' conflict: both select {} and one sets {}, the other {}; keep one",
-                    describe_selectors(r), describe_actions(earlier), describe_actions(r)
-                ));
-            }
+    }
+    if let Some(cc) = &r.cc {
+        if cc.is_empty()
+            || cc.len() > CC_NAME_MAX
+            || !cc.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+        {
             return Err(format!(
-                "policy {stage} '{name}' can never apply: '{other}' comes first and selects every connection it does ({} covers {}; the first {stage} that selects a connection decides): remove it, or move it before '{other}'",
-                describe_selectors(earlier), describe_selectors(r)
+                "policy rule '{name}': unknown congestion control (a name of at most {CC_NAME_MAX} letters, digits and '_', like bloatd_westwood)"
             ));
         }
+    }
+    if r.bulk_bytes.is_some() && r.drwa {
+        return Err(format!(
+            "policy rule '{name}': a bulk rule counts the bytes a connection sends, DRWA acts on the data it receives: give DRWA its own rule (it starts after drwa_min_bytes received by itself)"
+        ));
+    }
+    if let Some(c) = &r.cgroup {
+        if c.trim_matches('/').is_empty() && c != "/" || c.split('/').any(|p| p == "..") {
+            return Err(format!(
+                "policy rule '{name}': `cgroup` must be {}",
+                RULE_KEYS[3].1
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// A rule that an earlier one selects every connection of can never apply
+/// (the first rule that selects a connection decides).
+fn check_not_shadowed(rules: &[Rule], i: usize, name: &str, root: &Path) -> Result<(), String> {
+    let r = &rules[i];
+    for (j, earlier) in rules[..i].iter().enumerate() {
+        if earlier.bulk_bytes.is_some() != r.bulk_bytes.is_some() || !covers(earlier, r, root) {
+            continue;
+        }
+        let other = rule_name(earlier, j);
+        let stage = if r.bulk_bytes.is_some() {
+            "bulk rule"
+        } else {
+            "rule"
+        };
+        if covers(r, earlier, root)
+            && r.bulk_bytes == earlier.bulk_bytes
+            && describe_actions(r) != describe_actions(earlier)
+        {
+            return Err(format!(
+                "policy rules '{other}' and '{name}' conflict: both select {} and one sets {}, the other {}; keep one",
+                describe_selectors(r), describe_actions(earlier), describe_actions(r)
+            ));
+        }
+        return Err(format!(
+            "policy {stage} '{name}' can never apply: '{other}' comes first and selects every connection it does ({} covers {}; the first {stage} that selects a connection decides): remove it, or move it before '{other}'",
+            describe_selectors(earlier), describe_selectors(r)
+        ));
     }
     Ok(())
 }

@@ -494,7 +494,51 @@ static int write_pidfile(const char *path)
 	return fclose(f);
 }
 
-int main(int argc, char **argv)
+struct args {
+	const char *pidfile, *trace;
+	unsigned int queue;
+	double delay_ms, timer_secs;
+	int rt_prio;
+};
+
+/* The combinations getopt cannot refuse; loads the trace. */
+static int check_args(struct args *a)
+{
+	if ((buf_bytes_max || buf_pkts_max) && !a->trace) {
+		fprintf(stderr, "delayline: --buffer-bytes/--buffer-packets need --trace\n");
+		return 2;
+	}
+	if (buf_bytes_max && buf_pkts_max) {
+		fprintf(stderr, "delayline: give --buffer-bytes or --buffer-packets, not both\n");
+		return 2;
+	}
+	if (buf_bytes_max && buf_bytes_max < OPP_BYTES) {
+		fprintf(stderr, "delayline: --buffer-bytes must hold one packet (>= %u)\n", OPP_BYTES);
+		return 2;
+	}
+	if (a->trace) {
+		if (load_trace(a->trace) < 0)
+			return 2;
+		if (a->delay_ms < 0)
+			a->delay_ms = 0;
+	}
+	if (a->delay_ms < 0 && a->timer_secs <= 0) {
+		fprintf(stderr, "delayline: -d DELAY_MS is required (0..60000)\n");
+		usage();
+		return 2;
+	}
+	if (a->delay_ms > 60000) {
+		fprintf(stderr, "delayline: -d DELAY_MS must be at most 60000\n");
+		usage();
+		return 2;
+	}
+	if (a->delay_ms >= 0)
+		delay_ns = (uint64_t)(a->delay_ms * 1e6 + 0.5);
+	return -1;
+}
+
+/* Returns -1 when the options are good, else the exit code for main. */
+static int parse_args(int argc, char **argv, struct args *a)
 {
 	static const struct option opts[] = {
 		{ "delay-ms", required_argument, NULL, 'd' },
@@ -509,68 +553,36 @@ int main(int argc, char **argv)
 		{ "help", no_argument, NULL, 'h' },
 		{ 0 }
 	};
-	const char *pidfile = NULL, *trace = NULL;
-	unsigned int queue = 0;
-	double delay_ms = -1, timer_secs = 0;
-	int rt_prio = 0, c, one = 1, sfd, fd;
-	struct nfq_handle *h;
-	struct nfq_q_handle *qh;
-	sigset_t sigs;
-	char buf[65536] __attribute__((aligned));
+	int c;
 
+	*a = (struct args){ .delay_ms = -1 };
 	while ((c = getopt_long(argc, argv, "d:D:q:p:r:t:h", opts, NULL)) != -1) {
 		switch (c) {
-		case 'd': delay_ms = strtod(optarg, NULL); break;
+		case 'd': a->delay_ms = strtod(optarg, NULL); break;
 		case 'D':
 			delay_file = optarg;
-			delay_ms = read_delay_file(optarg);
-			if (delay_ms < 0) {
+			a->delay_ms = read_delay_file(optarg);
+			if (a->delay_ms < 0) {
 				fprintf(stderr, "delayline: %s: want a delay in ms (0..60000)\n", optarg);
 				return 2;
 			}
 			break;
-		case 'q': queue = (unsigned int)strtoul(optarg, NULL, 10); break;
-		case 'p': pidfile = optarg; break;
-		case 'r': rt_prio = atoi(optarg); break;
-		case 't': timer_secs = strtod(optarg, NULL); break;
-		case 'T': trace = optarg; break;
+		case 'q': a->queue = (unsigned int)strtoul(optarg, NULL, 10); break;
+		case 'p': a->pidfile = optarg; break;
+		case 'r': a->rt_prio = atoi(optarg); break;
+		case 't': a->timer_secs = strtod(optarg, NULL); break;
+		case 'T': a->trace = optarg; break;
 		case 'B': buf_bytes_max = strtoull(optarg, NULL, 10); if (!buf_bytes_max) { fprintf(stderr, "delayline: --buffer-bytes must be a positive integer\n"); return 2; } break;
 		case 'P': buf_pkts_max = strtoull(optarg, NULL, 10); if (!buf_pkts_max) { fprintf(stderr, "delayline: --buffer-packets must be a positive integer\n"); return 2; } break;
 		case 'h': usage(); return 0;
 		default: usage(); return 2;
 		}
 	}
-	if ((buf_bytes_max || buf_pkts_max) && !trace) {
-		fprintf(stderr, "delayline: --buffer-bytes/--buffer-packets need --trace\n");
-		return 2;
-	}
-	if (buf_bytes_max && buf_pkts_max) {
-		fprintf(stderr, "delayline: give --buffer-bytes or --buffer-packets, not both\n");
-		return 2;
-	}
-	if (buf_bytes_max && buf_bytes_max < OPP_BYTES) {
-		fprintf(stderr, "delayline: --buffer-bytes must hold one packet (>= %u)\n", OPP_BYTES);
-		return 2;
-	}
-	if (trace) {
-		if (load_trace(trace) < 0)
-			return 2;
-		if (delay_ms < 0)
-			delay_ms = 0;
-	}
-	if (delay_ms < 0 && timer_secs <= 0) {
-		fprintf(stderr, "delayline: -d DELAY_MS is required (0..60000)\n");
-		usage();
-		return 2;
-	}
-	if (delay_ms > 60000) {
-		fprintf(stderr, "delayline: -d DELAY_MS must be at most 60000\n");
-		usage();
-		return 2;
-	}
-	if (delay_ms >= 0)
-		delay_ns = (uint64_t)(delay_ms * 1e6 + 0.5);
+	return check_args(a);
+}
 
+static void set_priority(int rt_prio)
+{
 	/* Timer slack would add up to 50 us to every wake-up. */
 	prctl(PR_SET_TIMERSLACK, 1UL, 0, 0, 0);
 	if (rt_prio > 0) {
@@ -583,8 +595,12 @@ int main(int argc, char **argv)
 		/* A page fault while packets wait would show up as delay. */
 		mlockall(MCL_CURRENT | MCL_FUTURE);
 	}
-	if (timer_secs > 0)
-		return timer_test(timer_secs);
+}
+
+/* The signals the loop reads from a signalfd instead of handlers. */
+static int signal_fd(void)
+{
+	sigset_t sigs;
 
 	sigemptyset(&sigs);
 	sigaddset(&sigs, SIGTERM);
@@ -593,60 +609,99 @@ int main(int argc, char **argv)
 	sigaddset(&sigs, SIGUSR1);
 	sigaddset(&sigs, SIGUSR2);
 	sigprocmask(SIG_BLOCK, &sigs, NULL);
-	sfd = signalfd(-1, &sigs, SFD_NONBLOCK | SFD_CLOEXEC);
+	return signalfd(-1, &sigs, SFD_NONBLOCK | SFD_CLOEXEC);
+}
 
-	h = nfq_open();
-	if (!h) {
+/* Binds and configures the queue: 0, or 1 once the error is printed. */
+static int open_queue(const struct args *a, struct nfq_handle **h,
+		      struct nfq_q_handle **qh)
+{
+	int one = 1;
+
+	*h = nfq_open();
+	if (!*h) {
 		fprintf(stderr, "delayline: cannot open nfnetlink_queue (%s): "
 			"needs root (CAP_NET_ADMIN) and the kernel's "
 			"CONFIG_NETFILTER_NETLINK_QUEUE\n", strerror(errno));
 		return 1;
 	}
-	qh = nfq_create_queue(h, queue, on_packet, NULL);
-	if (!qh) {
+	*qh = nfq_create_queue(*h, a->queue, on_packet, NULL);
+	if (!*qh) {
 		fprintf(stderr, "delayline: cannot bind queue %u (%s): is "
 			"another delayline serving it in this namespace?\n",
-			queue, strerror(errno));
+			a->queue, strerror(errno));
 		return 1;
 	}
 	/*
 	 * Metadata only: the packet never leaves the kernel. A trace link
 	 * needs each packet's length: its first 40 bytes (the IP header).
 	 */
-	if ((trace ? nfq_set_mode(qh, NFQNL_COPY_PACKET, 40)
-		   : nfq_set_mode(qh, NFQNL_COPY_META, 0)) < 0 ||
-	    nfq_set_queue_maxlen(qh, RING_SIZE) < 0) {
+	if ((a->trace ? nfq_set_mode(*qh, NFQNL_COPY_PACKET, 40)
+		      : nfq_set_mode(*qh, NFQNL_COPY_META, 0)) < 0 ||
+	    nfq_set_queue_maxlen(*qh, RING_SIZE) < 0) {
 		fprintf(stderr, "delayline: cannot configure queue %u (%s)\n",
-			queue, strerror(errno));
+			a->queue, strerror(errno));
 		return 1;
 	}
 	/*
 	 * Keep GSO packets whole: segmenting them only to delay them is waste.
 	 * A trace link carries packets: there the kernel segments them first.
 	 */
-	if (!trace)
-		nfq_set_queue_flags(qh, NFQA_CFG_F_GSO, NFQA_CFG_F_GSO);
-	nfnl_rcvbufsiz(nfq_nfnlh(h), NETLINK_RCVBUF);
-	fd = nfq_fd(h);
-	setsockopt(fd, SOL_NETLINK, NETLINK_NO_ENOBUFS, &one, sizeof(one));
+	if (!a->trace)
+		nfq_set_queue_flags(*qh, NFQA_CFG_F_GSO, NFQA_CFG_F_GSO);
+	nfnl_rcvbufsiz(nfq_nfnlh(*h), NETLINK_RCVBUF);
+	setsockopt(nfq_fd(*h), SOL_NETLINK, NETLINK_NO_ENOBUFS, &one, sizeof(one));
+	return 0;
+}
 
-	if (pidfile && write_pidfile(pidfile) < 0) {
-		fprintf(stderr, "delayline: cannot write %s: %s\n", pidfile,
-			strerror(errno));
-		return 1;
-	}
-	trace_start_ns = now_ns();
-	opp_left = OPP_BYTES;
-	fprintf(stderr, "delayline: queue %u, delay %.3f ms, %s\n", queue,
-		delay_ms, rt_prio > 0 ? "SCHED_FIFO" : "normal priority");
-	if (trace)
+static void print_start(const struct args *a)
+{
+	fprintf(stderr, "delayline: queue %u, delay %.3f ms, %s\n", a->queue,
+		a->delay_ms, a->rt_prio > 0 ? "SCHED_FIFO" : "normal priority");
+	if (a->trace)
 		fprintf(stderr, "delayline: trace %s: %u opportunities in %u ms "
-			"(%.3f Mbit/s), buffer %llu %s, start_ns=%llu\n", trace,
+			"(%.3f Mbit/s), buffer %llu %s, start_ns=%llu\n", a->trace,
 			trace_n, trace_period_ms,
 			(double)trace_n * OPP_BYTES * 8 / trace_period_ms / 1000,
 			(unsigned long long)(buf_bytes_max ? buf_bytes_max : buf_pkts_max),
 			buf_bytes_max ? "bytes" : buf_pkts_max ? "packets" : "(unlimited)",
 			(unsigned long long)trace_start_ns);
+}
+
+/* Reads the pending signals; returns 1 when one asks the line to stop. */
+static int on_signals(int sfd, unsigned int queue)
+{
+	struct signalfd_siginfo si;
+	int stop = 0;
+
+	while (read(sfd, &si, sizeof(si)) == sizeof(si)) {
+		if (si.ssi_signo == SIGUSR1) {
+			print_stats(queue);
+		} else if (si.ssi_signo == SIGUSR2) {
+			memset(&st, 0, sizeof(st));
+		} else if (si.ssi_signo == SIGHUP && delay_file) {
+			double ms = read_delay_file(delay_file);
+
+			if (ms < 0) {
+				fprintf(stderr, "delayline: %s: want a delay in ms (0..60000); keeping %.3f ms\n",
+					delay_file, delay_ns / 1e6);
+				continue;
+			}
+			delay_ns = (uint64_t)(ms * 1e6 + 0.5);
+			fprintf(stderr, "delayline: delay now %.3f ms\n", ms);
+		} else {
+			stop = 1;
+		}
+	}
+	return stop;
+}
+
+/* Sleeps until the head packet is due or the kernel or a signal wakes us. */
+static void run(struct nfq_handle *h, struct nfq_q_handle *qh, int sfd,
+		unsigned int queue)
+{
+	static char buf[65536] __attribute__((aligned));
+	int fd = nfq_fd(h);
 
 	for (;;) {
 		struct pollfd pfd[2] = { { fd, POLLIN, 0 }, { sfd, POLLIN, 0 } };
@@ -665,7 +720,7 @@ int main(int argc, char **argv)
 		n = ppoll(pfd, 2, tsp, NULL);
 		if (n < 0 && errno != EINTR) {
 			perror("delayline: ppoll");
-			break;
+			return;
 		}
 		if (n <= 0)
 			continue;
@@ -677,41 +732,45 @@ int main(int argc, char **argv)
 			if (len < 0 && errno != EAGAIN && errno != EWOULDBLOCK &&
 			    errno != ENOBUFS) {
 				perror("delayline: recv");
-				break;
+				return;
 			}
 		}
-		if (pfd[1].revents & POLLIN) {
-			struct signalfd_siginfo si;
-			int stop = 0;
-
-			while (read(sfd, &si, sizeof(si)) == sizeof(si)) {
-				if (si.ssi_signo == SIGUSR1) {
-					print_stats(queue);
-				} else if (si.ssi_signo == SIGUSR2) {
-					memset(&st, 0, sizeof(st));
-				} else if (si.ssi_signo == SIGHUP && delay_file) {
-					double ms = read_delay_file(delay_file);
-
-					if (ms < 0) {
-						fprintf(stderr, "delayline: %s: want a delay in ms (0..60000); keeping %.3f ms\n",
-							delay_file, delay_ns / 1e6);
-						continue;
-					}
-					delay_ns = (uint64_t)(ms * 1e6 + 0.5);
-					fprintf(stderr, "delayline: delay now %.3f ms\n", ms);
-				} else {
-					stop = 1;
-				}
-			}
-			if (stop)
-				break;
-		}
+		if ((pfd[1].revents & POLLIN) && on_signals(sfd, queue))
+			return;
 	}
-	print_stats(queue);
+}
+
+int main(int argc, char **argv)
+{
+	struct nfq_handle *h;
+	struct nfq_q_handle *qh;
+	struct args a;
+	int rc, sfd;
+
+	rc = parse_args(argc, argv, &a);
+	if (rc >= 0)
+		return rc;
+	set_priority(a.rt_prio);
+	if (a.timer_secs > 0)
+		return timer_test(a.timer_secs);
+
+	sfd = signal_fd();
+	if (open_queue(&a, &h, &qh))
+		return 1;
+	if (a.pidfile && write_pidfile(a.pidfile) < 0) {
+		fprintf(stderr, "delayline: cannot write %s: %s\n", a.pidfile,
+			strerror(errno));
+		return 1;
+	}
+	trace_start_ns = now_ns();
+	opp_left = OPP_BYTES;
+	print_start(&a);
+	run(h, qh, sfd, a.queue);
+	print_stats(a.queue);
 	/* Packets still held are dropped by the kernel when the queue closes. */
 	nfq_destroy_queue(qh);
 	nfq_close(h);
-	if (pidfile)
-		unlink(pidfile);
+	if (a.pidfile)
+		unlink(a.pidfile);
 	return 0;
 }

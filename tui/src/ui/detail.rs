@@ -37,9 +37,19 @@ pub(super) fn render_detail(app: &App, area: Rect, buf: &mut Buffer) {
 /// elsewhere (netns, mss, delivery rate, byte counts).
 fn detail_lines(app: &App, s: &Socket, closed: bool, width: usize) -> Vec<Line<'static>> {
     let threshold_us = app.snapshot().bloat_threshold_us;
-    let wide = width >= 100;
-    let ms = |us: u32| format::ms(us as u64);
     let bloated = s.is_bloated(threshold_us);
+    let fields = number_fields(s, threshold_us, bloated, width >= 100);
+    let mut lines = flow(identity(s, bloated, closed), fields, width);
+    lines.extend(flow(Vec::new(), cc_state_fields(s), width));
+    let policy = policy_fields(s);
+    if !policy.is_empty() {
+        lines.extend(flow(Vec::new(), policy, width));
+    }
+    lines
+}
+
+/// The first line's start: the bloat marker, the process and the endpoints.
+fn identity(s: &Socket, bloated: bool, closed: bool) -> Vec<Span<'static>> {
     let who = match (&s.comm, s.pid) {
         (Some(c), Some(p)) => format!("{c}[{p}]"),
         (Some(c), None) => c.clone(),
@@ -55,19 +65,31 @@ fn detail_lines(app: &App, s: &Socket, closed: bool, width: usize) -> Vec<Line<'
     if closed {
         identity.push(Span::styled("  CLOSED", WARN));
     }
+    identity
+}
+
+/// A duration in microseconds, as the dashboard prints one.
+fn ms(us: u32) -> String {
+    format::ms(us as u64)
+}
+
+/// A field of plain text.
+fn text(t: String) -> Vec<Span<'static>> {
+    vec![Span::raw(t)]
+}
+
+/// The socket's TCP numbers, one field each; `wide` adds what a narrow
+/// terminal leaves out.
+fn number_fields(
+    s: &Socket,
+    threshold_us: u32,
+    bloated: bool,
+    wide: bool,
+) -> Vec<Vec<Span<'static>>> {
     let side = match s.role {
         Role::Sender => "sender (srtt)",
         Role::Receiver => "receiver (rcv_rtt)",
     };
-    let queue_style = if bloated { BLOATED } else { Style::new() };
-    let mut queue = vec![
-        Span::raw("queue "),
-        Span::styled(ms(s.view_queue_delay_us()), queue_style),
-    ];
-    if let Some(ratio) = super::rtt_ratio(s) {
-        queue.push(Span::styled(format!(" (RTT {ratio} min)"), queue_style));
-    }
-    let text = |t: String| vec![Span::raw(t)];
     let mut fields: Vec<Vec<Span<'static>>> = vec![
         vec![Span::styled(s.cc.clone(), TITLE)],
         text(side.into()),
@@ -77,7 +99,7 @@ fn detail_lines(app: &App, s: &Socket, closed: bool, width: usize) -> Vec<Line<'
     if wide {
         fields.push(text(format!("netns {}", s.netns)));
     }
-    fields.push(queue);
+    fields.push(queue_field(s, bloated));
     fields.push(text(format!(
         "rtt {} min {}",
         ms(s.view_rtt_us()),
@@ -97,20 +119,7 @@ fn detail_lines(app: &App, s: &Socket, closed: bool, width: usize) -> Vec<Line<'
         s.ssthresh.map_or_else(|| "∞".into(), |v| v.to_string())
     )));
     fields.push(text(format!("inflight {}", s.inflight)));
-    if s.role == Role::Sender && s.unsent_bytes > 0 {
-        // The queue the sender keeps in its own socket: an upload's bloat
-        // often sits there, where the RTT cannot see it.
-        let mut unsent = format!("unsent {}", format::bytes(s.unsent_bytes as u64));
-        if s.unsent_delay_us > 0 {
-            unsent.push_str(&format!(" ({})", ms(s.unsent_delay_us)));
-        }
-        let style = if s.unsent_delay_us >= threshold_us {
-            BLOATED
-        } else {
-            Style::new()
-        };
-        fields.push(vec![Span::styled(unsent, style)]);
-    }
+    fields.extend(unsent_field(s, threshold_us));
     if wide {
         fields.push(text(format!("mss {}", s.mss)));
     }
@@ -129,13 +138,39 @@ fn detail_lines(app: &App, s: &Socket, closed: bool, width: usize) -> Vec<Line<'
             format::bytes(s.bytes_received)
         )));
     }
-    let mut lines = flow(identity, fields, width);
-    lines.extend(flow(Vec::new(), cc_state_fields(s), width));
-    let policy = policy_fields(s);
-    if !policy.is_empty() {
-        lines.extend(flow(Vec::new(), policy, width));
+    fields
+}
+
+/// The queueing delay, styled as bloat when it is, with the RTT's ratio to
+/// its minimum.
+fn queue_field(s: &Socket, bloated: bool) -> Vec<Span<'static>> {
+    let queue_style = if bloated { BLOATED } else { Style::new() };
+    let mut queue = vec![
+        Span::raw("queue "),
+        Span::styled(ms(s.view_queue_delay_us()), queue_style),
+    ];
+    if let Some(ratio) = super::rtt_ratio(s) {
+        queue.push(Span::styled(format!(" (RTT {ratio} min)"), queue_style));
     }
-    lines
+    queue
+}
+
+/// A sender's unsent bytes, if any: the queue it keeps in its own socket.
+/// An upload's bloat often sits there, where the RTT cannot see it.
+fn unsent_field(s: &Socket, threshold_us: u32) -> Option<Vec<Span<'static>>> {
+    if s.role != Role::Sender || s.unsent_bytes == 0 {
+        return None;
+    }
+    let mut unsent = format!("unsent {}", format::bytes(s.unsent_bytes as u64));
+    if s.unsent_delay_us > 0 {
+        unsent.push_str(&format!(" ({})", ms(s.unsent_delay_us)));
+    }
+    let style = if s.unsent_delay_us >= threshold_us {
+        BLOATED
+    } else {
+        Style::new()
+    };
+    Some(vec![Span::styled(unsent, style)])
 }
 
 /// What bloatd's policy did to the socket: the rule that chose its
@@ -144,7 +179,6 @@ fn policy_fields(s: &Socket) -> Vec<Vec<Span<'static>>> {
     let Some(p) = &s.policy else {
         return Vec::new();
     };
-    let ms = |us: u32| format::ms(us as u64);
     let mut fields = Vec::new();
     let mut head = vec![Span::styled("policy", TITLE)];
     match (&p.bulk_rule, p.bulk_waiting, p.cc_failed) {
@@ -202,7 +236,6 @@ fn policy_fields(s: &Socket) -> Vec<Vec<Span<'static>>> {
 /// The congestion control's own state: Westwood+ BWE and pipe (cwnd far
 /// above the pipe is the papers' "fat pipe"), CUBIC W_max, K and HyStart.
 fn cc_state_fields(s: &Socket) -> Vec<Vec<Span<'static>>> {
-    let ms = |us: u32| format::ms(us as u64);
     match &s.cc_state {
         Some(CcState::Westwood {
             bwe_bytes_per_s,
