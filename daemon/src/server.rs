@@ -29,6 +29,46 @@ fn error(status: StatusCode, msg: impl Into<String>) -> Response {
 
 pub fn api_router(core: Shared, authority: Authority) -> Router {
     Router::new()
+        .merge(read_routes())
+        .merge(act_routes())
+        .with_state(core)
+        .layer(Extension(std::sync::Arc::new(authority)))
+}
+
+/// What `bloatd top` draws, streamed when it asks for every socket; the
+/// policy part says why this caller may not switch DRWA, if it may not.
+async fn snapshot(
+    State(c): State<Shared>,
+    caller: Caller,
+    Query(q): Query<SnapshotQuery>,
+) -> Response {
+    let viewer = caller.viewer();
+    let parts = c
+        .lock()
+        .unwrap()
+        .snapshot_parts(&q.request(), q.fresh.is_set(), viewer);
+    match parts {
+        Ok((mut s, rows)) => {
+            // The dashboard tells its reader why its D key cannot act,
+            // before it is pressed.
+            if let Some(p) = s.policy.as_mut() {
+                p.refused = caller
+                    .may_act("switch DRWA (every receiver of every namespace)")
+                    .err();
+            }
+            match rows {
+                None => Json(s).into_response(),
+                Some(rows) => crate::stream::snapshot(&s, rows)
+                    .unwrap_or_else(|e| error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string())),
+            }
+        }
+        Err(e) => error(StatusCode::BAD_REQUEST, e),
+    }
+}
+
+/// The routes that read: open to root and the API group.
+fn read_routes() -> Router<Shared> {
+    Router::new()
         .route(route::STATUS, get(|State(c): State<Shared>| async move { Json(c.lock().unwrap().status()) }))
         .route(
             route::SOCKETS,
@@ -37,27 +77,7 @@ pub fn api_router(core: Shared, authority: Authority) -> Router {
                 crate::stream::sockets(rows)
             }),
         )
-        .route(
-            route::SNAPSHOT,
-            get(|State(c): State<Shared>, caller: Caller, Query(q): Query<SnapshotQuery>| async move {
-                let viewer = caller.viewer();
-                let parts = c.lock().unwrap().snapshot_parts(&q.request(), q.fresh.is_set(), viewer);
-                match parts.map(|(mut s, rows)| {
-                    // The dashboard tells its reader why its D key cannot
-                    // act, before it is pressed.
-                    if let Some(p) = s.policy.as_mut() {
-                        p.refused = caller.may_act("switch DRWA (every receiver of every namespace)").err();
-                    }
-                    (s, rows)
-                }) {
-                    Ok((s, None)) => Json(s).into_response(),
-                    Ok((s, Some(rows))) => crate::stream::snapshot(&s, rows).unwrap_or_else(|e| {
-                        error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string())
-                    }),
-                    Err(e) => error(StatusCode::BAD_REQUEST, e),
-                }
-            }),
-        )
+        .route(route::SNAPSHOT, get(snapshot))
         .route(
             route::SERIES,
             get(|State(c): State<Shared>, Path(cookie): Path<u64>, Query(q): Query<SeriesQuery>| async move {
@@ -96,6 +116,13 @@ pub fn api_router(core: Shared, authority: Authority) -> Router {
                 }
             }),
         )
+        .route(route::POLICY, get(|State(c): State<Shared>| async move { Json(c.lock().unwrap().policy_info()) }))
+}
+
+/// The routes that change the kernel: `Actor` lets only root and the
+/// admin group through (SO_PEERCRED), everyone else gets 403.
+fn act_routes() -> Router<Shared> {
+    Router::new()
         .route(
             route::CC_DEFAULT,
             post(|State(c): State<Shared>, Actor(who): Actor, Json(req): Json<DefaultReq>| async move {
@@ -108,7 +135,6 @@ pub fn api_router(core: Shared, authority: Authority) -> Router {
                 }
             }),
         )
-        .route(route::POLICY, get(|State(c): State<Shared>| async move { Json(c.lock().unwrap().policy_info()) }))
         .route(
             route::POLICY_DRWA,
             post(|State(c): State<Shared>, Actor(who): Actor, Json(req): Json<DrwaReq>| async move {
@@ -127,8 +153,6 @@ pub fn api_router(core: Shared, authority: Authority) -> Router {
                 }
             }),
         )
-        .with_state(core)
-        .layer(Extension(std::sync::Arc::new(authority)))
 }
 
 pub fn metrics_router(core: Shared) -> Router {

@@ -347,6 +347,41 @@ impl StopSignals {
     }
 }
 
+/// The log's first line of a running daemon: where it listens, who may
+/// watch and who may act.
+fn log_running(cfg: &Config) {
+    let who = |group: Option<(String, u32)>| match group {
+        Some((name, _)) => format!("root and group {name}"),
+        None => "root only".into(),
+    };
+    tracing::info!(
+        "bloatd {} running: metrics on http://{}/metrics, API on {} (watch: {}; act: {})",
+        env!("CARGO_PKG_VERSION"),
+        cfg.listen,
+        cfg.socket_path().display(),
+        who(cfg.api_gid()),
+        who(cfg.authority().admin),
+    );
+}
+
+/// The sampler: the engine's tick every interval (late ticks delayed, not
+/// bunched). `panic_file`: the tests' way to make the daemon panic here.
+async fn sample_every(
+    core: Arc<Mutex<Core>>,
+    interval: Duration,
+    panic_file: Option<std::path::PathBuf>,
+) {
+    let mut t = tokio::time::interval(interval);
+    t.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        t.tick().await;
+        if panic_file.as_deref().is_some_and(Path::exists) {
+            panic!("{TEST_PANIC_ENV}: panicking as asked");
+        }
+        core.lock().unwrap().tick();
+    }
+}
+
 /// `bloatd start --foreground`: run until SIGTERM, SIGINT or SIGHUP.
 fn run_foreground(cfg: &Config) -> anyhow::Result<ExitCode> {
     // SAFETY: umask(2) always succeeds. Nothing bloatd creates is for others.
@@ -363,20 +398,7 @@ fn run_foreground(cfg: &Config) -> anyhow::Result<ExitCode> {
             return Err(e);
         }
     };
-    tracing::info!(
-        "bloatd {} running: metrics on http://{}/metrics, API on {} (watch: {}; act: {})",
-        env!("CARGO_PKG_VERSION"),
-        cfg.listen,
-        cfg.socket_path().display(),
-        match cfg.api_gid() {
-            Some((name, _)) => format!("root and group {name}"),
-            None => "root only".into(),
-        },
-        match cfg.authority().admin {
-            Some((name, _)) => format!("root and group {name}"),
-            None => "root only".into(),
-        }
-    );
+    log_running(cfg);
     core.arm_panic_give_back();
     install_panic_hook();
     let panic_file = std::env::var_os(TEST_PANIC_ENV).map(std::path::PathBuf::from);
@@ -385,20 +407,7 @@ fn run_foreground(cfg: &Config) -> anyhow::Result<ExitCode> {
     let result = rt.block_on(async {
         let tcp = tokio::net::TcpListener::from_std(tcp)?;
         let unix = tokio::net::UnixListener::from_std(unix)?;
-        let ticker = {
-            let core = core.clone();
-            async move {
-                let mut t = tokio::time::interval(interval);
-                t.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-                loop {
-                    t.tick().await;
-                    if panic_file.as_deref().is_some_and(Path::exists) {
-                        panic!("{TEST_PANIC_ENV}: panicking as asked");
-                    }
-                    core.lock().unwrap().tick();
-                }
-            }
-        };
+        let ticker = sample_every(core.clone(), interval, panic_file);
         let metrics = server::serve(
             tcp,
             server::metrics_router(core.clone()),

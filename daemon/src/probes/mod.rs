@@ -404,44 +404,142 @@ fn iter_attach(
     })
 }
 
+/// Takes map `name` out of the object as the typed map `T`.
+fn take_map<T>(ebpf: &mut Ebpf, name: &'static str) -> Result<T, ProbeError>
+where
+    T: TryFrom<Map>,
+    <T as TryFrom<Map>>::Error: std::error::Error,
+{
+    let m = ebpf
+        .take_map(name)
+        .ok_or_else(|| ProbeError::Object(format!("map {name} missing from object")))?;
+    T::try_from(m).map_err(|e| ProbeError::Map {
+        map: name,
+        detail: errstr(e),
+    })
+}
+
+/// Takes map `name` out of the object untyped (socket storage, the LRU
+/// floors, the dump array: the iterators and slots take their fds).
+fn take_raw(ebpf: &mut Ebpf, name: &'static str) -> Result<Map, ProbeError> {
+    ebpf.take_map(name)
+        .ok_or_else(|| ProbeError::Object(format!("map {name} missing from object")))
+}
+
+/// The object with this configuration's constants and map sizes, loaded
+/// (maps created), no program loaded yet.
+fn open_object(
+    cfg: &ProbeConfig,
+    btf: &Btf,
+    kernel: &crate::kernel::Kernel,
+) -> Result<Ebpf, ProbeError> {
+    let interval_ns = cfg.interval.as_nanos() as u64;
+    let mut loader = EbpfLoader::new();
+    if let Some(pin) = &cfg.policy.saved_pin {
+        // A map a daemon that did not stop left there is reused.
+        loader.map_pin_path(policy::SAVED_MAP, pin.as_path());
+    }
+    loader
+        .btf(Some(btf))
+        .override_global("sample_interval_ns", &interval_ns, true)
+        .override_global("map_capacity", &(cfg.map_capacity as u64), true)
+        .override_global("floor_window_s", &cfg.floor_window_s, true)
+        .override_global("floor_prefix_v4", &(cfg.floor_prefix_v4 as u32), true)
+        .override_global("floor_prefix_v6", &(cfg.floor_prefix_v6 as u32), true)
+        .override_global("floor_infer_on", &(cfg.floor_infer as u32), true)
+        .override_global("floors_on", &(cfg.floors as u32), true)
+        .override_global("bloat_threshold_us", &cfg.bloat_threshold_us, true)
+        .override_global(
+            "ca_state_from_sock",
+            &(!kernel.cong_state_tracepoint as u32),
+            true,
+        )
+        .override_global("policy_nrules", &(cfg.policy.rules.len() as u32), true)
+        .override_global("drwa_armed", &(cfg.policy.drwa_armed as u32), true)
+        .override_global("drwa_lambda_x256", &cfg.policy.drwa_lambda_x256, true)
+        .override_global("drwa_min_bytes", &cfg.policy.drwa_min_bytes, true)
+        .map_max_entries("floors", cfg.floor_entries)
+        .map_max_entries("prefix_floors", prefix_floor_entries(cfg.floor_entries))
+        .map_max_entries("svc_stats", cfg.service_entries)
+        .map_max_entries("dump", cfg.map_capacity + DUMP_SLACK)
+        .load(OBJECT)
+        .map_err(|e| ProbeError::Object(errstr(e)))
+}
+
+/// Loads and attaches every tracepoint program this kernel has a
+/// tracepoint for.
+fn attach_tracepoints(
+    ebpf: &mut Ebpf,
+    btf: &Btf,
+    kernel: &crate::kernel::Kernel,
+) -> Result<(), ProbeError> {
+    for tp in TRACEPOINTS {
+        if tp == crate::kernel::CONG_STATE_TRACEPOINT && !kernel.cong_state_tracepoint {
+            continue;
+        }
+        let prog: &mut BtfTracePoint = ebpf
+            .program_mut(tp)
+            .ok_or_else(|| ProbeError::Object(format!("program {tp} missing from object")))?
+            .try_into()
+            .map_err(|e| ProbeError::Object(errstr(e)))?;
+        prog.load(tp, btf).map_err(|e| ProbeError::Load {
+            name: tp,
+            detail: errstr(e),
+        })?;
+        prog.attach().map_err(|e| ProbeError::Attach {
+            name: tp,
+            detail: errstr(e),
+        })?;
+    }
+    Ok(())
+}
+
+/// The policy's maps (rules in place before the program that reads them
+/// runs), what a daemon that did not stop left clamped given back, then the
+/// sock_ops program. Its error, if it could not attach and nothing needs
+/// it (then only closing senders go unsampled).
+fn attach_policy(
+    ebpf: &mut Ebpf,
+    btf: &Btf,
+    cfg: &ProbeConfig,
+) -> Result<(policy::PolicyMaps, Option<String>), ProbeError> {
+    let mut policy_maps = policy::PolicyMaps::load(ebpf, &cfg.policy)?;
+    if cfg.policy.drwa_armed || cfg.policy.saved_pin.is_some() {
+        let it = iter_unbound(ebpf, btf, "restore_windows", "tcp")?;
+        policy_maps.set_restore(it, cfg.policy.saved_pin.clone())?;
+        // What a daemon that did not stop left clamped goes back before
+        // this one's program sees a socket.
+        let recovered = policy_maps.give_back_left();
+        if recovered > 0 {
+            tracing::warn!(
+                "gave back {recovered} receive windows a bloatd that did not stop had left clamped by DRWA"
+            );
+        }
+    }
+    let sockops_error = attach_sock_ops(ebpf).err();
+    if let Some(e) = &sockops_error {
+        if !cfg.policy.rules.is_empty() || cfg.policy.drwa_armed {
+            // Without the program no rule and no DRWA would act: refuse.
+            return Err(ProbeError::Attach {
+                name: "sock_ops",
+                detail: format!("{e} (the policy and DRWA need it)"),
+            });
+        }
+        tracing::warn!("{e}: senders that closed their end are not sampled");
+    }
+    Ok((policy_maps, sockops_error))
+}
+
 impl Probes {
+    /// Every probe loaded and attached, one helper per kind (object,
+    /// tracepoints, policy and sock_ops, iterators); what stays is taking
+    /// the maps into the struct's fields, a line each.
     pub fn load(cfg: &ProbeConfig) -> Result<Probes, ProbeError> {
         preflight()?;
         let btf = Btf::from_sys_fs().map_err(|_| ProbeError::NoBtf)?;
         crate::kernel::check_core(&btf)?;
         let kernel = crate::kernel::Kernel::detect(&btf);
-        let interval_ns = cfg.interval.as_nanos() as u64;
-        let mut loader = EbpfLoader::new();
-        if let Some(pin) = &cfg.policy.saved_pin {
-            // A map a daemon that did not stop left there is reused.
-            loader.map_pin_path(policy::SAVED_MAP, pin.as_path());
-        }
-        let mut ebpf = loader
-            .btf(Some(&btf))
-            .override_global("sample_interval_ns", &interval_ns, true)
-            .override_global("map_capacity", &(cfg.map_capacity as u64), true)
-            .override_global("floor_window_s", &cfg.floor_window_s, true)
-            .override_global("floor_prefix_v4", &(cfg.floor_prefix_v4 as u32), true)
-            .override_global("floor_prefix_v6", &(cfg.floor_prefix_v6 as u32), true)
-            .override_global("floor_infer_on", &(cfg.floor_infer as u32), true)
-            .override_global("floors_on", &(cfg.floors as u32), true)
-            .override_global("bloat_threshold_us", &cfg.bloat_threshold_us, true)
-            .override_global(
-                "ca_state_from_sock",
-                &(!kernel.cong_state_tracepoint as u32),
-                true,
-            )
-            .override_global("policy_nrules", &(cfg.policy.rules.len() as u32), true)
-            .override_global("drwa_armed", &(cfg.policy.drwa_armed as u32), true)
-            .override_global("drwa_lambda_x256", &cfg.policy.drwa_lambda_x256, true)
-            .override_global("drwa_min_bytes", &cfg.policy.drwa_min_bytes, true)
-            .map_max_entries("floors", cfg.floor_entries)
-            .map_max_entries("prefix_floors", prefix_floor_entries(cfg.floor_entries))
-            .map_max_entries("svc_stats", cfg.service_entries)
-            .map_max_entries("dump", cfg.map_capacity + DUMP_SLACK)
-            .load(OBJECT)
-            .map_err(|e| ProbeError::Object(errstr(e)))?;
-
+        let mut ebpf = open_object(cfg, &btf, &kernel)?;
         let stats_fd = if cfg.bpf_stats {
             Some(
                 aya::sys::enable_stats(aya::sys::Stats::RunTime).map_err(|e| {
@@ -451,114 +549,28 @@ impl Probes {
         } else {
             None
         };
+        attach_tracepoints(&mut ebpf, &btf, &kernel)?;
 
-        for tp in TRACEPOINTS {
-            if tp == crate::kernel::CONG_STATE_TRACEPOINT && !kernel.cong_state_tracepoint {
-                continue;
-            }
-            let prog: &mut BtfTracePoint = ebpf
-                .program_mut(tp)
-                .ok_or_else(|| ProbeError::Object(format!("program {tp} missing from object")))?
-                .try_into()
-                .map_err(|e| ProbeError::Object(errstr(e)))?;
-            prog.load(tp, &btf).map_err(|e| ProbeError::Load {
-                name: tp,
-                detail: errstr(e),
-            })?;
-            prog.attach().map_err(|e| ProbeError::Attach {
-                name: tp,
-                detail: errstr(e),
-            })?;
-        }
-
-        let map = |ebpf: &mut Ebpf, name: &'static str| {
-            ebpf.take_map(name)
-                .ok_or_else(|| ProbeError::Object(format!("map {name} missing from object")))
-        };
-        let ring = RingBuf::try_from(map(&mut ebpf, "samples")?).map_err(|e| ProbeError::Map {
-            map: "samples",
-            detail: errstr(e),
-        })?;
-        let Map::SkStorage(socks) = map(&mut ebpf, "socks")? else {
+        let ring: RingBuf<MapData> = take_map(&mut ebpf, "samples")?;
+        let Map::SkStorage(socks) = take_raw(&mut ebpf, "socks")? else {
             return Err(ProbeError::Object("map socks is not socket storage".into()));
         };
-        let stats =
-            PerCpuArray::try_from(map(&mut ebpf, "stats")?).map_err(|e| ProbeError::Map {
-                map: "stats",
-                detail: errstr(e),
-            })?;
-        let cc_stats =
-            PerCpuArray::try_from(map(&mut ebpf, "cc_stats")?).map_err(|e| ProbeError::Map {
-                map: "cc_stats",
-                detail: errstr(e),
-            })?;
-        let sock_counts =
-            Array::try_from(map(&mut ebpf, "sock_counts")?).map_err(|e| ProbeError::Map {
-                map: "sock_counts",
-                detail: errstr(e),
-            })?;
-        let cc_names =
-            Array::try_from(map(&mut ebpf, "cc_names")?).map_err(|e| ProbeError::Map {
-                map: "cc_names",
-                detail: errstr(e),
-            })?;
-        let watch =
-            BpfHashMap::try_from(map(&mut ebpf, "watch")?).map_err(|e| ProbeError::Map {
-                map: "watch",
-                detail: errstr(e),
-            })?;
-        let control = Array::try_from(map(&mut ebpf, "control")?).map_err(|e| ProbeError::Map {
-            map: "control",
-            detail: errstr(e),
-        })?;
-        let mut svc_stats =
-            BpfHashMap::try_from(map(&mut ebpf, "svc_stats")?).map_err(|e| ProbeError::Map {
-                map: "svc_stats",
-                detail: errstr(e),
-            })?;
+        let mut svc_stats: BpfHashMap<MapData, BloatdSvcKey, BloatdSvcStats> =
+            take_map(&mut ebpf, "svc_stats")?;
         make_overflow_entries(&mut svc_stats)?;
         let mut floor_maps = Vec::new();
         for name in ["floors", "prefix_floors"] {
-            let Map::LruHashMap(m) = map(&mut ebpf, name)? else {
+            let Map::LruHashMap(m) = take_raw(&mut ebpf, name)? else {
                 return Err(ProbeError::Object(format!("map {name} is not an LRU hash")));
             };
             floor_maps.push(m);
         }
         let [floors_map, prefix_floors_map]: [MapData; 2] =
             floor_maps.try_into().expect("two floor maps");
-        // The rules are in their map before the program that reads them runs.
-        let mut policy_maps = policy::PolicyMaps::load(&mut ebpf, &cfg.policy)?;
-        if cfg.policy.drwa_armed || cfg.policy.saved_pin.is_some() {
-            let it = iter_unbound(&mut ebpf, &btf, "restore_windows", "tcp")?;
-            policy_maps.set_restore(it, cfg.policy.saved_pin.clone())?;
-            // What a daemon that did not stop left clamped goes back before
-            // this one's program sees a socket.
-            let recovered = policy_maps.give_back_left();
-            if recovered > 0 {
-                tracing::warn!(
-                    "gave back {recovered} receive windows a bloatd that did not stop had left clamped by DRWA"
-                );
-            }
-        }
-        let sockops_error = attach_sock_ops(&mut ebpf).err();
-        if let (Some(e), true) = (
-            &sockops_error,
-            !cfg.policy.rules.is_empty() || cfg.policy.drwa_armed,
-        ) {
-            // Without the program no rule and no DRWA would act: refuse.
-            return Err(ProbeError::Attach {
-                name: "sock_ops",
-                detail: format!("{e} (the policy and DRWA need it)"),
-            });
-        }
-        if let Some(e) = &sockops_error {
-            tracing::warn!("{e}: senders that closed their end are not sampled");
-        }
+        let (policy_maps, sockops_error) = attach_policy(&mut ebpf, &btf, cfg)?;
 
-        let dump_map = map(&mut ebpf, "dump")?;
-        let dump_map = match dump_map {
-            Map::Array(m) => m,
-            _ => return Err(ProbeError::Object("map dump is not an array".into())),
+        let Map::Array(dump_map) = take_raw(&mut ebpf, "dump")? else {
+            return Err(ProbeError::Object("map dump is not an array".into()));
         };
         let slots = Slots::new(
             dump_map.fd().as_fd(),
@@ -580,6 +592,12 @@ impl Probes {
         let floors_count = floor_iter("count_floors")?;
 
         let mut probes = Probes {
+            stats: take_map(&mut ebpf, "stats")?,
+            cc_stats: take_map(&mut ebpf, "cc_stats")?,
+            sock_counts: take_map(&mut ebpf, "sock_counts")?,
+            cc_names: take_map(&mut ebpf, "cc_names")?,
+            watch: take_map(&mut ebpf, "watch")?,
+            control: take_map(&mut ebpf, "control")?,
             ebpf,
             ring,
             dump,
@@ -591,12 +609,6 @@ impl Probes {
             _floors: [floors_map, prefix_floors_map],
             sockops_error,
             kernel,
-            stats,
-            cc_stats,
-            sock_counts,
-            cc_names,
-            watch,
-            control,
             svc_stats,
             service_entries: cfg.service_entries,
             watched: HashSet::new(),
