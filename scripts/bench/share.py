@@ -31,19 +31,17 @@ one from a commit into target/baseline-COMMIT/ (what `make bench` does).
 import argparse
 import json
 import os
-import shutil
 import signal
 import statistics
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from scale import (BLOATD, LAB, TOPO, Daemon, Load, machine_busy_s, nsx,  # noqa: E402
-                   proc_cpu_s, proc_rss_mb, sh)
+from scale import (BLOATD, Daemon, Load, machine_busy_s, nsx, proc_cpu_s,  # noqa: E402
+                   proc_rss_mb, scale_lab, sh)
 
 METRICS = "http://127.0.0.1:9498/metrics"
 
@@ -294,15 +292,7 @@ def main():
     if args.baseline:
         builds.append(Build("baseline", os.path.abspath(args.baseline)))
     res = {b.name: {} for b in builds}
-    out = tempfile.mkdtemp(prefix="bloatd-share-")
-    loadgen = os.path.join(out, "loadgen")
-    sh("gcc", "-O2", "-Wall", "-o", loadgen, os.path.join(os.path.dirname(os.path.abspath(__file__)), "loadgen.c"))
-    subprocess.run([TOPO, "down", LAB], capture_output=True)
-    sh(TOPO, "up", LAB, "--direct", timeout=120)
-    try:
-        for side in ("snd", "rcv"):
-            sh(*nsx(side, "sysctl", "-qw", "net.ipv4.ip_local_port_range=1024 65535",
-                    "net.core.somaxconn=65535", "net.ipv4.tcp_max_syn_backlog=65535"))
+    with scale_lab() as loadgen:
         if "cold" in phases or "watch" in phases:
             print("== 10,000 busy sockets (5,000 connections, 200 B ten times a second)", flush=True)
             load = Load(loadgen, 10_000, 10_000)
@@ -325,9 +315,6 @@ def main():
                 many(builds, max(1, args.rounds // 2), load, res)
             finally:
                 load.close()
-    finally:
-        subprocess.run([TOPO, "down", LAB], capture_output=True)
-        shutil.rmtree(out, ignore_errors=True)
     print(f"\n== medians of the rounds (range), {time.strftime('%Y-%m-%d')}, "
           f"{' vs '.join(f'{b.name}: {b.binary}' for b in builds)}")
     report(res, [b.name for b in builds])

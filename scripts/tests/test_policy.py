@@ -171,15 +171,7 @@ class Policy(TestCase):
         lab = self.lab("bp2", rate="20mbit", buffer_bytes=200000, delay_ms=10)
         # The server's process joins the cgroup before it opens its
         # listener; accepted connections take the listener's cgroup.
-        p = subprocess.Popen(["ip", "netns", "exec", lab.ns("snd"), "bash", "-c",
-                              "read go; exec iperf3 -s -p 5303"],
-                             stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
-        lab.procs.append(p)
-        self.addCleanup(self.leave_cgroup, root, cg)
-        with open(os.path.join(cg, "cgroup.procs"), "w") as f:
-            f.write(str(p.pid))
-        p.stdin.write("go\n")
-        p.stdin.close()
+        self.serve_in_cgroup(lab, root, cg, "iperf3 -s -p 5303")
         lab.iperf_server("snd", port=5304)  # outside the cgroup
         wait_for(lambda: lab.exec("rcv", "bash", "-c", f"exec 3<>/dev/tcp/{SND4}/5303",
                                   check=False).returncode == 0, what="the server in the cgroup")
@@ -189,6 +181,19 @@ class Policy(TestCase):
         outside = wait_for(lambda: data_sockets(lab, "snd", 5304), what="the other download")
         self.assertEqual(inside[0]["cc"], "bloatd_westwood", "ss: the cgroup rule chose the cc")
         self.assertEqual(outside[0]["cc"], "bbr", "ss: a server outside the cgroup keeps the default")
+
+    def serve_in_cgroup(self, lab, root, cg, command):
+        """Starts `command` in the sender's namespace, in cgroup `cg`
+        before it runs (so the sockets it opens are created there)."""
+        p = subprocess.Popen(["ip", "netns", "exec", lab.ns("snd"), "bash", "-c",
+                              "read go; exec " + command],
+                             stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
+        lab.procs.append(p)
+        self.addCleanup(self.leave_cgroup, root, cg)
+        with open(os.path.join(cg, "cgroup.procs"), "w") as f:
+            f.write(str(p.pid))
+        p.stdin.write("go\n")
+        p.stdin.close()
 
     @staticmethod
     def leave_cgroup(root, cg):
@@ -366,15 +371,7 @@ class Policy(TestCase):
         d = self.daemon("--drwa=off", "--policy", "name=bulk,bulk_bytes=1M,cc=bloatd_cubic")
         d.start()
         lab = self.lab("bp5", rate="8mbit", buffer_bytes=400_000, delay_ms=40)
-        p = subprocess.Popen(["ip", "netns", "exec", lab.ns("snd"), "bash", "-c",
-                              "read go; exec python3 " + FLOWS + " serve --port 5307"],
-                             stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
-        lab.procs.append(p)
-        self.addCleanup(self.leave_cgroup, root, cg)
-        with open(os.path.join(cg, "cgroup.procs"), "w") as f:
-            f.write(str(p.pid))
-        p.stdin.write("go\n")
-        p.stdin.close()
+        self.serve_in_cgroup(lab, root, cg, "python3 " + FLOWS + " serve --port 5307")
         wait_for(lambda: lab.exec("rcv", "bash", "-c", f"exec 3<>/dev/tcp/{SND4}/5307",
                                   check=False).returncode == 0, what="the server in the cgroup")
         self.assertEqual(d.cli("policy", "drwa", "on").returncode, 0)

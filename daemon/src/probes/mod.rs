@@ -344,13 +344,14 @@ fn attach_sock_ops(ebpf: &mut Ebpf) -> Result<(), String> {
     Ok(())
 }
 
-/// Load the iterator program `name` (target `target`, over no map) and
-/// attach it, for reads from any network namespace.
-fn iter_unbound(
+/// Load the iterator program `name` (target `target`) once and attach it:
+/// to `map`, or over no map (for reads from any network namespace).
+fn iter_link(
     ebpf: &mut Ebpf,
     btf: &Btf,
     name: &'static str,
     target: &str,
+    map: Option<&MapData>,
 ) -> Result<MapIter, ProbeError> {
     let prog: &mut Iter = ebpf
         .program_mut(name)
@@ -368,37 +369,11 @@ fn iter_unbound(
         name,
         detail: errstr(e),
     })?;
-    MapIter::attach_unbound(prog_fd.as_fd()).map_err(|e| ProbeError::Attach {
-        name,
-        detail: e.to_string(),
-    })
-}
-
-/// Load the iterator program `name` and attach it to `map`.
-fn iter_attach(
-    ebpf: &mut Ebpf,
-    btf: &Btf,
-    name: &'static str,
-    target: &str,
-    map: &MapData,
-) -> Result<MapIter, ProbeError> {
-    let prog: &mut Iter = ebpf
-        .program_mut(name)
-        .ok_or_else(|| ProbeError::Object(format!("program {name} missing from object")))?
-        .try_into()
-        .map_err(|e| ProbeError::Object(errstr(e)))?;
-    // One program can walk several maps: loaded once, attached to each.
-    if prog.fd().is_err() {
-        prog.load(target, btf).map_err(|e| ProbeError::Load {
-            name,
-            detail: errstr(e),
-        })?;
+    match map {
+        Some(map) => MapIter::attach(prog_fd.as_fd(), map.fd().as_fd()),
+        None => MapIter::attach_unbound(prog_fd.as_fd()),
     }
-    let prog_fd = prog.fd().map_err(|e| ProbeError::Load {
-        name,
-        detail: errstr(e),
-    })?;
-    MapIter::attach(prog_fd.as_fd(), map.fd().as_fd()).map_err(|e| ProbeError::Attach {
+    .map_err(|e| ProbeError::Attach {
         name,
         detail: e.to_string(),
     })
@@ -505,7 +480,7 @@ fn attach_policy(
 ) -> Result<(policy::PolicyMaps, Option<String>), ProbeError> {
     let mut policy_maps = policy::PolicyMaps::load(ebpf, &cfg.policy)?;
     if cfg.policy.drwa_armed || cfg.policy.saved_pin.is_some() {
-        let it = iter_unbound(ebpf, btf, "restore_windows", "tcp")?;
+        let it = iter_link(ebpf, btf, "restore_windows", "tcp", None)?;
         policy_maps.set_restore(it, cfg.policy.saved_pin.clone())?;
         // What a daemon that did not stop left clamped goes back before
         // this one's program sees a socket.
@@ -581,11 +556,23 @@ impl Probes {
             map: "dump",
             detail: e.to_string(),
         })?;
-        let dump = iter_attach(&mut ebpf, &btf, "dump_socks", "bpf_sk_storage_map", &socks)?;
+        let dump = iter_link(
+            &mut ebpf,
+            &btf,
+            "dump_socks",
+            "bpf_sk_storage_map",
+            Some(&socks),
+        )?;
         let mut floor_iter = |name| -> Result<[MapIter; 2], ProbeError> {
             Ok([
-                iter_attach(&mut ebpf, &btf, name, "bpf_map_elem", &floors_map)?,
-                iter_attach(&mut ebpf, &btf, name, "bpf_map_elem", &prefix_floors_map)?,
+                iter_link(&mut ebpf, &btf, name, "bpf_map_elem", Some(&floors_map))?,
+                iter_link(
+                    &mut ebpf,
+                    &btf,
+                    name,
+                    "bpf_map_elem",
+                    Some(&prefix_floors_map),
+                )?,
             ])
         };
         let floors = floor_iter("dump_floors")?;
@@ -635,7 +622,7 @@ impl Probes {
             .map_max_entries("dump", 1)
             .load(OBJECT)
             .map_err(|e| ProbeError::Object(errstr(e)))?;
-        let it = iter_unbound(&mut ebpf, &btf, "restore_windows", "tcp")?;
+        let it = iter_link(&mut ebpf, &btf, "restore_windows", "tcp", None)?;
         let mut maps = policy::PolicyMaps::load(&mut ebpf, &policy::PolicyConfig::default())?;
         maps.set_restore(it, Some(pin.to_path_buf()))?;
         let n = maps.give_back_left();
