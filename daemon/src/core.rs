@@ -424,12 +424,12 @@ impl Core {
     /// The parts beyond the core and how this kernel runs them.
     pub fn features(&self) -> Vec<bloatd_model::Feature> {
         let names = self.cc.names();
-        crate::kernel::features(
+        crate::probes::kernel::features(
             self.probes.kernel(),
             self.probes.sockops_error(),
             self.cc
                 .registered_by()
-                .map(|by| crate::kernel::CcRegistration { names: &names, by }),
+                .map(|by| crate::probes::kernel::CcRegistration { names: &names, by }),
             self.cc.declined(),
         )
     }
@@ -624,7 +624,7 @@ impl Core {
             sockets: health.map_entries as usize,
             health,
             sockops_error: self.probes.sockops_error().map(str::to_string),
-            kernel: crate::kernel::release(),
+            kernel: crate::probes::kernel::release(),
         }
     }
 

@@ -11,7 +11,6 @@ mod clock;
 mod cmd;
 mod config;
 mod core;
-mod kernel;
 mod metrics;
 mod paths;
 mod policy;

@@ -154,7 +154,7 @@ pub fn run(cfg: &Config, args: &StartArgs) -> anyhow::Result<ExitCode> {
 /// attached its probes and opened its listeners, or report why it failed.
 fn start_background(cfg: &Config, args: &[String]) -> anyhow::Result<ExitCode> {
     crate::probes::preflight()?;
-    crate::kernel::check()?;
+    crate::probes::kernel::check()?;
     // SAFETY: umask(2) always succeeds. Nothing bloatd creates is for others.
     unsafe { libc::umask(0o077) };
     if let (LockState::Held(pid), _) = lock_state(&cfg.run_dir)? {
@@ -211,7 +211,7 @@ fn start_background(cfg: &Config, args: &[String]) -> anyhow::Result<ExitCode> {
             cfg.listen,
             cfg.socket_path().display()
         );
-        for line in crate::kernel::notes(&status.health.features) {
+        for line in crate::probes::kernel::notes(&status.health.features) {
             println!("  {line}");
         }
         return Ok(ExitCode::SUCCESS);

@@ -18,6 +18,7 @@
 pub mod abi;
 #[cfg(test)]
 mod floor_tests;
+pub mod kernel;
 mod map_iter;
 #[cfg(test)]
 mod merge_tests;
@@ -120,7 +121,7 @@ pub struct Probes {
     /// Why closing senders are not sampled, if they are not.
     sockops_error: Option<String>,
     /// What the kernel offers beyond the core.
-    kernel: crate::kernel::Kernel,
+    kernel: crate::probes::kernel::Kernel,
     stats: PerCpuArray<MapData, u64>,
     cc_stats: PerCpuArray<MapData, BloatdCcStats>,
     sock_counts: Array<MapData, BloatdSockCounts>,
@@ -406,7 +407,7 @@ fn take_raw(ebpf: &mut Ebpf, name: &'static str) -> Result<Map, ProbeError> {
 fn open_object(
     cfg: &ProbeConfig,
     btf: &Btf,
-    kernel: &crate::kernel::Kernel,
+    kernel: &crate::probes::kernel::Kernel,
 ) -> Result<Ebpf, ProbeError> {
     let interval_ns = cfg.interval.as_nanos() as u64;
     let mut loader = EbpfLoader::new();
@@ -446,10 +447,10 @@ fn open_object(
 fn attach_tracepoints(
     ebpf: &mut Ebpf,
     btf: &Btf,
-    kernel: &crate::kernel::Kernel,
+    kernel: &crate::probes::kernel::Kernel,
 ) -> Result<(), ProbeError> {
     for tp in TRACEPOINTS {
-        if tp == crate::kernel::CONG_STATE_TRACEPOINT && !kernel.cong_state_tracepoint {
+        if tp == crate::probes::kernel::CONG_STATE_TRACEPOINT && !kernel.cong_state_tracepoint {
             continue;
         }
         let prog: &mut BtfTracePoint = ebpf
@@ -512,8 +513,8 @@ impl Probes {
     pub fn load(cfg: &ProbeConfig) -> Result<Probes, ProbeError> {
         preflight()?;
         let btf = Btf::from_sys_fs().map_err(|_| ProbeError::NoBtf)?;
-        crate::kernel::check_core(&btf)?;
-        let kernel = crate::kernel::Kernel::detect(&btf);
+        crate::probes::kernel::check_core(&btf)?;
+        let kernel = crate::probes::kernel::Kernel::detect(&btf);
         let mut ebpf = open_object(cfg, &btf, &kernel)?;
         let stats_fd = if cfg.bpf_stats {
             Some(
@@ -874,14 +875,14 @@ impl Probes {
     }
 
     /// What the kernel offers beyond the core, as detected at load.
-    pub fn kernel(&self) -> &crate::kernel::Kernel {
+    pub fn kernel(&self) -> &crate::probes::kernel::Kernel {
         &self.kernel
     }
 
     /// The tracepoint programs attached.
     pub fn tracepoints(&self) -> impl Iterator<Item = &'static str> + '_ {
         TRACEPOINTS.into_iter().filter(|&tp| {
-            tp != crate::kernel::CONG_STATE_TRACEPOINT || self.kernel.cong_state_tracepoint
+            tp != crate::probes::kernel::CONG_STATE_TRACEPOINT || self.kernel.cong_state_tracepoint
         })
     }
 

@@ -15,7 +15,7 @@
 //! the kernel feature and the version that brings it (`bloatd start`,
 //! `status`, `/metrics`, top's header; README, "Supported kernels").
 
-use crate::probes::{errstr, ProbeError};
+use super::{errstr, ProbeError};
 use aya::programs::BtfTracePoint;
 use aya::{Btf, EbpfLoader};
 use aya_obj::btf::BtfKind;
