@@ -2,8 +2,8 @@
 # `make bench`: every benchmark, one after the other (root). Reports
 # numbers and ratios measured side by side; nothing here passes or fails.
 set -euo pipefail
-PY=/usr/bin/python3
 cd "$(dirname "$0")/../.."
+PY=$(scripts/python.sh)
 echo "### probes and daemon (scripts/bench/probes.sh)"
 scripts/bench/probes.sh "$@"
 echo
