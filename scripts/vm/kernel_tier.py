@@ -250,7 +250,7 @@ class Run:
 
     def metrics(self):
         text = self.d.metrics()
-        need = ["bloatd_tcp_sockets{", "bloatd_feature_enabled{", 'bloatd_tcp_queueing_delay_seconds_count{cc="cubic",role="sender"}']
+        need = ["bloatd_tcp_sockets{", "bloatd_feature_enabled{", 'bloatd_tcp_queueing_delay_seconds_count{cc="cubic",role="sender",']
         missing = [n for n in need if n not in text]
         assert not missing, f"missing from /metrics: {missing}"
         fe = re.findall(r'bloatd_feature_enabled\{feature="([^"]+)"\} (\d)', text)
