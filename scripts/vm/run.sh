@@ -153,6 +153,17 @@ for k in "${kernels[@]}"; do
 	[[ $k == host || -n $(echo " $("$HERE/kernels.sh" --list) " | grep " $k ") ]] || usage
 done
 
+# The guest mounts tmpfs over /tmp, /run and /var/tmp of the host's root
+# (scripts/vm/init): a checkout there is hidden from it.
+if [[ " ${kernels[*]} " != " host " ]]; then
+	case $REPO/ in
+	/tmp/* | /run/* | /var/tmp/*)
+		echo "scripts/vm/run.sh: $REPO is under /tmp, /run or /var/tmp, which the guests mount" \
+			"their own tmpfs over: clone bloatd elsewhere to boot kernels in VMs" >&2
+		exit 2
+		;;
+	esac
+fi
 mkdir -p "$OUT"
 failed=()
 for k in "${kernels[@]}"; do
