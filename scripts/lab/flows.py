@@ -32,6 +32,7 @@ connection is up (the local port identifies the flow to the instruments),
 import argparse
 import json
 import socket
+import struct
 import sys
 import threading
 import time
@@ -251,27 +252,53 @@ def udp_blast(args):
     return 0
 
 
+SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35)   # Linux; Python does not name it
+
+
+def realtime_minus_monotonic_ns():
+    """CLOCK_REALTIME - CLOCK_MONOTONIC, from the tightest of a few reads."""
+    best = None
+    for _ in range(20):
+        a = time.monotonic_ns()
+        r = time.time_ns()
+        b = time.monotonic_ns()
+        if best is None or b - a < best[0]:
+            best = (b - a, r - (a + b) // 2)
+    return best[1]
+
+
 def udp_sink(args):
     """Record arrivals for --seconds (or until --idle seconds pass without
     one, after the first); prints {"event": "arrivals", "t_ns": [...],
-    "seq": [...]}."""
+    "seq": [...]}. Each time is the kernel's receive stamp (SO_TIMESTAMPNS),
+    moved to CLOCK_MONOTONIC: the sink's own wake-ups (a busy machine can
+    hold a normal-priority reader for tens of ms) are not the link's."""
     sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 8 << 20)
+    sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
     sock.bind(("0.0.0.0", args.port))
+    offset = realtime_minus_monotonic_ns()
     print(json.dumps({"event": "listening", "port": args.port}), flush=True)
     t, seq = [], []
     end = time.monotonic() + args.seconds
     while time.monotonic() < end:
         sock.settimeout(args.idle if t else max(0.01, end - time.monotonic()))
         try:
-            data = sock.recv(2048)
+            data, anc, _, _ = sock.recvmsg(2048, 64)
         except socket.timeout:
             if t:
                 break
             continue
-        t.append(time.monotonic_ns())
+        stamp = [d for level, kind, d in anc if level == socket.SOL_SOCKET and kind == SO_TIMESTAMPNS]
+        if not stamp:
+            print("flows.py udp-sink: the kernel gave no receive stamp (SO_TIMESTAMPNS)",
+                  file=sys.stderr)
+            return 1
+        sec, nsec = struct.unpack("qq", stamp[0][:16])
+        t.append(sec * 1_000_000_000 + nsec - offset)
         seq.append(int.from_bytes(data[:8], "little"))
-    print(json.dumps({"event": "arrivals", "t_ns": t, "seq": seq}), flush=True)
+    drift = realtime_minus_monotonic_ns() - offset
+    print(json.dumps({"event": "arrivals", "t_ns": t, "seq": seq, "clock_drift_ns": drift}), flush=True)
     return 0
 
 
