@@ -837,13 +837,18 @@ static __always_inline struct bloatd_sock *sock_create(struct sock *sk,
  * Sender: bytes cumulatively acknowledged plus segments SACKed, as the
  * kernel's delivery rate counts SACKed data (tp->delivered): the
  * cumulative ACK that ends a recovery adds the hole, not the window the
- * SACKs already counted. Over the longer of the time the ACKs took to
- * arrive and the time the peer took to send them (its timestamps, TSval):
- * ACKs that come bunched (a stalled uplink, a cellular scheduler) are no
- * faster link. A TSval tick is 1 ms to 1 s (RFC 7323, 5.4), 1 us where
- * both ends agreed on microseconds: counted as 1 ms, a slower peer's span
- * reads shorter than it was, so the guard never lowers a true rate; a span
- * over twice the ACKs' is no bunching and is ignored.
+ * SACKs already counted. Over the time the peer took to send those ACKs
+ * (its timestamps, TSval: the span between the last ACK before the
+ * previous sample and the last before this one), which is when the data
+ * arrived there, whenever that span is within half to twice the time
+ * between the samples: ACKs held and then released together (a stalled
+ * uplink, a cellular scheduler, a busy CPU) read neither as a faster link
+ * in the interval that gets them nor as a slower one in the interval
+ * before, which got fewer; the receiver's own series agrees interval by
+ * interval. Else (no timestamps, a peer idle between samples, a TSval
+ * tick other than 1 ms: RFC 7323 allows 1 ms to 1 s, 1 us where both ends
+ * agreed on microseconds) the time between the samples. Ticks of 1 ms on
+ * intervals of sample_interval_ns (100 ms) err by 2% at most.
  * Receiver: while no segment arrives out of order, the in-order bytes;
  * around a loss, the data segments that arrived (in order or not) at the
  * peer's segment size, which is what the sender's SACKs count too.
@@ -870,7 +875,7 @@ static __always_inline __u64 sock_rate_bps(struct bloatd_sock *s, const struct t
 		/* SACK marks no cumulative ACK covered (reneging, a reno flow's
 		 * timeout) leave it below zero: nothing crossed. */
 		bytes = snd > 0 ? snd : 0;
-		if ((s->flags & BLOATD_F_TIMESTAMPS) && s->prev_tsval && peer_us > dt_us &&
+		if ((s->flags & BLOATD_F_TIMESTAMPS) && s->prev_tsval && 2 * peer_us > dt_us &&
 		    peer_us < 2 * dt_us)
 			dt_us = peer_us;
 	}
