@@ -18,7 +18,10 @@ real bloatd every second during lab traffic, and its HTTP API is the oracle:
 
 The CUBIC download has loss recoveries: its sender's and receiver's sampled
 throughput stay within 10% of the link in every interval (the maximum, not
-a percentile), and agree with each other interval by interval.
+a percentile), and agree with each other interval by interval: each
+receiver interval's bytes within 10% of what the sender's intervals can have
+carried over the same stretch (exactly its bytes while the link is full;
+where the link dipped inside an interval, the bounds of where the dip fell).
 """
 
 import shutil
@@ -62,17 +65,25 @@ def intervals(samples):
     return [(a["t_ms"], b["t_ms"], b["throughput_bps"]) for a, b in zip(samples, samples[1:])]
 
 
-def bytes_between(ivs, t0, t1):
-    """Bytes the intervals `ivs` carried between t0 and t1 (ms), each spread
-    evenly over its interval; None unless the intervals cover [t0, t1]."""
+def bytes_between(ivs, t0, t1, cap_bps):
+    """The bytes the intervals `ivs` can have carried between t0 and t1
+    (ms), as (least, most): an interval's bytes are known only in total, so
+    the part of it inside [t0, t1] is anything from none to all, except that
+    no stretch carries more than `cap_bps` (the link). While the link is full
+    the two bounds meet (each interval's rate is the cap); where it dipped
+    inside an interval they are as far apart as where the dip fell is
+    unknown. None unless the intervals cover [t0, t1]."""
     if not ivs or t0 < ivs[0][0] or t1 > ivs[-1][1]:
         return None
-    total = 0.0
+    least = most = 0.0
     for a, b, bps in ivs:
-        overlap = min(b, t1) - max(a, t0)
-        if overlap > 0:
-            total += bps / 8 * overlap / 1000
-    return total
+        inside = min(b, t1) - max(a, t0)
+        if inside > 0:
+            total = bps / 8 * (b - a) / 1000
+            room = cap_bps / 8 / 1000
+            least += max(0.0, total - room * (b - a - inside))
+            most += min(total, room * inside)
+    return least, most
 
 
 class Watch:
@@ -282,18 +293,34 @@ time.sleep(600)
         # Each receiver interval against the sender's data acknowledged over
         # the same stretch of time one floor (the ACKs' way back) later;
         # every interval that the sender's series covers (all but the
-        # first and last floor's worth).
+        # first and last floor's worth). The two ends sample at different
+        # instants, so the sender's bytes in a receiver's interval are known
+        # within bounds (bytes_between, the link's payload rate plus 2% as
+        # the cap): equal while the link is full, apart by as much as a dip
+        # inside a sender interval leaves open. The receiver's bytes must lie
+        # within 10% of those bounds.
         floor_ms = snd["floor_us"] / 1000
         diffs = []
         for a, b, bps in r_iv:
-            sent = bytes_between(s_iv, a + floor_ms, b + floor_ms)
-            if sent is not None:
-                s_bps = sent * 8 * 1000 / (b - a)
-                diffs.append((abs(bps - s_bps) / max(s_bps, 1), a - r_iv[0][0], bps, s_bps))
+            band = bytes_between(s_iv, a + floor_ms, b + floor_ms, 1.02 * PAYLOAD_BPS)
+            if band is not None:
+                got = bps / 8 * (b - a) / 1000
+                least, most = band
+                off = max(least - got, got - most, 0) / max(least if got < least else most, 1)
+                to_bps = 8 * 1000 / (b - a)
+                diffs.append((off, a - r_iv[0][0], bps, least * to_bps, most * to_bps))
         worst = max(diffs)
         print(f"    sender and receiver: {len(diffs)} of {len(r_iv)} receiver intervals compared, "
-              f"worst {worst[0]:.1%} at {worst[1] / 1000:.1f}s (receiver {worst[2] / 1e6:.2f}, "
-              f"sender {worst[3] / 1e6:.2f} Mbit/s)")
+              f"worst {worst[0]:.1%} outside the sender's bounds at {worst[1] / 1000:.1f}s (receiver "
+              f"{worst[2] / 1e6:.2f}, sender {worst[3] / 1e6:.2f}-{worst[4] / 1e6:.2f} Mbit/s); "
+              f"bounds wider than 5% in {sum(d[4] > 1.05 * d[3] for d in diffs)} intervals")
+        # The stretch around the worst: each side's intervals (start s from
+        # the receiver's first, ms long, Mbit/s), the sender's one floor back.
+        t_w = worst[1] + r_iv[0][0]
+        for name, ivs, shift in (("receiver", r_iv, 0), ("sender", s_iv, floor_ms)):
+            near = [f"{(a - shift - r_iv[0][0]) / 1000:.2f}+{b - a:.0f}:{bps / 1e6:.2f}"
+                    for a, b, bps in ivs if t_w - 400 <= a - shift <= t_w + 400]
+            print(f"      {name} near it: " + " ".join(near))
         self.assertGreater(len(diffs), len(r_iv) - 5, "every interval but the series' ends compared")
         self.assertLess(worst[0], 0.10, "sender and receiver agree in every interval")
 
