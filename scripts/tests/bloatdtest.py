@@ -274,9 +274,27 @@ class Lab:
                 return [float(x.split("=")[1]) for x in out.split() if x.startswith("time=")]
         return Pinger()
 
-    def delay_line_pid(self):
-        """The pid of this topology's delay line (topo.sh's pid file)."""
-        return int(read(f"{LAB_RUN}/{self.name}.delay.pid"))
+    def delay_line_pid(self, role="delay"):
+        """The pid of this topology's delay line, or of its trace link with
+        role "link" (topo.sh's pid file)."""
+        return int(read(f"{LAB_RUN}/{self.name}.{role}.pid"))
+
+    def emulator_reset(self, role="delay"):
+        """Start the emulator's statistics afresh (SIGUSR2)."""
+        os.kill(self.delay_line_pid(role), signal.SIGUSR2)
+
+    def emulator_stats(self, role="delay"):
+        """The emulator's statistics since its last reset: the fields of the
+        `delayline stats:` line it prints on SIGUSR1 to its log."""
+        log = f"{LAB_RUN}/{self.name}.{role}.log"
+
+        def lines():
+            return [x for x in read(log).splitlines() if x.startswith("delayline stats:")]
+        before = len(lines())
+        os.kill(self.delay_line_pid(role), signal.SIGUSR1)
+        got = wait_for(lambda: len(lines()) > before and lines(), timeout=5,
+                       what=f"the {role} emulator's statistics (SIGUSR1)")
+        return dict(f.split("=", 1) for f in got[-1].split()[2:])
 
     def add_receiver_address(self, cidr):
         """A second address on the receiver, in another prefix, reached

@@ -8,11 +8,10 @@ counters are printed and checked.
 import json
 import os
 import re
-import signal
 import subprocess
 import time
 
-from bloatdtest import LAB_RUN, RCV4, REPO, SND4, TestCase, main, run, topo_profile, wait_for
+from bloatdtest import RCV4, REPO, SND4, TestCase, main, run, topo_profile
 
 N = "bldelay"
 DELAYLINE_BUILD = os.path.join(REPO, "scripts", "lab", "delayline", "build.sh")
@@ -26,12 +25,6 @@ def ping_stats(lab, side, addr, *args):
     if not m:
         raise AssertionError(f"ping {' '.join(args)} {addr} from {side}: no summary in\n{out}")
     return tuple(float(x) for x in m.groups())
-
-
-def delayline_stats(log):
-    """The fields of the last `delayline stats:` line of an emulator's log."""
-    lines = [line for line in log.splitlines() if line.startswith("delayline stats:")]
-    return dict(f.split("=", 1) for f in lines[-1].split()[2:]) if lines else None
 
 
 class LabDelay(TestCase):
@@ -55,26 +48,16 @@ class LabDelay(TestCase):
         print(f"  host {(timer.stdout + timer.stderr).strip()}", flush=True)
 
         lab = self.lab(N, rate="1gbit", delay_ms=80, buffer_bytes=3000000)
-        dpid = lab.delay_line_pid()
-        log_path = f"{LAB_RUN}/{N}.delay.log"
         lab.iperf_server("snd")
         lab.exec("rcv", "ping", "-c", "1", "-W", "3", SND4, check=False)
-        os.kill(dpid, signal.SIGUSR2)  # lateness statistics from here on
+        lab.emulator_reset()  # lateness statistics from here on
         # The receiver sends: its packets are the ones the delay line holds.
         load = lab.spawn("rcv", "iperf3", "-c", SND4, "-u", "-b", "100M", "-l", "1400", "-t", "8", "-J",
                          stdout=subprocess.PIPE)
         time.sleep(1)
         lo, avg, hi = ping_stats(lab, "rcv", SND4, "-c", "500", "-i", "0.01")
         out, err = load.communicate(timeout=60)
-        with open(log_path) as f:
-            before = f.read().count("delayline stats:")
-        os.kill(dpid, signal.SIGUSR1)
-
-        def stats():
-            with open(log_path) as f:
-                text = f.read()
-            return text.count("delayline stats:") > before and delayline_stats(text)
-        st = wait_for(stats, timeout=5, what="the delay line's statistics (SIGUSR1)")
+        st = lab.emulator_stats()
         try:
             rate = json.loads(out)["end"]["sum"]["bits_per_second"] / 1e6
         except (ValueError, KeyError) as e:

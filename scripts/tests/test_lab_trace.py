@@ -25,10 +25,8 @@ import bisect
 import json
 import os
 import re
-import signal
 import subprocess
 import sys
-import time
 
 from bloatdtest import FLOWS, LAB_RUN, RCV4, SND4, TOPO, TestCase, lab_leftovers, main, run, topo_profile
 
@@ -91,31 +89,6 @@ def emulator_start(lab, role):
     return int(m.group(1))
 
 
-def emulator_lateness(lab, role, reset=False):
-    """The emulator's own release lateness since its last reset (its stats
-    line, printed on SIGUSR1; SIGUSR2 resets it): (p99, max) in us. Beside
-    the arrivals' lateness it tells the emulator's timer from the kernel's
-    path after it."""
-    with open(os.path.join(LAB_RUN, f"{lab}.{role}.pid")) as f:
-        pid = int(f.read())
-    log = os.path.join(LAB_RUN, f"{lab}.{role}.log")
-
-    def lines():
-        with open(log) as f:
-            return [x for x in f if x.startswith("delayline stats")]
-    before = len(lines())
-    os.kill(pid, signal.SIGUSR2 if reset else signal.SIGUSR1)
-    if reset:
-        return None
-    for _ in range(200):
-        got = lines()
-        if len(got) > before:
-            stats = dict(kv.split("=") for kv in got[-1].split()[2:])
-            return int(stats["late_us_p99"]), int(stats["late_us_max"])
-        time.sleep(0.01)
-    raise AssertionError(f"no stats line from the {role} emulator (pid {pid})")
-
-
 def percentile(xs, q):
     xs = sorted(xs)
     return xs[min(len(xs) - 1, int(q * len(xs)))]
@@ -132,13 +105,14 @@ class TraceLink(TestCase):
         self.assertIn("listening", sink.stdout.readline())
         pps = int(4 * trace.mean_pps())
         role = "link" if direction == "down" else "delay"
-        emulator_lateness(lab.name, role, reset=True)
+        lab.emulator_reset(role)
         blast = lab.exec(src, sys.executable, FLOWS, "udp-blast", "--addr", addr,
                          "--pps", str(pps), "--seconds", str(BLAST_S), timeout=BLAST_S + 30)
         sent = json.loads(blast.stdout)
         arrivals = json.loads(sink.stdout.readline())
         sink.wait(timeout=30)
-        own = emulator_lateness(lab.name, role)
+        st = lab.emulator_stats(role)
+        own = int(st["late_us_p99"]), int(st["late_us_max"])
         self.assertLess(abs(arrivals["clock_drift_ns"]), 1_000_000,
                         "CLOCK_REALTIME moved against CLOCK_MONOTONIC during the blast")
         shift = int(delay_ms * 1e6)
