@@ -313,6 +313,16 @@ emulator_start() {
 
 # Sender and receiver on one veth pair with the kernel's offloads: what a
 # host at line rate looks like, for measuring CPU cost (no queue, no delay).
+# The lab is whole: from here a Ctrl-C or TERM is ignored, so `up` ends 0
+# with the lab up. (Removing the traps instead left a window in which the
+# signal's default action killed `up` with everything made: a lab up
+# behind an exit status that says interrupted. Seen once in CI.) INT and
+# TERM are ignored before the EXIT trap goes, so no instant is uncovered.
+setup_done() {
+	trap '' INT TERM
+	trap - EXIT
+}
+
 direct_up() {
 	local name=$1 snd=$1-snd rcv=$1-rcv ns
 	for ns in "$snd" "$rcv"; do
@@ -370,7 +380,7 @@ up() {
 
 	if ((direct)); then
 		direct_up "$name"
-		trap - EXIT INT TERM
+		setup_done
 		echo "lab $name up: direct veth pair, no bottleneck"
 		return
 	fi
@@ -428,7 +438,7 @@ up() {
 	elif [[ $delay_ms != 0 ]]; then
 		delay_up "$name" "$delay_ms"
 	fi
-	trap - EXIT INT TERM
+	setup_done
 	if [[ $trace == - ]]; then
 		echo "lab $name up: profile $prof, rate $rate, buffer $buffer B, base RTT ${delay_ms} ms"
 	else
