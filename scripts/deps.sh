@@ -19,6 +19,8 @@ PKGS=(
 	# the fleet kit: the image (buildah), run as the DaemonSet's pod in
 	# test_image.py (podman with runc, which takes hybrid cgroup hosts)
 	buildah podman runc
+	# the benchmarks' variant builds (scripts/bench/cold_breakdown.py)
+	patch
 	# plots and statistics for the lab
 	python3 python3-matplotlib
 	# the kernel matrix (scripts/vm/): VMs, their initramfs, the guest

@@ -14,6 +14,9 @@ echo "### the kernel's share and the watcher's, this build beside the previous"
 echo "### (scripts/bench/share.py; BLOATD_BASELINE=BIN, or built from HEAD~1)"
 $PY scripts/bench/share.py --baseline "${BLOATD_BASELINE:-$(scripts/bench/baseline.sh HEAD~1)}"
 echo
+echo "### where tcp_probe's time goes on cold sockets (scripts/bench/cold_breakdown.py)"
+$PY scripts/bench/cold_breakdown.py
+echo
 echo "### the chart's pod under the same loads (scripts/bench/pod.py; make image first)"
 make --no-print-directory image >/dev/null
 $PY scripts/bench/pod.py
