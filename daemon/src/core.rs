@@ -447,7 +447,9 @@ impl Core {
     }
 
     /// What the dashboard draws (`req`): the sockets as of the last read
-    /// (`read_for_watchers`; `fresh`: read now), all of them or,
+    /// (`read_for_watchers`; `fresh`: a read at most one sampling interval
+    /// old, the one `/v1/sockets` shares: asking in a loop cannot make the
+    /// daemon read the kernel more than once an interval), all of them or,
     /// with a limit, the first rows in its sort order passing its filter
     /// with the host's summary (`bloatd_model::select::select_rows`), plus
     /// the samples of one socket newer than `since_ms`. A dashboard asking
@@ -476,7 +478,7 @@ impl Core {
         let first_look = self.viewer_until.is_none_or(|t| t <= Instant::now());
         self.viewer_until = Some(Instant::now() + VIEWER_TTL);
         if fresh {
-            self.read();
+            self.read_if_stale();
         } else {
             self.read_for_watchers();
         }

@@ -76,8 +76,8 @@ pub struct SocketsQuery {
 }
 
 /// `GET /v1/snapshot?...`: a [`SnapshotRequest`] in a query string, and
-/// `fresh` (read the kernel now instead of using the read shared by
-/// dashboards, up to 5 s old).
+/// `fresh` (the read of the current sampling interval, shared with
+/// `/v1/sockets`, instead of the read shared by dashboards, up to 5 s old).
 #[derive(Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct SnapshotQuery {
     pub series: Option<u64>,

@@ -310,10 +310,10 @@ class Clients(TestCase):
         self.assertIn(busy, {k for k, _ in bpf_map_dump("watch")})
 
     def test_concurrent_full_reads_share_one_kernel_read_per_interval(self):
-        """/v1/sockets, /v1/paths and /v1/policy each read every socket the
-        kernel keeps (~0.7 s at 100k sockets on the daemon's one thread).
-        Three clients asking in a loop get the read of the current sampling
-        interval (100 ms), not one each. The kernel counts the reads: the
+        """/v1/sockets, /v1/paths, /v1/policy and a fresh /v1/snapshot each
+        read every socket the kernel keeps (~0.7 s at 100k sockets on the
+        daemon's one thread). Three clients asking in a loop get the read of
+        the current sampling interval (100 ms), not one each. The kernel counts the reads: the
         dump_socks iterator runs once per socket in the map plus once at
         the end of each read (BPF stats, --bpf-stats)."""
         d = self.daemon("--no-cc", "--drwa=off", "--bpf-stats")
@@ -330,14 +330,14 @@ class Clients(TestCase):
             return int(float(next(l.split()[1] for l in d.metrics().splitlines()
                                   if l.startswith("bloatd_probe_map_entries "))))
         n = wait_for(lambda: (e := entries()) >= 1002 and e, what="1,002 loopback sockets in the socket map")
-        routes = ("/v1/sockets", "/v1/paths", "/v1/policy")
+        routes = ("/v1/sockets", "/v1/paths", "/v1/policy", "/v1/snapshot?fresh=1")
         counts, errors = [0, 0, 0], []
         stop = time.time() + 3
 
         def client(i):
             request = self.client(d)
             while time.time() < stop:
-                code, text = request("GET", routes[(counts[i] + i) % 3])
+                code, text = request("GET", routes[(counts[i] + i) % len(routes)])
                 if code != 200:
                     errors.append(text)
                 counts[i] += 1
