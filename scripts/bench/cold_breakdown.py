@@ -75,14 +75,6 @@ def build_variants():
     return bins
 
 
-def port_free(port=9498, timeout=10):
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if f":{port} " not in subprocess.run(["ss", "-ltnH"], capture_output=True, text=True).stdout:
-            return
-        time.sleep(0.2)
-
-
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--rounds", type=int, default=3)
@@ -99,7 +91,6 @@ def main():
             time.sleep(3)
             for r in range(args.rounds):
                 for name in (names if r % 2 == 0 else names[::-1]):
-                    port_free()
                     before = set(prog_runs())
                     d = Daemon(bpf_stats=True, binary=bins[name])
                     progs = set(prog_runs()) - before
