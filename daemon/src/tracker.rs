@@ -21,42 +21,39 @@ use std::sync::Arc;
 
 const TCP_INFINITE_SSTHRESH: u32 = 0x7fff_ffff;
 
-struct Tracked {
-    rec: BloatdSock,
-    cc_state: Option<CcState>,
-}
-
 /// One full read of the kernel's records: the state of every socket at that
 /// moment. Immutable once made, so answers share it (`Arc`) instead of
 /// copying it, and one still streaming out keeps it while the tracker moves
 /// on to the next.
 #[derive(Default)]
 pub struct Read {
-    socks: Vec<Tracked>,
+    /// The records as the kernel gave them (not copied again: at 100,000
+    /// sockets a copy of the read costs more than making its index).
+    socks: Vec<BloatdSock>,
+    /// The state of bloatd's congestion controls, by cookie: only their
+    /// sockets have one.
+    cc_states: HashMap<u64, CcState>,
     /// (cookie, index in `socks`), sorted: for the few lookups by cookie
     /// (watched samples, series) without hashing every socket of every read.
     by_cookie: Vec<(u64, u32)>,
 }
 
 impl Read {
-    fn new(recs: Vec<BloatdSock>, mut cc_states: HashMap<u64, CcState>) -> Read {
-        let socks: Vec<Tracked> = recs
-            .into_iter()
-            .map(|rec| Tracked {
-                cc_state: cc_states.remove(&rec.cookie),
-                rec,
-            })
-            .collect();
+    fn new(socks: Vec<BloatdSock>, cc_states: HashMap<u64, CcState>) -> Read {
         let mut by_cookie: Vec<(u64, u32)> = socks
             .iter()
             .enumerate()
-            .map(|(i, t)| (t.rec.cookie, i as u32))
+            .map(|(i, r)| (r.cookie, i as u32))
             .collect();
         by_cookie.sort_unstable();
-        Read { socks, by_cookie }
+        Read {
+            socks,
+            cc_states,
+            by_cookie,
+        }
     }
 
-    fn get(&self, cookie: u64) -> Option<&Tracked> {
+    fn get(&self, cookie: u64) -> Option<&BloatdSock> {
         let i = self
             .by_cookie
             .binary_search_by_key(&cookie, |&(c, _)| c)
@@ -102,8 +99,9 @@ impl Rows {
 
     /// The `i`th socket.
     pub fn get(&self, i: usize) -> Socket {
+        let r = &self.read.socks[self.order[i] as usize];
         self.view
-            .socket(&self.read.socks[self.order[i] as usize], &self.clock)
+            .socket(r, self.read.cc_states.get(&r.cookie), &self.clock)
     }
 
     pub fn iter(&self) -> impl Iterator<Item = Socket> + '_ {
@@ -213,8 +211,7 @@ fn sample_of(x: &BloatdSample, clock: &Clock, pipe_segments: Option<u32>) -> Sam
 }
 
 impl View {
-    fn socket(&self, t: &Tracked, clock: &Clock) -> Socket {
-        let r = &t.rec;
+    fn socket(&self, r: &BloatdSock, cc_state: Option<&CcState>, clock: &Clock) -> Socket {
         let idle_ns = clock.mono_ns.saturating_sub(r.update_ns);
         let stale = clock.mono_ns.saturating_sub(r.sample_ns) > 3 * self.interval_ns;
         let comm = cstr(&r.comm);
@@ -255,7 +252,7 @@ impl View {
             delivery_rate_bps: delivery_rate_bps(r),
             throughput_bps: if stale { 0 } else { r.throughput_bps },
             idle_ms: idle_ns / 1_000_000,
-            cc_state: t.cc_state.clone(),
+            cc_state: cc_state.cloned(),
             policy: crate::policy::socket_policy(r, &self.rule_names),
         }
     }
@@ -290,7 +287,7 @@ impl Tracker {
         if self.series_len == 0 {
             return;
         }
-        let pipe_segments = match self.read.get(x.cookie).and_then(|t| t.cc_state.as_ref()) {
+        let pipe_segments = match self.read.cc_states.get(&x.cookie) {
             Some(CcState::Westwood { pipe_segments, .. }) => Some(*pipe_segments),
             _ => None,
         };
@@ -335,12 +332,10 @@ impl Tracker {
         let mut keyed: Vec<(u32, u64, u32)> = socks
             .iter()
             .enumerate()
-            .filter(|(_, t)| {
-                all || t.rec.state == abi::TCP_ESTABLISHED
-                    || t.rec.inflight > 0
-                    || t.rec.unsent_bytes > 0
+            .filter(|(_, r)| {
+                all || r.state == abi::TCP_ESTABLISHED || r.inflight > 0 || r.unsent_bytes > 0
             })
-            .map(|(i, t)| (view_queue_delay_us(&t.rec), t.rec.cookie, i as u32))
+            .map(|(i, r)| (view_queue_delay_us(r), r.cookie, i as u32))
             .collect();
         keyed.sort_unstable_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
         Rows {
@@ -375,7 +370,7 @@ impl Tracker {
             .read
             .socks
             .iter()
-            .map(|t| (view_queue_delay_us(&t.rec), t.rec.cookie))
+            .map(|r| (view_queue_delay_us(r), r.cookie))
             .collect();
         let n = n.min(v.len());
         if n > 0 && n < v.len() {

@@ -16,8 +16,9 @@ load (scripts/bench/loadgen.c over a veth pair at line rate,
          /metrics scraped every 5 s: the daemon's and the dashboard's CPU;
   hot    one download at line rate (iperf3 -R): tcp_probe's ns per event;
   100k   100,000 established sockets (10,000 busy): `bloatd sockets --json`
-         wall time, and the whole /v1/snapshot: wall time, size, and how
-         much the daemon's resident memory grew while it answered.
+         into a file: wall time; and the whole /v1/snapshot: wall time,
+         size, and how much the daemon's resident memory grew while it
+         answered.
 
 Each figure is the median of --rounds runs, with its range. The machine's
 CPU is compared side by side: each round measures without bloatd and with
@@ -231,9 +232,9 @@ def many(builds, rounds, load, res):
             try:
                 load.touch()
                 time.sleep(3)
-                ms, out = timed_ms(lambda: d.cli("sockets", "--json"))
+                ms, listed = d.sockets_json()
                 res[b.name].setdefault("sockets_json_ms", []).append(ms)
-                res[b.name].setdefault("sockets_listed", []).append(len(json.loads(out)))
+                res[b.name].setdefault("sockets_listed", []).append(listed)
                 ms, size, grew = snapshot_rss(d)
                 res[b.name].setdefault("snapshot_ms", []).append(ms)
                 res[b.name].setdefault("snapshot_mb", []).append(size / 1e6)

@@ -102,15 +102,17 @@ impl Slots {
         self.slots
     }
 
-    /// The first `n` values.
+    /// The first `n` values, copied by the kernel straight into the
+    /// vector returned: no zeroed buffer and no second copy (at 100,000
+    /// sockets each was a 30 MB pass).
     pub fn read<T: Copy>(&self, n: usize) -> io::Result<Vec<T>> {
-        assert!(std::mem::size_of::<T>() <= self.value_size);
+        assert_eq!(std::mem::size_of::<T>(), self.value_size);
         let n = n.min(self.slots);
         if n == 0 {
             return Ok(Vec::new());
         }
         let mut keys = vec![0u32; n];
-        let mut values = vec![0u8; n * self.value_size];
+        let mut values: Vec<T> = Vec::with_capacity(n);
         let mut out_batch = 0u32;
         // SAFETY: all-zero is a valid bpf_attr.
         let mut attr: bpf_attr = unsafe { std::mem::zeroed() };
@@ -119,7 +121,7 @@ impl Slots {
         attr.batch.values = values.as_mut_ptr() as u64;
         attr.batch.out_batch = &mut out_batch as *mut u32 as u64;
         attr.batch.count = n as u32;
-        // SAFETY: the buffers hold `count` keys and values.
+        // SAFETY: the buffers have room for `count` keys and values.
         let ret = unsafe {
             libc::syscall(
                 libc::SYS_bpf,
@@ -135,14 +137,11 @@ impl Slots {
                 return Err(e);
             }
         }
-        // SAFETY: the kernel filled attr.batch.count values of value_size
-        // bytes; T is plain data no larger than one.
-        let got = unsafe { attr.batch.count } as usize;
-        Ok(values
-            .chunks_exact(self.value_size)
-            .take(got)
-            .map(|c| unsafe { std::ptr::read_unaligned(c.as_ptr() as *const T) })
-            .collect())
+        // SAFETY: the kernel wrote attr.batch.count values of value_size
+        // bytes, each a T (plain data, same size), at the vector's start.
+        let got = (unsafe { attr.batch.count } as usize).min(n);
+        unsafe { values.set_len(got) };
+        Ok(values)
     }
 }
 
