@@ -17,6 +17,9 @@ scripts/bench/cold_variants.patch (-DBLOATD_VARIANT=N):
   fill     + the due sample's reads of tcp_sock                 (6)
   nostats  + floors, queues, accounting, stream; no statistics  (5)
   full     this build                                           (0)
+  phase    not a design: a socket's segments looked at only in one
+           tick of 25 (its hash's phase), then as `full`: the cost
+           if sampling could skip the segments of the other ticks (11)
 
 Each figure is the median over --rounds rounds, variants in alternating
 order, under the kernel's BPF statistics (which cost time themselves:
@@ -37,7 +40,7 @@ from scale import REPO, Daemon, Load, scale_lab  # noqa: E402
 from share import bpf_share, prog_runs, span  # noqa: E402
 
 VARIANTS = [("empty", 10), ("gate", 1), ("record", 2), ("slot", 4), ("echo", 3),
-            ("fill", 6), ("nostats", 5), ("full", 0)]
+            ("fill", 6), ("nostats", 5), ("full", 0), ("phase", 11)]
 PATCH = os.path.join(REPO, "scripts", "bench", "cold_variants.patch")
 
 

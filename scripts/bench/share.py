@@ -99,19 +99,29 @@ def span(values):
 
 
 def cold(builds, rounds, seconds, res):
-    """Machine CPU with and without, then BPF statistics, alternating."""
+    """The machine's CPU without bloatd and with each build in adjacent
+    windows (the order alternating round by round), each build's minus
+    none's of the same round; then each build under BPF statistics. The
+    load drifts by several points over a run here: a difference within a
+    round sees less of that than a difference of medians."""
     order = [None] + builds
     for r in range(rounds):
+        got = {}
         for b in (order if r % 2 == 0 else order[::-1]):
             if b is None:
-                res.setdefault("none", {}).setdefault("machine", []).append(busy_pct(seconds))
+                got["none"] = busy_pct(seconds)
                 continue
             d = b.start()
             try:
                 time.sleep(3)
-                res[b.name].setdefault("machine", []).append(busy_pct(seconds))
+                got[b.name] = busy_pct(seconds)
             finally:
                 d.stop()
+        for name, pct in got.items():
+            res.setdefault(name, {}).setdefault("machine", []).append(pct)
+            if name != "none":
+                res[name].setdefault("machine_delta", []).append(pct - got["none"])
+        for b in builds:
             d = b.start(bpf_stats=True)
             try:
                 time.sleep(2)
@@ -123,7 +133,7 @@ def cold(builds, rounds, seconds, res):
             res[b.name].setdefault("bpf_share", []).append(share)
             res[b.name].setdefault("probe_cold_ns", []).append(ns)
         print(f"  cold round {r + 1}/{rounds}: " + ", ".join(
-            f"{k} {v['machine'][-1]:.1f}%" for k, v in res.items() if v.get("machine")), flush=True)
+            f"{k} {v:.1f}%" for k, v in got.items()), flush=True)
 
 
 class Scraper(threading.Thread):
@@ -249,7 +259,8 @@ ROWS = [
     ("all bloatd BPF programs, 10k busy sockets (% of one core)", "bpf_share", "<= 2"),
     ("tcp_probe per event, cold sockets (ns)", "probe_cold_ns", "<= 150"),
     ("tcp_probe per event, line rate (ns)", "probe_hot_ns", "<= 100"),
-    ("machine CPU, same load (% of one core)", "machine", "<= +3 over none"),
+    ("machine CPU, same load (% of one core)", "machine", ""),
+    ("  minus none's, same round (points)", "machine_delta", "<= +3"),
     ("daemon, top open, 5 s scrapes, 10k busy (%)", "daemon_watch", ""),
     ("bloatd top itself (%)", "top_watch", ""),
     ("daemon + top (%)", "watch_total", "<= 3"),
@@ -268,11 +279,6 @@ def report(res, names):
             continue
         print(f"  {label:52s}" + "".join(f"{span(res.get(c, {}).get(key, [])):>22s}" for c in cols)
               + f"{goal:>18s}")
-    if "none" in res:
-        base = statistics.median(res["none"]["machine"])
-        for n in names:
-            if res[n].get("machine"):
-                print(f"  machine CPU {n} minus none: {statistics.median(res[n]['machine']) - base:+.2f}% of one core")
 
 
 def main():
