@@ -7,6 +7,13 @@
  *   loadgen connect ADDR PORT PORTS N B   open N connections spread over the
  *                                         ports; B of them send 200 bytes ten
  *                                         times a second, staggered
+ *   loadgen echo ADDR PORT [PORTS [N]]    as serve, writing back what it reads
+ *   loadgen pingpong ADDR PORT PORTS N    open N connections, each with one
+ *                                         200-byte message going back and
+ *                                         forth to an echo server as fast as
+ *                                         the machine allows; a line "count"
+ *                                         on stdin answers "count TOTAL", the
+ *                                         round trips done so far
  *   loadgen churn ADDR PORT PORTS N RATE [SRC COUNT]
  *                                         N short connections at RATE/s, each
  *                                         200 bytes then close, from source
@@ -102,7 +109,7 @@ static int stdin_closed(void)
 	return stdin_closed_or(NULL);
 }
 
-static int serve(const char *ip, int port, int ports, long want)
+static int serve(const char *ip, int port, int ports, long want, int echo)
 {
 	int ep = epoll_create1(0), one = 1, i, n;
 	long accepted = 0;
@@ -143,9 +150,13 @@ static int serve(const char *ip, int port, int ports, long want)
 				}
 				continue;
 			}
-			if (read(fd, sink, sizeof(sink)) == 0) {
+			ssize_t got = read(fd, sink, sizeof(sink));
+
+			if (got == 0) {
 				epoll_ctl(ep, EPOLL_CTL_DEL, fd, NULL);
 				close(fd);
+			} else if (got > 0 && echo && write(fd, sink, got) < 0 && errno != EAGAIN) {
+				die("write");
 			}
 		}
 		if (stdin_closed())
@@ -260,6 +271,69 @@ static int connect_all(const char *ip, int port, int ports, long n, long busy)
 }
 
 /*
+ * Closed loop: every connection keeps one message in flight, sending the
+ * next when the echo of the last has come back whole. The round trips per
+ * second are what the machine's CPU allows: a cost added per segment shows
+ * as fewer of them.
+ */
+static int pingpong(const char *ip, int port, int ports, long n)
+{
+	int ep = epoll_create1(0), i, k;
+	int *fds = calloc(n, sizeof(int));
+	unsigned *got = calloc(n, sizeof(unsigned));
+	long total = 0;
+	struct epoll_event ev, evs[256];
+	static char msg[MSG_BYTES], buf[65536];
+	char line[64];
+
+	if (ep < 0 || !fds || !got)
+		die("setup");
+	if (open_all(ip, port, ports, n, fds))
+		return 1;
+	printf("ready %ld\n", n);
+	fflush(stdout);
+	for (long j = 0; j < n; j++) {
+		ev = (struct epoll_event){ .events = EPOLLIN, .data.u64 = j };
+		epoll_ctl(ep, EPOLL_CTL_ADD, fds[j], &ev);
+		if (write(fds[j], msg, sizeof(msg)) != sizeof(msg))
+			die("write");
+	}
+	for (;;) {
+		struct pollfd p = { .fd = 0, .events = POLLIN };
+
+		k = epoll_wait(ep, evs, 256, 100);
+		for (i = 0; i < k; i++) {
+			long j = (long)evs[i].data.u64;
+			ssize_t r = read(fds[j], buf, sizeof(buf));
+
+			if (r <= 0) {
+				if (r < 0 && errno == EAGAIN)
+					continue;
+				fprintf(stderr, "loadgen: connection %ld closed\n", j);
+				return 1;
+			}
+			got[j] += r;
+			while (got[j] >= MSG_BYTES) {
+				got[j] -= MSG_BYTES;
+				total++;
+				if (write(fds[j], msg, sizeof(msg)) < 0 && errno != EAGAIN)
+					die("write");
+			}
+		}
+		if (poll(&p, 1, 0) > 0) {
+			ssize_t r = read(0, line, sizeof(line));
+
+			if (r <= 0)
+				return 0;
+			if (memchr(line, 'c', r)) {
+				printf("count %ld\n", total);
+				fflush(stdout);
+			}
+		}
+	}
+}
+
+/*
  * Short connections: N of them at RATE a second, each sending 200 bytes and
  * closing at once (FIN after the data), from source addresses
  * SRC.1..SRC.COUNT in turn when given (so the server sees COUNT peers).
@@ -311,12 +385,22 @@ static int churn(const char *ip, int port, int ports, long n, long rate, const c
 
 int main(int argc, char **argv)
 {
-	if (argc >= 4 && !strcmp(argv[1], "serve")) {
+	if (argc >= 4 && (!strcmp(argv[1], "serve") || !strcmp(argv[1], "echo"))) {
 		int ports = argc > 4 ? atoi(argv[4]) : 1;
 		long want = argc > 5 ? atol(argv[5]) : -1;
 
 		raise_nofile(want > 0 ? want : 16000);
-		return serve(argv[2], atoi(argv[3]), ports, want);
+		return serve(argv[2], atoi(argv[3]), ports, want, !strcmp(argv[1], "echo"));
+	}
+	if (argc == 6 && !strcmp(argv[1], "pingpong")) {
+		long n = atol(argv[5]);
+
+		if (n <= 0) {
+			fprintf(stderr, "loadgen: N must be > 0\n");
+			return 2;
+		}
+		raise_nofile(n);
+		return pingpong(argv[2], atoi(argv[3]), atoi(argv[4]), n);
 	}
 	if (argc == 7 && !strcmp(argv[1], "connect")) {
 		long n = atol(argv[5]), busy = atol(argv[6]);
@@ -341,6 +425,8 @@ int main(int argc, char **argv)
 	}
 	fprintf(stderr,
 		"usage: loadgen serve ADDR PORT [PORTS [N]]\n"
+		"       loadgen echo ADDR PORT [PORTS [N]]\n"
+		"       loadgen pingpong ADDR PORT PORTS N\n"
 		"       loadgen connect ADDR PORT PORTS N B\n"
 		"       loadgen churn ADDR PORT PORTS N RATE [SRC COUNT]\n");
 	return 2;

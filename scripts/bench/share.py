@@ -12,6 +12,12 @@ load (scripts/bench/loadgen.c over a veth pair at line rate,
          baseline (no BPF statistics: they cost time themselves), then each
          build again under the kernel's BPF statistics: every bloatd
          program's share of one core, and tcp_probe's ns per event;
+  saturated  5,000 connections (10,000 sockets) each keeping a 200-byte
+         message going back and forth as fast as the machine allows
+         (loadgen echo/pingpong): round trips per second without bloatd
+         and with each build, adjacent windows; bloatd's cost shows as
+         work not done (the cold phase's machine CPU drifts by several
+         points over a run on this VM, a saturated machine much less);
   watch  the same load with `bloatd top` open in a terminal (tmux) and
          /metrics scraped every 5 s: the daemon's and the dashboard's CPU;
   hot    one download at line rate (iperf3 -R): tcp_probe's ns per event;
@@ -41,7 +47,7 @@ import time
 import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from scale import (BLOATD, Daemon, Load, machine_busy_s, nsx, proc_cpu_s,  # noqa: E402
+from scale import (BLOATD, PORT, PORTS, Daemon, Load, machine_busy_s, nsx, proc_cpu_s,  # noqa: E402
                    proc_rss_mb, scale_lab, sh)
 
 METRICS = "http://127.0.0.1:9498/metrics"
@@ -189,6 +195,72 @@ def watch(builds, rounds, seconds, res):
             print(f"  watch round {r + 1}/{rounds} {b.name}: daemon {dcpu:.2f}%, top {tcpu:.2f}%", flush=True)
 
 
+class PingPong:
+    """`conns` connections each keeping one 200-byte message going back and
+    forth (loadgen echo / pingpong) as fast as the machine allows, each end
+    on its own CPU: left to the scheduler, where the two ends and the
+    softirqs ran moved the rate by ±12% from one window to the next."""
+
+    def __init__(self, loadgen, conns):
+        self.srv = subprocess.Popen(nsx("snd", "taskset", "-c", "0", loadgen, "echo", "10.9.1.1", str(PORT), str(PORTS), str(conns)),
+                                    stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        if self.srv.stdout.readline().strip() != "listening":
+            raise SystemExit("loadgen echo did not listen")
+        self.cli = subprocess.Popen(nsx("rcv", "taskset", "-c", "1", loadgen, "pingpong", "10.9.1.1", str(PORT), str(PORTS), str(conns)),
+                                    stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        for p in (self.cli, self.srv):
+            line = p.stdout.readline().strip()
+            if not line.startswith("ready"):
+                raise SystemExit(f"loadgen did not get ready: {line!r}")
+
+    def count(self):
+        self.cli.stdin.write("count\n")
+        self.cli.stdin.flush()
+        return int(self.cli.stdout.readline().split()[1])
+
+    def rate(self, seconds):
+        c0, t0 = self.count(), time.monotonic()
+        time.sleep(seconds)
+        return (self.count() - c0) / (time.monotonic() - t0)
+
+    def close(self):
+        for p in (self.cli, self.srv):
+            p.stdin.close()
+        for p in (self.cli, self.srv):
+            p.wait(timeout=60)
+
+
+def saturated(builds, rounds, seconds, res, loadgen):
+    """Round trips per second with the machine saturated (5,000
+    connections, 10,000 sockets, closed loop), without bloatd and with each
+    build in adjacent windows, order alternating: what bloatd costs shows
+    as work not done, each build's against none's of the same round."""
+    pp = PingPong(loadgen, 5000)
+    try:
+        time.sleep(3)
+        order = [None] + builds
+        for r in range(rounds):
+            got = {}
+            for b in (order if r % 2 == 0 else order[::-1]):
+                if b is None:
+                    got["none"] = pp.rate(seconds)
+                    continue
+                d = b.start()
+                try:
+                    time.sleep(3)
+                    got[b.name] = pp.rate(seconds)
+                finally:
+                    d.stop()
+            for name, rate in got.items():
+                res.setdefault(name, {}).setdefault("rt_per_s", []).append(rate / 1000)
+                if name != "none":
+                    res[name].setdefault("rt_cost", []).append(100 * (1 - rate / got["none"]))
+            print(f"  saturated round {r + 1}/{rounds}: " + ", ".join(
+                f"{k} {v:,.0f}/s" for k, v in got.items()), flush=True)
+    finally:
+        pp.close()
+
+
 def download(seconds):
     subprocess.run(nsx("snd", "iperf3", "-s", "-1", "-D", "-p", "5400"), check=True, capture_output=True)
     time.sleep(0.3)
@@ -261,6 +333,8 @@ ROWS = [
     ("tcp_probe per event, line rate (ns)", "probe_hot_ns", "<= 100"),
     ("machine CPU, same load (% of one core)", "machine", ""),
     ("  minus none's, same round (points)", "machine_delta", "<= +3"),
+    ("thousand round trips/s, 10k sockets, saturated", "rt_per_s", ""),
+    ("  fewer than none's, same round (%)", "rt_cost", ""),
     ("daemon, top open, 5 s scrapes, 10k busy (%)", "daemon_watch", ""),
     ("bloatd top itself (%)", "top_watch", ""),
     ("daemon + top (%)", "watch_total", "<= 3"),
@@ -287,14 +361,14 @@ def main():
     ap.add_argument("--seconds", type=float, default=10, help="each measurement window")
     ap.add_argument("--watch-seconds", type=float, default=30)
     ap.add_argument("--baseline", metavar="BIN", help="a bloatd binary measured beside this build")
-    ap.add_argument("--phase", action="append", choices=["cold", "watch", "hot", "100k"])
+    ap.add_argument("--phase", action="append", choices=["cold", "saturated", "watch", "hot", "100k"])
     ap.add_argument("--json", metavar="FILE", help="also write the raw figures here")
     args = ap.parse_args()
     if os.geteuid() != 0:
         raise SystemExit("share.py: run as root (BPF, network namespaces)")
     # A timeout's SIGTERM unwinds like ^C: daemons, tmux and the lab go.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
-    phases = args.phase or ["cold", "watch", "hot", "100k"]
+    phases = args.phase or ["cold", "saturated", "watch", "hot", "100k"]
     builds = [Build("this build", BLOATD)]
     if args.baseline:
         builds.append(Build("baseline", os.path.abspath(args.baseline)))
@@ -311,6 +385,9 @@ def main():
                     watch(builds, max(1, args.rounds // 2), args.watch_seconds, res)
             finally:
                 load.close()
+        if "saturated" in phases:
+            print("== 5,000 connections in a closed loop, the machine saturated", flush=True)
+            saturated(builds, args.rounds, args.seconds, res, loadgen)
         if "hot" in phases:
             print("== one download at line rate", flush=True)
             hot(builds, args.rounds, args.seconds, res)
