@@ -254,7 +254,9 @@ mod tests {
         // A client gone mid-answer leaves nothing stuck: its chunks not
         // yet made are skipped, and the makers go on with the next answer.
         let (many, _) = rows(5000);
-        let mut gone = sockets(many.rows(&clock, false)).into_body().into_data_stream();
+        let mut gone = sockets(many.rows(&clock, false))
+            .into_body()
+            .into_data_stream();
         let mut cx = Context::from_waker(std::task::Waker::noop());
         let _ = Pin::new(&mut gone).poll_next(&mut cx);
         let _ = Pin::new(&mut gone).poll_next(&mut cx);
