@@ -20,13 +20,17 @@ scripts/bench/cold_variants.patch (-DBLOATD_VARIANT=N):
   phase    not a design: a socket's segments looked at only in one
            tick of 25 (its hash's phase), then as `full`: the cost
            if sampling could skip the segments of the other ticks (11)
+  second   not a design: the gate, then a socket whose last ACK came
+           more than a tick ago sampled only at its first segment of
+           each second (the kernel's stamp decides), else as `full` (12)
 
 Each figure is the median over --rounds rounds, variants in alternating
 order, under the kernel's BPF statistics (which cost time themselves:
 `empty` shows how much). Variants are built once into
 target/cold-variants/ (a tree exported with git archive and patched).
 
-In `make bench`. Usage: scripts/bench/cold_breakdown.py [--rounds N] [--seconds S]   (root)
+In `make bench`. Usage: scripts/bench/cold_breakdown.py [--rounds N] [--seconds S]
+                                  [--variants NAME,...]   (root)
 """
 import argparse
 import os
@@ -40,11 +44,11 @@ from scale import REPO, Daemon, Load, scale_lab  # noqa: E402
 from share import bpf_share, prog_runs, span  # noqa: E402
 
 VARIANTS = [("empty", 10), ("gate", 1), ("record", 2), ("slot", 4), ("echo", 3),
-            ("fill", 6), ("nostats", 5), ("full", 0), ("phase", 11)]
+            ("fill", 6), ("nostats", 5), ("full", 0), ("phase", 11), ("second", 12)]
 PATCH = os.path.join(REPO, "scripts", "bench", "cold_variants.patch")
 
 
-def build_variants():
+def build_variants(variants):
     """Each variant's binary, built from HEAD with the patch applied."""
     top = os.path.join(REPO, "target", "cold-variants")
     src, tgt = os.path.join(top, "src"), os.path.join(top, "target")
@@ -64,7 +68,7 @@ def build_variants():
     if "#define BLOATD_VARIANT 0" not in text:
         raise SystemExit("cold_variants.patch did not apply: no BLOATD_VARIANT in bpf/probes.bpf.c")
     bins = {}
-    for name, n in VARIANTS:
+    for name, n in variants:
         open(probes, "w").write(text.replace("#define BLOATD_VARIANT 0", f"#define BLOATD_VARIANT {n}"))
         print(f"  building {name} (BLOATD_VARIANT {n})", flush=True)
         subprocess.run(["cargo", "build", "--release", "-q", "-p", "bloatd"], cwd=src, check=True,
@@ -82,12 +86,21 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--seconds", type=float, default=8, help="each measurement window")
+    ap.add_argument("--variants", metavar="NAME,...",
+                    help="only these (default all: " + ",".join(n for n, _ in VARIANTS) + ")")
     args = ap.parse_args()
+    variants = VARIANTS
+    if args.variants:
+        want = args.variants.split(",")
+        unknown = set(want) - {n for n, _ in VARIANTS}
+        if unknown:
+            ap.error(f"unknown variant(s): {', '.join(sorted(unknown))}")
+        variants = [v for v in VARIANTS if v[0] in want]
     if os.geteuid():
         raise SystemExit("cold_breakdown.py: run as root (it loads BPF programs)")
-    bins = build_variants()
-    res = {name: [] for name, _ in VARIANTS}
-    names = [name for name, _ in VARIANTS]
+    bins = build_variants(variants)
+    res = {name: [] for name, _ in variants}
+    names = [name for name, _ in variants]
     with scale_lab() as loadgen:
         load = Load(loadgen, 10_000, 10_000)
         try:
