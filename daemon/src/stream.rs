@@ -204,7 +204,9 @@ mod tests {
         let mut stream = resp.into_body().into_data_stream();
         let mut cx = Context::from_waker(std::task::Waker::noop());
         let (mut out, mut chunks) = (Vec::new(), 0);
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
         loop {
+            assert!(std::time::Instant::now() < deadline, "the makers are stuck");
             match Pin::new(&mut stream).poll_next(&mut cx) {
                 Poll::Ready(Some(chunk)) => {
                     out.extend_from_slice(&chunk.unwrap());
