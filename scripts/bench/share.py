@@ -104,25 +104,33 @@ def span(values):
         (f" ({min(v):.3g}–{max(v):.3g})" if len(v) > 1 else "")
 
 
+def side_by_side(builds, r, measure):
+    """`measure()` without bloatd and with each build running (3 s after
+    its start), in adjacent windows, the order reversed every other round
+    `r`: {"none": value, build name: value, ...}."""
+    got = {}
+    order = [None] + builds
+    for b in (order if r % 2 == 0 else order[::-1]):
+        if b is None:
+            got["none"] = measure()
+            continue
+        d = b.start()
+        try:
+            time.sleep(3)
+            got[b.name] = measure()
+        finally:
+            d.stop()
+    return got
+
+
 def cold(builds, rounds, seconds, res):
     """The machine's CPU without bloatd and with each build in adjacent
     windows (the order alternating round by round), each build's minus
     none's of the same round; then each build under BPF statistics. The
     load drifts by several points over a run here: a difference within a
     round sees less of that than a difference of medians."""
-    order = [None] + builds
     for r in range(rounds):
-        got = {}
-        for b in (order if r % 2 == 0 else order[::-1]):
-            if b is None:
-                got["none"] = busy_pct(seconds)
-                continue
-            d = b.start()
-            try:
-                time.sleep(3)
-                got[b.name] = busy_pct(seconds)
-            finally:
-                d.stop()
+        got = side_by_side(builds, r, lambda: busy_pct(seconds))
         for name, pct in got.items():
             res.setdefault(name, {}).setdefault("machine", []).append(pct)
             if name != "none":
@@ -238,19 +246,8 @@ def saturated(builds, rounds, seconds, res, loadgen):
     pp = PingPong(loadgen, 5000)
     try:
         time.sleep(3)
-        order = [None] + builds
         for r in range(rounds):
-            got = {}
-            for b in (order if r % 2 == 0 else order[::-1]):
-                if b is None:
-                    got["none"] = pp.rate(seconds)
-                    continue
-                d = b.start()
-                try:
-                    time.sleep(3)
-                    got[b.name] = pp.rate(seconds)
-                finally:
-                    d.stop()
+            got = side_by_side(builds, r, lambda: pp.rate(seconds))
             for name, rate in got.items():
                 res.setdefault(name, {}).setdefault("rt_per_s", []).append(rate / 1000)
                 if name != "none":
