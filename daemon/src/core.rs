@@ -180,10 +180,13 @@ impl Core {
     }
 
     /// Read every record of the kernel, refreshed from its socket now, into
-    /// the tracker, with the state of bloatd's congestion controls.
+    /// the tracker, with the state of bloatd's congestion controls. The
+    /// read is made in the last one's memory when no answer still holds
+    /// it, so a read that fails leaves the tracker empty until the next.
     fn read(&mut self) {
         let started = Instant::now();
-        match self.probes.read_all() {
+        let spare = self.tracker.take_records();
+        match self.probes.read_all(spare) {
             Ok(recs) => {
                 let states = if self.cc.is_empty() {
                     HashMap::new()

@@ -298,6 +298,17 @@ impl Tracker {
         series.push_back(sample_of(x, clock, pipe_segments));
     }
 
+    /// The last read's records, for the next read to be made in their
+    /// memory, when nothing else holds them (an answer still streaming
+    /// keeps its read: then an empty vector). The tracker lists no socket
+    /// until `refresh`.
+    pub fn take_records(&mut self) -> Vec<BloatdSock> {
+        match Arc::get_mut(&mut self.read) {
+            Some(read) => std::mem::take(read).socks,
+            None => Vec::new(),
+        }
+    }
+
     /// The kernel's records, read in full, with the state of bloatd's
     /// congestion controls by cookie: they are the state of every socket
     /// now; sockets the kernel no longer has are gone.
@@ -424,6 +435,40 @@ mod tests {
             mono_ns: ns,
             unix_ms: 1_000_000 + ns / 1_000_000,
         }
+    }
+
+    #[test]
+    fn the_next_read_reuses_the_last_reads_memory_unless_an_answer_holds_it() {
+        let mut m = Tracker::new(100, 60);
+        m.refresh(vec![rec(1, 1), rec(2, 1)], HashMap::new());
+        // An answer streaming the read keeps it whole: nothing is taken.
+        let streaming = m.rows(&clock(1), false);
+        assert!(m.take_records().is_empty());
+        assert_eq!(
+            streaming.iter().map(|s| s.cookie).collect::<Vec<_>>(),
+            vec![1, 2]
+        );
+        assert_eq!(
+            m.sockets(&clock(1), false).len(),
+            2,
+            "the tracker still lists them"
+        );
+        drop(streaming);
+        // Nothing else holds it: its records (and their memory) are handed
+        // over, and the tracker lists nothing until the next refresh.
+        let spare = m.take_records();
+        assert_eq!(
+            spare.iter().map(|r| r.cookie).collect::<Vec<_>>(),
+            vec![1, 2]
+        );
+        assert!(m.sockets(&clock(1), false).is_empty());
+        let mem = spare.as_ptr();
+        let mut next = spare;
+        next.clear();
+        next.push(rec(3, 1));
+        assert_eq!(next.as_ptr(), mem);
+        m.refresh(next, HashMap::new());
+        assert_eq!(m.sockets(&clock(1), false)[0].cookie, 3);
     }
 
     #[test]

@@ -792,8 +792,9 @@ impl Probes {
             .unwrap_or_default()
     }
 
-    /// Every socket record, refreshed from its socket as it is read.
-    pub fn read_all(&self) -> Result<Vec<BloatdSock>, ProbeError> {
+    /// Every socket record, refreshed from its socket as it is read, in
+    /// `into`'s memory (see `Slots::read`).
+    pub fn read_all(&self, into: Vec<BloatdSock>) -> Result<Vec<BloatdSock>, ProbeError> {
         let bytes = self.dump.read().map_err(|e| ProbeError::Map {
             map: "socks",
             detail: e.to_string(),
@@ -813,7 +814,7 @@ impl Probes {
                 n
             );
         }
-        self.slots.read(n).map_err(|e| ProbeError::Map {
+        self.slots.read(n, into).map_err(|e| ProbeError::Map {
             map: "dump",
             detail: e.to_string(),
         })
