@@ -7,7 +7,8 @@
 //!
 //! Chunks are made by a pool of MAKERS threads shared by every answer,
 //! AHEAD of the socket each, and sent in order: the daemon's one runtime
-//! thread only writes them out. Making the JSON was the longest part of a
+//! thread only writes them out (and makes them itself while the system
+//! refuses the daemon threads). Making the JSON was the longest part of a
 //! whole answer (100,000 sockets: ~160 ms of one core, the kernel's read
 //! ~110 ms); two makers on a 2-core server halve it, and however many
 //! clients ask at once the pool never takes more than its MAKERS cores.
@@ -21,7 +22,7 @@ use std::collections::VecDeque;
 use std::convert::Infallible;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::{mpsc, Arc, Mutex, OnceLock};
+use std::sync::{mpsc, Arc, Mutex};
 use std::task::{Context, Poll};
 use tokio::sync::oneshot;
 
@@ -58,7 +59,18 @@ pub fn snapshot(snap: &Snapshot, rows: Rows) -> Result<Response, serde_json::Err
 
 /// `head`, the rows separated by commas, then `tail`.
 fn json(head: Vec<u8>, rows: Rows, tail: Vec<u8>) -> Response {
+    json_made_by(makers(), head, rows, tail)
+}
+
+/// The same, its chunks made by `makers` (None: by the runtime thread).
+fn json_made_by(
+    makers: Option<mpsc::Sender<Job>>,
+    head: Vec<u8>,
+    rows: Rows,
+    tail: Vec<u8>,
+) -> Response {
     let body = Body::from_stream(RowStream {
+        makers,
         chunks: rows.len().div_ceil(CHUNK_ROWS),
         rows: Arc::new(rows),
         head: Some(head),
@@ -89,35 +101,63 @@ struct Job {
     done: oneshot::Sender<Bytes>,
 }
 
-/// The pool's queue, its makers started at the first answer.
-fn makers() -> &'static Mutex<mpsc::Sender<Job>> {
-    static POOL: OnceLock<Mutex<mpsc::Sender<Job>>> = OnceLock::new();
-    POOL.get_or_init(|| {
-        let (tx, rx) = mpsc::channel::<Job>();
-        let rx = Arc::new(Mutex::new(rx));
-        for n in 0..MAKERS {
-            let rx = rx.clone();
+/// The pool's queue, its makers started at the first answer. None while
+/// the system refuses the daemon a thread (its cgroup's pids.max reached,
+/// RLIMIT_NPROC): that answer is made on the runtime thread, slower but
+/// whole, and the next one tries again.
+fn makers() -> Option<mpsc::Sender<Job>> {
+    static POOL: Mutex<Option<mpsc::Sender<Job>>> = Mutex::new(None);
+    let mut pool = POOL.lock().unwrap();
+    if pool.is_none() {
+        *pool = start_makers(|n, rx| {
             std::thread::Builder::new()
                 .name(format!("bloatd-json-{n}"))
-                .spawn(move || loop {
-                    let job = match rx.lock().unwrap().recv() {
-                        Ok(job) => job,
-                        Err(_) => return,
-                    };
-                    // An answer whose client went away no longer waits.
-                    if !job.done.is_closed() {
-                        let _ = job.done.send(make_chunk(&job.rows, job.k));
-                    }
-                })
-                .expect("a thread for making answers");
+                .spawn(move || make_jobs(&rx))
+                .map(drop)
+        });
+    }
+    pool.clone()
+}
+
+/// MAKERS threads started by `spawn` on one queue; None if none started.
+fn start_makers(
+    spawn: impl Fn(usize, Arc<Mutex<mpsc::Receiver<Job>>>) -> std::io::Result<()>,
+) -> Option<mpsc::Sender<Job>> {
+    let (tx, rx) = mpsc::channel::<Job>();
+    let rx = Arc::new(Mutex::new(rx));
+    let mut refused = None;
+    let started = (0..MAKERS)
+        .filter(|&n| spawn(n, rx.clone()).map_err(|e| refused = Some(e)).is_ok())
+        .count();
+    if started == 0 {
+        tracing::warn!(
+            "no thread for making answers ({}): made on the main thread",
+            refused.map_or_else(String::new, |e| e.to_string())
+        );
+        return None;
+    }
+    Some(tx)
+}
+
+/// A maker: the queue's jobs until the queue closes.
+fn make_jobs(rx: &Mutex<mpsc::Receiver<Job>>) {
+    loop {
+        let job = match rx.lock().unwrap().recv() {
+            Ok(job) => job,
+            Err(_) => return,
+        };
+        // An answer whose client went away no longer waits.
+        if !job.done.is_closed() {
+            let _ = job.done.send(make_chunk(&job.rows, job.k));
         }
-        Mutex::new(tx)
-    })
+    }
 }
 
 struct RowStream {
     rows: Arc<Rows>,
     chunks: usize,
+    /// The pool's queue; None: the chunks are made here.
+    makers: Option<mpsc::Sender<Job>>,
     /// Taken when written.
     head: Option<Vec<u8>>,
     /// Chunks handed to the makers so far.
@@ -144,11 +184,13 @@ impl futures_core::Stream for RowStream {
                 k: this.asked,
                 done,
             };
-            makers()
-                .lock()
-                .unwrap()
-                .send(job)
-                .expect("the answer makers run as long as the daemon");
+            let unsent = match &this.makers {
+                Some(queue) => queue.send(job).err().map(|e| e.0),
+                None => Some(job),
+            };
+            if let Some(job) = unsent {
+                let _ = job.done.send(make_chunk(&job.rows, job.k));
+            }
             this.pending.push_back(wait);
             this.asked += 1;
         }
@@ -217,6 +259,38 @@ mod tests {
                 Poll::Pending => std::thread::sleep(std::time::Duration::from_millis(1)),
             }
         }
+    }
+
+    #[test]
+    fn answers_are_whole_when_the_system_refuses_the_daemon_threads() {
+        let refused = || Err(std::io::Error::from_raw_os_error(libc::EAGAIN));
+        assert!(
+            start_makers(|_, _| refused()).is_none(),
+            "no maker: no pool"
+        );
+        let (t, clock) = rows(1000);
+        let want = t.sockets(&clock, false);
+        let made_by = |makers| {
+            let (bytes, chunks) = collect(json_made_by(
+                makers,
+                b"[".to_vec(),
+                t.rows(&clock, false),
+                b"]".to_vec(),
+            ));
+            assert!(chunks > 3, "in chunks, not at once: {chunks}");
+            serde_json::from_slice::<Vec<bloatd_model::Socket>>(&bytes).unwrap()
+        };
+        assert_eq!(made_by(None), want, "made on the runtime thread");
+        // One maker of two refused: the pool runs on the other.
+        let one = start_makers(|n, rx| {
+            if n == 0 {
+                return refused();
+            }
+            std::thread::spawn(move || make_jobs(&rx));
+            Ok(())
+        });
+        assert!(one.is_some());
+        assert_eq!(made_by(one), want, "made by the one maker");
     }
 
     #[test]

@@ -10,10 +10,11 @@ import os
 import signal
 import socket
 import subprocess
+import tempfile
 import time
 
-from bloatdtest import (BLOATD, CC_DEFAULT, PROBE_PROGS, TestCase, available_cc, bpf_prog_ids, main, read,
-                        run, wait_for, write)
+from bloatdtest import (BLOATD, CC_DEFAULT, PROBE_PROGS, TestCase, available_cc, bpf_prog_ids, main, proc_status,
+                        read, run, wait_for, write)
 
 class Lifecycle(TestCase):
     def test_start_status_stop(self):
@@ -203,6 +204,81 @@ class BadInput(TestCase):
         r = d.cli("sockets", check=False)
         self.assertNotEqual(r.returncode, 0)
         self.assertIn("not running", r.stderr)
+
+
+class ThreadsRefused(TestCase):
+    def test_whole_answers_when_the_system_refuses_the_daemon_threads(self):
+        """Answers with every socket are made by two threads the daemon
+        starts at the first such answer. With its cgroup's pids.max at the
+        threads it has (as a full TasksMax= would leave it), the answer is
+        made on its main thread instead: whole, and the daemon lives on.
+        Once threads are allowed again, the next answer starts them."""
+        d = self.daemon("--no-cc", sandbox=False)
+        d.start()
+        srv = socket.socket()
+        srv.bind(("127.0.0.1", 0))
+        srv.listen(512)
+        self.addCleanup(srv.close)
+        port = srv.getsockname()[1]
+        conns = []
+        for _ in range(300):
+            c = socket.create_connection(("127.0.0.1", port))
+            a, _ = srv.accept()
+            conns += [c, a]
+            c.sendall(b"x" * 100)
+            a.recv(100)
+        self.addCleanup(lambda: [c.close() for c in conns])
+        ports = {c.getsockname()[1] for c in conns} | {port}
+        time.sleep(0.2)  # answers come from a read at most 100 ms old
+        pid = d.pid()
+        cg = self.pids_cgroup(pid)
+        threads = len(proc_status(pid))
+        write(os.path.join(cg, "pids.max"), str(threads))
+
+        def ours(socks):
+            return {s["local_port"] for s in socks if s["local_port"] in ports}
+        socks = d.sockets()
+        self.assertEqual(ours(socks), ports, "every socket listed, made on the main thread")
+        self.assertEqual(len(proc_status(pid)), threads, "no thread was started")
+        self.assertIn("no thread for making answers", d.log())
+        self.assertGreater(int(read(os.path.join(cg, "pids.events")).split()[1]), 0,
+                           "the kernel refused the daemon a thread")
+        self.assertEqual(d.cli("status", check=False).returncode, 0, "daemon still alive")
+
+        write(os.path.join(cg, "pids.max"), "max")
+        self.assertEqual(ours(d.sockets()), ports)
+        self.assertGreater(len(proc_status(pid)), threads, "the makers started")
+
+
+    def pids_cgroup(self, pid):
+        """A cgroup of the pids controller (cgroup v2's, or v1's on a hybrid
+        host like ours) holding `pid`, removed after the test."""
+        root = None
+        with open("/proc/self/mounts") as f:
+            for line in f:
+                _, path, fstype, opts = line.split()[:4]
+                if fstype == "cgroup" and "pids" in opts.split(","):
+                    root = path
+                elif fstype == "cgroup2" and "pids" in read(os.path.join(path, "cgroup.subtree_control")).split():
+                    root = root or path
+        if root is None:
+            self.skipTest("no pids controller")
+        cg = tempfile.mkdtemp(prefix="bloatd-test-threads-", dir=root)
+
+        def remove():
+            try:
+                write(os.path.join(root, "cgroup.procs"), str(pid))
+            except OSError:
+                pass  # gone already
+            for _ in range(50):
+                try:
+                    os.rmdir(cg)
+                    return
+                except OSError:
+                    time.sleep(0.1)
+        self.addCleanup(remove)
+        write(os.path.join(cg, "cgroup.procs"), str(pid))
+        return cg
 
 
 class FullMap(TestCase):
