@@ -22,7 +22,9 @@ load (scripts/bench/loadgen.c over a veth pair at line rate,
          /metrics scraped every 5 s: the daemon's and the dashboard's CPU;
   hot    one download at line rate (iperf3 -R): tcp_probe's ns per event;
   100k   100,000 established sockets (10,000 busy): `bloatd sockets --json`
-         into a file: wall time; and the whole /v1/snapshot: wall time,
+         into a file: wall time of the first after the sockets appeared
+         and the median of five more (a daemon that has run a while reads
+         into the last read's memory); the whole /v1/snapshot: wall time,
          size, and how much the daemon's resident memory grew while it
          answered.
 
@@ -311,8 +313,12 @@ def many(builds, rounds, load, res):
             try:
                 load.touch()
                 time.sleep(3)
-                ms, listed = d.sockets_json()
-                res[b.name].setdefault("sockets_json_ms", []).append(ms)
+                # The first read after the load's sockets appeared, then
+                # five more as a daemon that has run for a while answers.
+                first, listed = d.sockets_json()
+                again = [d.sockets_json()[0] for _ in range(5)]
+                res[b.name].setdefault("sockets_json_first_ms", []).append(first)
+                res[b.name].setdefault("sockets_json_ms", []).append(statistics.median(again))
                 res[b.name].setdefault("sockets_listed", []).append(listed)
                 ms, size, grew = snapshot_rss(d)
                 res[b.name].setdefault("snapshot_ms", []).append(ms)
@@ -335,7 +341,8 @@ ROWS = [
     ("daemon, top open, 5 s scrapes, 10k busy (%)", "daemon_watch", ""),
     ("bloatd top itself (%)", "top_watch", ""),
     ("daemon + top (%)", "watch_total", "<= 3"),
-    ("bloatd sockets --json, 100k sockets (ms)", "sockets_json_ms", "<= 300"),
+    ("bloatd sockets --json > FILE, 100k sockets (ms, median of 5)", "sockets_json_ms", "<= 300"),
+    ("  the first after the sockets appeared (ms)", "sockets_json_first_ms", ""),
     ("/v1/snapshot, 100k sockets (ms)", "snapshot_ms", ""),
     ("/v1/snapshot size (MB)", "snapshot_mb", ""),
     ("daemon RSS growth during it (MB)", "snapshot_rss_mb", "bounded"),
