@@ -16,6 +16,29 @@ import time
 from bloatdtest import (BLOATD, CC_DEFAULT, PROBE_PROGS, TestCase, available_cc, bpf_prog_ids, main, proc_status,
                         read, run, wait_for, write)
 
+def loopback_pairs(test, n, reply=False):
+    """`n` loopback connections to a listener of the test's, each carrying
+    100 bytes (and 100 back with `reply`), closed after the test: the
+    listener's port and both ends of each."""
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(512)
+    test.addCleanup(srv.close)
+    port = srv.getsockname()[1]
+    conns = []
+    test.addCleanup(lambda: [c.close() for c in conns])
+    for _ in range(n):
+        c = socket.create_connection(("127.0.0.1", port))
+        a, _ = srv.accept()
+        conns += [c, a]
+        c.sendall(b"x" * 100)
+        a.recv(100)
+        if reply:
+            a.sendall(b"y" * 100)
+            c.recv(100)
+    return port, conns
+
+
 class Lifecycle(TestCase):
     def test_start_status_stop(self):
         before = bpf_prog_ids(PROBE_PROGS)
@@ -215,19 +238,7 @@ class ThreadsRefused(TestCase):
         Once threads are allowed again, the next answer starts them."""
         d = self.daemon("--no-cc", sandbox=False)
         d.start()
-        srv = socket.socket()
-        srv.bind(("127.0.0.1", 0))
-        srv.listen(512)
-        self.addCleanup(srv.close)
-        port = srv.getsockname()[1]
-        conns = []
-        for _ in range(300):
-            c = socket.create_connection(("127.0.0.1", port))
-            a, _ = srv.accept()
-            conns += [c, a]
-            c.sendall(b"x" * 100)
-            a.recv(100)
-        self.addCleanup(lambda: [c.close() for c in conns])
+        port, conns = loopback_pairs(self, 300)
         ports = {c.getsockname()[1] for c in conns} | {port}
         time.sleep(0.2)  # answers come from a read at most 100 ms old
         pid = d.pid()
@@ -286,54 +297,37 @@ class FullMap(TestCase):
         d = self.daemon("--no-cc", "--map-capacity", "64")
         d.start()
         # 100 loopback connections, each carrying data, in a map of 64.
-        srv = socket.socket()
-        srv.bind(("127.0.0.1", 0))
-        srv.listen(256)
-        port = srv.getsockname()[1]
-        conns = []
-        try:
-            for _ in range(100):
-                c = socket.create_connection(("127.0.0.1", port))
-                a, _ = srv.accept()
-                conns += [c, a]
-                c.sendall(b"x" * 100)
-                a.recv(100)
-                a.sendall(b"y" * 100)
-                c.recv(100)
+        _, conns = loopback_pairs(self, 100, reply=True)
 
-            def metric(prefix):
-                for line in d.metrics().splitlines():
-                    if line.startswith(prefix):
-                        return float(line.split()[-1])
-                return 0.0
+        def metric(prefix):
+            for line in d.metrics().splitlines():
+                if line.startswith(prefix):
+                    return float(line.split()[-1])
+            return 0.0
 
-            def dropped():
-                return metric('bloatd_probe_dropped_total{reason="map_full"}')
+        def dropped():
+            return metric('bloatd_probe_dropped_total{reason="map_full"}')
 
-            wait_for(dropped, what="map_full drops counted")
-            self.assertEqual(d.cli("status", check=False).returncode, 0, "daemon still alive")
-            socks = d.sockets()
-            self.assertLessEqual(len(socks), 64)
-            self.assertEqual(metric("bloatd_probe_map_entries "), 64, "the map is full, not beyond")
-            first = dropped()
-            # Every refused socket sends and receives more: still counted once.
-            for _ in range(5):
-                for c in conns:
-                    c.sendall(b"z" * 100)
-                for c in conns:
-                    c.recv(100)
-            time.sleep(0.5)
-            second = dropped()
-            print(f"    map_full after the first round {first:.0f}, after five more {second:.0f} "
-                  f"({len(conns)} sockets, 64 tracked)")
-            # Only the scrapes' own HTTP connections are new sockets (2 each)
-            self.assertLessEqual(second - first, 4, "each refused socket counted once, not per segment")
-            self.assertLessEqual(first, len(conns) - 64 + 16,
-                                 "no more refusals than sockets beyond the bound (and a few of the host's)")
-        finally:
+        wait_for(dropped, what="map_full drops counted")
+        self.assertEqual(d.cli("status", check=False).returncode, 0, "daemon still alive")
+        socks = d.sockets()
+        self.assertLessEqual(len(socks), 64)
+        self.assertEqual(metric("bloatd_probe_map_entries "), 64, "the map is full, not beyond")
+        first = dropped()
+        # Every refused socket sends and receives more: still counted once.
+        for _ in range(5):
             for c in conns:
-                c.close()
-            srv.close()
+                c.sendall(b"z" * 100)
+            for c in conns:
+                c.recv(100)
+        time.sleep(0.5)
+        second = dropped()
+        print(f"    map_full after the first round {first:.0f}, after five more {second:.0f} "
+              f"({len(conns)} sockets, 64 tracked)")
+        # Only the scrapes' own HTTP connections are new sockets (2 each)
+        self.assertLessEqual(second - first, 4, "each refused socket counted once, not per segment")
+        self.assertLessEqual(first, len(conns) - 64 + 16,
+                             "no more refusals than sockets beyond the bound (and a few of the host's)")
 
 
 if __name__ == "__main__":
