@@ -300,11 +300,19 @@ impl Tracker {
 
     /// The last read's records, for the next read to be made in their
     /// memory, when nothing else holds them (an answer still streaming
-    /// keeps its read: then an empty vector). The tracker lists no socket
-    /// until `refresh`.
+    /// keeps its read: then an empty vector). Memory more than twice what
+    /// the last read filled is not kept: once a burst of sockets is gone,
+    /// the daemon gives it back. The tracker lists no socket until
+    /// `refresh`.
     pub fn take_records(&mut self) -> Vec<BloatdSock> {
         match Arc::get_mut(&mut self.read) {
-            Some(read) => std::mem::take(read).socks,
+            Some(read) => {
+                let socks = std::mem::take(read).socks;
+                if socks.capacity() > 2 * socks.len().max(1024) {
+                    return Vec::new();
+                }
+                socks
+            }
             None => Vec::new(),
         }
     }
@@ -469,6 +477,11 @@ mod tests {
         assert_eq!(next.as_ptr(), mem);
         m.refresh(next, HashMap::new());
         assert_eq!(m.sockets(&clock(1), false)[0].cookie, 3);
+        // After a burst: memory for 100,000 records holding 2 is given back.
+        let mut few = Vec::with_capacity(100_000);
+        few.extend([rec(4, 1), rec(5, 1)]);
+        m.refresh(few, HashMap::new());
+        assert_eq!(m.take_records().capacity(), 0);
     }
 
     #[test]
