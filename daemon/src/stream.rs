@@ -101,42 +101,77 @@ struct Job {
     done: oneshot::Sender<Bytes>,
 }
 
-/// The pool's queue, its makers started at the first answer. None while
-/// the system refuses the daemon a thread (its cgroup's pids.max reached,
-/// RLIMIT_NPROC): that answer is made on the runtime thread, slower but
-/// whole, and the next one tries again.
-fn makers() -> Option<mpsc::Sender<Job>> {
-    static POOL: Mutex<Option<mpsc::Sender<Job>>> = Mutex::new(None);
-    let mut pool = POOL.lock().unwrap();
-    if pool.is_none() {
-        *pool = start_makers(|n, rx| {
-            std::thread::Builder::new()
-                .name(format!("bloatd-json-{n}"))
-                .spawn(move || make_jobs(&rx))
-                .map(drop)
-        });
-    }
-    pool.clone()
+/// The makers' queue, and whether the system refused them their threads.
+#[derive(Default)]
+struct Pool {
+    tx: Option<mpsc::Sender<Job>>,
+    refused: bool,
 }
 
-/// MAKERS threads started by `spawn` on one queue; None if none started.
+impl Pool {
+    /// The queue, its makers started by `spawn` at the first answer. None
+    /// while the system refuses the daemon a thread (its cgroup's pids.max
+    /// reached, RLIMIT_NPROC): that answer is made on the runtime thread,
+    /// slower but whole, and the next one tries again. Logged once when
+    /// refused and once when the makers start after that, not on every
+    /// answer in between.
+    fn queue(
+        &mut self,
+        spawn: impl Fn(usize, Arc<Mutex<mpsc::Receiver<Job>>>) -> std::io::Result<()>,
+    ) -> Option<mpsc::Sender<Job>> {
+        if self.tx.is_none() {
+            match start_makers(spawn) {
+                Ok(tx) => {
+                    if self.refused {
+                        tracing::info!("threads for making answers started again");
+                    }
+                    self.refused = false;
+                    self.tx = Some(tx);
+                }
+                Err(e) => {
+                    if !self.refused {
+                        tracing::warn!(
+                            "no thread for making answers ({e}): made on the main thread \
+                             until one starts"
+                        );
+                    }
+                    self.refused = true;
+                }
+            }
+        }
+        self.tx.clone()
+    }
+}
+
+/// The daemon's pool of makers (see `Pool::queue`).
+fn makers() -> Option<mpsc::Sender<Job>> {
+    static POOL: Mutex<Pool> = Mutex::new(Pool {
+        tx: None,
+        refused: false,
+    });
+    POOL.lock().unwrap().queue(|n, rx| {
+        std::thread::Builder::new()
+            .name(format!("bloatd-json-{n}"))
+            .spawn(move || make_jobs(&rx))
+            .map(drop)
+    })
+}
+
+/// MAKERS threads started by `spawn` on one queue; the last refusal if
+/// none started.
 fn start_makers(
     spawn: impl Fn(usize, Arc<Mutex<mpsc::Receiver<Job>>>) -> std::io::Result<()>,
-) -> Option<mpsc::Sender<Job>> {
+) -> std::io::Result<mpsc::Sender<Job>> {
     let (tx, rx) = mpsc::channel::<Job>();
     let rx = Arc::new(Mutex::new(rx));
     let mut refused = None;
     let started = (0..MAKERS)
         .filter(|&n| spawn(n, rx.clone()).map_err(|e| refused = Some(e)).is_ok())
         .count();
-    if started == 0 {
-        tracing::warn!(
-            "no thread for making answers ({}): made on the main thread",
-            refused.map_or_else(String::new, |e| e.to_string())
-        );
-        return None;
+    match refused {
+        Some(e) if started == 0 => Err(e),
+        _ => Ok(tx),
     }
-    Some(tx)
 }
 
 /// A maker: the queue's jobs until the queue closes.
@@ -264,10 +299,16 @@ mod tests {
     #[test]
     fn answers_are_whole_when_the_system_refuses_the_daemon_threads() {
         let refused = || Err(std::io::Error::from_raw_os_error(libc::EAGAIN));
-        assert!(
-            start_makers(|_, _| refused()).is_none(),
-            "no maker: no pool"
-        );
+        assert!(start_makers(|_, _| refused()).is_err(), "no maker: no pool");
+        // Refused, then again (logged once), then granted: the pool starts.
+        let mut pool = Pool::default();
+        assert!(pool.queue(|_, _| refused()).is_none());
+        assert!(pool.queue(|_, _| refused()).is_none() && pool.refused);
+        let granted = pool.queue(|_, rx| {
+            std::thread::spawn(move || make_jobs(&rx));
+            Ok(())
+        });
+        assert!(granted.is_some() && !pool.refused);
         let (t, clock) = rows(1000);
         let want = t.sockets(&clock, false);
         let made_by = |makers| {
@@ -289,8 +330,8 @@ mod tests {
             std::thread::spawn(move || make_jobs(&rx));
             Ok(())
         });
-        assert!(one.is_some());
-        assert_eq!(made_by(one), want, "made by the one maker");
+        assert!(one.is_ok());
+        assert_eq!(made_by(one.ok()), want, "made by the one maker");
     }
 
     #[test]

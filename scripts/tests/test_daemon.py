@@ -235,7 +235,8 @@ class ThreadsRefused(TestCase):
         starts at the first such answer. With its cgroup's pids.max at the
         threads it has (as a full TasksMax= would leave it), the answer is
         made on its main thread instead: whole, and the daemon lives on.
-        Once threads are allowed again, the next answer starts them."""
+        Logged once, not at every answer. Once threads are allowed again,
+        the next answer starts them."""
         d = self.daemon("--no-cc", sandbox=False)
         d.start()
         port, conns = loopback_pairs(self, 300)
@@ -251,7 +252,9 @@ class ThreadsRefused(TestCase):
         socks = d.sockets()
         self.assertEqual(ours(socks), ports, "every socket listed, made on the main thread")
         self.assertEqual(len(proc_status(pid)), threads, "no thread was started")
-        self.assertIn("no thread for making answers", d.log())
+        self.assertEqual(ours(d.sockets()), ports, "and again, still refused")
+        self.assertEqual(d.log().count("no thread for making answers"), 1,
+                         "the refusal logged once, not at every answer")
         self.assertGreater(int(read(os.path.join(cg, "pids.events")).split()[1]), 0,
                            "the kernel refused the daemon a thread")
         self.assertEqual(d.cli("status", check=False).returncode, 0, "daemon still alive")
@@ -259,6 +262,7 @@ class ThreadsRefused(TestCase):
         write(os.path.join(cg, "pids.max"), "max")
         self.assertEqual(ours(d.sockets()), ports)
         self.assertGreater(len(proc_status(pid)), threads, "the makers started")
+        self.assertIn("threads for making answers started again", d.log())
 
 
     def pids_cgroup(self, pid):
