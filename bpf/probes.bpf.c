@@ -221,10 +221,10 @@ struct {
  * fetch in one batch lookup; the read itself returns only their count. A
  * read that wrote every record into the iterator's output would stop every
  * 32 KiB (the seq buffer), and each restart walks its bucket again from the
- * head to where it left off; a socket storage map has as many buckets as
- * CPUs, so that is quadratic in the sockets: 1.3-2.1 s for 100,000 here,
- * against milliseconds in one pass. One slot per record the bound allows
- * (max_entries set at load to map_capacity plus slack).
+ * head to where it left off (quadratic in a bucket's sockets: 1.3-2.1 s for
+ * 100,000 here when the walk was over the socket storage map, as many
+ * buckets as CPUs), against milliseconds in one pass. One slot per record
+ * the bound allows (max_entries set at load to map_capacity plus slack).
  */
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
@@ -234,8 +234,23 @@ struct {
 } dump SEC(".maps");
 
 /* Records placed in `dump` by the read under way (one reader at a time:
- * the daemon serialises reads). */
+ * the daemon serialises reads), and the iterator session it counts for. */
 __u32 dump_n = 0;
+__u64 dump_session = 0;
+
+/*
+ * The network namespaces records were made in, for the read: a TCP
+ * iterator walks only the reader's namespace, so the daemon enters each of
+ * these in turn (dump_socks). Written once per namespace, at its first
+ * record; the daemon removes a namespace it can no longer find (gone, or
+ * held by nothing it can enter), and its next record writes it again.
+ */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 4096);
+	__type(key, __u32);
+	__type(value, __u32);
+} netns_seen SEC(".maps");
 
 static __always_inline void stat_inc(__u32 idx)
 {
@@ -817,6 +832,8 @@ static __always_inline struct bloatd_sock *sock_create(struct sock *sk,
 	s->cookie = cookie;
 	sock_service(s, sk);
 	sock_identity(s, &sk->__sk_common);
+	if (!bpf_map_lookup_elem(&netns_seen, &s->netns))
+		bpf_map_update_elem(&netns_seen, &s->netns, &s->netns, BPF_NOEXIST);
 	sock_route(s, sk);
 	s->state = sk->__sk_common.skc_state;
 	s->ca_state = BPF_CORE_READ_BITFIELD_PROBED(&tp->inet_conn, icsk_ca_state);
@@ -1197,48 +1214,77 @@ int seed_sockets(struct bpf_iter__tcp *ctx)
 
 	if (!skc)
 		return 0;
-	/* Full sockets only: no listeners, request or timewait minisocks. */
-	if (skc->skc_state == TCP_LISTEN || skc->skc_state == TCP_TIME_WAIT ||
-	    skc->skc_state == TCP_NEW_SYN_RECV || skc->skc_state == TCP_CLOSE)
-		return 0;
+	/* Full sockets only: no request or timewait minisocks. */
 	tp = bpf_skc_to_tcp_sock(skc);
 	if (!tp)
 		return 0;
+	/* Listeners and closed sockets get no record, only their owner. */
+	if (skc->skc_state == TCP_LISTEN || skc->skc_state == TCP_CLOSE)
+		goto owner;
 	stat_inc(BLOATD_STAT_ITER);
 	s = sock_create((struct sock *)tp, tp, bpf_get_socket_cookie(tp));
 	if (!s)
-		return 0;
+		goto owner;
 	sock_fill(s, tp);
 	s->state = skc->skc_state;
 	s->update_ns = tcp_clock_ns(tp);
 	floor_refresh(s, (const struct sock *)tp, bpf_ktime_get_ns());
 	sock_queues(s);
+owner:
+	seed_owner_apply(tp);
+	return 0;
+}
+
+/* The other network namespaces at start: owners only (service_ops.h); their
+ * sockets get records at their next segment, and take the owner then. */
+SEC("iter/tcp")
+int seed_owned(struct bpf_iter__tcp *ctx)
+{
+	struct sock_common *skc = ctx->sk_common;
+	struct tcp_sock *tp;
+
+	if (skc && (tp = bpf_skc_to_tcp_sock(skc)))
+		seed_owner_apply(tp);
 	return 0;
 }
 
 /*
- * Every record, refreshed from its socket as it is read: `bloatd sockets`
- * shows the kernel's numbers of this moment, for every namespace. The
- * socket is read without its lock, so the fresh numbers go into the copy in
- * `dump`, never into the live record the probes own.
+ * Every record of the reader's network namespace, refreshed from its socket
+ * as it is read: `bloatd sockets` shows the kernel's numbers of this
+ * moment. A TCP iterator walks one namespace, the one of the thread that
+ * reads it; the daemon reads it once in each namespace that holds records
+ * (`netns_seen`), appending what each walk leaves in `dump`. (A walk of the
+ * socket storage map itself would see every namespace at once, but kernels
+ * may refuse map-element iterators: ours does, EPERM.) The fresh numbers go
+ * into the copy in `dump`, never into the live record the probes own.
  */
-SEC("iter/bpf_sk_storage_map")
-int dump_socks(struct bpf_iter__bpf_sk_storage_map *ctx)
+SEC("iter/tcp")
+int dump_socks(struct bpf_iter__tcp *ctx)
 {
-	struct bloatd_sock *live = ctx->value, *s;
-	struct sock *sk = ctx->sk;
+	struct sock_common *skc = ctx->sk_common;
+	struct bloatd_sock *live, *s;
 	struct tcp_sock *tp;
 	__u32 idx;
 
-	if (ctx->meta->seq_num == 0)
+	/* A new walk: each read is a session of its own. (Not seq_num == 0:
+	 * the end's call carries the last socket's number, so after one socket
+	 * it is 0 too, and the count would read 0.) */
+	if (ctx->meta->session_id != dump_session) {
+		dump_session = ctx->meta->session_id;
 		dump_n = 0;
-	if (!live) {
+	}
+	if (!skc) {
 		/* The end of the walk: the count is all the read returns. */
 		idx = dump_n;
 		bpf_seq_write(ctx->meta->seq, &idx, sizeof(idx));
 		return 0;
 	}
-	if (!sk || !live->cookie)
+	/* Full sockets only: request and timewait minisocks have no record. */
+	tp = bpf_skc_to_tcp_sock(skc);
+	if (!tp)
+		return 0;
+	live = bpf_sk_storage_get(&socks, tp, 0, 0);
+	if (!live || !live->cookie)
 		return 0;
 	idx = dump_n;
 	s = bpf_map_lookup_elem(&dump, &idx);
@@ -1247,47 +1293,9 @@ int dump_socks(struct bpf_iter__bpf_sk_storage_map *ctx)
 	__builtin_memcpy(s, live, sizeof(*s));
 	if (!s->cookie)
 		return 0;
-	tp = bpf_skc_to_tcp_sock(sk);
-	if (tp) {
-		sock_fill(s, tp);
-		sock_queues(s);
-	}
+	sock_fill(s, tp);
+	sock_queues(s);
 	dump_n = idx + 1;
 	return 0;
 }
 
-/* Every path floor (peers and prefixes), key and value, in one read. */
-SEC("iter/bpf_map_elem")
-int dump_floors(struct bpf_iter__bpf_map_elem *ctx)
-{
-	struct bloatd_path_key *key = ctx->key;
-	struct bloatd_floor *floor = ctx->value;
-
-	if (!key || !floor)
-		return 0;
-	bpf_seq_write(ctx->meta->seq, key, sizeof(*key));
-	bpf_seq_write(ctx->meta->seq, floor, sizeof(*floor));
-	return 0;
-}
-
-/* Floors the count walk under way has passed (one reader at a time: the
- * daemon serialises reads). */
-__u64 floors_seen = 0;
-
-/* How many floors a map holds, for the metrics: the walk writes nothing
- * until its end, where it writes the count. Counted here: at the end the
- * iterator's sequence number is the last floor's index (one short), and
- * the same 0 for one floor as for none. */
-SEC("iter/bpf_map_elem")
-int count_floors(struct bpf_iter__bpf_map_elem *ctx)
-{
-	__u64 n = floors_seen;
-
-	if (ctx->key) {
-		floors_seen = ctx->meta->seq_num + 1;
-		return 0;
-	}
-	floors_seen = 0;
-	bpf_seq_write(ctx->meta->seq, &n, sizeof(n));
-	return 0;
-}

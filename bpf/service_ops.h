@@ -22,12 +22,12 @@
  *                           process without any walk of /proc.
  *   sock_stats              service_stats(): the sample's queueing delay and
  *                           RTT into the service's histograms (`svc_stats`).
- * Iterator:
- *   iter/task_file seed_owners  once at start: sockets opened before bloatd
- *                           (listeners above all) get the process holding
- *                           them, from every task's open files
- *                           (bpf_sock_from_file, Linux 5.11: every kernel
- *                           the core runs on).
+ * Iterators, once at start (seed_owners' comment):
+ *   iter/task_file seed_owners  sockets opened before bloatd (listeners
+ *                           above all): the process holding them, from
+ *                           every task's open files (bpf_sock_from_file,
+ *                           Linux 5.11: every kernel the core runs on);
+ *   iter/tcp seed_sockets, seed_owned  give it to them.
  */
 #ifndef BLOATD_SERVICE_OPS_H
 #define BLOATD_SERVICE_OPS_H
@@ -152,46 +152,70 @@ static __always_inline void service_stats(const struct bloatd_sock *s, __u32 rx,
 }
 
 /*
- * Once at start: every TCP socket some task holds open gets that task as
- * its owner (the last holder walked wins: a listener systemd opened for
- * socket activation names the service that inherited it), listeners for
- * the connections they will accept, records without a process at once.
- * Sockets of every network namespace, as far as the reader's pid
- * namespace sees their tasks.
+ * Once at start, sockets opened before bloatd get the process that holds
+ * them, in two walks. seed_owners walks every task's open files (the
+ * reader's pid namespace, every network namespace) and notes each TCP
+ * socket's holder under the socket's address (the last holder walked wins:
+ * a listener systemd opened for socket activation names the service that
+ * inherited it). It cannot give the socket its owner itself: from a file,
+ * kernels since 6.x hand the socket's `sk` over as an untrusted pointer,
+ * which no socket storage takes. Then a TCP iterator (seed_sockets in the
+ * daemon's namespace, seed_owned in every other it can enter), whose
+ * sockets are trusted, gives each socket noted its owner
+ * (seed_owner_apply): a record's pid, or a listener's `owners` storage for
+ * the connections it will accept. Bounded: beyond 16,384 sockets open at
+ * start, the rest get their process when they have one of their own
+ * (listen, an accept).
  */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 16384);
+	__type(key, __u64);
+	__type(value, struct bloatd_owner);
+} seed_owner_of SEC(".maps");
+
 SEC("iter/task_file")
 int seed_owners(struct bpf_iter__task_file *ctx)
 {
 	struct task_struct *task = ctx->task;
 	struct file *file = ctx->file;
-	struct bloatd_owner *o;
-	struct bloatd_sock *s;
+	struct bloatd_owner o = {};
 	struct socket *sock;
-	struct tcp_sock *tp;
-	struct sock *sk;
+	__u64 addr = 0;
 
 	if (!task || !file)
 		return 0;
 	sock = bpf_sock_from_file(file);
-	if (!sock)
+	if (!sock || bpf_probe_read_kernel(&addr, sizeof(addr), &sock->sk) || !addr)
 		return 0;
-	sk = sock->sk;
-	if (!sk || !(tp = bpf_skc_to_tcp_sock(sk)))
-		return 0;
+	o.pid = task->tgid;
+	bpf_probe_read_kernel_str(o.comm, sizeof(o.comm), task->comm);
+	bpf_map_update_elem(&seed_owner_of, &addr, &o, BPF_ANY);
+	return 0;
+}
+
+/* A socket a TCP iterator walks at start takes the owner seed_owners noted
+ * for it, if any. */
+static __always_inline void seed_owner_apply(struct tcp_sock *tp)
+{
+	__u64 addr = (__u64)tp;
+	struct bloatd_owner *o = bpf_map_lookup_elem(&seed_owner_of, &addr), *lo;
+	struct bloatd_sock *s;
+
+	if (!o)
+		return;
 	s = bpf_sk_storage_get(&socks, tp, 0, 0);
 	if (s) {
 		if (!s->pid) {
-			s->pid = task->tgid;
-			bpf_probe_read_kernel_str(s->comm, sizeof(s->comm), task->comm);
+			s->pid = o->pid;
+			__builtin_memcpy(s->comm, o->comm, sizeof(s->comm));
 		}
-		return 0;
+	} else {
+		lo = bpf_sk_storage_get(&owners, tp, 0, BPF_SK_STORAGE_GET_F_CREATE);
+		if (lo)
+			*lo = *o;
 	}
-	o = bpf_sk_storage_get(&owners, tp, 0, BPF_SK_STORAGE_GET_F_CREATE);
-	if (!o)
-		return 0;
-	o->pid = task->tgid;
-	bpf_probe_read_kernel_str(o->comm, sizeof(o->comm), task->comm);
-	return 0;
+	bpf_map_delete_elem(&seed_owner_of, &addr);
 }
 
 #endif /* BLOATD_SERVICE_OPS_H */

@@ -14,7 +14,10 @@
 //! before unregistering a congestion control at stop, bloatd moves other
 //! namespaces' defaults off it, which is setns again. So after start the
 //! daemon keeps CAP_SYS_ADMIN and CAP_SYS_PTRACE in its permitted set only
-//! (not effective: no syscall runs with them) and raises them for that step.
+//! (not effective: no syscall runs with them) and raises them for that step,
+//! and on the short-lived thread that reads the sockets of other network
+//! namespaces (a TCP iterator walks the reader's namespace: setns again;
+//! probes/netns.rs).
 
 use std::io;
 
@@ -137,14 +140,17 @@ pub fn drop_after_start() -> io::Result<()> {
     capset(0, permitted & mask(KEEP))
 }
 
+/// Raise the kept capabilities on the calling thread only (capabilities
+/// are per thread; threads spawned after this call inherit them).
+pub fn raise_kept() -> io::Result<()> {
+    let (_, permitted) = current()?;
+    capset(permitted & mask(KEEP), permitted)
+}
+
 /// Raise the kept capabilities for the stop (restoring other namespaces'
-/// defaults before the congestion controls go away). Threads spawned after
-/// this call inherit them.
+/// defaults before the congestion controls go away).
 pub fn raise_for_stop() {
-    let Ok((_, permitted)) = current() else {
-        return;
-    };
-    if let Err(e) = capset(permitted & mask(KEEP), permitted) {
+    if let Err(e) = raise_kept() {
         tracing::warn!("cannot raise CAP_SYS_ADMIN for the stop: {e}; namespaces defaulting to bloatd's algorithms may keep them");
     }
 }

@@ -27,6 +27,7 @@ use std::fs::{self, File};
 use std::io::{self, Write};
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::MetadataExt;
+use std::path::PathBuf;
 
 use crate::{Algo, CcError};
 
@@ -134,9 +135,22 @@ pub struct NetnsDefaultChange {
     pub to: String,
 }
 
+/// A network namespace found through /run/netns (ip netns) or a process.
+#[derive(Debug)]
+pub struct Netns {
+    /// How it was found: "/run/netns/NAME" or "pid N".
+    pub label: String,
+    /// Where it was found, to open it again (it may be gone by then).
+    pub path: PathBuf,
+    /// Its inode (as in `net:[inode]`).
+    pub inode: u64,
+    /// It, open: setns(2) takes this.
+    pub file: File,
+}
+
 /// Every network namespace reachable through /run/netns (ip netns) or a
-/// process, once each (by inode), with how it was found.
-pub fn network_namespaces() -> Vec<(String, u64, File)> {
+/// process, once each (by inode).
+pub fn network_namespaces() -> Vec<Netns> {
     let mut seen = HashSet::new();
     let mut out = Vec::new();
     let named = fs::read_dir("/run/netns")
@@ -162,10 +176,17 @@ pub fn network_namespaces() -> Vec<(String, u64, File)> {
         });
     for (label, path) in named.chain(procs) {
         // processes come and go while we look: skip what vanished
-        let Ok(f) = File::open(&path) else { continue };
-        let Ok(m) = f.metadata() else { continue };
+        let Ok(file) = File::open(&path) else {
+            continue;
+        };
+        let Ok(m) = file.metadata() else { continue };
         if seen.insert((m.dev(), m.ino())) {
-            out.push((label, m.ino(), f));
+            out.push(Netns {
+                label,
+                path,
+                inode: m.ino(),
+                file,
+            });
         }
     }
     out
@@ -183,9 +204,12 @@ fn rewrite_netns_defaults(
     let namespaces = network_namespaces();
     let worker = std::thread::spawn(move || -> Result<Vec<NetnsDefaultChange>, CcError> {
         let mut changed = Vec::new();
-        for (label, inode, f) in namespaces {
-            // SAFETY: f is an open nsfs file; setns only changes this thread.
-            if unsafe { libc::setns(f.as_raw_fd(), libc::CLONE_NEWNET) } != 0 {
+        for Netns {
+            label, inode, file, ..
+        } in namespaces
+        {
+            // SAFETY: file is an open nsfs file; setns only changes this thread.
+            if unsafe { libc::setns(file.as_raw_fd(), libc::CLONE_NEWNET) } != 0 {
                 if io::Error::last_os_error().raw_os_error() == Some(libc::EPERM) {
                     return Err(CcError::NoSetns { netns: label });
                 }
@@ -262,6 +286,6 @@ mod tests {
     #[test]
     fn finds_own_namespace() {
         let own = fs::metadata("/proc/self/ns/net").unwrap().ino();
-        assert!(network_namespaces().iter().any(|(_, ino, _)| *ino == own));
+        assert!(network_namespaces().iter().any(|n| n.inode == own));
     }
 }

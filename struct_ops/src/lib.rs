@@ -26,7 +26,7 @@ pub use algo::{Algo, Options, RegisterBy, WestwoodSsthresh};
 pub use error::CcError;
 pub use kernel::{
     kernel_available, kernel_default, network_namespaces, retire_netns_defaults,
-    set_kernel_default, NetnsDefaultChange,
+    set_kernel_default, Netns, NetnsDefaultChange,
 };
 pub use registration::Registration;
 pub use state::{AlgoState, CubicState, RatioHistogram, WestwoodState};

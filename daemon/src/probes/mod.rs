@@ -22,6 +22,7 @@ pub mod kernel;
 mod map_iter;
 #[cfg(test)]
 mod merge_tests;
+mod netns;
 pub mod policy;
 
 use abi::{
@@ -107,17 +108,19 @@ pub struct ProbeConfig {
 pub struct Probes {
     ebpf: Ebpf,
     ring: RingBuf<MapData>,
-    /// Reads the socket storage map (kept alive with it by `_socks`) into
-    /// `slots`, the array `dump` (held by `_dump`).
+    /// Walks the sockets of the reading thread's network namespace into
+    /// `slots`, the array `dump` (held by `_dump`), taking each one's
+    /// record from `_socks`.
     dump: MapIter,
     slots: Slots,
     _dump: MapData,
     _socks: MapData,
-    /// Read the floor maps (peers, prefixes), and count them (kept alive
-    /// with them by `_floors`).
-    floors: [MapIter; 2],
-    floors_count: [MapIter; 2],
-    _floors: [MapData; 2],
+    /// The namespaces records were made in (netns_seen), and where to find
+    /// them to walk them (netns.rs).
+    netns_seen: BpfHashMap<MapData, u32, u32>,
+    netns: netns::Finder,
+    /// The floor maps (peers, prefixes).
+    floors: [MapData; 2],
     /// Why closing senders are not sampled, if they are not.
     sockops_error: Option<String>,
     /// What the kernel offers beyond the core.
@@ -352,30 +355,54 @@ fn iter_link(
     btf: &Btf,
     name: &'static str,
     target: &str,
-    map: Option<&MapData>,
 ) -> Result<MapIter, ProbeError> {
     let prog: &mut Iter = ebpf
         .program_mut(name)
         .ok_or_else(|| ProbeError::Object(format!("program {name} missing from object")))?
         .try_into()
         .map_err(|e| ProbeError::Object(errstr(e)))?;
-    // One program can walk several maps: loaded once, attached to each.
-    if prog.fd().is_err() {
-        prog.load(target, btf).map_err(|e| ProbeError::Load {
-            name,
-            detail: errstr(e),
-        })?;
-    }
+    prog.load(target, btf).map_err(|e| ProbeError::Load {
+        name,
+        detail: errstr(e),
+    })?;
     let prog_fd = prog.fd().map_err(|e| ProbeError::Load {
         name,
         detail: errstr(e),
     })?;
-    match map {
-        Some(map) => MapIter::attach(prog_fd.as_fd(), map.fd().as_fd()),
-        None => MapIter::attach_unbound(prog_fd.as_fd()),
-    }
-    .map_err(|e| ProbeError::Attach {
+    MapIter::attach_unbound(prog_fd.as_fd()).map_err(|e| ProbeError::Attach {
         name,
+        detail: e.to_string(),
+    })
+}
+
+/// One walk of the socket iterator in the calling thread's network
+/// namespace: its records appended to `into`.
+fn walk_netns(
+    dump: &MapIter,
+    slots: &Slots,
+    into: Vec<BloatdSock>,
+) -> Result<Vec<BloatdSock>, ProbeError> {
+    let bytes = dump.read().map_err(|e| ProbeError::Map {
+        map: "socks",
+        detail: e.to_string(),
+    })?;
+    let n = match bytes.get(..4) {
+        Some(b) => u32::from_ne_bytes(b.try_into().unwrap()) as usize,
+        None => {
+            return Err(ProbeError::Map {
+                map: "socks",
+                detail: format!("the iterator returned {} bytes, not a count", bytes.len()),
+            })
+        }
+    };
+    if n >= slots.slots() {
+        tracing::warn!(
+            "more socket records than the {} read slots: some not listed",
+            n
+        );
+    }
+    slots.read(n, into).map_err(|e| ProbeError::Map {
+        map: "dump",
         detail: e.to_string(),
     })
 }
@@ -481,7 +508,7 @@ fn attach_policy(
 ) -> Result<(policy::PolicyMaps, Option<String>), ProbeError> {
     let mut policy_maps = policy::PolicyMaps::load(ebpf, &cfg.policy)?;
     if cfg.policy.drwa_armed || cfg.policy.saved_pin.is_some() {
-        let it = iter_link(ebpf, btf, "restore_windows", "tcp", None)?;
+        let it = iter_link(ebpf, btf, "restore_windows", "tcp")?;
         policy_maps.set_restore(it, cfg.policy.saved_pin.clone())?;
         // What a daemon that did not stop left clamped goes back before
         // this one's program sees a socket.
@@ -557,27 +584,7 @@ impl Probes {
             map: "dump",
             detail: e.to_string(),
         })?;
-        let dump = iter_link(
-            &mut ebpf,
-            &btf,
-            "dump_socks",
-            "bpf_sk_storage_map",
-            Some(&socks),
-        )?;
-        let mut floor_iter = |name| -> Result<[MapIter; 2], ProbeError> {
-            Ok([
-                iter_link(&mut ebpf, &btf, name, "bpf_map_elem", Some(&floors_map))?,
-                iter_link(
-                    &mut ebpf,
-                    &btf,
-                    name,
-                    "bpf_map_elem",
-                    Some(&prefix_floors_map),
-                )?,
-            ])
-        };
-        let floors = floor_iter("dump_floors")?;
-        let floors_count = floor_iter("count_floors")?;
+        let dump = iter_link(&mut ebpf, &btf, "dump_socks", "tcp")?;
 
         let mut probes = Probes {
             stats: take_map(&mut ebpf, "stats")?,
@@ -586,15 +593,15 @@ impl Probes {
             cc_names: take_map(&mut ebpf, "cc_names")?,
             watch: take_map(&mut ebpf, "watch")?,
             control: take_map(&mut ebpf, "control")?,
+            netns_seen: take_map(&mut ebpf, "netns_seen")?,
             ebpf,
             ring,
             dump,
             slots,
             _dump: dump_map,
             _socks: socks,
-            floors,
-            floors_count,
-            _floors: [floors_map, prefix_floors_map],
+            netns: netns::Finder::default(),
+            floors: [floors_map, prefix_floors_map],
             sockops_error,
             kernel,
             svc_stats,
@@ -623,7 +630,7 @@ impl Probes {
             .map_max_entries("dump", 1)
             .load(OBJECT)
             .map_err(|e| ProbeError::Object(errstr(e)))?;
-        let it = iter_link(&mut ebpf, &btf, "restore_windows", "tcp", None)?;
+        let it = iter_link(&mut ebpf, &btf, "restore_windows", "tcp")?;
         let mut maps = policy::PolicyMaps::load(&mut ebpf, &policy::PolicyConfig::default())?;
         maps.set_restore(it, Some(pin.to_path_buf()))?;
         let n = maps.give_back_left();
@@ -633,17 +640,25 @@ impl Probes {
 
     /// What exists before start: the TCP iterator records every socket of
     /// our network namespace, including idle ones no tracepoint would
-    /// report until they carry traffic; then every task's open files give
-    /// the sockets (listeners above all) the process that holds them
-    /// (service_ops.h). The second only names processes: if it fails,
-    /// connections accepted from a listener opened before bloatd show
-    /// none, and bloatd goes on.
+    /// report until they carry traffic, and every task's open files give
+    /// the sockets (listeners above all) the process that holds them, in
+    /// every namespace bloatd can enter (service_ops.h, seed_owners). The
+    /// owners only name processes: if they fail, connections accepted from
+    /// a listener opened before bloatd show none, and bloatd goes on.
     fn seed(&mut self, btf: &Btf) -> Result<(), ProbeError> {
+        let owners = self.run_iter_once(btf, "seed_owners", "task_file");
         self.run_iter_once(btf, "seed_sockets", "tcp")?;
-        if let Err(e) = self.run_iter_once(btf, "seed_owners", "task_file") {
-            tracing::warn!(
+        let owned = owners.and_then(|()| iter_link(&mut self.ebpf, btf, "seed_owned", "tcp"));
+        match owned {
+            // Ours again too: nothing is left there for it to give.
+            Ok(it) => netns::in_every("naming the processes of sockets", |label| {
+                if let Err(e) = it.read() {
+                    tracing::warn!("naming the processes of sockets in {label}: {e}");
+                }
+            }),
+            Err(e) => tracing::warn!(
                 "{e}: connections accepted by listeners opened before bloatd show no process"
-            );
+            ),
         }
         Ok(())
     }
@@ -793,81 +808,78 @@ impl Probes {
     }
 
     /// Every socket record, refreshed from its socket as it is read, in
-    /// `into`'s memory (see `Slots::read`).
-    pub fn read_all(&self, into: Vec<BloatdSock>) -> Result<Vec<BloatdSock>, ProbeError> {
-        let bytes = self.dump.read().map_err(|e| ProbeError::Map {
-            map: "socks",
-            detail: e.to_string(),
+    /// `into`'s memory (see `Slots::read`): the records of this thread's
+    /// network namespace, then those of every other namespace records were
+    /// made in, each walked from a short-lived thread that enters it with
+    /// the capabilities the daemon keeps (netns.rs, caps.rs). Namespaces
+    /// that cannot be found any more are forgotten.
+    pub fn read_all(&mut self, mut into: Vec<BloatdSock>) -> Result<Vec<BloatdSock>, ProbeError> {
+        into.clear();
+        let own = netns::own().map_err(|e| ProbeError::Map {
+            map: "netns_seen",
+            detail: format!("reading our own network namespace: {e}"),
         })?;
-        let n = match bytes.get(..4) {
-            Some(b) => u32::from_ne_bytes(b.try_into().unwrap()) as usize,
-            None => {
-                return Err(ProbeError::Map {
-                    map: "socks",
-                    detail: format!("the iterator returned {} bytes, not a count", bytes.len()),
-                })
-            }
-        };
-        if n >= self.slots.slots() {
-            tracing::warn!(
-                "more socket records than the {} read slots: some not listed",
-                n
-            );
+        let mut out = walk_netns(&self.dump, &self.slots, into)?;
+        let others: Vec<u32> = self
+            .netns_seen
+            .keys()
+            .filter_map(Result::ok)
+            .filter(|&k| k != own)
+            .collect();
+        if others.is_empty() {
+            return Ok(out);
         }
-        self.slots.read(n, into).map_err(|e| ProbeError::Map {
-            map: "dump",
-            detail: e.to_string(),
+        let (dump, slots, finder) = (&self.dump, &self.slots, &mut self.netns);
+        let (result, gone) = netns::on_own_thread(move || {
+            let found = finder.open(&others);
+            for (ino, f) in found.open {
+                if let Err(e) = netns::enter(&f) {
+                    tracing::debug!("cannot enter network namespace {ino}: {e}");
+                    continue;
+                }
+                match walk_netns(dump, slots, std::mem::take(&mut out)) {
+                    Ok(o) => out = o,
+                    Err(e) => return (Err(e), found.gone),
+                }
+            }
+            (Ok(out), found.gone)
         })
+        .unwrap_or_else(|| {
+            let e = ProbeError::Map {
+                map: "socks",
+                detail: "the namespace reader panicked".into(),
+            };
+            (Err(e), Vec::new())
+        });
+        for ino in gone {
+            let _ = self.netns_seen.remove(&ino);
+        }
+        result
     }
 
     pub fn map_capacity(&self) -> u32 {
         self.map_capacity
     }
 
-    /// Every path floor the kernel keeps (peers and prefixes), in one read
+    /// Every path floor the kernel keeps (peers and prefixes), in batches
     /// of each table.
     pub fn floors(&self) -> Result<Vec<(BloatdPathKey, BloatdFloor)>, ProbeError> {
-        let (k, v) = (
-            std::mem::size_of::<BloatdPathKey>(),
-            std::mem::size_of::<BloatdFloor>(),
-        );
         let mut out = Vec::new();
-        for it in &self.floors {
-            let bytes = it.read().map_err(|e| ProbeError::Map {
-                map: "floors",
-                detail: e.to_string(),
-            })?;
-            out.extend(bytes.chunks_exact(k + v).map(|c| {
-                // SAFETY: both are plain data generated from BTF; sizes checked by chunks_exact.
-                unsafe {
-                    (
-                        std::ptr::read_unaligned(c.as_ptr() as *const BloatdPathKey),
-                        std::ptr::read_unaligned(c[k..].as_ptr() as *const BloatdFloor),
-                    )
-                }
-            }));
+        for m in &self.floors {
+            out.extend(
+                map_iter::hash_entries::<BloatdPathKey, BloatdFloor>(m.fd().as_fd(), 4096)
+                    .map_err(|e| ProbeError::Map {
+                        map: "floors",
+                        detail: e.to_string(),
+                    })?,
+            );
         }
         Ok(out)
     }
 
-    /// How many floors the kernel keeps now, peers and prefixes (one pass
-    /// over each table, nothing copied).
+    /// How many floors the kernel keeps now, peers and prefixes.
     pub fn floors_count(&self) -> Result<u64, ProbeError> {
-        let mut n = 0;
-        for it in &self.floors_count {
-            let bytes = it.read().map_err(|e| ProbeError::Map {
-                map: "floors",
-                detail: e.to_string(),
-            })?;
-            n += bytes
-                .get(..8)
-                .map(|b| u64::from_ne_bytes(b.try_into().unwrap()))
-                .ok_or_else(|| ProbeError::Map {
-                    map: "floors",
-                    detail: format!("the count iterator returned {} bytes", bytes.len()),
-                })?;
-        }
-        Ok(n)
+        Ok(self.floors()?.len() as u64)
     }
 
     /// Why the sock_ops program is not attached, if it is not.

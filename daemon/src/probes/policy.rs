@@ -15,7 +15,7 @@ use super::map_iter::{map_update, MapIter};
 use super::{errstr, ProbeError};
 use aya::maps::{Array, MapData, MapInfo, MapType};
 use aya::Ebpf;
-use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::os::fd::{AsFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, Weak};
@@ -345,34 +345,13 @@ impl PolicyMaps {
     }
 }
 
-/// Run the restore iterator in every network namespace: a TCP iterator
-/// walks the namespace of the thread that creates it, and setns changes
-/// only the calling thread, so a short-lived thread enters each in turn
-/// (it inherits the caller's capabilities: setns needs CAP_SYS_ADMIN).
-/// Returns how many windows it gave back.
+/// Run the restore iterator in every network namespace it can enter
+/// (netns.rs). Returns how many windows it gave back.
 fn restore_in_every_netns(it: &MapIter) -> u64 {
-    let namespaces = bloatd_cc::network_namespaces();
-    std::thread::scope(|scope| {
-        scope
-            .spawn(|| {
-                let mut n = 0u64;
-                for (label, _, f) in namespaces {
-                    // SAFETY: f is an open nsfs file; setns changes this thread only.
-                    if unsafe { libc::setns(f.as_raw_fd(), libc::CLONE_NEWNET) } != 0 {
-                        tracing::warn!(
-                            "giving back DRWA windows: cannot enter {label}: {}",
-                            std::io::Error::last_os_error()
-                        );
-                        continue;
-                    }
-                    match it.read() {
-                        Ok(out) => n += (out.len() / 4) as u64,
-                        Err(e) => tracing::warn!("giving back DRWA windows in {label}: {e}"),
-                    }
-                }
-                n
-            })
-            .join()
-            .unwrap_or(0)
-    })
+    let mut n = 0u64;
+    super::netns::in_every("giving back DRWA windows", |label| match it.read() {
+        Ok(out) => n += (out.len() / 4) as u64,
+        Err(e) => tracing::warn!("giving back DRWA windows in {label}: {e}"),
+    });
+    n
 }

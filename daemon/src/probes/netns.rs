@@ -1,0 +1,194 @@
+//! The network namespaces a read of the sockets walks.
+//!
+//! The socket iterator (bpf/probes.bpf.c, `dump_socks`) is a TCP iterator:
+//! it walks the namespace of the thread that reads it. The probes note each
+//! namespace a record was made in (`netns_seen`); a read walks its own
+//! namespace on the caller's thread, then enters each other one from a
+//! short-lived thread (setns changes only the calling thread). This module
+//! finds those namespaces again: where one was found last (checked by its
+//! inode, since a pid can be reused), else by a scan of /run/netns and
+//! /proc, at most once a second (a scan opens one file per process). A
+//! namespace a scan does not find is reported gone (one not found within a
+//! second of the last scan waits for the next): its sockets are gone
+//! too, or it is held only by a socket or a mount outside /run/netns, which
+//! bloatd cannot enter.
+
+use std::collections::HashMap;
+use std::fs::File;
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::MetadataExt;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+/// At most one scan of /proc in this long.
+const SCAN_EVERY: Duration = Duration::from_secs(1);
+
+#[derive(Default)]
+pub struct Finder {
+    /// Where each namespace was found last.
+    known: HashMap<u32, PathBuf>,
+    last_scan: Option<Instant>,
+    /// Scans made (for tests and the log).
+    pub scans: u64,
+}
+
+/// What `Finder::open` found: the namespaces opened, those a scan did not
+/// find (gone), and those left for the next scan (the last was less than a
+/// second ago).
+#[derive(Default)]
+pub struct Found {
+    pub open: Vec<(u32, File)>,
+    pub gone: Vec<u32>,
+    pub later: Vec<u32>,
+}
+
+/// The inode of the calling thread's network namespace.
+pub fn own() -> std::io::Result<u32> {
+    Ok(std::fs::metadata("/proc/thread-self/ns/net")?.ino() as u32)
+}
+
+/// The nsfs file at `path`, if it is still the namespace `inode`.
+fn open_if(path: &PathBuf, inode: u32) -> Option<File> {
+    let f = File::open(path).ok()?;
+    (f.metadata().ok()?.ino() as u32 == inode).then_some(f)
+}
+
+/// Make the calling thread's network namespace the one `f` holds open.
+pub fn enter(f: &File) -> std::io::Result<()> {
+    // SAFETY: f is an open file; setns checks it is a namespace and changes
+    // the calling thread only.
+    if unsafe { libc::setns(f.as_raw_fd(), libc::CLONE_NEWNET) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Run `f` on a short-lived thread of its own, with the capabilities the
+/// daemon keeps raised there (caps.rs: after start no thread has any
+/// effective; entering a namespace takes CAP_SYS_ADMIN, opening another
+/// process's CAP_SYS_PTRACE), so `enter` changes that thread alone and
+/// nothing it raised outlives it. None if it panicked.
+pub fn on_own_thread<T: Send>(f: impl FnOnce() -> T + Send) -> Option<T> {
+    std::thread::scope(|scope| {
+        scope
+            .spawn(|| {
+                if let Err(e) = crate::caps::raise_kept() {
+                    tracing::debug!("raising the kept capabilities to enter namespaces: {e}");
+                }
+                f()
+            })
+            .join()
+            .ok()
+    })
+}
+
+/// Run `f` in every network namespace a scan finds, our own included,
+/// each entered in turn on a thread of its own (`on_own_thread`), with its
+/// label ("/run/netns/NAME", "pid N"). Namespaces it cannot enter are
+/// skipped, each with a line naming it.
+pub fn in_every(what: &str, mut f: impl FnMut(&str) + Send) {
+    on_own_thread(|| {
+        for ns in bloatd_cc::network_namespaces() {
+            match enter(&ns.file) {
+                Ok(()) => f(&ns.label),
+                Err(e) => tracing::warn!("{what}: cannot enter {}: {e}", ns.label),
+            }
+        }
+    });
+}
+
+impl Finder {
+    /// Open each namespace of `wanted`.
+    pub fn open(&mut self, wanted: &[u32]) -> Found {
+        let mut found = Found::default();
+        let mut unknown = Vec::new();
+        for &ino in wanted {
+            match self.known.get(&ino).and_then(|p| open_if(p, ino)) {
+                Some(f) => found.open.push((ino, f)),
+                None => unknown.push(ino),
+            }
+        }
+        if unknown.is_empty() {
+            return found;
+        }
+        let now = Instant::now();
+        if self
+            .last_scan
+            .is_some_and(|t| now.duration_since(t) < SCAN_EVERY)
+        {
+            found.later = unknown;
+            return found;
+        }
+        self.last_scan = Some(now);
+        self.scans += 1;
+        let mut scanned: HashMap<u32, bloatd_cc::Netns> = bloatd_cc::network_namespaces()
+            .into_iter()
+            .map(|n| (n.inode as u32, n))
+            .collect();
+        for ino in unknown {
+            match scanned.remove(&ino) {
+                Some(n) => {
+                    self.known.insert(ino, n.path);
+                    found.open.push((ino, n.file));
+                }
+                None => {
+                    self.known.remove(&ino);
+                    found.gone.push(ino);
+                }
+            }
+        }
+        found
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn finds_own_namespace_and_remembers_where() {
+        let own = own().unwrap();
+        let mut f = Finder::default();
+        let got = f.open(&[own]);
+        assert_eq!(got.open.len(), 1);
+        assert_eq!(got.open[0].0, own);
+        assert!(got.gone.is_empty() && got.later.is_empty());
+        assert_eq!(f.scans, 1);
+        // Found where it was last: no second scan.
+        assert_eq!(f.open(&[own]).open.len(), 1);
+        assert_eq!(f.scans, 1);
+    }
+
+    #[test]
+    fn a_missing_namespace_scans_at_most_once_a_second() {
+        let mut f = Finder::default();
+        let ghost = u32::MAX - 7;
+        let got = f.open(&[ghost]);
+        assert!(got.open.is_empty() && got.later.is_empty());
+        assert_eq!(got.gone, vec![ghost]);
+        // Within the second: not looked for, and not called gone either
+        // (a namespace made meanwhile must not be forgotten untried).
+        for _ in 0..5 {
+            let got = f.open(&[ghost]);
+            assert!(got.open.is_empty() && got.gone.is_empty());
+            assert_eq!(got.later, vec![ghost]);
+        }
+        assert_eq!(f.scans, 1);
+        f.last_scan = Some(Instant::now() - SCAN_EVERY);
+        assert_eq!(f.open(&[ghost]).gone, vec![ghost]);
+        assert_eq!(f.scans, 2);
+    }
+
+    #[test]
+    fn a_reused_place_is_not_taken_for_the_namespace() {
+        let own = own().unwrap();
+        let mut f = Finder::default();
+        // Known at a path that now holds another namespace (a pid reused):
+        // found again by a scan, not opened there.
+        f.known.insert(own, PathBuf::from("/proc/self/ns/mnt"));
+        let got = f.open(&[own]);
+        assert_eq!(got.open.len(), 1);
+        assert_eq!(f.scans, 1);
+        assert_ne!(f.known[&own], PathBuf::from("/proc/self/ns/mnt"));
+    }
+}
