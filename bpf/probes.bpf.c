@@ -1249,53 +1249,82 @@ int seed_owned(struct bpf_iter__tcp *ctx)
 }
 
 /*
- * Every record of the reader's network namespace, refreshed from its socket
- * as it is read: `bloatd sockets` shows the kernel's numbers of this
- * moment. A TCP iterator walks one namespace, the one of the thread that
- * reads it; the daemon reads it once in each namespace that holds records
- * (`netns_seen`), appending what each walk leaves in `dump`. (A walk of the
- * socket storage map itself would see every namespace at once, but kernels
- * may refuse map-element iterators: ours does, EPERM.) The fresh numbers go
- * into the copy in `dump`, never into the live record the probes own.
+ * A read of the records, each refreshed from its socket as it is read:
+ * `bloatd sockets` shows the kernel's numbers of this moment. The fresh
+ * numbers go into the copy in `dump`, never into the live record the
+ * probes own. A read is an iterator session (dump_begin: a new walk is told
+ * by its session, not by seq_num == 0, since the end's call carries the
+ * last object's number, 0 after a single socket too); at its end the count
+ * is all it returns (dump_end).
  */
+static __always_inline void dump_begin(const struct bpf_iter_meta *meta)
+{
+	if (meta->session_id != dump_session) {
+		dump_session = meta->session_id;
+		dump_n = 0;
+	}
+}
+
+static __always_inline void dump_end(struct bpf_iter_meta *meta)
+{
+	__u32 n = dump_n;
+
+	bpf_seq_write(meta->seq, &n, sizeof(n));
+}
+
+static __always_inline void dump_record(const struct bloatd_sock *live, struct tcp_sock *tp)
+{
+	struct bloatd_sock *s;
+	__u32 idx = dump_n;
+
+	if (!live || !tp || !live->cookie)
+		return;
+	s = bpf_map_lookup_elem(&dump, &idx);
+	if (!s)
+		return;	/* beyond the slots: the daemon sees n == slots */
+	__builtin_memcpy(s, live, sizeof(*s));
+	if (!s->cookie)
+		return;
+	sock_fill(s, tp);
+	sock_queues(s);
+	dump_n = idx + 1;
+}
+
+/* Every record, of every network namespace, in one walk of the socket
+ * storage map. Kernels may refuse map-element iterators (ours does, EPERM):
+ * then dump_socks reads them namespace by namespace. */
+SEC("iter/bpf_sk_storage_map")
+int dump_socks_all(struct bpf_iter__bpf_sk_storage_map *ctx)
+{
+	struct sock *sk = ctx->sk;
+
+	dump_begin(ctx->meta);
+	if (!ctx->value)
+		dump_end(ctx->meta);
+	else if (sk)
+		dump_record(ctx->value, bpf_skc_to_tcp_sock(sk));
+	return 0;
+}
+
+/* The records of the reader's network namespace: a TCP iterator walks the
+ * namespace of the thread that reads it, so the daemon reads it once in
+ * each namespace that holds records (`netns_seen`), appending what each
+ * walk leaves in `dump`. */
 SEC("iter/tcp")
 int dump_socks(struct bpf_iter__tcp *ctx)
 {
 	struct sock_common *skc = ctx->sk_common;
-	struct bloatd_sock *live, *s;
 	struct tcp_sock *tp;
-	__u32 idx;
 
-	/* A new walk: each read is a session of its own. (Not seq_num == 0:
-	 * the end's call carries the last socket's number, so after one socket
-	 * it is 0 too, and the count would read 0.) */
-	if (ctx->meta->session_id != dump_session) {
-		dump_session = ctx->meta->session_id;
-		dump_n = 0;
-	}
+	dump_begin(ctx->meta);
 	if (!skc) {
-		/* The end of the walk: the count is all the read returns. */
-		idx = dump_n;
-		bpf_seq_write(ctx->meta->seq, &idx, sizeof(idx));
+		dump_end(ctx->meta);
 		return 0;
 	}
 	/* Full sockets only: request and timewait minisocks have no record. */
 	tp = bpf_skc_to_tcp_sock(skc);
-	if (!tp)
-		return 0;
-	live = bpf_sk_storage_get(&socks, tp, 0, 0);
-	if (!live || !live->cookie)
-		return 0;
-	idx = dump_n;
-	s = bpf_map_lookup_elem(&dump, &idx);
-	if (!s)
-		return 0;	/* beyond the slots: the daemon sees n == slots */
-	__builtin_memcpy(s, live, sizeof(*s));
-	if (!s->cookie)
-		return 0;
-	sock_fill(s, tp);
-	sock_queues(s);
-	dump_n = idx + 1;
+	if (tp)
+		dump_record(bpf_sk_storage_get(&socks, tp, 0, 0), tp);
 	return 0;
 }
 

@@ -23,7 +23,7 @@ use std::io;
 
 /// Linux capability numbers (linux/capability.h).
 const CAP_SYS_PTRACE: u32 = 19;
-const CAP_SYS_ADMIN: u32 = 21;
+pub const CAP_SYS_ADMIN: u32 = 21;
 
 /// Kept (permitted, not effective) while running, for the stop.
 pub const KEEP: &[u32] = &[CAP_SYS_ADMIN, CAP_SYS_PTRACE];

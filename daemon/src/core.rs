@@ -427,14 +427,16 @@ impl Core {
     /// The parts beyond the core and how this kernel runs them.
     pub fn features(&self) -> Vec<bloatd_model::Feature> {
         let names = self.cc.names();
-        crate::probes::kernel::features(
+        let mut f = crate::probes::kernel::features(
             self.probes.kernel(),
             self.probes.sockops_error(),
             self.cc
                 .registered_by()
                 .map(|by| crate::probes::kernel::CcRegistration { names: &names, by }),
             self.cc.declined(),
-        )
+        );
+        f.push(self.probes.netns_feature());
+        f
     }
 
     pub fn health(&self) -> Health {

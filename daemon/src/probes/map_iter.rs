@@ -1,5 +1,6 @@
-//! The reads aya 0.14 has no call for: a BPF iterator attached with no
-//! map (iter/tcp), run once per read with BPF_ITER_CREATE; the array the
+//! The reads aya 0.14 has no call for: a BPF iterator attached to a map
+//! (its Iter link carries none) or to no map (iter/tcp), run once per read
+//! with BPF_ITER_CREATE; the array the
 //! socket iterator writes its records into (`Slots`), read with one batch
 //! lookup: one pass over the sockets, no syscall per socket
 //! (bpf/probes.bpf.c, `dump`, says why); and a whole hash map in batches
@@ -9,6 +10,12 @@ use aya_obj::generated::{bpf_attach_type, bpf_attr, bpf_cmd};
 use std::fs::File;
 use std::io::{self, Read};
 use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
+
+/// union bpf_iter_link_info, its `map` member.
+#[repr(C)]
+struct IterLinkInfoMap {
+    map_fd: u32,
+}
 
 fn sys_bpf(cmd: bpf_cmd, attr: &mut bpf_attr) -> io::Result<OwnedFd> {
     // SAFETY: attr is a valid, zero-initialised bpf_attr of the right size.
@@ -33,6 +40,24 @@ pub struct MapIter {
 }
 
 impl MapIter {
+    /// An iterator over one map (aya 0.14's Iter link carries no map).
+    pub fn attach(prog: BorrowedFd<'_>, map: BorrowedFd<'_>) -> io::Result<MapIter> {
+        let info = IterLinkInfoMap {
+            map_fd: map.as_raw_fd() as u32,
+        };
+        // SAFETY: all-zero is a valid bpf_attr.
+        let mut attr: bpf_attr = unsafe { std::mem::zeroed() };
+        attr.link_create.__bindgen_anon_1.prog_fd = prog.as_raw_fd() as u32;
+        attr.link_create.attach_type = bpf_attach_type::BPF_TRACE_ITER as u32;
+        attr.link_create.__bindgen_anon_3.__bindgen_anon_1.iter_info = &info as *const _ as u64;
+        attr.link_create
+            .__bindgen_anon_3
+            .__bindgen_anon_1
+            .iter_info_len = std::mem::size_of::<IterLinkInfoMap>() as u32;
+        let link = sys_bpf(bpf_cmd::BPF_LINK_CREATE, &mut attr)?;
+        Ok(MapIter { link })
+    }
+
     /// An iterator over no map (iter/tcp): each read walks the sockets of
     /// the reading thread's network namespace.
     pub fn attach_unbound(prog: BorrowedFd<'_>) -> io::Result<MapIter> {

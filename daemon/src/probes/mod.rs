@@ -119,6 +119,7 @@ pub struct Probes {
     /// them to walk them (netns.rs).
     netns_seen: BpfHashMap<MapData, u32, u32>,
     netns: netns::Finder,
+    reach: NetnsReach,
     /// The floor maps (peers, prefixes).
     floors: [MapData; 2],
     /// Why closing senders are not sampled, if they are not.
@@ -240,6 +241,33 @@ fn make_overflow_entries(
 /// that existed before (they are not refused) fit too.
 const DUMP_SLACK: u32 = 256;
 
+/// How a read reaches the sockets of every network namespace.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum NetnsReach {
+    /// One walk of the socket storage map sees them all.
+    OneWalk,
+    /// The kernel refuses map-element iterators: each namespace is entered
+    /// in turn (setns, CAP_SYS_ADMIN).
+    Entering,
+    /// Neither: only the daemon's own namespace is read; the others' sockets
+    /// count in the statistics but are not listed.
+    OwnOnly,
+}
+
+impl NetnsReach {
+    /// Entering, if the daemon may (CAP_SYS_ADMIN permitted); else own only.
+    fn entering() -> NetnsReach {
+        let admin = crate::caps::current()
+            .map(|(_, permitted)| permitted & (1 << crate::caps::CAP_SYS_ADMIN) != 0)
+            .unwrap_or(false);
+        if admin {
+            NetnsReach::Entering
+        } else {
+            NetnsReach::OwnOnly
+        }
+    }
+}
+
 /// The prefixes' floor table's bound: a quarter of the peers' (a prefix
 /// serves many peers), at least 16.
 pub fn prefix_floor_entries(floor_entries: u32) -> u32 {
@@ -355,6 +383,7 @@ fn iter_link(
     btf: &Btf,
     name: &'static str,
     target: &str,
+    map: Option<&MapData>,
 ) -> Result<MapIter, ProbeError> {
     let prog: &mut Iter = ebpf
         .program_mut(name)
@@ -369,7 +398,11 @@ fn iter_link(
         name,
         detail: errstr(e),
     })?;
-    MapIter::attach_unbound(prog_fd.as_fd()).map_err(|e| ProbeError::Attach {
+    match map {
+        Some(m) => MapIter::attach(prog_fd.as_fd(), m.fd().as_fd()),
+        None => MapIter::attach_unbound(prog_fd.as_fd()),
+    }
+    .map_err(|e| ProbeError::Attach {
         name,
         detail: e.to_string(),
     })
@@ -508,7 +541,7 @@ fn attach_policy(
 ) -> Result<(policy::PolicyMaps, Option<String>), ProbeError> {
     let mut policy_maps = policy::PolicyMaps::load(ebpf, &cfg.policy)?;
     if cfg.policy.drwa_armed || cfg.policy.saved_pin.is_some() {
-        let it = iter_link(ebpf, btf, "restore_windows", "tcp")?;
+        let it = iter_link(ebpf, btf, "restore_windows", "tcp", None)?;
         policy_maps.set_restore(it, cfg.policy.saved_pin.clone())?;
         // What a daemon that did not stop left clamped goes back before
         // this one's program sees a socket.
@@ -584,7 +617,22 @@ impl Probes {
             map: "dump",
             detail: e.to_string(),
         })?;
-        let dump = iter_link(&mut ebpf, &btf, "dump_socks", "tcp")?;
+        // Every namespace in one walk where the kernel allows map-element
+        // iterators, else namespace by namespace (netns.rs).
+        let (dump, reach) = match iter_link(
+            &mut ebpf,
+            &btf,
+            "dump_socks_all",
+            "bpf_sk_storage_map",
+            Some(&socks),
+        ) {
+            Ok(it) => (it, NetnsReach::OneWalk),
+            Err(e) => {
+                tracing::info!("{e}: reading sockets namespace by namespace");
+                let it = iter_link(&mut ebpf, &btf, "dump_socks", "tcp", None)?;
+                (it, NetnsReach::entering())
+            }
+        };
 
         let mut probes = Probes {
             stats: take_map(&mut ebpf, "stats")?,
@@ -601,6 +649,7 @@ impl Probes {
             _dump: dump_map,
             _socks: socks,
             netns: netns::Finder::default(),
+            reach,
             floors: [floors_map, prefix_floors_map],
             sockops_error,
             kernel,
@@ -630,7 +679,7 @@ impl Probes {
             .map_max_entries("dump", 1)
             .load(OBJECT)
             .map_err(|e| ProbeError::Object(errstr(e)))?;
-        let it = iter_link(&mut ebpf, &btf, "restore_windows", "tcp")?;
+        let it = iter_link(&mut ebpf, &btf, "restore_windows", "tcp", None)?;
         let mut maps = policy::PolicyMaps::load(&mut ebpf, &policy::PolicyConfig::default())?;
         maps.set_restore(it, Some(pin.to_path_buf()))?;
         let n = maps.give_back_left();
@@ -648,7 +697,7 @@ impl Probes {
     fn seed(&mut self, btf: &Btf) -> Result<(), ProbeError> {
         let owners = self.run_iter_once(btf, "seed_owners", "task_file");
         self.run_iter_once(btf, "seed_sockets", "tcp")?;
-        let owned = owners.and_then(|()| iter_link(&mut self.ebpf, btf, "seed_owned", "tcp"));
+        let owned = owners.and_then(|()| iter_link(&mut self.ebpf, btf, "seed_owned", "tcp", None));
         match owned {
             // Ours again too: nothing is left there for it to give.
             Ok(it) => netns::in_every("naming the processes of sockets", |label| {
@@ -808,11 +857,13 @@ impl Probes {
     }
 
     /// Every socket record, refreshed from its socket as it is read, in
-    /// `into`'s memory (see `Slots::read`): the records of this thread's
-    /// network namespace, then those of every other namespace records were
-    /// made in, each walked from a short-lived thread that enters it with
-    /// the capabilities the daemon keeps (netns.rs, caps.rs). Namespaces
-    /// that cannot be found any more are forgotten.
+    /// `into`'s memory (see `Slots::read`): all of them in one walk of the
+    /// socket storage map, or (where the kernel refuses that) the records
+    /// of this thread's network namespace, then those of every other
+    /// namespace records were made in, each walked from a short-lived
+    /// thread that enters it with the capabilities the daemon keeps
+    /// (netns.rs, caps.rs). Namespaces that cannot be found any more are
+    /// forgotten.
     pub fn read_all(&mut self, mut into: Vec<BloatdSock>) -> Result<Vec<BloatdSock>, ProbeError> {
         into.clear();
         let own = netns::own().map_err(|e| ProbeError::Map {
@@ -820,6 +871,9 @@ impl Probes {
             detail: format!("reading our own network namespace: {e}"),
         })?;
         let mut out = walk_netns(&self.dump, &self.slots, into)?;
+        if self.reach != NetnsReach::Entering {
+            return Ok(out);
+        }
         let others: Vec<u32> = self
             .netns_seen
             .keys()
@@ -880,6 +934,22 @@ impl Probes {
     /// How many floors the kernel keeps now, peers and prefixes.
     pub fn floors_count(&self) -> Result<u64, ProbeError> {
         Ok(self.floors()?.len() as u64)
+    }
+
+    /// How reads reach other network namespaces, as a part `bloatd
+    /// status`, top and /metrics show.
+    pub fn netns_feature(&self) -> bloatd_model::Feature {
+        use bloatd_model::FeatureState::{Fallback, Off, On};
+        let (state, detail) = match self.reach {
+            NetnsReach::OneWalk => (On, "the sockets of every network namespace in one walk of the socket storage map"),
+            NetnsReach::Entering => (Fallback, "this kernel refuses map-element iterators: each read enters every network namespace with sockets (setns, CAP_SYS_ADMIN)"),
+            NetnsReach::OwnOnly => (Off, "this kernel refuses map-element iterators and bloatd lacks CAP_SYS_ADMIN to enter network namespaces: sockets of other namespaces count in /metrics but sockets, top and paths list only bloatd's own namespace"),
+        };
+        bloatd_model::Feature {
+            name: "netns_read".into(),
+            state,
+            detail: detail.into(),
+        }
     }
 
     /// Why the sock_ops program is not attached, if it is not.

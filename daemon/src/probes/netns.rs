@@ -7,11 +7,13 @@
 //! short-lived thread (setns changes only the calling thread). This module
 //! finds those namespaces again: where one was found last (checked by its
 //! inode, since a pid can be reused), else by a scan of /run/netns and
-//! /proc, at most once a second (a scan opens one file per process). A
-//! namespace a scan does not find is reported gone (one not found within a
-//! second of the last scan waits for the next): its sockets are gone
-//! too, or it is held only by a socket or a mount outside /run/netns, which
-//! bloatd cannot enter.
+//! /proc (a scan opens one file per process). A namespace never looked for
+//! is scanned for at once: a short connection in a new namespace lasts less
+//! than a second. One a scan did not find is reported gone (its sockets are
+//! gone too, or it is held only by a socket or a mount outside /run/netns,
+//! which bloatd cannot enter) and looked for again only after MISS_AGE, so
+//! a namespace bloatd cannot enter costs one scan in that long, not one a
+//! read.
 
 use std::collections::HashMap;
 use std::fs::File;
@@ -20,21 +22,23 @@ use std::os::unix::fs::MetadataExt;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-/// At most one scan of /proc in this long.
-const SCAN_EVERY: Duration = Duration::from_secs(1);
+/// A namespace a scan did not find is not looked for again for this long.
+const MISS_AGE: Duration = Duration::from_secs(10);
+/// Misses remembered at most (the oldest forgotten first).
+const MISSES: usize = 4096;
 
 #[derive(Default)]
 pub struct Finder {
     /// Where each namespace was found last.
     known: HashMap<u32, PathBuf>,
-    last_scan: Option<Instant>,
+    /// Namespaces a scan did not find, and when.
+    missed: HashMap<u32, Instant>,
     /// Scans made (for tests and the log).
     pub scans: u64,
 }
 
 /// What `Finder::open` found: the namespaces opened, those a scan did not
-/// find (gone), and those left for the next scan (the last was less than a
-/// second ago).
+/// find (gone), and those a scan missed less than MISS_AGE ago (later).
 #[derive(Default)]
 pub struct Found {
     pub open: Vec<(u32, File)>,
@@ -108,24 +112,21 @@ impl Finder {
                 None => unknown.push(ino),
             }
         }
-        if unknown.is_empty() {
-            return found;
-        }
         let now = Instant::now();
-        if self
-            .last_scan
-            .is_some_and(|t| now.duration_since(t) < SCAN_EVERY)
-        {
-            found.later = unknown;
+        self.missed.retain(|_, t| now.duration_since(*t) < MISS_AGE);
+        let (later, scan): (Vec<u32>, Vec<u32>) = unknown
+            .into_iter()
+            .partition(|i| self.missed.contains_key(i));
+        found.later = later;
+        if scan.is_empty() {
             return found;
         }
-        self.last_scan = Some(now);
         self.scans += 1;
         let mut scanned: HashMap<u32, bloatd_cc::Netns> = bloatd_cc::network_namespaces()
             .into_iter()
             .map(|n| (n.inode as u32, n))
             .collect();
-        for ino in unknown {
+        for ino in scan {
             match scanned.remove(&ino) {
                 Some(n) => {
                     self.known.insert(ino, n.path);
@@ -133,6 +134,9 @@ impl Finder {
                 }
                 None => {
                     self.known.remove(&ino);
+                    if self.missed.len() < MISSES {
+                        self.missed.insert(ino, now);
+                    }
                     found.gone.push(ino);
                 }
             }
@@ -160,23 +164,25 @@ mod tests {
     }
 
     #[test]
-    fn a_missing_namespace_scans_at_most_once_a_second() {
+    fn a_namespace_a_scan_missed_is_looked_for_again_only_later() {
         let mut f = Finder::default();
         let ghost = u32::MAX - 7;
         let got = f.open(&[ghost]);
         assert!(got.open.is_empty() && got.later.is_empty());
         assert_eq!(got.gone, vec![ghost]);
-        // Within the second: not looked for, and not called gone either
-        // (a namespace made meanwhile must not be forgotten untried).
         for _ in 0..5 {
             let got = f.open(&[ghost]);
             assert!(got.open.is_empty() && got.gone.is_empty());
             assert_eq!(got.later, vec![ghost]);
         }
-        assert_eq!(f.scans, 1);
-        f.last_scan = Some(Instant::now() - SCAN_EVERY);
-        assert_eq!(f.open(&[ghost]).gone, vec![ghost]);
+        assert_eq!(f.scans, 1, "one scan for a namespace that cannot be found");
+        // Another namespace never looked for is scanned for at once.
+        let other = u32::MAX - 8;
+        assert_eq!(f.open(&[ghost, other]).gone, vec![other]);
         assert_eq!(f.scans, 2);
+        f.missed.insert(ghost, Instant::now() - MISS_AGE);
+        assert_eq!(f.open(&[ghost]).gone, vec![ghost]);
+        assert_eq!(f.scans, 3);
     }
 
     #[test]
