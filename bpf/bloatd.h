@@ -17,6 +17,7 @@
 
 #include "floor.h"
 #include "policy.h"
+#include "sampler.h"
 
 #define BLOATD_COMM_LEN 16
 #define BLOATD_CC_LEN 16
@@ -38,6 +39,8 @@ enum bloatd_limits {
 	/* Histograms kept per service (struct bloatd_svc_stats): the first
 	 * two of enum bloatd_hist, queueing delay and RTT. */
 	BLOATD_SVC_HISTS = 2,
+	/* Slots of the hot sockets' table (struct bloatd_hot, sampler.h). */
+	BLOATD_HOT_SLOTS = SAMPLER_HOT_SLOTS,
 };
 
 /* The delay histograms, per congestion control and role. */
@@ -81,6 +84,36 @@ struct bloatd_control {
 	__u32 pad;
 };
 
+/* Adaptive sampling's state on one CPU (value of the per-CPU `sampler`
+ * array, one entry; sampler.h). */
+struct bloatd_sampler_cpu {
+	__u64 events;		/* tcp_probe events on this CPU */
+	__u64 rng;		/* the look decision's generator */
+	__u64 looks;		/* random looks taken */
+	__u64 look_ns;		/* what a look costs here, moving average */
+	__u64 rate;		/* tcp_probe events a second here (sampler_rate) */
+	__u64 win_ns;		/* the rate's window: its start */
+	__u64 win_events;	/* and the events then */
+	__u32 shift;		/* a segment of a socket that is not hot is looked at
+				 * with probability 2^-shift */
+	__u32 interval_j;	/* the clock's ticks per interval (interval_jiffies) */
+	__u32 primed;		/* shift set (SAMPLER_SHIFT_START until measured) */
+	__u32 pad;
+};
+
+/* The hot sockets (value of the `hot` array, one entry; sampler.h): each
+ * counted in the slot of its hash while it is sampled every interval; and
+ * the paths a bloated socket was sampled on lately, whose every socket is
+ * sampled every interval too. */
+struct bloatd_hot {
+	__u32 total;		/* hot sockets now */
+	__u32 marked_j;		/* jiffies of the last bloated path's mark */
+	__u32 slot[SAMPLER_HOT_SLOTS];
+	__u32 path_j[SAMPLER_HOT_SLOTS];	/* jiffies a socket toward the path in
+						 * this slot (its peer's prefix, its
+						 * namespace) was last bloated */
+};
+
 /*
  * One point of a watched socket's series, pushed through the `samples`
  * ring buffer at the sampling interval. Only sockets the daemon watches
@@ -122,11 +155,14 @@ enum bloatd_flag {
 					 * (delivered or arrived, in order or not) */
 	BLOATD_F_RCV_TS = 0x4,		/* rcv_ts_rtt_us holds a measurement */
 	BLOATD_F_OFO = 0x8,		/* data waited out of order at the last sample */
+	BLOATD_F_HOT = 0x10,		/* counted in `hot_slots`: sampled every interval
+					 * (adaptive sampling, probes.bpf.c) */
 };
 
 /* Counters in the per-CPU `stats` array. */
 enum bloatd_stat {
-	BLOATD_STAT_PROBE = 0,		/* tcp_probe events */
+	BLOATD_STAT_PROBE = 0,		/* tcp_probe events: counted in `sampler` (one per-CPU
+					 * lookup a segment), this slot stays 0 */
 	BLOATD_STAT_STATE = 1,		/* inet_sock_set_state events (TCP) */
 	BLOATD_STAT_RETRANS = 2,	/* tcp_retransmit_skb events */
 	BLOATD_STAT_CONG = 3,		/* tcp_cong_state_set events */
@@ -167,6 +203,9 @@ struct bloatd_sock {
 	__u32 rcv_last_tsecr;	/* the last echoed timestamp measured */
 	__u8 flags;		/* enum bloatd_flag bits */
 	__u8 pad_hot[7];
+	__u64 pending_ns;	/* socket-time not yet counted in the statistics
+				 * (sampler.h): added at every segment the record
+				 * sees */
 	__u64 bytes_acked;
 	__u64 bytes_received;
 	__u64 ca_ops;		/* icsk_ca_ops address: a change means a new cc */
@@ -206,6 +245,9 @@ struct bloatd_sock {
 	__u32 prev_tsval;	/* the peer's TSval at the previous sample */
 	__u32 prev_retrans;	/* total_retrans already counted in the statistics */
 	__u32 bloated_sec;	/* the last second this socket counted as bloated */
+	__u32 prev_segs_all;	/* tp->segs_in at the previous sample */
+	__u32 sample_jiffies;	/* jiffies at the previous sample */
+	__u16 hot_slot;		/* its slot in `hot_slots` while BLOATD_F_HOT */
 	__u16 counted;		/* its slot in `sock_counts` + 1, 0 = not counted */
 	__u16 family;		/* AF_INET or AF_INET6 */
 	__u16 sport;		/* local port, host order */
@@ -261,6 +303,8 @@ struct bloatd_abi {
 	struct bloatd_cc_stats cc_stats;
 	struct bloatd_sock_counts sock_counts;
 	struct bloatd_control control;
+	struct bloatd_sampler_cpu sampler_cpu;
+	struct bloatd_hot hot;
 	struct bloatd_floor floor;
 	struct bloatd_path_key path_key;
 	struct bloatd_bottleneck bottleneck;

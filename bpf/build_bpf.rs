@@ -88,18 +88,16 @@ mod bpf_build {
     pub fn compile(src: &Path, out: &Path, extra_includes: &[&Path]) {
         println!("cargo:rerun-if-changed={}", src.display());
         let bpf = bpf_dir();
-        for h in [
-            "vmlinux.h",
-            "bloatd.h",
-            "floor.h",
-            "floor_path.h",
-            "stats.h",
-            "policy.h",
-            "policy_ops.h",
-            "service_ops.h",
-            "build_bpf.rs",
-        ] {
-            println!("cargo:rerun-if-changed={}", bpf.join(h).display());
+        // Every header of bpf/ (a new one must not be forgotten here).
+        let mut deps: Vec<PathBuf> = std::fs::read_dir(&bpf)
+            .expect("bpf/ readable")
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter(|p| p.extension().is_some_and(|x| x == "h"))
+            .collect();
+        deps.push(bpf.join("build_bpf.rs"));
+        deps.sort();
+        for d in deps {
+            println!("cargo:rerun-if-changed={}", d.display());
         }
         let clang = clang();
         let mut cmd = Command::new(&clang);

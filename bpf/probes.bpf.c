@@ -54,6 +54,7 @@
 #include <bpf/bpf_endian.h>
 #include "bloatd.h"
 #include "stats.h"
+#include "sampler.h"
 
 #define AF_INET 2
 #define AF_INET6 10
@@ -90,11 +91,23 @@ const volatile __u32 bloat_threshold_us = 100000;
  * congestion state is read from the socket whenever the record is filled,
  * instead of as it changes. */
 const volatile __u32 ca_state_from_sock = 0;
+/* Sampling (config `sampling`): 1 adaptive (sampler.h), 0 exact (every
+ * socket sampled every interval it carries traffic). */
+const volatile __u32 sampling_adaptive = 1;
 
 /* Records alive now: the bound of `socks` (socket storage has none). */
 __u64 live_socks = 0;
 /* Congestion control indexes handed out (see cc_index_of). */
 __u32 next_cc = 0;
+
+/* Adaptive sampling (sampler.h): the kernel clock's ticks per sampling
+ * interval, 0 until calibrated (a second after the first sample; every
+ * segment is looked at until then, so each socket carrying traffic gets its
+ * record and its first sample at once), and the reading it is calibrated
+ * from. */
+__u32 interval_jiffies = 0;
+__u64 calib_ns = 0;
+__u64 calib_jiffies = 0;
 
 /* Keeps every record type in the object's BTF (bloatd.h, struct bloatd_abi). */
 struct bloatd_abi abi_anchor = {};
@@ -138,6 +151,24 @@ struct {
 	__type(key, __u32);
 	__type(value, struct bloatd_control);
 } control SEC(".maps");
+
+/* Adaptive sampling (sampler.h): each CPU's state, and the hot sockets. A
+ * map of its own each, not globals: the globals' section is large enough
+ * to be mapped page by page (vmalloc), and one more TLB miss a segment is
+ * measurable. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct bloatd_sampler_cpu);
+} sampler SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct bloatd_hot);
+} hot SEC(".maps");
 
 /* The statistics /metrics reads: histograms, retransmissions and bloated
  * sockets per congestion control and role, on each CPU. */
@@ -548,6 +579,23 @@ static __always_inline void floor_refresh(struct bloatd_sock *s, const struct so
 }
 
 /* Queueing delay on both views against the floor. */
+/*
+ * The receiver's RTT bloatd counts: from the echoed timestamps where the
+ * connection uses them, and none until one of their samples passed the gap
+ * check (measure_rcv_rtt); the kernel's estimate only without timestamps.
+ * That estimate (tcp_rcv_rtt_measure) is the time a whole receive window
+ * took to arrive: an RTT for a download that fills the window, but for an
+ * application-limited sender the time between its messages summed over a
+ * window: 32 s for 200 B ten times a second on loopback, which read as 32 s
+ * of queue on every such receiver of a busy server.
+ */
+static __always_inline __u32 sock_rcv_rtt_us(const struct bloatd_sock *s)
+{
+	if (s->flags & BLOATD_F_RCV_TS)
+		return s->rcv_ts_rtt_us;
+	return (s->flags & BLOATD_F_TIMESTAMPS) ? 0 : s->rcv_rtt_us;
+}
+
 static __always_inline void sock_queues(struct bloatd_sock *s)
 {
 	__u32 own = own_min_us(s), rcv_rtt;
@@ -559,9 +607,7 @@ static __always_inline void sock_queues(struct bloatd_sock *s)
 	}
 	s->queue_delay_us = s->srtt_us > s->floor_us && s->floor_us ?
 			    s->srtt_us - s->floor_us : 0;
-	/* The receiver's RTT as bloatd measures it from echoed timestamps;
-	 * without timestamps only the kernel's estimate is left. */
-	rcv_rtt = (s->flags & BLOATD_F_RCV_TS) ? s->rcv_ts_rtt_us : s->rcv_rtt_us;
+	rcv_rtt = sock_rcv_rtt_us(s);
 	s->rcv_queue_delay_us = rcv_rtt > s->floor_us && s->floor_us ?
 				rcv_rtt - s->floor_us : 0;
 }
@@ -647,8 +693,9 @@ static __always_inline void measure_rcv_rtt(struct bloatd_sock *s, const struct 
 		s->rcv_ts_min_us = rtt_us;
 }
 
-/* A watched socket's point of its series goes to the daemon. */
-static __always_inline void sock_stream(const struct bloatd_sock *s)
+/* A watched socket's point of its series goes to the daemon. Returns
+ * whether the socket is watched. */
+static __always_inline int sock_stream(const struct bloatd_sock *s)
 {
 	struct bloatd_control *c;
 	struct bloatd_sample *out;
@@ -656,12 +703,12 @@ static __always_inline void sock_stream(const struct bloatd_sock *s)
 
 	c = bpf_map_lookup_elem(&control, &zero);
 	if (!c || !c->watching || !bpf_map_lookup_elem(&watch, &s->cookie))
-		return;
+		return 0;
 	/* No wakeup: the daemon drains the ring on its own clock. */
 	out = bpf_ringbuf_reserve(&samples, sizeof(*out), 0);
 	if (!out) {
 		stat_inc(BLOATD_STAT_DROP_RINGBUF);
-		return;
+		return 1;
 	}
 	out->cookie = s->cookie;
 	out->sample_ns = s->sample_ns;
@@ -670,7 +717,7 @@ static __always_inline void sock_stream(const struct bloatd_sock *s)
 	out->min_rtt_us = s->min_rtt_us;
 	out->floor_us = s->floor_us;
 	out->queue_delay_us = s->queue_delay_us;
-	out->rcv_rtt_us = (s->flags & BLOATD_F_RCV_TS) ? s->rcv_ts_rtt_us : s->rcv_rtt_us;
+	out->rcv_rtt_us = sock_rcv_rtt_us(s);
 	out->rcv_queue_delay_us = s->rcv_queue_delay_us;
 	out->cwnd = s->cwnd;
 	out->inflight = s->inflight;
@@ -680,6 +727,7 @@ static __always_inline void sock_stream(const struct bloatd_sock *s)
 	out->flags = s->flags;
 	__builtin_memset(out->pad, 0, sizeof(out->pad));
 	bpf_ringbuf_submit(out, BPF_RB_NO_WAKEUP);
+	return 1;
 }
 
 static __always_inline struct bloatd_role_stats *role_stats(const struct bloatd_sock *s)
@@ -701,12 +749,21 @@ static __always_inline void stats_retrans(struct bloatd_sock *s, struct bloatd_r
 	}
 }
 
+/* The queueing delay of the socket's side of the transfer. */
+static __always_inline __u32 sock_queue_us(const struct bloatd_sock *s)
+{
+	return s->role == BLOATD_ROLE_RECEIVER ? s->rcv_queue_delay_us : s->queue_delay_us;
+}
+
 /*
  * A sample into the statistics, where the Prometheus histograms read it:
  * per-CPU counters, no lock, no record to user space. Only intervals in
  * which the socket carried data count: an idle socket keeps a stale srtt.
+ * `k`: the observations this sample stands for (1 in exact mode; under
+ * adaptive sampling the intervals of traffic it carries, sampler.h), each
+ * counted at this sample's values.
  */
-static __always_inline void sock_stats(struct bloatd_sock *s, __u64 now_ns)
+static __always_inline void sock_stats(struct bloatd_sock *s, __u64 now_ns, __u32 k)
 {
 	struct bloatd_role_stats *r = role_stats(s);
 	__u32 rx = s->role == BLOATD_ROLE_RECEIVER, rtt, queue, queue_b, rtt_b, sec, slot;
@@ -714,23 +771,25 @@ static __always_inline void sock_stats(struct bloatd_sock *s, __u64 now_ns)
 	if (!r)
 		return;
 	stats_retrans(s, r);
-	rtt = rx ? ((s->flags & BLOATD_F_RCV_TS) ? s->rcv_ts_rtt_us : s->rcv_rtt_us) : s->srtt_us;
+	rtt = rx ? sock_rcv_rtt_us(s) : s->srtt_us;
 	/* A socket without an RTT on its side yet has nothing to say. */
 	if (!(s->flags & BLOATD_F_ACTIVE) || s->role == BLOATD_ROLE_UNKNOWN || !rtt || !s->floor_us)
 		return;
-	queue = rx ? s->rcv_queue_delay_us : s->queue_delay_us;
+	queue = sock_queue_us(s);
 	queue_b = delay_bucket(queue);
 	rtt_b = delay_bucket(rtt);
-	r->delay[BLOATD_HIST_QUEUE][queue_b]++;
-	r->delay_sum_us[BLOATD_HIST_QUEUE] += queue;
-	r->delay[BLOATD_HIST_RTT][rtt_b]++;
-	r->delay_sum_us[BLOATD_HIST_RTT] += rtt;
-	service_stats(s, rx, queue_b, queue, rtt_b, rtt);
-	r->delay[BLOATD_HIST_FLOOR][delay_bucket(s->floor_us)]++;
-	r->delay_sum_us[BLOATD_HIST_FLOOR] += s->floor_us;
-	if (!rx) {
-		r->cwnd[cwnd_bucket(s->cwnd)]++;
-		r->cwnd_sum += s->cwnd;
+	if (k) {
+		r->delay[BLOATD_HIST_QUEUE][queue_b] += k;
+		r->delay_sum_us[BLOATD_HIST_QUEUE] += (__u64)k * queue;
+		r->delay[BLOATD_HIST_RTT][rtt_b] += k;
+		r->delay_sum_us[BLOATD_HIST_RTT] += (__u64)k * rtt;
+		service_stats(s, rx, queue_b, queue, rtt_b, rtt, k);
+		r->delay[BLOATD_HIST_FLOOR][delay_bucket(s->floor_us)] += k;
+		r->delay_sum_us[BLOATD_HIST_FLOOR] += (__u64)k * s->floor_us;
+		if (!rx) {
+			r->cwnd[cwnd_bucket(s->cwnd)] += k;
+			r->cwnd_sum += (__u64)k * s->cwnd;
+		}
 	}
 	/* Bloated sockets, each counted once per second it was bloated in. */
 	if (bloat_threshold_us && queue >= bloat_threshold_us) {
@@ -945,11 +1004,102 @@ static __always_inline void sock_interval(struct bloatd_sock *s, const struct tc
 	s->sample_ns = now_ns;
 }
 
+/* The socket joins (d = 1) or leaves (d = -1) the hot sockets, in the slot
+ * it keeps while it is one. */
+static __always_inline void hot_add(__u32 slot, __s32 d)
+{
+	struct bloatd_hot *h;
+	__u32 zero = 0;
+
+	h = bpf_map_lookup_elem(&hot, &zero);
+	if (!h)
+		return;
+	slot &= SAMPLER_HOT_SLOTS - 1;
+	__sync_fetch_and_add(&h->slot[slot], d);
+	__sync_fetch_and_add(&h->total, d);
+}
+
+/* The slot of the socket's path in the hot table (sampler_path_slot). */
+static __always_inline __u32 sock_path_slot(const struct sock *sk)
+{
+	const struct sock_common *skc = &sk->__sk_common;
+
+	if (skc->skc_family == AF_INET6)
+		return sampler_path_slot(skc->skc_v6_daddr.in6_u.u6_addr32[0],
+					 skc->skc_v6_daddr.in6_u.u6_addr32[1],
+					 skc->skc_net.net->ns.inum, floor_prefix_v6);
+	return sampler_path_slot(skc->skc_daddr, 0, skc->skc_net.net->ns.inum, floor_prefix_v4);
+}
+
+/* A bloated socket's path: every socket on it is sampled every interval
+ * for a while (sampler_path_slot). */
+static __always_inline void path_mark(const struct sock *sk, __u32 now_j)
+{
+	struct bloatd_hot *h;
+	__u32 zero = 0;
+
+	h = bpf_map_lookup_elem(&hot, &zero);
+	if (!h)
+		return;
+	now_j |= 1;	/* 0 means never */
+	h->path_j[sock_path_slot(sk) & (SAMPLER_HOT_SLOTS - 1)] = now_j;
+	h->marked_j = now_j;
+}
+
+/* The socket leaves the hot sockets (sampler.h). */
+static __always_inline void sock_cool(struct bloatd_sock *s)
+{
+	if (!(s->flags & BLOATD_F_HOT))
+		return;
+	hot_add(s->hot_slot, -1);
+	s->flags &= ~BLOATD_F_HOT;
+}
+
+/*
+ * Adaptive sampling: whether the socket stays sampled every interval
+ * (sampler.h, sampler_hot), decided at each sample from what it just
+ * measured; the policy acts on it while a DRWA or bulk rule holds it.
+ */
+static __always_inline void sock_hotness(struct bloatd_sock *s, const struct tcp_sock *tp,
+					 __u64 now_ns, int watched)
+{
+	__u64 j64 = bpf_jiffies64();
+	__u32 j = j64, segs = tp->segs_in, slot;
+	int dense = sampler_dense(segs - s->prev_segs_all, j - s->sample_jiffies), acted, hot;
+
+	s->prev_segs_all = segs;
+	s->sample_jiffies = j;
+	if (!sampling_adaptive)
+		return;
+	/* Calibrated once, by the first samples: until then every segment is
+	 * looked at (sampler_look). */
+	if (!interval_jiffies)
+		interval_jiffies = sampler_interval_jiffies(&calib_ns, &calib_jiffies, now_ns, j64,
+							    sample_interval_ns);
+	acted = s->pol.flags & (BLOATD_POL_DRWA_ARMED | BLOATD_POL_DRWA_CLAMPED |
+				BLOATD_POL_BULK_WAIT | BLOATD_POL_BULK_DONE);
+	hot = sampler_hot(sock_queue_us(s), bloat_threshold_us, watched, acted, dense);
+	if (bloat_threshold_us && sock_queue_us(s) >= bloat_threshold_us)
+		path_mark((const struct sock *)tp, j);
+	if (!hot) {
+		sock_cool(s);
+		return;
+	}
+	if (s->flags & BLOATD_F_HOT)
+		return;
+	slot = tp->inet_conn.icsk_inet.sk.__sk_common.skc_hash & (SAMPLER_HOT_SLOTS - 1);
+	s->hot_slot = slot;
+	hot_add(slot, 1);
+	s->flags |= BLOATD_F_HOT;
+}
+
 /* Bring the record up to date, measure its queue, count it in the
- * statistics, and stream it if it is watched. */
+ * statistics (the socket-time its record holds, sampler.h), and stream it
+ * if it is watched. */
 static __always_inline void sock_sample(struct bloatd_sock *s, const struct tcp_sock *tp)
 {
 	__u64 now_ns = bpf_ktime_get_ns();
+	int watched;
 
 	sock_fill(s, tp);
 	sock_interval(s, tp, now_ns);
@@ -961,15 +1111,16 @@ static __always_inline void sock_sample(struct bloatd_sock *s, const struct tcp_
 	if (floors_on && (s->flags & BLOATD_F_ACTIVE) &&
 	    (s->floor_source == BLOATD_FLOOR_SOCKET || s->floor_source == BLOATD_FLOOR_PEER)) {
 		if (s->role == BLOATD_ROLE_RECEIVER) {
-			if (s->flags & BLOATD_F_RCV_TS || s->rcv_rtt_us)
+			if (sock_rcv_rtt_us(s))
 				bottleneck_publish(s, s->rcv_queue_delay_us, now_ns);
 		} else if (s->srtt_us) {
 			bottleneck_publish(s, s->queue_delay_us, now_ns);
 		}
 	}
-	sock_stats(s, now_ns);
+	sock_stats(s, now_ns, sampler_take(&s->pending_ns, sample_interval_ns));
 	sock_account(s, 0);
-	sock_stream(s);
+	watched = sock_stream(s);
+	sock_hotness(s, tp, now_ns, watched);
 }
 
 #include "policy_ops.h"
@@ -1001,26 +1152,161 @@ static __always_inline int probe_passes_over(const struct tcp_sock *tp,
 	return skb->len > tp->tcp_header_len && tp->inet_conn.icsk_ack.lrcvtime == tick;
 }
 
-SEC("tp_btf/tcp_probe")
-int BPF_PROG(tcp_probe, struct sock *sk, const struct sk_buff *skb)
+/*
+ * Adaptive sampling (sampler.h): whether this segment is looked at, decided
+ * before anything of the socket but its hash (in the line the socket
+ * lookup just read) is touched. SAMPLER_LOOK_ALL: a hot socket's (or one
+ * sharing its slot), or any socket's in exact mode or before the clock is
+ * calibrated, handled as exact mode does; SAMPLER_LOOK_RANDOM: a random
+ * look at any other's, with probability 2^-c->shift; 0: passed over.
+ */
+#define SAMPLER_LOOK_ALL 1
+#define SAMPLER_LOOK_RANDOM 2
+
+/* Whether every segment of the socket is looked at: exact mode, the clock
+ * not calibrated yet, or a hot socket's slot (or one sharing it). */
+
+/* Whether every segment of the socket is looked at: exact mode, the clock
+ * not calibrated yet, a hot socket's slot (or one sharing it), or a path a
+ * bloated socket was sampled on lately. */
+static __always_inline int sampler_sees_all(const struct sock *sk, __u32 interval_j)
 {
-	struct tcp_sock *tp = bpf_skc_to_tcp_sock(sk);
-	struct bloatd_sock *s;
+	struct bloatd_hot *h;
+	__u32 zero = 0, now_j;
+
+	if (!sampling_adaptive || !interval_j)
+		return 1;
+	h = bpf_map_lookup_elem(&hot, &zero);
+	if (!h)
+		return 1;
+	if (h->total && h->slot[sk->__sk_common.skc_hash & (SAMPLER_HOT_SLOTS - 1)])
+		return 1;
+	if (!h->marked_j)
+		return 0;
+	now_j = bpf_jiffies64();
+	/* No path marked within the hold: none of them is. */
+	if (!sampler_path_held(h->marked_j, now_j, interval_j, sample_interval_ns))
+		return 0;
+	return sampler_path_held(h->path_j[sock_path_slot(sk)], now_j, interval_j,
+				 sample_interval_ns);
+}
+
+static __always_inline int sampler_look(const struct sock *sk, struct bloatd_sampler_cpu *c)
+{
+	if (!sampling_adaptive)
+		return SAMPLER_LOOK_ALL;
+	/* The clock's calibration, copied into the CPU's state: the globals
+	 * are a page-mapped section, one TLB miss more a segment. */
+	if (!c->interval_j)
+		c->interval_j = interval_jiffies;
+	if (sampler_sees_all(sk, c->interval_j))
+		return SAMPLER_LOOK_ALL;
+	if (!c->primed) {
+		c->primed = 1;
+		c->shift = SAMPLER_SHIFT_START;
+	}
+	return sampler_draw(&c->rng, c->shift) ? SAMPLER_LOOK_RANDOM : 0;
+}
+
+/* The weight of a random look: the gap since the socket's previous
+ * segment, as the kernel stamped it (the ACK's rcv_tstamp, the data's
+ * lrcvtime: this probe runs before either is written for this segment). */
+static __always_inline __u64 sampler_look_weight_of(const struct tcp_sock *tp,
+						    const struct bloatd_sampler_cpu *c)
+{
+	__u32 now = bpf_jiffies64(), ack = tp->rcv_tstamp, data = tp->inet_conn.icsk_ack.lrcvtime;
+	__u32 prev = (__s32)(data - ack) > 0 ? data : ack;
+
+	return sampler_look_weight((__s32)(now - prev) > 0 ? now - prev : 0, c->interval_j,
+				   sample_interval_ns, c->shift);
+}
+
+/* The record's clock moves to this segment; `seen`: the record sees every
+ * segment (exact mode, a hot socket), so the socket-time since its previous
+ * one is counted here (sampler.h). A record made just now has none. */
+static __always_inline void sock_update(struct bloatd_sock *s, __u64 now_ns, int seen)
+{
+	if (seen && s->update_ns)
+		s->pending_ns += sampler_time_weight(now_ns - s->update_ns, sample_interval_ns);
+	s->update_ns = now_ns;
+}
+
+/* The socket's record, made if it has none yet (tcp_probe fires only in
+ * ESTABLISHED: tcp_rcv_established); its receiver RTT echo measured. */
+static __always_inline struct bloatd_sock *probe_record(struct sock *sk, struct tcp_sock *tp,
+							int seen)
+{
+	struct bloatd_sock *s = bpf_sk_storage_get(&socks, sk, 0, 0);
 	__u64 now_ns;
 
-	stat_inc(BLOATD_STAT_PROBE);
-	if (!tp || probe_passes_over(tp, skb))
-		return 0;
-	s = bpf_sk_storage_get(&socks, sk, 0, 0);
-	/* tcp_probe fires only in ESTABLISHED (tcp_rcv_established). */
 	if (!s && !(s = sock_create(sk, tp, bpf_get_socket_cookie(sk))))
-		return 0;
+		return NULL;
 	now_ns = tcp_clock_ns(tp);
 	if (s->flags & BLOATD_F_TIMESTAMPS)
 		measure_rcv_rtt(s, tp, (now_ns - s->update_ns) / 1000);
-	s->update_ns = now_ns;
-	/* Signed: the TCP clock can trail the real time of the last sample. */
-	if ((__s64)(now_ns - s->sample_ns) >= (__s64)sample_interval_ns)
+	sock_update(s, now_ns, seen);
+	return s;
+}
+
+/* Signed: the TCP clock can trail the real time of the last sample. */
+static __always_inline int sample_due(const struct bloatd_sock *s)
+{
+	return (__s64)(s->update_ns - s->sample_ns) >= (__s64)sample_interval_ns;
+}
+
+/*
+ * A random look (adaptive sampling) at a socket that is not hot: its weight
+ * into the record, a sample if one is due, and the look's cost into the
+ * CPU's average, from which the odds of the next look follow.
+ */
+static __always_inline void probe_look(struct sock *sk, struct tcp_sock *tp,
+				       struct bloatd_sampler_cpu *c)
+{
+	/* Timed when looks are rare; when they are most segments, one in 8
+	 * (two clock reads are most of what a look at a hot line costs). */
+	int timed = c->shift >= 3 || !(c->looks & 7);
+	__u64 t0 = timed ? bpf_ktime_get_ns() : 0;
+	struct bloatd_sock *s = probe_record(sk, tp, 0);
+
+	if (s) {
+		s->pending_ns += sampler_look_weight_of(tp, c);
+		if (sample_due(s))
+			sock_sample(s, tp);
+	}
+	c->looks++;
+	if (!timed)
+		return;
+	sampler_cost(&c->look_ns, bpf_ktime_get_ns() - t0);
+	sampler_rate(&c->win_ns, &c->win_events, &c->rate, t0, c->events);
+	c->shift = sampler_shift_for(c->look_ns, c->rate);
+}
+
+SEC("tp_btf/tcp_probe")
+int BPF_PROG(tcp_probe, struct sock *sk, const struct sk_buff *skb)
+{
+	struct bloatd_sampler_cpu *c;
+	struct tcp_sock *tp;
+	struct bloatd_sock *s;
+	__u32 zero = 0;
+	int look;
+
+	c = bpf_map_lookup_elem(&sampler, &zero);
+	if (!c)
+		return 0;
+	c->events++;
+	look = sampler_look(sk, c);
+	if (!look || !(tp = bpf_skc_to_tcp_sock(sk)))
+		return 0;
+	if (look == SAMPLER_LOOK_RANDOM) {
+		/* Never passed over: its weight stands for the segments
+		 * skipped around it. */
+		probe_look(sk, tp, c);
+		return 0;
+	}
+	if (probe_passes_over(tp, skb))
+		return 0;
+	s = probe_record(sk, tp, 1);
+	if (s && sample_due(s))
 		sock_sample(s, tp);
 	return 0;
 }
@@ -1037,7 +1323,8 @@ static __always_inline struct bloatd_sock *sock_event(struct sock *sk)
 	if (!s)
 		return NULL;
 	sock_fill(s, tp);
-	s->update_ns = tcp_clock_ns(tp);
+	/* A retransmission or a change of state is traffic too. */
+	sock_update(s, tcp_clock_ns(tp), sampler_sees_all(sk, interval_jiffies));
 	return s;
 }
 
@@ -1124,7 +1411,9 @@ int BPF_PROG(inet_sock_set_state, const struct sock *csk, const int oldstate,
 	sock_interval(s, tp, now_ns);
 	floor_refresh(s, sk, now_ns);
 	sock_queues(s);
-	sock_stats(s, now_ns);
+	sock_update(s, tcp_clock_ns(tp), 1);
+	sock_stats(s, now_ns, sampler_take_last(&s->pending_ns, sample_interval_ns));
+	sock_cool(s);
 	sock_account(s, 1);
 	policy_forget(s);
 	if (!bpf_sk_storage_delete(&socks, sk)) {
@@ -1193,9 +1482,9 @@ int sock_ops(struct bpf_sock_ops *skops)
 	s = bpf_sk_storage_get(&socks, sk, 0, 0);
 	if (!s)
 		return 1;
-	s->update_ns = tcp_clock_ns(tp);
+	sock_update(s, tcp_clock_ns(tp), 1);
 	s->state = skops->state;
-	if ((__s64)(s->update_ns - s->sample_ns) >= (__s64)sample_interval_ns)
+	if (sample_due(s))
 		sock_sample(s, tp);
 	return 1;
 }

@@ -122,7 +122,8 @@ static __always_inline void listen_owner(struct sock *sk)
  * histograms.
  */
 static __always_inline void service_stats(const struct bloatd_sock *s, __u32 rx,
-					  __u32 queue_b, __u32 queue_us, __u32 rtt_b, __u32 rtt_us)
+					  __u32 queue_b, __u32 queue_us, __u32 rtt_b, __u32 rtt_us,
+					  __u32 k)
 {
 	struct bloatd_svc_key key = {
 		.cgroup_id = s->cgroup_id,
@@ -145,10 +146,10 @@ static __always_inline void service_stats(const struct bloatd_sock *s, __u32 rx,
 	}
 	if (queue_b >= BLOATD_DELAY_BUCKETS || rtt_b >= BLOATD_DELAY_BUCKETS)
 		return;
-	__sync_fetch_and_add(&v->delay[BLOATD_HIST_QUEUE][queue_b], 1);
-	__sync_fetch_and_add(&v->delay_sum_us[BLOATD_HIST_QUEUE], queue_us);
-	__sync_fetch_and_add(&v->delay[BLOATD_HIST_RTT][rtt_b], 1);
-	__sync_fetch_and_add(&v->delay_sum_us[BLOATD_HIST_RTT], rtt_us);
+	__sync_fetch_and_add(&v->delay[BLOATD_HIST_QUEUE][queue_b], k);
+	__sync_fetch_and_add(&v->delay_sum_us[BLOATD_HIST_QUEUE], (__u64)k * queue_us);
+	__sync_fetch_and_add(&v->delay[BLOATD_HIST_RTT][rtt_b], k);
+	__sync_fetch_and_add(&v->delay_sum_us[BLOATD_HIST_RTT], (__u64)k * rtt_us);
 }
 
 /*

@@ -17,6 +17,7 @@ fn main() {
             "bloatd_cc_stats",
             "bloatd_sock_counts",
             "bloatd_control",
+            "bloatd_sampler_cpu",
             "bloatd_floor",
             "bloatd_path_key",
             "bloatd_bottleneck",

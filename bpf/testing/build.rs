@@ -1,7 +1,7 @@
 // The C only tests and benchmarks use, built only when they are: this crate
 // is a dev-dependency of `bloatd` and `bloatd-cc`, so `cargo build` never
 // compiles it. The kernel's pure C for the host (floor_path.h over a test's
-// table, policy.h's DRWA arithmetic, cc_idle.h) goes into one static
+// table, policy.h's DRWA arithmetic, cc_idle.h, sampler.h) goes into one static
 // library the unit tests link; the benchmark's reference programs are one
 // BPF object.
 include!(concat!(env!("CARGO_MANIFEST_DIR"), "/../build_bpf.rs"));
@@ -13,7 +13,12 @@ fn main() {
     let out = PathBuf::from(std::env::var("OUT_DIR").unwrap());
     let bpf = bpf_build::bpf_dir();
     let struct_ops = bpf.parent().unwrap().join("struct_ops");
-    let host = ["floor_host_env.c", "policy_host.c", "cc_idle_host.c"];
+    let host = [
+        "floor_host_env.c",
+        "policy_host.c",
+        "cc_idle_host.c",
+        "sampler_host.c",
+    ];
     for c in host {
         println!("cargo:rerun-if-changed={}", here.join(c).display());
     }

@@ -16,6 +16,7 @@ const KEYS: &[(&str, &str)] = &[
     ("listen", "an address and port, like \"127.0.0.1:9477\""),
     ("run_dir", "a directory path"),
     ("interval_ms", "an integer (milliseconds)"),
+    ("sampling", "\"adaptive\" or \"exact\""),
     ("map_capacity", "an integer"),
     ("bloat_threshold_ms", "an integer (milliseconds)"),
     ("series_seconds", "an integer (seconds)"),
@@ -92,6 +93,12 @@ pub struct Config {
     pub run_dir: PathBuf,
     /// Sampling interval: at most one sample per socket per interval.
     pub interval_ms: u64,
+    /// Which intervals of a sparse socket are sampled: "adaptive" (a share
+    /// of a socket's segments chosen from what a look costs on a busy CPU,
+    /// weighted so histograms stay unbiased in socket-time; bloated,
+    /// watched, acted-on and dense sockets every interval) or "exact"
+    /// (every socket every interval it carries traffic).
+    pub sampling: Sampling,
     /// Capacity of the kernel's socket map.
     pub map_capacity: u32,
     /// Queueing delay from which a socket counts as bloated.
@@ -156,6 +163,7 @@ impl Default for Config {
             listen: "127.0.0.1:9477".parse().unwrap(),
             run_dir: PathBuf::from(DEFAULT_RUN_DIR),
             interval_ms: 100,
+            sampling: Sampling::Adaptive,
             map_capacity: 65536,
             bloat_threshold_ms: 100,
             series_seconds: 60,
@@ -177,6 +185,28 @@ impl Default for Config {
             drwa: bloatd_model::policy::DrwaMode::Disabled,
             drwa_lambda: 3.0,
             drwa_min_bytes: 65_536,
+        }
+    }
+}
+
+/// How the probes sample sockets (`sampling`; docs/design.md, "Adaptive
+/// sampling").
+#[derive(Clone, Copy, Debug, Default, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum Sampling {
+    /// Sparse sockets looked at in a share of their segments, weighted;
+    /// bloated, watched, acted-on and dense sockets every interval.
+    #[default]
+    Adaptive,
+    /// Every socket sampled every interval it carries traffic.
+    Exact,
+}
+
+impl Sampling {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Sampling::Adaptive => "adaptive",
+            Sampling::Exact => "exact",
         }
     }
 }

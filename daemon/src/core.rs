@@ -141,6 +141,7 @@ impl Core {
                 saved_pin,
             },
             interval: Duration::from_millis(cfg.interval_ms),
+            sampling_adaptive: cfg.sampling == crate::config::Sampling::Adaptive,
             map_capacity: cfg.map_capacity,
             bpf_stats: cfg.bpf_stats,
             bloat_threshold_us: (cfg.bloat_threshold_ms * 1000).min(u32::MAX as u64) as u32,
@@ -436,6 +437,7 @@ impl Core {
             self.cc.declined(),
         );
         f.push(self.probes.netns_feature());
+        f.push(crate::probes::sampling_feature(self.cfg.sampling));
         f
     }
 
@@ -593,6 +595,9 @@ impl Core {
             counters,
             runs: self.probes.run_stats(),
             map_capacity: self.probes.map_capacity(),
+            sampler: (self.cfg.sampling == crate::config::Sampling::Adaptive)
+                .then(|| self.probes.sampler().ok())
+                .flatten(),
             floors: self.probes.floors_count().unwrap_or(0),
             cc_export_failures: self.cc.export_failures(),
             westwood_cwnd_pipe: self.cc.westwood_cwnd_pipe_ratio(),
@@ -624,6 +629,7 @@ impl Core {
             mode: self.mode.into(),
             started_unix_ms: self.started_unix_ms,
             interval_ms: self.cfg.interval_ms,
+            sampling: self.cfg.sampling.as_str().into(),
             probes: self.probe_names(),
             cc_registered: self.cc.names(),
             default_cc: bloatd_cc::kernel_default().ok(),

@@ -85,6 +85,8 @@ pub struct Scrape {
     /// (probe, run time ns, runs) from the kernel's BPF statistics.
     pub runs: Vec<(&'static str, u64, u64)>,
     pub map_capacity: u32,
+    /// Adaptive sampling as the probes run it (None in exact mode).
+    pub sampler: Option<crate::probes::SamplerState>,
     /// Path floors kept now.
     pub floors: u64,
     /// Per registered bloatd congestion control: state snapshots its map
@@ -500,6 +502,27 @@ const FAMILIES: &[Family] = &[
         help: "Capacity of the kernel's socket map",
         labels: &[],
         rows: |v| one(v.map_capacity as f64),
+    },
+    Family {
+        name: "bloatd_probe_sampling_odds",
+        kind: Kind::Gauge,
+        help: "Adaptive sampling: a segment of a socket that is not hot is looked at with probability 1/odds (the largest over CPUs; chosen from what a look costs there and how many segments come); 1 in exact mode",
+        labels: &[],
+        rows: |v| one(v.sampler.as_ref().map_or(1.0, |s| s.odds() as f64)),
+    },
+    Family {
+        name: "bloatd_probe_sampling_looks_total",
+        kind: Kind::Counter,
+        help: "Adaptive sampling: random looks at sockets that are not hot",
+        labels: &[],
+        rows: |v| one(v.sampler.as_ref().map_or(0.0, |s| s.looks() as f64)),
+    },
+    Family {
+        name: "bloatd_probe_hot_sockets",
+        kind: Kind::Gauge,
+        help: "Adaptive sampling: sockets sampled every interval (bloated, watched, acted on or dense)",
+        labels: &[],
+        rows: |v| one(v.sampler.as_ref().map_or(0.0, |s| s.hot as f64)),
     },
     Family {
         name: "bloatd_probe_run_time_seconds_total",

@@ -143,6 +143,9 @@ pub struct Status {
     pub mode: String,
     pub started_unix_ms: u64,
     pub interval_ms: u64,
+    /// How sockets are sampled: "adaptive" or "exact" (config `sampling`).
+    #[serde(default)]
+    pub sampling: String,
     /// The BPF programs attached (`tp_btf/tcp_probe`, `cgroup/sock_ops`).
     pub probes: Vec<String>,
     pub cc_registered: Vec<String>,

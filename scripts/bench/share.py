@@ -11,7 +11,10 @@ load (scripts/bench/loadgen.c over a veth pair at line rate,
          the machine's CPU without bloatd, with this build, with the
          baseline (no BPF statistics: they cost time themselves), then each
          build again under the kernel's BPF statistics: every bloatd
-         program's share of one core, and tcp_probe's ns per event;
+         program's share of one core, and tcp_probe's ns per event beside
+         a truly empty program attached to the same tracepoint in the same
+         window (bpf/testing/baseline.bpf.c's bench_empty: `return 0`), and
+         the difference, which is what bloatd's probe adds;
   saturated  5,000 connections (10,000 sockets) each keeping a 200-byte
          message going back and forth as fast as the machine allows
          (loadgen echo/pingpong): round trips per second without bloatd
@@ -49,16 +52,25 @@ import time
 import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from scale import (BLOATD, PORT, PORTS, Daemon, Load, machine_busy_s, nsx, proc_cpu_s,  # noqa: E402
+from scale import (BLOATD, PORT, PORTS, REPO, Daemon, Load, machine_busy_s, nsx, proc_cpu_s,  # noqa: E402
                    proc_rss_mb, scale_lab, sh)
 
 METRICS = "http://127.0.0.1:9498/metrics"
+TARGET = os.environ.get("CARGO_TARGET_DIR", os.path.join(REPO, "target"))
+BENCH_PROBES = os.path.join(TARGET, "release", "examples", "bench_probes")
 
 
 def prog_runs():
     """run_time_ns and run_cnt of every BPF program loaded, by id."""
     return {p["id"]: (p.get("name", ""), p.get("run_time_ns", 0), p.get("run_cnt", 0))
             for p in json.loads(sh("bpftool", "-j", "prog", "show").stdout)}
+
+
+def ns_per_run(i, before, after):
+    """Program `i`'s mean run time between two prog_runs() (nan: no run)."""
+    if i not in before or i not in after or after[i][2] <= before[i][2]:
+        return float("nan")
+    return (after[i][1] - before[i][1]) / (after[i][2] - before[i][2])
 
 
 def bpf_share(ids, before, after, wall_s):
@@ -68,24 +80,55 @@ def bpf_share(ids, before, after, wall_s):
     for i in ids:
         if i not in before or i not in after:
             continue
-        name, t1, c1 = after[i]
-        _, t0, c0 = before[i]
-        total += t1 - t0
-        if name == "tcp_probe" and c1 > c0:
-            probe_ns = (t1 - t0) / (c1 - c0)
+        total += after[i][1] - before[i][1]
+        if after[i][0] == "tcp_probe":
+            probe_ns = ns_per_run(i, before, after)
     return 100 * total / 1e9 / wall_s, probe_ns
+
+
+class EmptyBeside:
+    """A truly empty tp_btf/tcp_probe program (bench_empty, `return 0`)
+    attached beside bloatd's for as long as the context lasts: it sees the
+    same events in the same window, so its cost per event is the floor any
+    program pays there, measurement included (daemon/examples/bench_probes.rs)."""
+
+    def __enter__(self):
+        before = set(prog_runs())
+        self.p = subprocess.Popen([BENCH_PROBES, "baseline", "tcp_probe", "bench_empty"],
+                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                                  text=True)
+        if self.p.stdout.readline().strip() != "ready":
+            raise SystemExit("bench_probes did not attach bench_empty")
+        self.ids = set(prog_runs()) - before
+        return self
+
+    def ns(self, before, after):
+        return next((ns_per_run(i, before, after) for i in self.ids), float("nan"))
+
+    def __exit__(self, *exc):
+        self.p.stdin.close()
+        self.p.wait(timeout=30)
+
+
+def metric_values(*names):
+    """The values of these unlabelled series in the running daemon's
+    /metrics (nan where absent: a build without them)."""
+    text = urllib.request.urlopen(METRICS, timeout=10).read().decode()
+    got = dict(line.split(" ", 1) for line in text.splitlines()
+               if line and not line.startswith("#") and "{" not in line)
+    return [float(got.get(n, "nan")) for n in names]
 
 
 class Build:
     """One bloatd binary under measurement; its programs are those that
     appear when it starts."""
 
-    def __init__(self, name, binary):
-        self.name, self.binary = name, binary
+    def __init__(self, name, binary, extra=()):
+        self.name, self.binary, self.extra = name, binary, tuple(extra)
 
     def start(self, bpf_stats=False):
         before = set(prog_runs())
-        d = Daemon(bpf_stats=bpf_stats, binary=self.binary)
+        d = Daemon(bpf_stats=bpf_stats, binary=self.binary, extra=self.extra)
         d.progs = set(prog_runs()) - before
         return d
 
@@ -140,14 +183,22 @@ def cold(builds, rounds, seconds, res):
         for b in builds:
             d = b.start(bpf_stats=True)
             try:
-                time.sleep(2)
-                p0, t0 = prog_runs(), time.monotonic()
-                time.sleep(seconds)
-                share, ns = bpf_share(d.progs, p0, prog_runs(), time.monotonic() - t0)
+                with EmptyBeside() as empty:
+                    time.sleep(2)
+                    p0, t0 = prog_runs(), time.monotonic()
+                    time.sleep(seconds)
+                    p1 = prog_runs()
+                    share, ns = bpf_share(d.progs, p0, p1, time.monotonic() - t0)
+                    empty_ns = empty.ns(p0, p1)
+                    sampling = metric_values("bloatd_probe_sampling_odds", "bloatd_probe_hot_sockets")
             finally:
                 d.stop()
             res[b.name].setdefault("bpf_share", []).append(share)
             res[b.name].setdefault("probe_cold_ns", []).append(ns)
+            res[b.name].setdefault("empty_cold_ns", []).append(empty_ns)
+            res[b.name].setdefault("probe_cold_over_empty_ns", []).append(ns - empty_ns)
+            for key, v in zip(("sampling_odds", "hot_sockets"), sampling):
+                res[b.name].setdefault(key, []).append(v)
         print(f"  cold round {r + 1}/{rounds}: " + ", ".join(
             f"{k} {v:.1f}%" for k, v in got.items()), flush=True)
 
@@ -332,7 +383,11 @@ def many(builds, rounds, load, res):
 
 ROWS = [
     ("all bloatd BPF programs, 10k busy sockets (% of one core)", "bpf_share", "<= 2"),
-    ("tcp_probe per event, cold sockets (ns)", "probe_cold_ns", "<= 150"),
+    ("tcp_probe per event, cold sockets (ns)", "probe_cold_ns", ""),
+    ("  a truly empty program beside it, same window (ns)", "empty_cold_ns", ""),
+    ("  tcp_probe minus the empty program (ns)", "probe_cold_over_empty_ns", "<= 50"),
+    ("  segments of a socket not hot per look, at the window's end", "sampling_odds", ""),
+    ("  hot sockets (sampled every interval) then", "hot_sockets", ""),
     ("tcp_probe per event, line rate (ns)", "probe_hot_ns", "<= 100"),
     ("machine CPU, same load (% of one core)", "machine", ""),
     ("  minus none's, same round (points)", "machine_delta", "<= +3"),
@@ -365,6 +420,8 @@ def main():
     ap.add_argument("--seconds", type=float, default=10, help="each measurement window")
     ap.add_argument("--watch-seconds", type=float, default=30)
     ap.add_argument("--baseline", metavar="BIN", help="a bloatd binary measured beside this build")
+    ap.add_argument("--sampling", action="append", choices=["adaptive", "exact"],
+                    help="this build's sampling modes to measure (repeatable; default both)")
     ap.add_argument("--phase", action="append", choices=["cold", "saturated", "watch", "hot", "100k"])
     ap.add_argument("--json", metavar="FILE", help="also write the raw figures here")
     args = ap.parse_args()
@@ -373,10 +430,12 @@ def main():
     # A timeout's SIGTERM unwinds like ^C: daemons, tmux and the lab go.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     phases = args.phase or ["cold", "saturated", "watch", "hot", "100k"]
-    builds = [Build("this build", BLOATD)]
+    builds = [Build(m, BLOATD, ["--sampling", m]) for m in args.sampling or ["adaptive", "exact"]]
     if args.baseline:
         builds.append(Build("baseline", os.path.abspath(args.baseline)))
     res = {b.name: {} for b in builds}
+    if "cold" in phases:
+        sh("cargo", "build", "--release", "-q", "-p", "bloatd", "--example", "bench_probes", cwd=REPO)
     with scale_lab() as loadgen:
         if "cold" in phases or "watch" in phases:
             print("== 10,000 busy sockets (5,000 connections, 200 B ten times a second)", flush=True)

@@ -37,6 +37,14 @@ pub struct StartArgs {
     /// Sampling interval in milliseconds [default: 100]
     #[arg(long, value_name = "MS")]
     pub interval: Option<u64>,
+    /// adaptive: on a busy CPU a socket that is not bloated, watched,
+    /// acted on or dense is looked at in a share of its segments (chosen
+    /// from what a look costs; every segment on a quiet CPU), each look
+    /// weighted so histograms stay unbiased in socket-time; reads stay
+    /// exact. exact: every socket every interval it carries traffic (~8x
+    /// the kernel's cost on a busy server) [default: adaptive]
+    #[arg(long, value_name = "MODE", value_parser = ["adaptive", "exact"])]
+    pub sampling: Option<String>,
     /// Sockets the kernel tracks at most (the socket map's bound; beyond
     /// it new sockets are counted as dropped) [default: 65536].
     #[arg(long, value_name = "N")]
@@ -98,6 +106,13 @@ impl StartArgs {
         }
         if let Some(i) = self.interval {
             cfg.interval_ms = i;
+        }
+        if let Some(m) = &self.sampling {
+            cfg.sampling = if m == "exact" {
+                crate::config::Sampling::Exact
+            } else {
+                crate::config::Sampling::Adaptive
+            };
         }
         if let Some(n) = self.map_capacity {
             cfg.map_capacity = n;

@@ -90,11 +90,11 @@ fn print_status(s: &Status) {
     }
     println!("  kernel:      {}", s.kernel);
     for f in &s.health.features {
-        println!("    {:<16} {:<9} {}", f.name, f.state.as_str(), f.detail);
+        println!("    {:<18} {:<9} {}", f.name, f.state.as_str(), f.detail);
     }
     println!(
-        "  sockets:     {} tracked (interval {} ms)",
-        s.sockets, s.interval_ms
+        "  sockets:     {} tracked (interval {} ms, {} sampling)",
+        s.sockets, s.interval_ms, s.sampling
     );
     let h = &s.health;
     println!(

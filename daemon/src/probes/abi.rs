@@ -35,6 +35,7 @@ unsafe impl aya::Pod for BloatdSample {}
 unsafe impl aya::Pod for BloatdCcStats {}
 unsafe impl aya::Pod for BloatdSockCounts {}
 unsafe impl aya::Pod for BloatdControl {}
+unsafe impl aya::Pod for BloatdSamplerCpu {}
 unsafe impl aya::Pod for BloatdFloor {}
 unsafe impl aya::Pod for BloatdPathKey {}
 unsafe impl aya::Pod for BloatdBottleneck {}

@@ -24,10 +24,12 @@ mod map_iter;
 mod merge_tests;
 mod netns;
 pub mod policy;
+#[cfg(test)]
+mod sampler_tests;
 
 use abi::{
     stat, BloatdCcStats, BloatdControl, BloatdFloor, BloatdPathKey, BloatdRoleStats, BloatdSample,
-    BloatdSock, BloatdSockCounts, BloatdSvcKey, BloatdSvcStats,
+    BloatdSamplerCpu, BloatdSock, BloatdSockCounts, BloatdSvcKey, BloatdSvcStats,
 };
 use aya::maps::{Array, HashMap as BpfHashMap, Map, MapData, PerCpuArray, RingBuf};
 use aya::programs::{BtfTracePoint, CgroupAttachMode, Iter, SockOps};
@@ -86,6 +88,8 @@ pub enum ProbeError {
 
 pub struct ProbeConfig {
     pub interval: Duration,
+    /// Adaptive sampling (sampler.h); false: every socket every interval.
+    pub sampling_adaptive: bool,
     pub map_capacity: u32,
     pub bpf_stats: bool,
     /// Queueing delay from which a socket counts as bloated (0: never).
@@ -137,6 +141,11 @@ pub struct Probes {
     svc_stats: BpfHashMap<MapData, BloatdSvcKey, BloatdSvcStats>,
     service_entries: u32,
     watched: HashSet<u64>,
+    /// Adaptive sampling's state on each CPU (sampler.h), and the hot sockets.
+    sampler: PerCpuArray<MapData, BloatdSamplerCpu>,
+    /// struct bloatd_hot read as words: the count first (a generated type
+    /// of 4,096 slots would have no Default).
+    hot: Array<MapData, [u32; 2 + 2 * abi::limits::HOT_SLOTS as usize]>,
     map_capacity: u32,
     /// Holding this fd keeps kernel.bpf_stats_enabled on; dropped with us.
     _stats_fd: Option<OwnedFd>,
@@ -240,6 +249,43 @@ fn make_overflow_entries(
 /// Read slots beyond the bound: records the startup walk made for sockets
 /// that existed before (they are not refused) fit too.
 const DUMP_SLACK: u32 = 256;
+
+/// How the probes sample, as a part `bloatd status`, top and /metrics
+/// (`bloatd_feature_enabled{feature="adaptive_sampling"}`) show.
+pub fn sampling_feature(s: crate::config::Sampling) -> bloatd_model::Feature {
+    use crate::config::Sampling;
+    match s {
+        Sampling::Adaptive => bloatd_model::Feature {
+            name: "adaptive_sampling".into(),
+            state: bloatd_model::FeatureState::On,
+            detail: "on a busy CPU, sparse sockets looked at in a share of their segments, weighted; bloated, watched, acted-on and dense sockets (and those on a path just bloated) every interval".into(),
+        },
+        Sampling::Exact => bloatd_model::Feature {
+            name: "adaptive_sampling".into(),
+            state: bloatd_model::FeatureState::Off,
+            detail: "sampling = \"exact\": every socket sampled every interval it carries traffic".into(),
+        },
+    }
+}
+
+/// Adaptive sampling's state (sampler.h): each CPU's, and the hot sockets.
+#[derive(Clone, Debug)]
+pub struct SamplerState {
+    pub cpus: Vec<BloatdSamplerCpu>,
+    pub hot: u32,
+}
+
+impl SamplerState {
+    /// One segment in `odds` of a socket that is not hot is looked at (the
+    /// largest over CPUs that looked at all).
+    pub fn odds(&self) -> u64 {
+        self.cpus.iter().map(|c| 1u64 << c.shift).max().unwrap_or(1)
+    }
+
+    pub fn looks(&self) -> u64 {
+        self.cpus.iter().map(|c| c.looks).sum()
+    }
+}
 
 /// How a read reaches the sockets of every network namespace.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -478,6 +524,7 @@ fn open_object(
     loader
         .btf(Some(btf))
         .override_global("sample_interval_ns", &interval_ns, true)
+        .override_global("sampling_adaptive", &(cfg.sampling_adaptive as u32), true)
         .override_global("map_capacity", &(cfg.map_capacity as u64), true)
         .override_global("floor_window_s", &cfg.floor_window_s, true)
         .override_global("floor_prefix_v4", &(cfg.floor_prefix_v4 as u32), true)
@@ -642,6 +689,8 @@ impl Probes {
             watch: take_map(&mut ebpf, "watch")?,
             control: take_map(&mut ebpf, "control")?,
             netns_seen: take_map(&mut ebpf, "netns_seen")?,
+            sampler: take_map(&mut ebpf, "sampler")?,
+            hot: take_map(&mut ebpf, "hot")?,
             ebpf,
             ring,
             dump,
@@ -767,10 +816,6 @@ impl Probes {
     /// The sockets whose samples the probes stream (bounded by the map:
     /// 256; beyond it a socket is simply not watched).
     pub fn set_watched(&mut self, cookies: &HashSet<u64>) -> Result<(), ProbeError> {
-        let err = |e| ProbeError::Map {
-            map: "watch",
-            detail: errstr(e),
-        };
         for gone in self.watched.difference(cookies) {
             let _ = self.watch.remove(gone);
         }
@@ -785,7 +830,28 @@ impl Probes {
             watching: self.watched.len() as u32,
             pad: 0,
         };
-        self.control.set(0, ctl, 0).map_err(err)
+        self.control.set(0, ctl, 0).map_err(|e| ProbeError::Map {
+            map: "control",
+            detail: errstr(e),
+        })
+    }
+
+    /// Adaptive sampling as the probes run it: every CPU's state, and the
+    /// sockets sampled every interval now.
+    pub fn sampler(&self) -> Result<SamplerState, ProbeError> {
+        let err = |map, e| ProbeError::Map {
+            map,
+            detail: errstr(e),
+        };
+        let cpus = self
+            .sampler
+            .get(&0, 0)
+            .map_err(|e| err("sampler", e))?
+            .iter()
+            .copied()
+            .collect();
+        let hot = self.hot.get(&0, 0).map_err(|e| err("hot", e))?[0];
+        Ok(SamplerState { cpus, hot })
     }
 
     /// The kernel's statistics by congestion control: (name, its entry
@@ -972,6 +1038,9 @@ impl Probes {
     /// Probe counters summed over CPUs.
     pub fn counters(&self) -> Result<Counters, ProbeError> {
         let mut out = [0u64; stat::MAX as usize];
+        // tcp_probe's events are counted in the sampler's state (one
+        // per-CPU lookup a segment).
+        out[stat::PROBE as usize] = self.sampler()?.cpus.iter().map(|c| c.events).sum();
         for (i, slot) in out.iter_mut().enumerate() {
             let per_cpu = self
                 .stats
@@ -980,7 +1049,7 @@ impl Probes {
                     map: "stats",
                     detail: errstr(e),
                 })?;
-            *slot = per_cpu.iter().sum();
+            *slot += per_cpu.iter().sum::<u64>();
         }
         Ok(Counters(out))
     }
