@@ -1412,7 +1412,8 @@ int BPF_PROG(inet_sock_set_state, const struct sock *csk, const int oldstate,
 	floor_refresh(s, sk, now_ns);
 	sock_queues(s);
 	sock_update(s, tcp_clock_ns(tp), 1);
-	sock_stats(s, now_ns, sampler_take_last(&s->pending_ns, sample_interval_ns));
+	sock_stats(s, now_ns, sampler_take_last(&s->pending_ns, sample_interval_ns,
+						 bpf_get_prandom_u32()));
 	sock_cool(s);
 	sock_account(s, 1);
 	policy_forget(s);

@@ -182,17 +182,21 @@ static __always_inline __u32 sampler_take(__u64 *pending_ns, __u64 interval_ns)
 	return k;
 }
 
-/* The record's last word (its socket closes): what it still holds, to the
- * nearest whole observation. */
-static __always_inline __u32 sampler_take_last(__u64 *pending_ns, __u64 interval_ns)
+/* The record's last word (its socket closes): what it still holds, its
+ * fraction of an observation counted with that probability (`r`: a random
+ * number), so that short connections count their socket-time on average:
+ * rounded to the nearest, a web server's 40 ms connections would count
+ * nothing at all. */
+static __always_inline __u32 sampler_take_last(__u64 *pending_ns, __u64 interval_ns, __u32 r)
 {
-	__u64 k;
+	__u64 k, rest;
 
 	if (!interval_ns)
 		return 0;
-	k = (*pending_ns + interval_ns / 2) / interval_ns;
+	k = *pending_ns / interval_ns;
+	rest = *pending_ns - k * interval_ns;
 	*pending_ns = 0;
-	return k;
+	return k + ((((__u64)r * interval_ns) >> 32) < rest);
 }
 
 /*

@@ -35,7 +35,7 @@ __u64 bloatd_sampler_time_weight(__s64 gap_ns, __u64 interval_ns)
 {
 	return sampler_time_weight(gap_ns, interval_ns);
 }
-__u32 bloatd_sampler_take_last(__u64 *pending_ns, __u64 interval_ns)
+__u32 bloatd_sampler_take_last(__u64 *pending_ns, __u64 interval_ns, __u32 r)
 {
-	return sampler_take_last(pending_ns, interval_ns);
+	return sampler_take_last(pending_ns, interval_ns, r);
 }

@@ -19,7 +19,7 @@ extern "C" {
     fn bloatd_sampler_look_weight(gap_j: u32, interval_j: u32, interval_ns: u64, shift: u32)
         -> u64;
     fn bloatd_sampler_take(pending_ns: *mut u64, interval_ns: u64) -> u32;
-    fn bloatd_sampler_take_last(pending_ns: *mut u64, interval_ns: u64) -> u32;
+    fn bloatd_sampler_take_last(pending_ns: *mut u64, interval_ns: u64, r: u32) -> u32;
     fn bloatd_sampler_time_weight(gap_ns: i64, interval_ns: u64) -> u64;
     fn bloatd_sampler_dense(d_segs: u32, d_jiffies: u32) -> i32;
     fn bloatd_sampler_hot(
@@ -49,8 +49,14 @@ fn take(p: &mut u64) -> u64 {
     unsafe { bloatd_sampler_take(p, IV) as u64 }
 }
 
+fn take_last_r(p: &mut u64, r: u32) -> u64 {
+    unsafe { bloatd_sampler_take_last(p, IV, r) as u64 }
+}
+
+/// The close with the random number at its middle: the fraction rounds to
+/// the nearest.
 fn take_last(p: &mut u64) -> u64 {
-    unsafe { bloatd_sampler_take_last(p, IV) as u64 }
+    take_last_r(p, 1 << 31)
 }
 
 /// What a socket's segments (their gaps, in ticks) count in the histograms
@@ -131,9 +137,23 @@ fn a_sample_takes_whole_observations_and_carries_the_fraction() {
     assert_eq!(p, 40);
     // The close counts what is left to the nearest whole.
     assert_eq!(take_last(&mut p), 0);
-    p = IV + IV / 2;
+    p = IV + IV / 2 + 1;
     assert_eq!(take_last(&mut p), 2);
     assert_eq!(p, 0);
+    // A 40 ms connection counts 0.4 of an observation on average: its
+    // fraction with that probability.
+    let mut rng = 99u64;
+    let n = 100_000;
+    let counted: u64 = (0..n)
+        .map(|_| {
+            rng = rng
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            let mut p = 40_000_000;
+            take_last_r(&mut p, (rng >> 32) as u32)
+        })
+        .sum();
+    assert!((counted as f64 / n as f64 - 0.4).abs() < 0.01, "{counted}");
 }
 
 #[test]
