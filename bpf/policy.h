@@ -233,7 +233,9 @@ static __always_inline __u32 drwa_bound(__u64 w, __u32 floor, __u32 limit)
  *   that fails the same way (a try costs about one round at a reduced
  *   rate).
  * The clamp stays within [m->min_bytes, m->limit]; `prev` is the clamp set
- * last (0: none).
+ * last. 0 (none yet) means the socket has the window it has without DRWA,
+ * m->limit: a first round with no queue (an application-limited receiver,
+ * 3 kB in an RTT) must not cut that to lambda x what arrived.
  */
 static __always_inline __u32 drwa_round(struct bloatd_policy_sock *p,
 					const struct drwa_measure *m, __u32 prev)
@@ -241,6 +243,8 @@ static __always_inline __u32 drwa_round(struct bloatd_policy_sock *p,
 	__u64 rate, w, b;
 	__u32 low = m->low_us ? m->low_us : m->rtt_us, shift;
 
+	if (!prev)
+		prev = m->limit;
 	if (!m->dur_us || !m->rtt_us)
 		return prev;
 	if (!p->drwa_min_us || low < p->drwa_min_us)

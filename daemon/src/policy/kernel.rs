@@ -319,6 +319,31 @@ mod tests {
     }
 
     #[test]
+    fn a_first_round_with_no_queue_keeps_the_window_the_socket_has() {
+        // A receiver that got 64 kB, then went application-limited: 3 kB
+        // in a round at the minimum RTT, no queue. Not clamped yet, it has
+        // the kernel's window (the limit); lambda x what arrived (9 kB)
+        // would shut it with nothing queued.
+        let mut p = BloatdPolicySock {
+            drwa_min_us: 80_000,
+            ..Default::default()
+        };
+        let m = DrwaMeasure {
+            rcvd: 3_000,
+            dur_us: 80_000,
+            rtt_us: 80_000,
+            low_us: 80_000,
+            min_bytes: 2_896,
+            lambda_x256: LAMBDA3,
+            limit: 3_000_000,
+            ..Default::default()
+        };
+        // SAFETY: pure C.
+        let w = unsafe { c::bloatd_drwa_round(&mut p, &m, 0) };
+        assert!(w >= 3_000_000, "first round, no queue: clamped to {w}");
+    }
+
+    #[test]
     fn millisecond_timestamps_count_a_lan_minimum_at_their_resolution() {
         let mut p = BloatdPolicySock {
             drwa_min_us: 40,
