@@ -317,14 +317,19 @@ static __always_inline __u32 drwa_give_back(const struct bloatd_drwa_saved *sv, 
 }
 
 /*
- * Before a round: the clamp is not what DRWA set last. If the buffer did
- * not grow, autotuning did not move it: the application set its own
- * (TCP_WINDOW_CLAMP), and that is what DRWA gives back and never exceeds.
+ * Before a round: the clamp is not what DRWA set last. Autotuning moves it
+ * only as it grows the buffer, and then to what the buffer gives
+ * (drwa_give_back). Any other clamp is the application's own
+ * (TCP_WINDOW_CLAMP), also when the buffer grew in the same round, and that
+ * is what DRWA gives back and never exceeds. (Autotuning's clamp under a
+ * scaling_ratio that has moved since is taken for the application's: it is
+ * still what the socket had, and a buffer that grows again moves it.)
  */
 static __always_inline void drwa_saw_clamp(struct bloatd_drwa_saved *sv, __u32 clamp_now,
-					   __u32 rcvbuf)
+					   __u32 rcvbuf, __u32 scaling_ratio)
 {
-	if (!sv->clamp || clamp_now == sv->clamp || rcvbuf != sv->rcvbuf)
+	if (!sv->clamp || clamp_now == sv->clamp ||
+	    clamp_now == drwa_give_back(sv, rcvbuf, scaling_ratio))
 		return;
 	sv->orig_clamp = clamp_now;
 	sv->orig_rcvbuf = rcvbuf;

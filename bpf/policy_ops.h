@@ -446,6 +446,7 @@ static __always_inline void drwa_apply(struct bpf_sock_ops *skops, struct bloatd
 	struct bloatd_policy_sock *p = &s->pol;
 	struct bloatd_drwa_saved *sv;
 	__u32 rcvbuf = drwa_rcvbuf(tp), clamped = p->flags & BLOATD_POL_DRWA_CLAMPED;
+	__u32 ratio = drwa_scaling_ratio(tp);
 	int clamp;
 
 	sv = bpf_sk_storage_get(&drwa_saved, tp, 0, BPF_SK_STORAGE_GET_F_CREATE);
@@ -458,9 +459,9 @@ static __always_inline void drwa_apply(struct bpf_sock_ops *skops, struct bloatd
 		sv->orig_rcvbuf = rcvbuf;
 		sv->clamp = 0;
 	} else {
-		drwa_saw_clamp(sv, tp->window_clamp, rcvbuf);
+		drwa_saw_clamp(sv, tp->window_clamp, rcvbuf, ratio);
 	}
-	m->limit = drwa_give_back(sv, rcvbuf, drwa_scaling_ratio(tp));
+	m->limit = drwa_give_back(sv, rcvbuf, ratio);
 	clamp = drwa_round(p, m, clamped ? p->drwa_clamp : 0);
 	/* Autotuning overwrites the clamp when it grows the buffer: set it
 	 * again each round, not only when it changes. */

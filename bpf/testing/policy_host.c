@@ -15,9 +15,10 @@ __u32 bloatd_drwa_give_back(const struct bloatd_drwa_saved *sv, __u32 rcvbuf, __
 	return drwa_give_back(sv, rcvbuf, scaling_ratio);
 }
 
-void bloatd_drwa_saw_clamp(struct bloatd_drwa_saved *sv, __u32 clamp_now, __u32 rcvbuf)
+void bloatd_drwa_saw_clamp(struct bloatd_drwa_saved *sv, __u32 clamp_now, __u32 rcvbuf,
+			   __u32 scaling_ratio)
 {
-	drwa_saw_clamp(sv, clamp_now, rcvbuf);
+	drwa_saw_clamp(sv, clamp_now, rcvbuf, scaling_ratio);
 }
 
 int bloatd_policy_ports_match(const struct bloatd_policy_rule *r, __u16 sport, __u16 dport)

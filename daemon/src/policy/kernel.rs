@@ -203,7 +203,12 @@ mod c {
         pub fn bloatd_drwa_round(p: *mut BloatdPolicySock, m: *const DrwaMeasure, prev: u32)
             -> u32;
         pub fn bloatd_drwa_give_back(sv: *const BloatdDrwaSaved, rcvbuf: u32, ratio: u32) -> u32;
-        pub fn bloatd_drwa_saw_clamp(sv: *mut BloatdDrwaSaved, clamp_now: u32, rcvbuf: u32);
+        pub fn bloatd_drwa_saw_clamp(
+            sv: *mut BloatdDrwaSaved,
+            clamp_now: u32,
+            rcvbuf: u32,
+            ratio: u32,
+        );
         pub fn bloatd_policy_ports_match(
             r: *const super::BloatdPolicyRule,
             sport: u16,
@@ -557,12 +562,32 @@ mod tests {
             assert_eq!(c::bloatd_drwa_give_back(&sv, 6_291_456, 128), 3_145_728);
             // The application set another clamp while DRWA held its own:
             // that is what it gets back.
-            c::bloatd_drwa_saw_clamp(&mut sv, 16_384, 262_144);
+            c::bloatd_drwa_saw_clamp(&mut sv, 16_384, 262_144, 128);
             assert_eq!(c::bloatd_drwa_give_back(&sv, 262_144, 128), 16_384);
             // Autotuning's clamp (the buffer grew) is not the application's.
-            c::bloatd_drwa_saw_clamp(&mut sv, 500_000, 1_000_000);
+            c::bloatd_drwa_saw_clamp(&mut sv, 500_000, 1_000_000, 128);
             assert_eq!(sv.orig_clamp, 16_384);
         }
+    }
+
+    #[test]
+    fn an_applications_clamp_counts_when_the_buffer_grew_in_the_same_round() {
+        let mut sv = BloatdDrwaSaved {
+            orig_clamp: 100_000,
+            orig_rcvbuf: 200_000,
+            clamp: 50_000,
+            rcvbuf: 200_000,
+        };
+        // SAFETY: pure C over a plain struct.
+        let back = unsafe {
+            // Autotuning doubled the buffer, then the application set its
+            // own 30 kB (TCP_WINDOW_CLAMP), before DRWA's next round: the
+            // clamp is not what the buffer gives (200 kB), so it is the
+            // application's.
+            c::bloatd_drwa_saw_clamp(&mut sv, 30_000, 400_000, 128);
+            c::bloatd_drwa_give_back(&sv, 400_000, 128)
+        };
+        assert!(back <= 30_000, "the application's 30000 raised to {back}");
     }
 
     #[test]
