@@ -4,11 +4,11 @@
 //! inode number of the cgroup's directory under the cgroup2 mount. The
 //! daemon learns id -> path by walking the hierarchy, only when a read
 //! brings an id it has not seen (at most once per [`RESCAN_EVERY`]), and
-//! names the path: the innermost systemd unit (`nginx.service`,
-//! `session-2.scope`), a Kubernetes container (`pod/UID/CONTAINER`) or pod
-//! (`pod/UID`), another container (`container/ID`), else the path itself
-//! (`/bench/bulk`). A cgroup removed before it was seen keeps its id
-//! (`cgroup:ID`).
+//! names the path: the systemd unit (`nginx.service`, `session-2.scope`;
+//! a user's own as `user-1000/nginx.service`), a Kubernetes container
+//! (`pod/UID/CONTAINER`) or pod (`pod/UID`), another container
+//! (`container/ID`), else the path itself (`/bench/bulk`). A cgroup
+//! removed before it was seen keeps its id (`cgroup:ID`).
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -145,6 +145,44 @@ fn container_id(dir: &str) -> Option<&str> {
     (id.len() == 64 && id.chars().all(|c| c.is_ascii_hexdigit())).then_some(id)
 }
 
+/// A systemd unit's cgroup: a service or a scope.
+fn is_unit(dir: &str) -> bool {
+    dir.ends_with(".service") || dir.ends_with(".scope")
+}
+
+/// The uid whose systemd manager `user@UID.service` is.
+fn user_manager(dir: &str) -> Option<&str> {
+    let uid = dir.strip_prefix("user@")?.strip_suffix(".service")?;
+    (!uid.is_empty() && uid.bytes().all(|b| b.is_ascii_digit())).then_some(uid)
+}
+
+/// The Kubernetes pod (and container) of a path, where the kubelet puts
+/// them: a pod right under the top-level `kubepods` (guaranteed QoS) or
+/// under its QoS class (burstable, besteffort), of either cgroup driver.
+/// Only root makes a top-level cgroup, so a delegated one merely named
+/// like the kubelet's is no pod.
+fn pod_of<'a>(dirs: &[&'a str]) -> Option<(String, Option<&'a str>)> {
+    if !matches!(dirs.first(), Some(&"kubepods" | &"kubepods.slice")) {
+        return None;
+    }
+    let (i, uid) = (1..=2).find_map(|i| Some((i, pod_uid(dirs.get(i)?)?)))?;
+    Some((uid, dirs.get(i + 1).and_then(|d| container_id(d))))
+}
+
+/// The unit a path is in: the outermost, as only the system's manager
+/// makes units at the top and what a unit makes below itself (a delegated
+/// subtree) is that unit's, whatever it is called. Below a user's manager
+/// (`user@1000.service`) the user's units, named as the user's
+/// (`user-1000/nginx.service`), not as a system service.
+fn unit_of(dirs: &[&str]) -> Option<String> {
+    let i = dirs.iter().position(|d| is_unit(d))?;
+    let users = user_manager(dirs[i]).and_then(|uid| {
+        let unit = dirs[i + 1..].iter().find(|d| is_unit(d))?;
+        Some(format!("user-{uid}/{unit}"))
+    });
+    Some(users.unwrap_or_else(|| dirs[i].to_string()))
+}
+
 /// The service a cgroup path (below the mount, '/'-separated) names.
 pub fn service_of_path(path: &str) -> String {
     let dirs: Vec<&str> = path.split('/').filter(|d| !d.is_empty()).collect();
@@ -152,26 +190,16 @@ pub fn service_of_path(path: &str) -> String {
         return ROOT.into();
     }
     let short = |id: &str| id[..SHORT_ID.min(id.len())].to_string();
-    if dirs.iter().any(|d| d.starts_with("kubepods")) {
-        if let Some(i) = dirs.iter().position(|d| pod_uid(d).is_some()) {
-            let uid = pod_uid(dirs[i]).unwrap_or_default();
-            return match dirs.get(i + 1).and_then(|d| container_id(d)) {
-                Some(c) => format!("pod/{uid}/{}", short(c)),
-                None => format!("pod/{uid}"),
-            };
-        }
+    if let Some((uid, container)) = pod_of(&dirs) {
+        return match container {
+            Some(c) => format!("pod/{uid}/{}", short(c)),
+            None => format!("pod/{uid}"),
+        };
     }
     if let Some(c) = dirs.iter().rev().find_map(|d| container_id(d)) {
         return format!("container/{}", short(c));
     }
-    if let Some(unit) = dirs
-        .iter()
-        .rev()
-        .find(|d| d.ends_with(".service") || d.ends_with(".scope"))
-    {
-        return unit.to_string();
-    }
-    format!("/{}", dirs.join("/"))
+    unit_of(&dirs).unwrap_or_else(|| format!("/{}", dirs.join("/")))
 }
 
 #[cfg(test)]
@@ -190,7 +218,7 @@ mod tests {
             ("/user.slice/user-1000.slice/session-3.scope", "session-3.scope"),
             (
                 "/user.slice/user-1000.slice/user@1000.service/app.slice/app-firefox-1234.scope",
-                "app-firefox-1234.scope",
+                "user-1000/app-firefox-1234.scope",
             ),
             // Kubernetes, systemd driver: the pod's UID has underscores.
             (
@@ -213,6 +241,63 @@ mod tests {
             ("/kubepods.slice", "/kubepods.slice"),
         ] {
             assert_eq!(service_of_path(path), want, "{path}");
+        }
+    }
+
+    #[test]
+    fn a_users_units_are_named_as_the_users() {
+        let user = "/user.slice/user-1000.slice/user@1000.service";
+        for (path, want) in [
+            // The user's manager runs units the user names: never a
+            // system service's name.
+            (
+                format!("{user}/app.slice/nginx.service"),
+                "user-1000/nginx.service",
+            ),
+            (
+                format!("{user}/app.slice/nginx.service/workers.service"),
+                "user-1000/nginx.service",
+            ),
+            (format!("{user}/init.scope"), "user-1000/init.scope"),
+            // Outside the user's units, the user's manager.
+            (format!("{user}/app.slice/x"), "user@1000.service"),
+            // A delegated system unit's cgroups are that unit's, whatever
+            // they are called.
+            (
+                "/system.slice/build.service/nginx.service".into(),
+                "build.service",
+            ),
+            ("/system.slice/nginx.service".into(), "nginx.service"),
+        ] {
+            assert_eq!(service_of_path(&path), want, "{path}");
+        }
+    }
+
+    #[test]
+    fn pods_are_named_only_where_the_kubelet_puts_them() {
+        let pod = "pod0f1e2d3c-4b5a-6978-8796-a5b4c3d2e1f0";
+        let uid = "pod/0f1e2d3c-4b5a-6978-8796-a5b4c3d2e1f0";
+        for (path, want) in [
+            (format!("/kubepods/{pod}"), uid.to_string()),
+            (format!("/kubepods/burstable/{pod}"), uid.to_string()),
+            // A cgroup delegated to a user, or to a service, merely named
+            // like the kubelet's.
+            (
+                format!("/user.slice/user-1000.slice/user@1000.service/app.slice/kubepods/{pod}"),
+                "user@1000.service".to_string(),
+            ),
+            (
+                format!("/system.slice/ci.service/kubepods/burstable/{pod}"),
+                "ci.service".to_string(),
+            ),
+            (
+                format!("/bench/kubepods/{pod}"),
+                format!("/bench/kubepods/{pod}"),
+            ),
+            // Below a pod's own, deeper than the kubelet goes: still that pod.
+            (format!("/kubepods/{pod}/x/{pod}ff"), uid.to_string()),
+        ] {
+            assert_eq!(service_of_path(&path), want, "{path}");
         }
     }
 
