@@ -3,22 +3,31 @@
 //! The probes give each socket's cgroup as its kernfs id, which is the
 //! inode number of the cgroup's directory under the cgroup2 mount. The
 //! daemon learns id -> path by walking the hierarchy, only when a read
-//! brings an id it has not seen (at most once per [`RESCAN_EVERY`]), and
+//! brings an id it has not seen (at most once per [`RESCAN_EVERY`]; an id a
+//! walk did not find is not looked for again for [`MISS_KEPT`]), and
 //! names the path: the systemd unit (`nginx.service`, `session-2.scope`;
 //! a user's own as `user-1000/nginx.service`), a Kubernetes container
 //! (`pod/UID/CONTAINER`) or pod (`pod/UID`), another container
 //! (`container/ID`), else the path itself (`/bench/bulk`). A cgroup
 //! removed before it was seen keeps its id (`cgroup:ID`).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// Walks of the hierarchy at most this often (a new id within it waits).
 pub const RESCAN_EVERY: Duration = Duration::from_secs(1);
-/// Names kept at most; beyond, the table starts over at the next walk (a
-/// host that made and removed that many cgroups since the last one).
+/// How long an id a walk did not find is believed gone. A socket outlives
+/// the cgroup it was made in (the kernel keeps the dead cgroup for it), and
+/// that id is never found again: without this, every read and scrape that
+/// brings it would walk the whole hierarchy, once a second for as long as
+/// the socket lives. A walk for another id looks for it again (and the
+/// misses of one walk age together, so dead ids cost a walk per period).
+pub const MISS_KEPT: Duration = Duration::from_secs(60);
+/// Names (and misses) kept at most; beyond, the table starts over at the
+/// next walk (a host that made and removed that many cgroups since the
+/// last one).
 const MAX_NAMES: usize = 65_536;
 /// Characters of a container id shown (as `docker ps` does).
 const SHORT_ID: usize = 12;
@@ -34,6 +43,8 @@ pub struct ServiceNames {
     root: Option<PathBuf>,
     /// id -> service name, copied on write.
     known: Arc<HashMap<u64, String>>,
+    /// id -> when a walk last did not find it, copied on write.
+    missed: Arc<HashMap<u64, Instant>>,
     last_walk: Option<Instant>,
 }
 
@@ -44,20 +55,35 @@ impl ServiceNames {
         ServiceNames {
             root,
             known: Arc::default(),
+            missed: Arc::default(),
             last_walk: None,
         }
     }
 
     /// Make sure the ids of `ids` are named: walk the hierarchy once if one
-    /// is new and the last walk is old enough.
+    /// is new (neither named nor missed lately) and the last walk is old
+    /// enough.
     pub fn learn(&mut self, ids: impl IntoIterator<Item = u64>) {
-        let new = ids
-            .into_iter()
-            .any(|id| id != 0 && !self.known.contains_key(&id));
-        if !new || self.last_walk.is_some_and(|t| t.elapsed() < RESCAN_EVERY) {
+        let now = Instant::now();
+        if self
+            .last_walk
+            .is_some_and(|t| now.duration_since(t) < RESCAN_EVERY)
+        {
             return;
         }
-        self.last_walk = Some(Instant::now());
+        let unknown: HashSet<u64> = ids
+            .into_iter()
+            .filter(|&id| id != 0 && !self.known.contains_key(&id))
+            .collect();
+        let missed_lately = |id: &u64| {
+            self.missed
+                .get(id)
+                .is_some_and(|t| now.duration_since(*t) < MISS_KEPT)
+        };
+        if unknown.iter().all(missed_lately) {
+            return;
+        }
+        self.last_walk = Some(now);
         let Some(root) = self.root.clone() else {
             return;
         };
@@ -72,6 +98,17 @@ impl ServiceNames {
                 .entry(id)
                 .or_insert_with(|| crate::text::printable(&service_of_path(&path)));
         }
+        let missed = Arc::make_mut(&mut self.missed);
+        missed.retain(|_, t| now.duration_since(*t) < MISS_KEPT);
+        if missed.len() > MAX_NAMES {
+            missed.clear();
+        }
+        missed.extend(
+            unknown
+                .into_iter()
+                .filter(|id| !known.contains_key(id))
+                .map(|id| (id, now)),
+        );
     }
 
     /// The service of cgroup `id`.
@@ -299,6 +336,40 @@ mod tests {
         ] {
             assert_eq!(service_of_path(&path), want, "{path}");
         }
+    }
+
+    #[test]
+    fn a_cgroup_never_found_does_not_walk_the_hierarchy_every_second() {
+        // 50k cgroups (a directory tree stands in), and a socket that
+        // outlived its own: a dead cgroup's id is never found again.
+        let root = std::env::temp_dir().join(format!("bloatd-names-dead-{}", std::process::id()));
+        for i in 0..250 {
+            for j in 0..200 {
+                std::fs::create_dir_all(root.join(format!("s{i}.slice/c{j}"))).unwrap();
+            }
+        }
+        let missing = u64::MAX - 1;
+        let mut names = ServiceNames::new(Some(root.clone()));
+        let t = Instant::now();
+        names.learn([missing]);
+        let first = t.elapsed();
+        std::thread::sleep(RESCAN_EVERY + Duration::from_millis(100));
+        let t = Instant::now();
+        names.learn([missing]);
+        let second = t.elapsed();
+        // Once the miss is old, the next read looks for it again.
+        let walked = names.last_walk;
+        for t in Arc::make_mut(&mut names.missed).values_mut() {
+            *t = t.checked_sub(MISS_KEPT).unwrap();
+        }
+        names.learn([missing]);
+        std::fs::remove_dir_all(&root).unwrap();
+        assert!(
+            second < Duration::from_millis(10),
+            "the second learn took {second:?} (a walk of 50k cgroups: {first:?})"
+        );
+        assert_eq!(names.name(missing), format!("cgroup:{missing}"));
+        assert_ne!(names.last_walk, walked, "an aged miss is walked for");
     }
 
     #[test]
