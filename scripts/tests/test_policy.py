@@ -32,9 +32,9 @@ BULK_BYTES = 2_000_000
 
 
 def drwa_pin(d):
-    """Where the daemon pins what DRWA must give back (probes/policy.rs)."""
-    tag = d.run_dir.strip("/").replace("/", "_")
-    return f"/sys/fs/bpf/bloatd/{tag}/drwa_saved"
+    """Where the running daemon pins what DRWA must give back, as it says
+    (/v1/policy; the name's hash: probes/policy.rs, saved_pin); "" if none."""
+    return d.api("/v1/policy")["drwa"]["saved_pin"] or ""
 
 
 class ForeignSockOps:

@@ -44,17 +44,37 @@ pub struct PolicyConfig {
     pub saved_pin: Option<PathBuf>,
 }
 
+/// Bytes of the run directory's path kept readable in its pin's name.
+const PIN_READABLE: usize = 100;
+
 /// Where the daemon of `run_dir` pins `drwa_saved`: one directory per run
-/// directory (/run/bloatd: /sys/fs/bpf/bloatd/run_bloatd), so daemons of
-/// different run directories never give back each other's windows.
+/// directory, so daemons of different run directories never give back
+/// each other's windows. Named for the run directory (/run/bloatd:
+/// /sys/fs/bpf/bloatd/run_bloatd-HASH), where HASH (FNV-1a of its absolute
+/// path) tells apart paths alike in their readable part (/run/a_b and
+/// /run/a/b, two long ones with a common start), and the name stays within
+/// a bpffs name's 255 bytes.
 pub fn saved_pin(run_dir: &Path) -> PathBuf {
-    let tag: String = run_dir
-        .to_string_lossy()
-        .trim_matches('/')
-        .chars()
-        .map(|c| if c == '/' { '_' } else { c })
-        .take(200)
+    // Spelled one way: /run/bloatd/ and /run//bloatd are /run/bloatd.
+    let abs: PathBuf = std::path::absolute(run_dir)
+        .unwrap_or_else(|_| run_dir.to_path_buf())
+        .components()
         .collect();
+    let readable = abs.to_string_lossy().trim_matches('/').replace('/', "_");
+    let mut cut = readable.len().min(PIN_READABLE);
+    while !readable.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    // FNV-1a: the same in every build and version (std's hashers promise
+    // neither), as the next version must find this one's pin.
+    let hash = abs
+        .as_os_str()
+        .as_encoded_bytes()
+        .iter()
+        .fold(0xcbf2_9ce4_8422_2325u64, |h, &b| {
+            (h ^ b as u64).wrapping_mul(0x0000_0100_0000_01b3)
+        });
+    let tag = format!("{}-{hash:016x}", &readable[..cut]);
     Path::new(BPFFS).join("bloatd").join(tag).join(SAVED_MAP)
 }
 
@@ -354,4 +374,30 @@ fn restore_in_every_netns(it: &MapIter) -> u64 {
         Err(e) => tracing::warn!("giving back DRWA windows in {label}: {e}"),
     });
     n
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn run_directories_never_share_a_pin() {
+        let pin = |d: &str| saved_pin(Path::new(d));
+        assert_ne!(pin("/run/a_b"), pin("/run/a/b"));
+        // Paths alike beyond a readable part's length, and one whose
+        // readable part alone would not fit a bpffs name (255 bytes).
+        let long = format!("/run/{}", "x".repeat(300));
+        assert_ne!(pin(&long), pin(&format!("{long}y")));
+        let wide = format!("/run/{}", "é".repeat(300));
+        let name = pin(&wide).parent().unwrap().file_name().unwrap().len();
+        assert!(name <= 255, "a {name}-byte name");
+        // One directory however it is spelled, and named for it. The name
+        // is a contract between versions: a start finds the pin of the one
+        // that crashed before an upgrade (docs/operating.md gives it).
+        assert_eq!(pin("/run/bloatd/"), pin("/run/bloatd"));
+        assert_eq!(
+            pin("/run/bloatd"),
+            Path::new("/sys/fs/bpf/bloatd/run_bloatd-f52cc0b6bbac5ade/drwa_saved")
+        );
+    }
 }
