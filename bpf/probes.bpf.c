@@ -1491,9 +1491,11 @@ int sock_ops(struct bpf_sock_ops *skops)
 }
 
 /*
- * Walks the TCP sockets of the reader's network namespace once, so sockets
- * opened before bloatd started (an idle ssh session) are listed too. Sockets
- * of other namespaces show up at their next segment through tcp_probe.
+ * Walks the TCP sockets of the reader's network namespace once at start (the
+ * daemon reads it in each namespace it may enter), so sockets opened before
+ * bloatd started (an idle ssh session) are listed too, and each takes the
+ * owner seed_owners noted for it (service_ops.h). Sockets of namespaces
+ * bloatd cannot enter get their record at a segment the probes look at.
  */
 SEC("iter/tcp")
 int seed_sockets(struct bpf_iter__tcp *ctx)
@@ -1522,19 +1524,6 @@ int seed_sockets(struct bpf_iter__tcp *ctx)
 	sock_queues(s);
 owner:
 	seed_owner_apply(tp);
-	return 0;
-}
-
-/* The other network namespaces at start: owners only (service_ops.h); their
- * sockets get records at their next segment, and take the owner then. */
-SEC("iter/tcp")
-int seed_owned(struct bpf_iter__tcp *ctx)
-{
-	struct sock_common *skc = ctx->sk_common;
-	struct tcp_sock *tp;
-
-	if (skc && (tp = bpf_skc_to_tcp_sock(skc)))
-		seed_owner_apply(tp);
 	return 0;
 }
 

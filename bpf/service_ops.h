@@ -27,7 +27,7 @@
  *                           above all): the process holding them, from
  *                           every task's open files (bpf_sock_from_file,
  *                           Linux 5.11: every kernel the core runs on);
- *   iter/tcp seed_sockets, seed_owned  give it to them.
+ *   iter/tcp seed_sockets   give it to them.
  */
 #ifndef BLOATD_SERVICE_OPS_H
 #define BLOATD_SERVICE_OPS_H
@@ -160,9 +160,9 @@ static __always_inline void service_stats(const struct bloatd_sock *s, __u32 rx,
  * a listener systemd opened for socket activation names the service that
  * inherited it). It cannot give the socket its owner itself: from a file,
  * kernels since 6.x hand the socket's `sk` over as an untrusted pointer,
- * which no socket storage takes. Then a TCP iterator (seed_sockets in the
- * daemon's namespace, seed_owned in every other it can enter), whose
- * sockets are trusted, gives each socket noted its owner
+ * which no socket storage takes. Then a TCP iterator (seed_sockets, in
+ * every namespace the daemon can enter), whose sockets are trusted, gives
+ * each socket noted its owner
  * (seed_owner_apply): a record's pid, or a listener's `owners` storage for
  * the connections it will accept. Bounded: beyond 16,384 sockets open at
  * start, the rest get their process when they have one of their own

@@ -287,6 +287,14 @@ impl SamplerState {
     }
 }
 
+/// Whether the daemon may enter other network namespaces (setns:
+/// CAP_SYS_ADMIN permitted; it keeps it after start, caps.rs).
+fn may_enter_namespaces() -> bool {
+    crate::caps::current()
+        .map(|(_, permitted)| permitted & (1 << crate::caps::CAP_SYS_ADMIN) != 0)
+        .unwrap_or(false)
+}
+
 /// How a read reaches the sockets of every network namespace.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum NetnsReach {
@@ -301,12 +309,9 @@ enum NetnsReach {
 }
 
 impl NetnsReach {
-    /// Entering, if the daemon may (CAP_SYS_ADMIN permitted); else own only.
+    /// Entering, if the daemon may; else own only.
     fn entering() -> NetnsReach {
-        let admin = crate::caps::current()
-            .map(|(_, permitted)| permitted & (1 << crate::caps::CAP_SYS_ADMIN) != 0)
-            .unwrap_or(false);
-        if admin {
+        if may_enter_namespaces() {
             NetnsReach::Entering
         } else {
             NetnsReach::OwnOnly
@@ -736,27 +741,36 @@ impl Probes {
         Ok(Some(n))
     }
 
-    /// What exists before start: the TCP iterator records every socket of
-    /// our network namespace, including idle ones no tracepoint would
-    /// report until they carry traffic, and every task's open files give
-    /// the sockets (listeners above all) the process that holds them, in
-    /// every namespace bloatd can enter (service_ops.h, seed_owners). The
-    /// owners only name processes: if they fail, connections accepted from
-    /// a listener opened before bloatd show none, and bloatd goes on.
+    /// What exists before start: every task's open files give the sockets
+    /// (listeners above all) the process that holds them, then the TCP
+    /// iterator records every socket of our network namespace, and of
+    /// every other one bloatd may enter, idle ones too, which no
+    /// tracepoint would report until they carry traffic (service_ops.h,
+    /// seed_owners). The owners only name processes: if they fail,
+    /// connections accepted from a listener opened before bloatd show
+    /// none, and bloatd goes on.
     fn seed(&mut self, btf: &Btf) -> Result<(), ProbeError> {
-        let owners = self.run_iter_once(btf, "seed_owners", "task_file");
-        self.run_iter_once(btf, "seed_sockets", "tcp")?;
-        let owned = owners.and_then(|()| iter_link(&mut self.ebpf, btf, "seed_owned", "tcp", None));
-        match owned {
-            // Ours again too: nothing is left there for it to give.
-            Ok(it) => netns::in_every("naming the processes of sockets", |label| {
-                if let Err(e) = it.read() {
-                    tracing::warn!("naming the processes of sockets in {label}: {e}");
-                }
-            }),
-            Err(e) => tracing::warn!(
+        if let Err(e) = self.run_iter_once(btf, "seed_owners", "task_file") {
+            tracing::warn!(
                 "{e}: connections accepted by listeners opened before bloatd show no process"
-            ),
+            );
+        }
+        let it = iter_link(&mut self.ebpf, btf, "seed_sockets", "tcp", None)?;
+        it.read().map_err(|e| ProbeError::Attach {
+            name: "seed_sockets",
+            detail: e.to_string(),
+        })?;
+        // The other namespaces' sockets too, where bloatd may enter them:
+        // an idle one would otherwise wait for a look at its traffic.
+        if may_enter_namespaces() {
+            let own = netns::own().ok();
+            netns::in_every("recording the sockets that exist", |label| {
+                if netns::own().ok() != own {
+                    if let Err(e) = it.read() {
+                        tracing::warn!("recording the sockets of {label}: {e}");
+                    }
+                }
+            });
         }
         Ok(())
     }
@@ -936,16 +950,19 @@ impl Probes {
             map: "netns_seen",
             detail: format!("reading our own network namespace: {e}"),
         })?;
-        let mut out = walk_netns(&self.dump, &self.slots, into)?;
         if self.reach != NetnsReach::Entering {
-            return Ok(out);
+            return walk_netns(&self.dump, &self.slots, into);
         }
-        let others: Vec<u32> = self
-            .netns_seen
-            .keys()
-            .filter_map(Result::ok)
-            .filter(|&k| k != own)
-            .collect();
+        // Each walk passes every socket of the host (the kernel's table is
+        // shared by the namespaces unless tcp_child_ehash_entries splits
+        // it): only the namespaces that hold records, ours included.
+        let seen: Vec<u32> = self.netns_seen.keys().filter_map(Result::ok).collect();
+        let mut out = if seen.contains(&own) {
+            walk_netns(&self.dump, &self.slots, into)?
+        } else {
+            into
+        };
+        let others: Vec<u32> = seen.into_iter().filter(|&k| k != own).collect();
         if others.is_empty() {
             return Ok(out);
         }
