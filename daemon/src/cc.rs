@@ -12,6 +12,60 @@ pub struct CcSet {
     declined: Option<String>,
     /// The host default before bloatd first changed it.
     prev_default: Option<String>,
+    /// The daemon's run directory, where that default is also kept
+    /// (SAVED_DEFAULT): a daemon that dies without dropping this (a panic,
+    /// `kill -9`) leaves it for the next start or stop to put back.
+    run_dir: Option<std::path::PathBuf>,
+}
+
+/// The file of the run directory that holds the host's default congestion
+/// control from before a daemon changed it, while that daemon runs.
+pub const SAVED_DEFAULT: &str = "default_cc";
+
+/// A default a daemon that did not stop left changed: put back the one
+/// the host had (kept in `dir`), whatever this start's or stop's flags, and
+/// say so. The caller holds the run directory's lock: no daemon runs.
+pub fn restore_left(dir: &crate::rundir::RunDir) -> Option<String> {
+    use std::io::Read;
+    let mut f = dir.open_file(SAVED_DEFAULT, libc::O_RDONLY, 0).ok()?;
+    let mut prev = String::new();
+    let read = f.read_to_string(&mut prev);
+    let prev = prev.trim();
+    let line = match read {
+        Ok(_) if !prev.is_empty() && prev.bytes().all(|b| b.is_ascii_graphic()) => {
+            let now = bloatd_cc::kernel_default().unwrap_or_default();
+            if now == prev {
+                None
+            } else {
+                Some(match bloatd_cc::set_kernel_default(prev) {
+                    Ok(()) => format!(
+                        "restored the default congestion control {prev} (a bloatd that did not stop left {now})"
+                    ),
+                    Err(e) => format!(
+                        "cannot restore the default congestion control {prev} that a bloatd which did not stop changed to {now}: {e}"
+                    ),
+                })
+            }
+        }
+        _ => Some(format!(
+            "ignored {} in the run directory: it names no congestion control",
+            SAVED_DEFAULT
+        )),
+    };
+    dir.unlink(SAVED_DEFAULT);
+    line
+}
+
+/// Keep `prev` in the run directory (SAVED_DEFAULT), written whole (a
+/// temporary file renamed over it).
+fn save_default(run_dir: &std::path::Path, prev: &str) -> std::io::Result<()> {
+    use std::io::Write;
+    let dir = crate::rundir::RunDir::open(run_dir)?;
+    let tmp = format!("{SAVED_DEFAULT}.tmp");
+    let mut f = dir.open_file(&tmp, libc::O_WRONLY | libc::O_CREAT | libc::O_TRUNC, 0o600)?;
+    writeln!(f, "{prev}")?;
+    f.sync_all()?;
+    dir.rename(&tmp, SAVED_DEFAULT)
 }
 
 /// Whether a registration failure is this kernel's lack of a feature (the
@@ -46,6 +100,7 @@ impl CcSet {
             reg: None,
             declined: None,
             prev_default: None,
+            run_dir: None,
         };
         if algos.is_empty() {
             return Ok(set);
@@ -139,9 +194,31 @@ impl CcSet {
         }
     }
 
+    /// Keep the host's default in `run_dir` too when it is changed (the
+    /// daemon's set; the embedded dashboard's has none).
+    pub fn keep_default_in(&mut self, run_dir: &std::path::Path) {
+        self.run_dir = Some(run_dir.to_path_buf());
+    }
+
     /// Set the host's default congestion control, remembering the first
-    /// previous value so `stop` can restore it. Returns the previous one.
+    /// previous value so `stop` can restore it (and, in the run
+    /// directory, the next start or stop after a crash). Returns the
+    /// previous one.
     pub fn set_default(&mut self, name: &str) -> anyhow::Result<String> {
+        let prev = bloatd_cc::kernel_default()?;
+        if self.prev_default.is_none() && prev != name {
+            // Kept before it is changed: a crash in between leaves a file
+            // naming the default the host still has, which restore_left
+            // sees and drops.
+            if let Some(dir) = &self.run_dir {
+                save_default(dir, &prev).map_err(|e| {
+                    anyhow::anyhow!(
+                        "cannot keep the host's default congestion control in {}: {e}",
+                        dir.display()
+                    )
+                })?;
+            }
+        }
         let prev = set_default(name)?;
         if self.prev_default.is_none() && prev != name {
             self.prev_default = Some(prev.clone());
@@ -156,6 +233,11 @@ impl CcSet {
                 Err(e) => {
                     tracing::warn!("could not restore default congestion control {prev}: {e}")
                 }
+            }
+        }
+        if let Some(dir) = &self.run_dir {
+            if let Ok(d) = crate::rundir::RunDir::open(dir) {
+                d.unlink(SAVED_DEFAULT);
             }
         }
     }

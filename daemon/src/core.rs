@@ -153,7 +153,10 @@ impl Core {
             floors: cfg.floors,
             service_entries: cfg.service_entries,
         })?;
-        let cc = CcSet::register(&cfg.cc, &cfg.cc_options())?;
+        let mut cc = CcSet::register(&cfg.cc, &cfg.cc_options())?;
+        if mode == "daemon" {
+            cc.keep_default_in(&cfg.run_dir);
+        }
         let mut tracker = Tracker::new(cfg.interval_ms, cfg.series_seconds);
         tracker.set_rule_names(policy.names.clone());
         let mut core = Core {

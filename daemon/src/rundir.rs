@@ -172,6 +172,24 @@ impl RunDir {
         Ok(unsafe { File::from_raw_fd(fd) })
     }
 
+    /// renameat(2) within this directory.
+    pub fn rename(&self, from: &str, to: &str) -> std::io::Result<()> {
+        let (a, b) = (cstring(from), cstring(to));
+        // SAFETY: renameat(2) in our directory with valid C strings.
+        if unsafe {
+            libc::renameat(
+                self.fd.as_raw_fd(),
+                a.as_ptr(),
+                self.fd.as_raw_fd(),
+                b.as_ptr(),
+            )
+        } != 0
+        {
+            return Err(errno());
+        }
+        Ok(())
+    }
+
     pub fn unlink(&self, name: &str) {
         let c = cstring(name);
         // SAFETY: unlinkat(2) in our directory.
@@ -370,6 +388,23 @@ pub fn lock_state(run_dir: &Path) -> anyhow::Result<(LockState, Option<RunDir>)>
     let mut s = String::new();
     let _ = (&f).read_to_string(&mut s);
     Ok((LockState::Held(s.trim().parse().ok()), Some(dir)))
+}
+
+/// The pid file's lock for a command that acts for no running daemon
+/// (`stop` giving back what one that died left): held while it does, so a
+/// `start` meanwhile does not find its crash state taken away. Nothing
+/// written: the file's pid stays the last daemon's. None: a daemon (or a
+/// start) holds it.
+pub fn hold_free(dir: &RunDir) -> anyhow::Result<Option<PidLock>> {
+    let f = dir
+        .open_file(PID_FILE, libc::O_RDWR | libc::O_CREAT, 0o600)
+        .map_err(|e| {
+            anyhow::anyhow!(
+                "cannot open pid file {}: {e}",
+                dir.path.join(PID_FILE).display()
+            )
+        })?;
+    Ok(flock(&f, libc::LOCK_EX | libc::LOCK_NB).then_some(PidLock { _file: f }))
 }
 
 pub fn take_lock(dir: &RunDir) -> anyhow::Result<PidLock> {

@@ -7,6 +7,7 @@ alive.
 """
 
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -164,6 +165,49 @@ class CongestionControlDefault(TestCase):
         r = run(BLOATD, "--run-dir", d.run_dir, "cc", "default", "bloatd_cubic", check=False)
         self.assertNotEqual(r.returncode, 0)
         self.assertIn("bloatd start", r.stderr)
+
+
+    def test_a_default_a_crash_left_is_put_back_at_the_next_start_or_stop(self):
+        """Issue 30: `cc default` then a panic (the hook exits before the
+        default is restored) or `kill -9`: the next `start --no-cc`, or
+        `stop` with no daemon, puts back the host's default; before, it
+        stayed bloatd_westwood (`start --no-cc` never adopts it)."""
+        before = self.default()
+        self.addCleanup(write, CC_DEFAULT, before)
+        tmp = tempfile.mkdtemp(prefix="bloatd-panic-")
+        self.addCleanup(shutil.rmtree, tmp, True)
+        panic_file = os.path.join(tmp, "panic")
+        for how, then in (("panic", "start --no-cc"), ("kill -9", "stop")):
+            d = self.daemon()
+            os.environ["BLOATD_TEST_PANIC_FILE"] = panic_file
+            try:
+                d.start()
+            finally:
+                del os.environ["BLOATD_TEST_PANIC_FILE"]
+            d.cli("cc", "default", "bloatd_westwood")
+            self.assertEqual(self.default(), "bloatd_westwood")
+            if how == "panic":
+                open(panic_file, "w").close()
+            else:
+                os.kill(d.pid(), signal.SIGKILL)
+            wait_for(lambda: d.cli("status", check=False).returncode == 3, timeout=15,
+                     what=f"the daemon gone after the {how}")
+            if how == "panic":
+                os.unlink(panic_file)
+            left = self.default()
+            print(f"    after the {how}: default {left}", flush=True)
+            if then == "stop":
+                r = d.cli("stop", check=False)
+                self.assertEqual(r.returncode, 3)
+                self.assertIn(f"restored the default congestion control {before}", r.stdout)
+            else:
+                d.start("--no-cc")
+                self.assertIn(f"restored the default congestion control {before}", d.log())
+            self.assertEqual(self.default(), before, f"{how}, then {then}: the host's default again")
+            self.assertIn(self.default(), available_cc())
+            if then != "stop":
+                d.stop()
+                self.assertEqual(self.default(), before)
 
 
 class BadInput(TestCase):

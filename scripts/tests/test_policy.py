@@ -354,6 +354,31 @@ class Policy(TestCase):
                             + ", ".join(slow))
         self.assertFalse(problems, "; ".join(problems))
 
+    def test_a_stop_beside_a_starting_daemon_leaves_its_crash_state(self):
+        """Issue 30: `stop` with no daemon gives back what a killed one left
+        (DRWA's pin, the host's default) and so took a starting daemon's
+        crash state away. It now holds the pid file's lock meanwhile (a
+        start then fails or waits its turn); with the lock held by another
+        (a start under way) it refuses and leaves the pin; once free, it
+        gives back and removes it."""
+        import fcntl
+        d = self.daemon("--drwa=off", "--no-cc")
+        d.start()
+        pin = drwa_pin(d)
+        self.assertTrue(pin and os.path.exists(pin), "DRWA's state pinned")
+        os.kill(d.pid(), signal.SIGKILL)
+        wait_for(lambda: d.cli("status", check=False).returncode == 3, timeout=15, what="the daemon gone")
+        self.assertTrue(os.path.exists(pin), "kill -9 leaves the pin for the next start or stop")
+        with open(os.path.join(d.run_dir, "bloatd.pid")) as f:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)  # as a start holds it
+            r = d.cli("stop", check=False)
+            print(f"    stop beside a held lock: exit {r.returncode}: {r.stderr.strip()}", flush=True)
+            self.assertNotEqual(r.returncode, 0)
+            self.assertTrue(os.path.exists(pin), "the pin stays while another holds the lock")
+        r = d.cli("stop", check=False)
+        self.assertEqual(r.returncode, 3)
+        self.assertFalse(os.path.exists(pin), "given back once the lock is free")
+
     def test_other_programs_callbacks_and_an_applications_clamp_are_left_alone(self):
         """Another tool's sock_ops program in a child cgroup turned on the
         RTT and header-option callbacks for its sockets: bloatd, which turns

@@ -493,6 +493,11 @@ fn setup(cfg: &Config) -> anyhow::Result<Setup> {
     crate::probes::preflight()?;
     let dir = RunDir::prepare(&cfg.run_dir, cfg.api_gid().map(|(_, g)| g))?;
     let lock = take_lock(&dir)?;
+    // A default congestion control a daemon that did not stop left: back
+    // to the host's, whatever this start's flags.
+    if let Some(line) = crate::cc::restore_left(&dir) {
+        tracing::warn!("{line}");
+    }
     // Listeners first: a taken port fails fast, before anything is attached.
     let tcp = std::net::TcpListener::bind(cfg.listen).map_err(|e| match e.kind() {
         std::io::ErrorKind::AddrInUse => anyhow::anyhow!(

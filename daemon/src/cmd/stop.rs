@@ -1,6 +1,8 @@
 //! `bloatd stop`: SIGTERM to the daemon, and wait until it has let go of
 //! everything it attached. With no daemon running, it gives back the DRWA
-//! window clamps a daemon that did not stop left behind (probes/policy.rs).
+//! window clamps a daemon that did not stop left behind (probes/policy.rs)
+//! and the host's default congestion control it changed (cc.rs), holding
+//! the pid file's lock meanwhile.
 
 use super::EXIT_NOT_RUNNING;
 use crate::config::Config;
@@ -73,9 +75,26 @@ fn holds_flock(pid: u32, dev: u64, ino: u64) -> bool {
 /// `bloatd stop`.
 pub fn run(cfg: &Config) -> anyhow::Result<ExitCode> {
     let pid = match lock_state(&cfg.run_dir)? {
-        (LockState::Free, _) => {
+        (LockState::Free, dir) => {
+            // Held while giving back: a start beside this stop would
+            // otherwise adopt the pin and the default this stop then takes
+            // away (the lock makes the start wait its turn or fail).
+            let held = match &dir {
+                Some(d) => match crate::rundir::hold_free(d)? {
+                    Some(l) => Some(l),
+                    None => anyhow::bail!(
+                        "bloatd is starting (the pid file {} is locked): try again",
+                        cfg.pid_file().display()
+                    ),
+                },
+                None => None,
+            };
             println!("bloatd is not running");
             give_back_left(cfg);
+            if let Some(line) = dir.as_ref().and_then(crate::cc::restore_left) {
+                println!("{line}");
+            }
+            drop(held);
             return Ok(ExitCode::from(EXIT_NOT_RUNNING));
         }
         (LockState::NoAccess, _) => {
@@ -111,7 +130,7 @@ pub fn run(cfg: &Config) -> anyhow::Result<ExitCode> {
 /// systemd's stop timeout) leaves in the kernel: everything it attached is
 /// a link or a registration its descriptors held, which the kernel undoes,
 /// except these (README, "Operating bloatd").
-pub const CRASH_LEAVES: &str = "the kernel detaches its probes and sock_ops program and unregisters its congestion controls, but the receivers DRWA clamped keep their clamped window (what to give back stays pinned under /sys/fs/bpf/bloatd), connections keep the congestion control a rule gave them, and a namespace whose default is bloatd's algorithm keeps the killed one's until the next start adopts it";
+pub const CRASH_LEAVES: &str = "the kernel detaches its probes and sock_ops program and unregisters its congestion controls, but the receivers DRWA clamped keep their clamped window (what to give back stays pinned under /sys/fs/bpf/bloatd), connections keep the congestion control a rule gave them, a namespace whose default is bloatd's algorithm keeps the killed one's until the next start adopts it, and the host's default that `cc default` changed stays until the next start or stop puts back the one it had";
 
 /// No daemon runs: give back what one that did not stop left clamped.
 fn give_back_left(cfg: &Config) {
