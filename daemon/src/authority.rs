@@ -161,6 +161,11 @@ pub struct Caller {
 }
 
 impl Caller {
+    /// The caller's uid (u32::MAX if the kernel would not say).
+    pub fn uid(&self) -> u32 {
+        self.peer.as_ref().map_or(u32::MAX, |p| p.uid)
+    }
+
     /// Ok if this caller may `what`; else why not.
     pub fn may_act(&self, what: &str) -> Result<(), String> {
         match &self.peer {

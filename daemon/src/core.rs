@@ -43,6 +43,13 @@ const HOUSEKEEPING_EVERY: Duration = Duration::from_secs(10);
 /// every interval.
 const WATCH_READ_SHARE: u32 = 100;
 const WATCH_READ_MAX_AGE: Duration = Duration::from_secs(5);
+/// API clients share a read for a sampling interval and for this many times
+/// what it cost (reading, and making the rows and views from it), up to
+/// API_READ_MAX_AGE: one client asking in a loop makes reads take at most
+/// about a seventh of the core, however many sockets there are (a read of
+/// 100,000 takes 0.3-0.7 s here), and each answer is at most that old.
+const API_READ_SHARE: u32 = 6;
+const API_READ_MAX_AGE: Duration = Duration::from_secs(5);
 
 /// The last full read: when it started and what it cost.
 struct Reading {
@@ -57,11 +64,38 @@ struct ViewRows {
     rows: Arc<Vec<Socket>>,
 }
 
+/// The views made from one read, for every request until the next: paths
+/// (by peer and by prefix), services, and every socket for the policy's
+/// list. A request for a view then costs its JSON, not a pass over every
+/// socket.
+#[derive(Default)]
+struct Views {
+    read: u64,
+    paths: [Option<Arc<Vec<NetPath>>>; 2],
+    services: Option<Arc<Vec<bloatd_model::ServiceView>>>,
+    all: Option<Arc<Vec<Socket>>>,
+}
+
 /// Whether watchers need a new read, the last one being `age` old and
 /// having cost `cost`: not within a sampling interval, nor within
 /// WATCH_READ_SHARE times its cost, up to WATCH_READ_MAX_AGE.
 fn watch_read_due(age: Duration, cost: Duration, interval: Duration) -> bool {
-    age >= interval.max((cost * WATCH_READ_SHARE).min(WATCH_READ_MAX_AGE))
+    read_due(age, cost, interval, WATCH_READ_SHARE, WATCH_READ_MAX_AGE)
+}
+
+/// The same for API requests (API_READ_SHARE).
+fn api_read_due(age: Duration, cost: Duration, interval: Duration) -> bool {
+    read_due(age, cost, interval, API_READ_SHARE, API_READ_MAX_AGE)
+}
+
+fn read_due(
+    age: Duration,
+    cost: Duration,
+    interval: Duration,
+    share: u32,
+    max_age: Duration,
+) -> bool {
+    age >= interval.max((cost * share).min(max_age))
 }
 
 /// Why `GET /v1/series/{cookie}` has no answer.
@@ -89,6 +123,7 @@ pub struct Core {
     /// Full reads made so far (which read `view_rows` was made from).
     reads: u64,
     view_rows: Option<ViewRows>,
+    views: Views,
     /// Sockets watched for API series requests, until when.
     series_watch: HashMap<u64, Instant>,
     /// Each dashboard's detail socket, until when.
@@ -172,6 +207,7 @@ impl Core {
             last_read: None,
             reads: 0,
             view_rows: None,
+            views: Views::default(),
             series_watch: HashMap::new(),
             viewers: HashMap::new(),
             viewer_until: None,
@@ -208,17 +244,42 @@ impl Core {
         });
     }
 
-    /// Read again unless the last read is less than an interval old: one
-    /// full read per interval serves every request for sockets in it.
+    /// Read again unless the last read is recent (`api_read_due`): one
+    /// full read serves every request for sockets until then.
     fn read_if_stale(&mut self) {
         let interval = Duration::from_millis(self.cfg.interval_ms);
         if self
             .last_read
             .as_ref()
-            .is_none_or(|r| r.started.elapsed() >= interval)
+            .is_none_or(|r| api_read_due(r.started.elapsed(), r.cost, interval))
         {
             self.read();
         }
+    }
+
+    /// A view of the last read, made at most once per read (`Views`);
+    /// making it counts in the read's cost.
+    fn view<T>(
+        &mut self,
+        get: fn(&mut Views) -> &mut Option<Arc<T>>,
+        make: impl FnOnce(&mut Self) -> T,
+    ) -> Arc<T> {
+        if self.views.read != self.reads {
+            self.views = Views {
+                read: self.reads,
+                ..Views::default()
+            };
+        }
+        if let Some(v) = get(&mut self.views) {
+            return v.clone();
+        }
+        let t0 = Instant::now();
+        let v = Arc::new(make(self));
+        if let Some(r) = self.last_read.as_mut() {
+            r.cost += t0.elapsed();
+        }
+        *get(&mut self.views) = Some(v.clone());
+        v
     }
 
     /// Read for someone watching (dashboards, series) when the last read is
@@ -375,22 +436,41 @@ impl Core {
         self.tracker.rows(&Clock::now(), all)
     }
 
-    /// The same, all at once.
-    pub fn sockets(&mut self, all: bool) -> Vec<Socket> {
-        self.socket_rows(all).iter().collect()
-    }
-
     /// Sockets grouped by path, worst queue first (`prefix`: by the
     /// configured prefixes instead of by peer).
-    pub fn paths(&mut self, prefix: bool) -> Vec<NetPath> {
-        let socks = self.sockets(false);
+    pub fn paths(&mut self, prefix: bool) -> Arc<Vec<NetPath>> {
+        self.read_if_stale();
+        self.paths_view(prefix)
+    }
+
+    /// The paths of the last read (`Views`).
+    fn paths_view(&mut self, prefix: bool) -> Arc<Vec<NetPath>> {
         let by = prefix.then_some((self.cfg.floor_prefix_v4, self.cfg.floor_prefix_v6));
-        crate::paths::paths_of(&socks, by)
+        if prefix {
+            self.view(
+                |v| &mut v.paths[1],
+                |c| crate::paths::paths_of(&c.view_rows(), by),
+            )
+        } else {
+            self.view(
+                |v| &mut v.paths[0],
+                |c| crate::paths::paths_of(&c.view_rows(), by),
+            )
+        }
     }
 
     /// Sockets grouped by service, longest wait first.
-    pub fn services(&mut self) -> Vec<bloatd_model::ServiceView> {
-        crate::service::services_of(&self.sockets(false))
+    pub fn services(&mut self) -> Arc<Vec<bloatd_model::ServiceView>> {
+        self.read_if_stale();
+        self.services_view()
+    }
+
+    /// The services of the last read (`Views`).
+    fn services_view(&mut self) -> Arc<Vec<bloatd_model::ServiceView>> {
+        self.view(
+            |v| &mut v.services,
+            |c| crate::service::services_of(&c.view_rows()),
+        )
     }
 
     /// Every floor the kernel keeps, as the probes would read it now.
@@ -504,13 +584,13 @@ impl Core {
         let (mut sockets, mut summary, mut matched, mut all) = (Vec::new(), None, None, None);
         let (mut paths, mut services) = (Vec::new(), Vec::new());
         if req.limit.is_some() || req.paths || req.services {
-            let rows = self.view_rows();
             if req.paths {
-                paths = crate::paths::paths_of(&rows, None);
+                paths = self.paths_view(false).as_ref().clone();
             }
             if req.services {
-                services = crate::service::services_of(&rows);
+                services = self.services_view().as_ref().clone();
             }
+            let rows = self.view_rows();
             if req.limit.is_some() {
                 let (page, n, s) = bloatd_model::select::select_rows(&rows, req, threshold_us)?;
                 (sockets, matched, summary) = (page, Some(n), Some(s));
@@ -666,7 +746,8 @@ impl Core {
     pub fn policy_info(&mut self) -> bloatd_model::api::PolicyInfo {
         use crate::policy::{describe_actions, describe_selectors};
         use bloatd_model::api::{PolicyInfo, RuleInfo};
-        let socks = self.sockets(true);
+        self.read_if_stale();
+        let socks = self.view(|v| &mut v.all, |c| c.tracker.sockets(&Clock::now(), true));
         let rules = self
             .policy
             .names

@@ -40,13 +40,20 @@ pub fn api_router(core: Shared, authority: Authority) -> Router {
 async fn snapshot(
     State(c): State<Shared>,
     caller: Caller,
+    Extension(conn): Extension<Conn>,
     Query(q): Query<SnapshotQuery>,
 ) -> Response {
     let viewer = caller.viewer();
+    let req = q.request();
+    // A snapshot with every socket (no page asked for) is a whole answer.
+    let mut flight = match req.limit {
+        None => Some(crate::stream::Flight::enter(caller.uid(), &conn).await),
+        Some(_) => None,
+    };
     let parts = c
         .lock()
         .unwrap()
-        .snapshot_parts(&q.request(), q.fresh.is_set(), viewer);
+        .snapshot_parts(&req, q.fresh.is_set(), viewer);
     match parts {
         Ok((mut s, rows)) => {
             // The dashboard tells its reader why its D key cannot act,
@@ -58,7 +65,7 @@ async fn snapshot(
             }
             match rows {
                 None => Json(s).into_response(),
-                Some(rows) => crate::stream::snapshot(&s, rows)
+                Some(rows) => crate::stream::snapshot(&s, rows, flight.take().expect("one answer"))
                     .unwrap_or_else(|e| error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string())),
             }
         }
@@ -72,9 +79,10 @@ fn read_routes() -> Router<Shared> {
         .route(route::STATUS, get(|State(c): State<Shared>| async move { Json(c.lock().unwrap().status()) }))
         .route(
             route::SOCKETS,
-            get(|State(c): State<Shared>, Query(q): Query<SocketsQuery>| async move {
+            get(|State(c): State<Shared>, caller: Caller, Extension(conn): Extension<Conn>, Query(q): Query<SocketsQuery>| async move {
+                let flight = crate::stream::Flight::enter(caller.uid(), &conn).await;
                 let rows = c.lock().unwrap().socket_rows(q.all.is_set());
-                crate::stream::sockets(rows)
+                crate::stream::sockets(rows, flight)
             }),
         )
         .route(route::SNAPSHOT, get(snapshot))
@@ -91,12 +99,17 @@ fn read_routes() -> Router<Shared> {
         .route(
             route::PATHS,
             get(|State(c): State<Shared>, Query(q): Query<PathsQuery>| async move {
-                Json(c.lock().unwrap().paths(q.prefix.is_set()))
+                // Made once per read, written out without the lock.
+                let paths = c.lock().unwrap().paths(q.prefix.is_set());
+                Json(paths.as_ref()).into_response()
             }),
         )
         .route(
             route::SERVICES,
-            get(|State(c): State<Shared>| async move { Json(c.lock().unwrap().services()) }),
+            get(|State(c): State<Shared>| async move {
+                let services = c.lock().unwrap().services();
+                Json(services.as_ref()).into_response()
+            }),
         )
         .route(
             route::FLOORS,
@@ -185,12 +198,16 @@ pub fn metrics_router(core: Shared) -> Router {
 pub struct Limits {
     pub header_timeout: Duration,
     pub max_connections: usize,
+    /// An answer the client reads nothing of for this long ends its
+    /// connection (WRITE_STALL).
+    pub write_stall: Duration,
 }
 
 impl Limits {
     pub const DEFAULT: Limits = Limits {
         header_timeout: Duration::from_secs(10),
         max_connections: 256,
+        write_stall: WRITE_STALL,
     };
 }
 
@@ -225,6 +242,103 @@ impl Listener for tokio::net::UnixListener {
 
 /// Open connections of one listener, oldest first.
 type Open = Arc<Mutex<BTreeMap<u64, tokio::task::AbortHandle>>>;
+
+/// A connection's own task, for what its requests start: an answer with
+/// every socket registers it (stream.rs, `Flights`), so that answers a
+/// client does not read can be shed by ending their connection. Set once
+/// the task is spawned, before it first runs.
+#[derive(Clone, Default)]
+pub struct Conn(pub Arc<std::sync::OnceLock<tokio::task::AbortHandle>>);
+
+/// A connection whose answer makes no progress for this long is closed: a
+/// client that stops reading would otherwise hold what the answer holds
+/// (an answer with every socket: the whole read, ~6 MB at 20,000 sockets)
+/// for as long as it likes.
+pub const WRITE_STALL: Duration = Duration::from_secs(5);
+
+/// The connection's stream, its writes bounded by WRITE_STALL: a write
+/// the kernel has not taken for that long fails (TimedOut), and hyper ends
+/// the connection, dropping its answer.
+struct Stall<T> {
+    io: T,
+    stall: Duration,
+    since: Option<std::pin::Pin<Box<tokio::time::Sleep>>>,
+}
+
+impl<T> Stall<T> {
+    fn new(io: T, stall: Duration) -> Stall<T> {
+        Stall {
+            io,
+            stall,
+            since: None,
+        }
+    }
+
+    /// After a pending write: whether it has waited too long (and, if not,
+    /// a wake-up at the deadline).
+    fn stalled(&mut self, cx: &mut std::task::Context<'_>) -> bool {
+        let stall = self.stall;
+        let sleep = self
+            .since
+            .get_or_insert_with(|| Box::pin(tokio::time::sleep(stall)));
+        sleep.as_mut().poll(cx).is_ready()
+    }
+
+    fn wrote<R>(
+        &mut self,
+        r: std::task::Poll<std::io::Result<R>>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<R>> {
+        use std::task::Poll;
+        match r {
+            Poll::Pending if self.stalled(cx) => Poll::Ready(Err(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                "the client read nothing of its answer for too long",
+            ))),
+            Poll::Pending => Poll::Pending,
+            done => {
+                self.since = None;
+                done
+            }
+        }
+    }
+}
+
+impl<T: AsyncRead + Unpin> AsyncRead for Stall<T> {
+    fn poll_read(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.io).poll_read(cx, buf)
+    }
+}
+
+impl<T: AsyncWrite + Unpin> AsyncWrite for Stall<T> {
+    fn poll_write(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &[u8],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        let r = std::pin::Pin::new(&mut self.io).poll_write(cx, buf);
+        self.wrote(r, cx)
+    }
+
+    fn poll_flush(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        let r = std::pin::Pin::new(&mut self.io).poll_flush(cx);
+        self.wrote(r, cx)
+    }
+
+    fn poll_shutdown(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.io).poll_shutdown(cx)
+    }
+}
 
 /// Takes a connection off the open list when its task ends, however it ends.
 struct Slot {
@@ -266,10 +380,13 @@ pub async fn serve<L: Listener>(
         for (_, oldest) in evicted {
             oldest.abort();
         }
-        // Each request of the connection carries its peer's credentials.
+        // Each request of the connection carries its peer's credentials,
+        // and the connection's task (`Conn`).
+        let conn = Conn::default();
+        let router = router.clone().layer(Extension(conn.clone()));
         let router = match L::peer(&io) {
-            Some(peer) => router.clone().layer(Extension(peer)),
-            None => router.clone(),
+            Some(peer) => router.layer(Extension(peer)),
+            None => router,
         };
         let service = hyper_util::service::TowerToHyperService::new(router);
         let slot = Slot {
@@ -281,11 +398,16 @@ pub async fn serve<L: Listener>(
             let _ = hyper::server::conn::http1::Builder::new()
                 .timer(hyper_util::rt::TokioTimer::new())
                 .header_read_timeout(limits.header_timeout)
-                .serve_connection(hyper_util::rt::TokioIo::new(io), service)
+                .serve_connection(
+                    hyper_util::rt::TokioIo::new(Stall::new(io, limits.write_stall)),
+                    service,
+                )
                 .await;
         });
         // The task has not run yet (this runtime has one thread), so its
-        // slot is on the list before it can end and take it off.
+        // slot is on the list, and its handle in `conn`, before it can end
+        // and take it off or serve a request.
+        let _ = conn.0.set(task.abort_handle());
         open.lock().unwrap().insert(id, task.abort_handle());
     }
 }

@@ -34,13 +34,148 @@ const MAKERS: usize = 2;
 /// to keep every maker busy, few enough to bound its memory (~4 x 64 KiB).
 const AHEAD: usize = 2 * MAKERS;
 
+/// Whole answers in flight at most, per caller's uid and in all. Each
+/// holds one full read until its client has read it all (~6 MB at 20,000
+/// sockets, 30 MB at 100,000), so a client that asks and never reads could
+/// make the daemon keep read after read. Past the bound the oldest answer
+/// of that uid is shed (else the oldest of all): its connection ends, and
+/// with it what the answer held. A connection that reads nothing for
+/// server::WRITE_STALL ends too.
+const FLIGHTS_PER_UID: usize = 4;
+const FLIGHTS: usize = 16;
+/// A user's next whole answer starts no sooner than this many times what
+/// its last one took after that one ended (at most FLIGHT_PACE_MAX): making
+/// the JSON of 100,000 sockets is ~160 ms of a core, so one client asking
+/// in a loop may take about a sixth of the machine, not all of it.
+const FLIGHT_PACE: u32 = 5;
+const FLIGHT_PACE_MAX: std::time::Duration = std::time::Duration::from_secs(5);
+/// Users whose pace is remembered (the oldest forgotten first).
+const PACED_USERS: usize = 1024;
+
+struct FlightEntry {
+    id: u64,
+    uid: u32,
+    conn: Option<tokio::task::AbortHandle>,
+}
+
+#[derive(Default)]
+struct FlightList {
+    next: u64,
+    open: VecDeque<FlightEntry>,
+    shed: u64,
+    logged: Option<std::time::Instant>,
+    /// When each user's next whole answer may start (FLIGHT_PACE).
+    paced: VecDeque<(u32, std::time::Instant)>,
+}
+
+static FLIGHTS_OPEN: Mutex<FlightList> = Mutex::new(FlightList {
+    next: 0,
+    open: VecDeque::new(),
+    shed: 0,
+    logged: None,
+    paced: VecDeque::new(),
+});
+
+/// One whole answer in flight (FLIGHTS); leaves the list when dropped.
+pub struct Flight {
+    id: u64,
+    uid: u32,
+    started: std::time::Instant,
+}
+
+impl FlightList {
+    /// How long `uid` waits before its next whole answer starts.
+    fn wait(&self, uid: u32, now: std::time::Instant) -> std::time::Duration {
+        self.paced
+            .iter()
+            .find(|(u, _)| *u == uid)
+            .map_or(std::time::Duration::ZERO, |(_, t)| {
+                t.saturating_duration_since(now)
+            })
+    }
+
+    /// `uid`'s answer that started at `started` ended now.
+    fn ended(&mut self, uid: u32, started: std::time::Instant, now: std::time::Instant) {
+        let pace = (now.duration_since(started) * FLIGHT_PACE).min(FLIGHT_PACE_MAX);
+        self.paced.retain(|(u, _)| *u != uid);
+        if self.paced.len() >= PACED_USERS {
+            self.paced.pop_front();
+        }
+        self.paced.push_back((uid, now + pace));
+    }
+}
+
+impl Flight {
+    /// The answer about to be made for `uid` on connection `conn`, once
+    /// the user's pace allows it, shedding the oldest if that is one too
+    /// many.
+    pub async fn enter(uid: u32, conn: &crate::server::Conn) -> Flight {
+        let wait = FLIGHTS_OPEN
+            .lock()
+            .unwrap()
+            .wait(uid, std::time::Instant::now());
+        if !wait.is_zero() {
+            tokio::time::sleep(wait).await;
+        }
+        let mut l = FLIGHTS_OPEN.lock().unwrap();
+        Flight::enter_in(&mut l, uid, conn.0.get().cloned())
+    }
+
+    fn enter_in(l: &mut FlightList, uid: u32, conn: Option<tokio::task::AbortHandle>) -> Flight {
+        let mine = l.open.iter().filter(|e| e.uid == uid).count();
+        let shed = if mine >= FLIGHTS_PER_UID {
+            l.open.iter().position(|e| e.uid == uid)
+        } else if l.open.len() >= FLIGHTS {
+            Some(0)
+        } else {
+            None
+        };
+        if let Some(old) = shed.and_then(|i| l.open.remove(i)) {
+            if let Some(c) = old.conn {
+                c.abort();
+            }
+            l.shed += 1;
+            if l.logged
+                .is_none_or(|t| t.elapsed() >= std::time::Duration::from_secs(60))
+            {
+                tracing::warn!(
+                    "shed an answer with every socket that uid {} did not read ({} shed so far):                      at most {FLIGHTS_PER_UID} such answers per user and {FLIGHTS} in all",
+                    old.uid,
+                    l.shed
+                );
+                l.logged = Some(std::time::Instant::now());
+            }
+        }
+        let id = l.next;
+        l.next += 1;
+        l.open.push_back(FlightEntry { id, uid, conn });
+        Flight {
+            id,
+            uid,
+            started: std::time::Instant::now(),
+        }
+    }
+}
+
+impl Drop for Flight {
+    fn drop(&mut self) {
+        let mut l = FLIGHTS_OPEN.lock().unwrap();
+        l.open.retain(|e| e.id != self.id);
+        l.ended(self.uid, self.started, std::time::Instant::now());
+    }
+}
+
 /// Every socket of `rows` as a JSON array.
-pub fn sockets(rows: Rows) -> Response {
-    json(b"[".to_vec(), rows, b"]".to_vec())
+pub fn sockets(rows: Rows, flight: Flight) -> Response {
+    json(b"[".to_vec(), rows, b"]".to_vec(), flight)
 }
 
 /// `snap` with `rows` as its sockets (`snap.sockets` is left out).
-pub fn snapshot(snap: &Snapshot, rows: Rows) -> Result<Response, serde_json::Error> {
+pub fn snapshot(
+    snap: &Snapshot,
+    rows: Rows,
+    flight: Flight,
+) -> Result<Response, serde_json::Error> {
     let mut fields = match serde_json::to_value(snap)? {
         serde_json::Value::Object(fields) => fields,
         _ => unreachable!("a snapshot serializes to an object"),
@@ -54,12 +189,12 @@ pub fn snapshot(snap: &Snapshot, rows: Rows) -> Result<Response, serde_json::Err
         serde_json::to_writer(&mut tail, v)?;
     }
     tail.push(b'}');
-    Ok(json(br#"{"sockets":["#.to_vec(), rows, tail))
+    Ok(json(br#"{"sockets":["#.to_vec(), rows, tail, flight))
 }
 
 /// `head`, the rows separated by commas, then `tail`.
-fn json(head: Vec<u8>, rows: Rows, tail: Vec<u8>) -> Response {
-    json_made_by(makers(), head, rows, tail)
+fn json(head: Vec<u8>, rows: Rows, tail: Vec<u8>, flight: Flight) -> Response {
+    json_made_by(makers(), head, rows, tail, flight)
 }
 
 /// The same, its chunks made by `makers` (None: by the runtime thread).
@@ -68,8 +203,10 @@ fn json_made_by(
     head: Vec<u8>,
     rows: Rows,
     tail: Vec<u8>,
+    flight: Flight,
 ) -> Response {
     let body = Body::from_stream(RowStream {
+        _flight: flight,
         makers,
         chunks: rows.len().div_ceil(CHUNK_ROWS),
         rows: Arc::new(rows),
@@ -189,6 +326,8 @@ fn make_jobs(rx: &Mutex<mpsc::Receiver<Job>>) {
 }
 
 struct RowStream {
+    /// Its place among the answers in flight, left when the stream goes.
+    _flight: Flight,
     rows: Arc<Rows>,
     chunks: usize,
     /// The pool's queue; None: the chunks are made here.
@@ -276,6 +415,78 @@ mod tests {
         (t, clock)
     }
 
+    /// A place among the answers in flight, for tests of the JSON (a list
+    /// of its own: no pace to wait for).
+    fn any_flight() -> Flight {
+        Flight::enter_in(&mut FlightList::default(), u32::MAX, None)
+    }
+
+    #[test]
+    fn a_user_waits_five_times_what_its_last_answer_took() {
+        let mut l = FlightList::default();
+        let t0 = std::time::Instant::now();
+        let ms = std::time::Duration::from_millis;
+        assert_eq!(l.wait(1000, t0), ms(0));
+        l.ended(1000, t0, t0 + ms(200));
+        assert_eq!(l.wait(1000, t0 + ms(200)), ms(1000));
+        assert_eq!(l.wait(1000, t0 + ms(900)), ms(300));
+        assert_eq!(
+            l.wait(2000, t0 + ms(200)),
+            ms(0),
+            "another user does not wait"
+        );
+        l.ended(1000, t0, t0 + ms(60_000));
+        assert_eq!(l.wait(1000, t0 + ms(60_000)), FLIGHT_PACE_MAX, "bounded");
+    }
+
+    #[test]
+    fn the_oldest_unread_answer_of_a_user_is_shed_past_the_bound() {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            let mut l = FlightList::default();
+            // Connections that never end, standing for stalled clients.
+            let conn = || tokio::spawn(std::future::pending::<()>());
+            let mine: Vec<_> = (0..FLIGHTS_PER_UID).map(|_| conn()).collect();
+            let flights: Vec<_> = mine
+                .iter()
+                .map(|c| Flight::enter_in(&mut l, 1000, Some(c.abort_handle())))
+                .collect();
+            assert_eq!(l.open.len(), FLIGHTS_PER_UID);
+            // Another user's answer sheds nothing of uid 1000's.
+            let other = conn();
+            let _theirs = Flight::enter_in(&mut l, 2000, Some(other.abort_handle()));
+            tokio::task::yield_now().await;
+            assert!(mine.iter().all(|c| !c.is_finished()) && l.shed == 0);
+            // One more of uid 1000: its oldest connection ends.
+            let newest = conn();
+            let _f = Flight::enter_in(&mut l, 1000, Some(newest.abort_handle()));
+            tokio::task::yield_now().await;
+            assert!(mine[0].is_finished(), "the oldest shed");
+            assert!(mine[1..].iter().all(|c| !c.is_finished()) && !other.is_finished());
+            assert_eq!((l.shed, l.open.len()), (1, FLIGHTS_PER_UID + 1));
+            // The bound in all: the oldest of anyone's goes.
+            let mut rest = Vec::new();
+            for uid in 3000..3000 + FLIGHTS as u32 {
+                let c = conn();
+                rest.push(Flight::enter_in(&mut l, uid, Some(c.abort_handle())));
+            }
+            assert!(l.open.len() <= FLIGHTS);
+            drop(flights);
+        });
+    }
+
+    #[test]
+    fn an_answer_leaves_the_list_when_it_goes() {
+        let f = Flight::enter_in(&mut FLIGHTS_OPEN.lock().unwrap(), u32::MAX - 1, None);
+        let id = f.id;
+        assert!(FLIGHTS_OPEN.lock().unwrap().open.iter().any(|e| e.id == id));
+        drop(f);
+        assert!(!FLIGHTS_OPEN.lock().unwrap().open.iter().any(|e| e.id == id));
+    }
+
     /// Every chunk of a streamed answer, and how many there were.
     fn collect(resp: Response) -> (Vec<u8>, usize) {
         let mut stream = resp.into_body().into_data_stream();
@@ -317,6 +528,7 @@ mod tests {
                 b"[".to_vec(),
                 t.rows(&clock, false),
                 b"]".to_vec(),
+                any_flight(),
             ));
             assert!(chunks > 3, "in chunks, not at once: {chunks}");
             serde_json::from_slice::<Vec<bloatd_model::Socket>>(&bytes).unwrap()
@@ -337,7 +549,7 @@ mod tests {
     #[test]
     fn a_streamed_answer_is_the_json_it_replaces() {
         let (t, clock) = rows(1000);
-        let (bytes, chunks) = collect(sockets(t.rows(&clock, false)));
+        let (bytes, chunks) = collect(sockets(t.rows(&clock, false), any_flight()));
         assert!(chunks > 3, "in chunks, not at once: {chunks}");
         let streamed: Vec<bloatd_model::Socket> = serde_json::from_slice(&bytes).unwrap();
         assert_eq!(streamed, t.sockets(&clock, false));
@@ -359,7 +571,7 @@ mod tests {
             policy: None,
             services: Vec::new(),
         };
-        let (bytes, _) = collect(snapshot(&snap, t.rows(&clock, false)).unwrap());
+        let (bytes, _) = collect(snapshot(&snap, t.rows(&clock, false), any_flight()).unwrap());
         let streamed: Snapshot = serde_json::from_slice(&bytes).unwrap();
         assert_eq!(
             streamed,
@@ -371,19 +583,19 @@ mod tests {
         // A client gone mid-answer leaves nothing stuck: its chunks not
         // yet made are skipped, and the makers go on with the next answer.
         let (many, _) = rows(5000);
-        let mut gone = sockets(many.rows(&clock, false))
+        let mut gone = sockets(many.rows(&clock, false), any_flight())
             .into_body()
             .into_data_stream();
         let mut cx = Context::from_waker(std::task::Waker::noop());
         let _ = Pin::new(&mut gone).poll_next(&mut cx);
         let _ = Pin::new(&mut gone).poll_next(&mut cx);
         drop(gone);
-        let (bytes, _) = collect(sockets(t.rows(&clock, false)));
+        let (bytes, _) = collect(sockets(t.rows(&clock, false), any_flight()));
         let again: Vec<bloatd_model::Socket> = serde_json::from_slice(&bytes).unwrap();
         assert_eq!(again.len(), 1000);
 
         let (none, _) = rows(0);
-        let (bytes, chunks) = collect(sockets(none.rows(&clock, false)));
+        let (bytes, chunks) = collect(sockets(none.rows(&clock, false), any_flight()));
         assert_eq!((bytes.as_slice(), chunks), (&b"[]"[..], 2), "head and tail");
     }
 }

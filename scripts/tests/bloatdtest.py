@@ -332,6 +332,30 @@ class Lab:
         run(TOPO, "down", self.name, check=False, timeout=120)
 
 
+class Loadgen:
+    """scripts/bench/loadgen.c built into a directory of the test's: many
+    connections from one epoll loop (Python cannot hold tens of thousands)."""
+
+    def __init__(self, tmp):
+        self.bin = os.path.join(tmp, "loadgen")
+        run("gcc", "-O2", "-o", self.bin, os.path.join(REPO, "scripts", "bench", "loadgen.c"))
+
+    def pair(self, spawn_srv, spawn_cli, addr, port, conns, busy=None):
+        """`conns` connections from a client to a server, each started with
+        its `spawn` (a Lab's, in a namespace, or a test's own process),
+        `busy` of them (all by default) sending 200 B ten times a second."""
+        pipes = {"stdin": subprocess.PIPE, "stdout": subprocess.PIPE, "text": True}
+        srv = spawn_srv(self.bin, "serve", addr, str(port), "4", str(conns), **pipes)
+        line = srv.stdout.readline().strip()
+        assert line == "listening", f"loadgen serve: {line!r} {srv.stderr.read() if srv.stderr else ''}"
+        cli = spawn_cli(self.bin, "connect", addr, str(port), "4", str(conns),
+                        str(conns if busy is None else busy), **pipes)
+        for p in (cli, srv):
+            line = p.stdout.readline().strip()
+            assert line.startswith("ready"), line
+        return srv, cli
+
+
 RULES = os.path.join(REPO, "daemon", "dist", "prometheus", "bloatd.rules.yml")
 
 

@@ -25,12 +25,11 @@ import os
 import re
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 
-from bloatdtest import (FLOWS, RCV4, REPO, RULES, SND4, TestCase, main, rules_with_short_for,
+from bloatdtest import (FLOWS, RCV4, RULES, SND4, Loadgen, TestCase, main, rules_with_short_for,
                         wait_for)
 
 BUCKETS = ["0.0005", "0.001", "0.002", "0.005", "0.01", "0.02", "0.05", "0.1", "0.2", "0.5", "1",
@@ -74,27 +73,6 @@ def quantile_bucket(cum, q):
     return next(i for i, c in enumerate(cum) if c >= q * total)
 
 
-class Loadgen:
-    """scripts/bench/loadgen.c built once into a directory of the test's."""
-
-    def __init__(self, tmp):
-        self.bin = os.path.join(tmp, "loadgen")
-        subprocess.run(["gcc", "-O2", "-o", self.bin, os.path.join(REPO, "scripts", "bench", "loadgen.c")],
-                       check=True)
-
-    def pair(self, lab, srv_side, cli_side, addr, port, conns):
-        """`conns` busy connections from `cli_side` to a server on `srv_side`."""
-        srv = lab.spawn(srv_side, self.bin, "serve", addr, str(port), "4", str(conns),
-                        stdin=subprocess.PIPE, stdout=subprocess.PIPE)
-        assert srv.stdout.readline().strip() == "listening"
-        cli = lab.spawn(cli_side, self.bin, "connect", addr, str(port), "4", str(conns), str(conns),
-                        stdin=subprocess.PIPE, stdout=subprocess.PIPE)
-        for p in (cli, srv):
-            line = p.stdout.readline().strip()
-            assert line.startswith("ready"), line
-        return srv, cli
-
-
 class AdaptiveAgainstExact(TestCase):
     def test_adaptive_counts_what_exact_counts(self):
         tmp = tempfile.mkdtemp(prefix="bloatd-sampling-")
@@ -106,8 +84,10 @@ class AdaptiveAgainstExact(TestCase):
         gen = Loadgen(tmp)
         # The busy server's sockets first: both daemons find them at their
         # next segment, as on any server.
-        gen.pair(lab, "rcv", "rcv", "127.0.0.1", 7000, SPARSE)
-        gen.pair(lab, "snd", "rcv", SND4, 7100, VICTIMS)
+        gen.pair(lambda *c, **kw: lab.spawn("rcv", *c, **kw), lambda *c, **kw: lab.spawn("rcv", *c, **kw),
+                 "127.0.0.1", 7000, SPARSE)
+        gen.pair(lambda *c, **kw: lab.spawn("snd", *c, **kw), lambda *c, **kw: lab.spawn("rcv", *c, **kw),
+                 SND4, 7100, VICTIMS)
         exact = self.daemon("--no-cc", "--sampling", "exact")
         exact.start()
         adaptive = self.daemon("--no-cc")
