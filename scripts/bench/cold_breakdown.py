@@ -5,7 +5,7 @@ it does not judge).
 The same load as share.py's cold phase (10,000 busy sockets, 5,000
 connections sending 200 B ten times a second each way, every segment a
 socket's first in its tick) measured under builds of tcp_probe that stop
-at successive points of its work, made from this tree with
+at successive points of its work, made from the tree of 9d67fca (BASE) with
 scripts/bench/cold_variants.patch (-DBLOATD_VARIANT=N):
 
   empty    entry and the event counter, nothing read          (10)
@@ -29,7 +29,7 @@ order, under the kernel's BPF statistics (which cost time themselves:
 `empty` shows how much). Variants are built once into
 target/cold-variants/ (a tree exported with git archive and patched).
 
-In `make bench`. Usage: scripts/bench/cold_breakdown.py [--rounds N] [--seconds S]
+Not in `make bench` (see BASE). Usage: scripts/bench/cold_breakdown.py [--rounds N] [--seconds S]
                                   [--variants NAME,...]   (root)
 """
 import argparse
@@ -46,15 +46,20 @@ from share import bpf_share, prog_runs, span  # noqa: E402
 VARIANTS = [("empty", 10), ("gate", 1), ("record", 2), ("slot", 4), ("echo", 3),
             ("fill", 6), ("nostats", 5), ("full", 0), ("phase", 11), ("second", 12)]
 PATCH = os.path.join(REPO, "scripts", "bench", "cold_variants.patch")
+# The tree the patch was written for: the probes before adaptive sampling
+# (issue 29), whose every sparse segment was due a sample. Its read is a
+# map-element iterator, which some kernels refuse (this project's 6.18 VM
+# since 2026-12): there its builds cannot start, and this script says so.
+BASE = "9d67fca"
 
 
 def build_variants(variants):
-    """Each variant's binary, built from HEAD with the patch applied."""
+    """Each variant's binary, built from BASE with the patch applied."""
     top = os.path.join(REPO, "target", "cold-variants")
     src, tgt = os.path.join(top, "src"), os.path.join(top, "target")
     shutil.rmtree(src, ignore_errors=True)
     os.makedirs(src)
-    archive = subprocess.run(["git", "-C", REPO, "archive", "HEAD"], check=True, capture_output=True)
+    archive = subprocess.run(["git", "-C", REPO, "archive", BASE], check=True, capture_output=True)
     subprocess.run(["tar", "-x", "-C", src], input=archive.stdout, check=True)
     # (not git apply: inside this repository's tree it skips, silently, paths it
     # takes to be outside the current directory)
