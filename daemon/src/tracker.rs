@@ -182,9 +182,14 @@ fn delivery_rate_bps(rec: &BloatdSock) -> u64 {
     )
 }
 
-/// The time the socket's unsent bytes take at its delivery rate.
+/// The time the socket's unsent bytes take at its delivery rate, or, with
+/// no rate sample (after a loss the kernel's estimate can read 0), at the
+/// rate of data across the link in its last interval.
 fn unsent_delay_us(rec: &BloatdSock) -> u32 {
-    let rate = delivery_rate_bps(rec);
+    let rate = match delivery_rate_bps(rec) {
+        0 => rec.throughput_bps,
+        r => r,
+    };
     if rate == 0 {
         return 0;
     }
@@ -658,6 +663,10 @@ mod tests {
         r.rate_interval_us = 1_448_000; // 1000 segments of 1448 B in 1.448 s: 8 Mbit/s
         assert_eq!(delivery_rate_bps(&r), 8_000_000);
         assert_eq!(unsent_delay_us(&r), 4_000_000);
+        // No rate sample: the interval's rate across the link instead of 0.
+        r.rate_delivered = 0;
+        r.throughput_bps = 16_000_000;
+        assert_eq!(unsent_delay_us(&r), 2_000_000);
     }
 
     #[test]
