@@ -615,6 +615,7 @@ impl Core {
             paths,
             policy: self.policy_state(),
             services,
+            episodes: Vec::new(),
         };
         Ok((snap, all))
     }

@@ -570,6 +570,7 @@ mod tests {
             paths: Vec::new(),
             policy: None,
             services: Vec::new(),
+            episodes: Vec::new(),
         };
         let (bytes, _) = collect(snapshot(&snap, t.rows(&clock, false), any_flight()).unwrap());
         let streamed: Snapshot = serde_json::from_slice(&bytes).unwrap();

@@ -46,6 +46,15 @@ pub mod route {
     /// POST [`RuleReq`](super::RuleReq): a rule on or off, live (404 for
     /// no such rule); `{name}` is the rule's name; answers the request.
     pub const POLICY_RULE: &str = "/v1/policy/rules/{name}";
+    /// GET [`IncidentsQuery`](crate::journal::IncidentsQuery): the flight
+    /// recorder's bloat episodes, newest first (`Vec<Episode>`).
+    pub const INCIDENTS: &str = "/v1/incidents";
+    /// GET: one episode with its flows and series
+    /// ([`EpisodeDetail`](crate::journal::EpisodeDetail)); `{id}` is its id.
+    pub const INCIDENT: &str = "/v1/incidents/{id}";
+    /// GET [`HistoryQuery`](crate::journal::HistoryQuery): one row a minute
+    /// per active path (`Vec<MinuteRow>`), oldest first.
+    pub const HISTORY: &str = "/v1/history";
     /// GET on the metrics listener (TCP), not the API socket: Prometheus
     /// text.
     pub const METRICS: &str = "/metrics";

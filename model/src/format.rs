@@ -77,6 +77,36 @@ fn round_for_display(v: f64) -> f64 {
     }
 }
 
+/// A time of day as "14:02:11", `offset_s` from UTC (the local zone's
+/// offset, found by the caller: this crate reads no clock or zone).
+pub fn clock(unix_ms: u64, offset_s: i64) -> String {
+    let s = (unix_ms / 1000) as i64 + offset_s;
+    let day = s.rem_euclid(86_400);
+    format!("{:02}:{:02}:{:02}", day / 3600, day % 3600 / 60, day % 60)
+}
+
+/// A date and time as "2026-12-05 14:02:11", `offset_s` from UTC.
+pub fn date_time(unix_ms: u64, offset_s: i64) -> String {
+    let s = (unix_ms / 1000) as i64 + offset_s;
+    let (days, secs) = (s.div_euclid(86_400), s.rem_euclid(86_400));
+    // Days since 1970-01-01 to a civil date (Howard Hinnant's algorithm).
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + if m <= 2 { 1 } else { 0 };
+    format!(
+        "{y:04}-{m:02}-{d:02} {:02}:{:02}:{:02}",
+        secs / 3600,
+        secs % 3600 / 60,
+        secs % 60
+    )
+}
+
 /// A ratio as "9.9x" below 10 and "12x" above.
 pub fn ratio(r: f64) -> String {
     if r < 9.95 {
@@ -156,6 +186,17 @@ mod tests {
         assert_eq!(count(12), "12");
         assert_eq!(count(12_345), "12k");
         assert_eq!(count(3_400_000), "3.4M");
+    }
+
+    #[test]
+    fn clock_times_in_the_zone_asked() {
+        let t = 1_764_943_331_000; // 2025-12-05 14:02:11 UTC
+        assert_eq!(clock(t, 0), "14:02:11");
+        assert_eq!(clock(t, 3600), "15:02:11");
+        assert_eq!(clock(t, -15 * 3600), "23:02:11");
+        assert_eq!(date_time(t, 0), "2025-12-05 14:02:11");
+        assert_eq!(date_time(0, 0), "1970-01-01 00:00:00");
+        assert_eq!(date_time(951_825_600_000, 0), "2000-02-29 12:00:00");
     }
 
     #[test]

@@ -6,6 +6,7 @@
 //! - [`view`]: sockets, paths, snapshots, series: the view model.
 //! - [`api`]: the API's routes and every type a route takes or returns.
 //! - [`policy`]: a policy rule's wire form (config, `--policy`, API).
+//! - [`journal`]: the flight recorder's episodes and per-minute history.
 //! - [`sort`], [`filter`], [`select`]: which rows a dashboard asks for and
 //!   in what order, computed by the source (daemon or embedded probes) with
 //!   the same code the dashboard uses locally.
@@ -16,6 +17,7 @@
 pub mod api;
 pub mod filter;
 pub mod format;
+pub mod journal;
 pub mod policy;
 pub mod select;
 pub mod sort;

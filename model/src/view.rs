@@ -676,6 +676,10 @@ pub struct Snapshot {
     /// longest wait first, as `bloatd services` shows them.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub services: Vec<ServiceView>,
+    /// The flight recorder's bloat episodes open now (the dashboard's
+    /// header names the one open longest).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub episodes: Vec<crate::journal::Episode>,
 }
 
 /// The policy's state for the dashboard's header.

@@ -139,6 +139,7 @@ fn run_api(
             paths: Vec::new(),
             policy: None,
             services: vec![],
+            episodes: vec![],
         };
         let json = serde_json::to_string(&page).unwrap();
         let encoded = Instant::now();

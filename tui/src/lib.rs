@@ -17,6 +17,7 @@ mod terminal;
 pub mod ui;
 
 use app::{App, Key};
+use bloatd_model::journal::{Episode, EpisodeDetail, MinuteRow};
 use bloatd_model::{Snapshot, SnapshotRequest};
 use ratatui::backend::Backend;
 use ratatui::crossterm::event::{self, Event, KeyCode, KeyEvent, KeyEventKind, KeyModifiers};
@@ -39,6 +40,35 @@ pub trait Source {
     /// `Err` is shown to the user as is.
     fn set_drwa(&mut self, _on: bool) -> Result<(), String> {
         Err("this source cannot switch DRWA".into())
+    }
+
+    /// The flight recorder since `since_ms`: the worst path's row each
+    /// minute, and the episodes, newest first (the history view, H).
+    fn history(&mut self, _since_ms: u64) -> Result<(Vec<MinuteRow>, Vec<Episode>), String> {
+        Err(NO_RECORDER.into())
+    }
+
+    /// One episode with its flows and series.
+    fn incident(&mut self, _id: u64) -> Result<EpisodeDetail, String> {
+        Err(NO_RECORDER.into())
+    }
+}
+
+/// What the history view says to a source without a flight recorder.
+pub const NO_RECORDER: &str =
+    "no flight recorder here: the daemon keeps the history (sudo bloatd start)";
+
+/// The local time zone's offset from UTC now, seconds (clock times on
+/// screen and in `bloatd incidents`).
+pub fn local_utc_offset_s() -> i64 {
+    // SAFETY: time(2) and localtime_r(3) into a zeroed tm.
+    unsafe {
+        let t = libc::time(std::ptr::null_mut());
+        let mut tm: libc::tm = std::mem::zeroed();
+        if libc::localtime_r(&t, &mut tm).is_null() {
+            return 0;
+        }
+        tm.tm_gmtoff
     }
 }
 
@@ -162,6 +192,7 @@ pub(crate) fn run_loop<B: Backend>(
     let interval_ms = (opts.refresh.as_millis() as u64).max(1);
     let retry_ms = (opts.retry_interval.as_millis() as u64).max(1);
     let mut app = App::new();
+    app.set_utc_offset(local_utc_offset_s());
     let mut next_fetch_ms = 0;
     while !app.should_quit() && !terminal::terminate_requested() {
         let now = clock();
@@ -185,6 +216,14 @@ pub(crate) fn run_loop<B: Backend>(
             };
         }
         app.tick(clock());
+        if let Some(since) = app.history_request() {
+            let answer = source.history(since);
+            app.apply_history(answer, clock());
+        }
+        if let Some(id) = app.episode_request() {
+            let answer = source.incident(id);
+            app.apply_episode(answer, clock());
+        }
         draw(terminal, &mut app)?;
         // Wake for the next fetch, and at least once an interval so that
         // notices expire and ages advance while paused.

@@ -338,3 +338,70 @@ fn services_view() {
     assert_eq!(app.view(), View::Table);
     assert!(!app.snapshot_request().services);
 }
+
+/// H: the flight recorder's last six hours, the episodes marked on the
+/// timeline and listed, the newest selected.
+#[test]
+fn history_view() {
+    let mut app = app_with(cubic_download_host());
+    app.handle_key(Key::Char('H'));
+    assert_eq!(app.view(), View::History);
+    assert_eq!(app.history_request(), Some(common::T0_MS - 6 * 3_600_000));
+    app.apply_history(Ok(recorder_history()), common::T0_MS);
+    assert_eq!(
+        app.history_request(),
+        None,
+        "asked again only after a while"
+    );
+    let t = draw(&mut app, 120, 36);
+    insta::assert_snapshot!(t.backend());
+    // Enter opens the selected episode; the source is asked for it.
+    app.handle_key(Key::Down);
+    app.handle_key(Key::Enter);
+    assert_eq!(
+        (app.view(), app.episode_request()),
+        (View::Episode, Some(12))
+    );
+}
+
+/// Enter on an episode: its summary, flows and the charts of its span.
+#[test]
+fn episode_view() {
+    let mut app = app_with(cubic_download_host());
+    app.handle_key(Key::Char('H'));
+    app.apply_history(Ok(recorder_history()), common::T0_MS);
+    app.handle_key(Key::Down);
+    app.handle_key(Key::Enter);
+    app.apply_episode(Ok(cubic_download_episode()), common::T0_MS);
+    assert_eq!(
+        app.episode_request(),
+        None,
+        "a closed episode is asked once"
+    );
+    insta::assert_snapshot!(draw(&mut app, 120, 40).backend());
+    app.handle_key(Key::Esc);
+    assert_eq!(app.view(), View::History);
+    app.handle_key(Key::Char('H'));
+    assert_eq!(app.view(), View::Table);
+}
+
+/// An episode in progress is named in the header, with how long it has
+/// lasted.
+#[test]
+fn header_names_the_episode_in_progress() {
+    let mut snap = cubic_download_host();
+    snap.episodes = vec![recorder_history().1[0].clone()];
+    let mut app = app_with(snap);
+    let text = ui::buffer_text(draw(&mut app, 120, 30).backend().buffer());
+    assert!(
+        text.contains("bloat since 23:58:25, 1m35s, service backup.service, 1 flow"),
+        "{text}"
+    );
+}
+
+/// `bloatd incident ID`: the episode's view as text.
+#[test]
+fn episode_as_text() {
+    let text = ui::episode_text(&cubic_download_episode(), common::T0_MS, 0, 130);
+    insta::assert_snapshot!(text);
+}

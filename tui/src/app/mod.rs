@@ -10,6 +10,8 @@
 //!   the page on screen (`sort`, `filter`: the keys and the filter);
 //! - `history`: the last minute of samples of the sockets looked at;
 //! - `notices`: bloat starting on a socket, announced for a few seconds;
+//! - `incidents`: the history view: the flight recorder's last hours and
+//!   the episode opened;
 //! - `rows`: what a source sends (the first rows in order, the summary).
 //!
 //! Cost per snapshot is linear in the number of sockets: filtering, bloat
@@ -18,6 +20,7 @@
 
 mod filter;
 mod history;
+mod incidents;
 mod notices;
 mod table;
 #[cfg(test)]
@@ -28,8 +31,10 @@ pub use bloatd_model::select::{select_rows, summarize};
 pub use bloatd_model::sort::SortKey;
 pub use filter::FilterPrompt;
 pub use history::{History, HISTORY_WINDOW_MS};
+pub use incidents::{Incidents, REFRESH_MS as HISTORY_REFRESH_MS, TIMELINE_MS};
 pub use notices::{Event, Notice, MAX_NOTICES, NOTICE_COOLDOWN_MS, NOTICE_TTL_MS};
 
+use bloatd_model::journal::{Episode, EpisodeDetail, MinuteRow};
 pub use bloatd_model::{CcDelay, HostSummary, SnapshotRequest};
 use bloatd_model::{Snapshot, Socket};
 use history::Histories;
@@ -82,6 +87,10 @@ pub enum View {
     /// The sockets grouped by service: the network's queue and the
     /// service's own backlog side by side, grade, RPM.
     Services,
+    /// The flight recorder's last hours: a timeline with the episodes.
+    History,
+    /// One episode of the history: its flows and charts.
+    Episode,
 }
 
 /// The detail view's socket. It stays pinned when the socket closes, so its
@@ -114,6 +123,9 @@ pub struct App {
     drwa_request: Option<bool>,
     /// A one-line answer to the user's last action, and when it was given.
     status: Option<(String, u64)>,
+    incidents: Incidents,
+    /// The local time's offset from UTC (clock times on screen).
+    utc_offset_s: i64,
 }
 
 impl Default for App {
@@ -137,6 +149,7 @@ impl App {
                 paths: Vec::new(),
                 policy: None,
                 services: vec![],
+                episodes: vec![],
             },
             now_ms: 0,
             link: Link::Connecting,
@@ -153,7 +166,44 @@ impl App {
             drwa_confirm: None,
             drwa_request: None,
             status: None,
+            incidents: Incidents::default(),
+            utc_offset_s: 0,
         }
+    }
+
+    /// Clock times on screen in the zone `offset_s` from UTC (the run loop
+    /// finds the local one).
+    pub fn set_utc_offset(&mut self, offset_s: i64) {
+        self.utc_offset_s = offset_s;
+    }
+
+    /// The flight recorder's last hours, since when, if they are due (the
+    /// history view is on screen).
+    pub fn history_request(&self) -> Option<u64> {
+        matches!(self.view, View::History | View::Episode)
+            .then(|| self.incidents.request(self.now_ms))
+            .flatten()
+    }
+
+    pub fn apply_history(
+        &mut self,
+        answer: Result<(Vec<MinuteRow>, Vec<Episode>), String>,
+        now_ms: u64,
+    ) {
+        self.now_ms = self.now_ms.max(now_ms);
+        self.incidents.apply(answer, now_ms);
+    }
+
+    /// The episode opened, if it is due.
+    pub fn episode_request(&self) -> Option<u64> {
+        (self.view == View::Episode)
+            .then(|| self.incidents.detail_request(self.now_ms))
+            .flatten()
+    }
+
+    pub fn apply_episode(&mut self, answer: Result<EpisodeDetail, String>, now_ms: u64) {
+        self.now_ms = self.now_ms.max(now_ms);
+        self.incidents.apply_detail(answer, now_ms);
     }
 
     // ----- inputs -----
@@ -251,10 +301,18 @@ impl App {
             Key::End | Key::Char('G') => self.move_selection(isize::MAX),
             Key::Char('v') => self.toggle_view(View::Paths),
             Key::Char('S') => self.toggle_view(View::Services),
+            Key::Char('H') => self.toggle_view(View::History),
             Key::Enter => match self.view {
                 View::Table => self.open_detail(),
+                View::History => {
+                    if self.incidents.open_selected() {
+                        self.view = View::Episode;
+                    }
+                }
+                View::Episode => self.close_episode(),
                 View::Detail | View::Paths | View::Services => self.close_detail(),
             },
+            Key::Esc if self.view == View::Episode => self.close_episode(),
             Key::Esc => self.close_detail(),
             Key::Char('D') => self.toggle_drwa(),
             _ => {}
@@ -264,12 +322,20 @@ impl App {
     /// `v` (paths) and `S` (services): to the view, or back to the table
     /// from it.
     fn toggle_view(&mut self, view: View) {
-        if self.view == view {
+        if self.view == view || (view == View::History && self.view == View::Episode) {
             self.view = View::Table;
         } else {
             self.detail = None;
             self.view = view;
+            if view == View::History {
+                self.incidents.refresh();
+            }
         }
+    }
+
+    fn close_episode(&mut self) {
+        self.incidents.close();
+        self.view = View::History;
     }
 
     /// The D key: DRWA on if it is off, off if it is on, once the user
@@ -417,6 +483,15 @@ impl App {
         self.view
     }
 
+    /// The history view's state.
+    pub fn incidents(&self) -> &Incidents {
+        &self.incidents
+    }
+
+    pub fn utc_offset_s(&self) -> i64 {
+        self.utc_offset_s
+    }
+
     pub fn detail(&self) -> Option<&Detail> {
         self.detail.as_ref()
     }
@@ -487,6 +562,10 @@ impl App {
     // ----- internals -----
 
     fn move_selection(&mut self, delta: isize) {
+        if self.view == View::History {
+            self.incidents.select(delta);
+            return;
+        }
         self.table.move_selection(&self.snapshot.sockets, delta);
         if self.view == View::Detail {
             self.open_detail();

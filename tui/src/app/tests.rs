@@ -30,6 +30,7 @@ fn snap(taken_ms: u64, sockets: Vec<Socket>) -> Snapshot {
         paths: vec![],
         policy: None,
         services: vec![],
+        episodes: vec![],
     }
 }
 

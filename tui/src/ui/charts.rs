@@ -1,6 +1,7 @@
 //! The detail view's charts over the last minute: RTT against its floor,
 //! queueing delay, the window (and Westwood+'s pipe, CUBIC's W_max),
-//! throughput.
+//! throughput. [`chart`] and [`grid`] draw every chart of the dashboard
+//! (an episode's too: history.rs).
 
 use super::{centered_message, DIM, TITLE};
 use crate::app::App;
@@ -14,13 +15,58 @@ use ratatui::text::{Line, Span};
 use ratatui::widgets::{Axis, Block, Borders, Chart, Dataset, GraphType, Widget};
 
 /// Formats a value of a chart's y axis.
-type AxisLabel<'a> = &'a dyn Fn(f64) -> String;
+pub(super) type AxisLabel<'a> = &'a dyn Fn(f64) -> String;
 
-/// One chart line: name, colour, points (x seconds before the snapshot, y).
-struct Series {
-    name: &'static str,
-    color: Color,
-    points: Vec<(f64, f64)>,
+/// One chart line: name, colour, points (x seconds, y).
+pub(super) struct Series {
+    pub name: &'static str,
+    pub color: Color,
+    pub points: Vec<(f64, f64)>,
+    /// Points only, not joined (marks such as episodes on a timeline).
+    pub scatter: bool,
+}
+
+/// A chart's time axis: its bounds in seconds and the labels at its start,
+/// middle and end.
+pub(super) struct XAxis {
+    pub bounds: [f64; 2],
+    pub labels: [String; 3],
+}
+
+impl XAxis {
+    /// The last `window_s` seconds, up to now.
+    fn last(window_s: f64) -> XAxis {
+        XAxis {
+            bounds: [-window_s, 0.0],
+            labels: [
+                format!("-{window_s:.0}s"),
+                format!("-{:.0}s", window_s / 2.0),
+                "now".to_string(),
+            ],
+        }
+    }
+}
+
+/// `n` cells for charts in `area`: two columns where it is wide enough.
+/// None when it is too small for them.
+pub(super) fn grid(n: u16, area: Rect) -> Option<Vec<Rect>> {
+    let columns: u16 = if area.width >= 60 { 2 } else { 1 };
+    let rows = n.div_ceil(columns);
+    if area.height / rows < 5 {
+        return None;
+    }
+    let row_areas = Layout::vertical(vec![Constraint::Fill(1); rows as usize]).split(area);
+    Some(
+        row_areas
+            .iter()
+            .flat_map(|r| {
+                Layout::horizontal(vec![Constraint::Fill(1); columns as usize])
+                    .spacing(1)
+                    .split(*r)
+                    .to_vec()
+            })
+            .collect(),
+    )
 }
 
 pub(super) fn render_charts(
@@ -30,27 +76,16 @@ pub(super) fn render_charts(
     area: Rect,
     buf: &mut Buffer,
 ) {
-    let columns: u16 = if area.width >= 60 { 2 } else { 1 };
-    let rows = 4 / columns;
-    if area.height / rows < 5 {
+    let Some(cells) = grid(4, area) else {
         centered_message("enlarge the terminal for charts", DIM, area, buf);
         return;
-    }
+    };
     let window_s = crate::app::HISTORY_WINDOW_MS as f64 / 1000.0;
     let recent = Recent::new(samples, app.snapshot().taken_ms, window_s);
     let no_samples = recent.samples.is_empty();
-    let row_areas = Layout::vertical(vec![Constraint::Fill(1); rows as usize]).split(area);
-    let cells: Vec<Rect> = row_areas
-        .iter()
-        .flat_map(|r| {
-            Layout::horizontal(vec![Constraint::Fill(1); columns as usize])
-                .spacing(1)
-                .split(*r)
-                .to_vec()
-        })
-        .collect();
+    let x = XAxis::last(window_s);
     for ((title, series, label), cell) in charts_of(app, s, &recent).into_iter().zip(cells) {
-        chart(title, &series, label, no_samples, window_s, cell, buf);
+        chart(title, &series, label, no_samples, &x, cell, buf);
     }
 }
 
@@ -99,11 +134,11 @@ fn ms_of(us: u32) -> f64 {
     us as f64 / 1000.0
 }
 
-fn ms_label(v: f64) -> String {
+pub(super) fn ms_label(v: f64) -> String {
     format::ms((v * 1000.0).round() as u64)
 }
 
-fn seg_label(v: f64) -> String {
+pub(super) fn seg_label(v: f64) -> String {
     format!("{v:.0}")
 }
 
@@ -111,7 +146,7 @@ fn kb_label(v: f64) -> String {
     format!("{v:.0}k")
 }
 
-fn rate_label(v: f64) -> String {
+pub(super) fn rate_label(v: f64) -> String {
     format::rate(v.round() as u64)
 }
 
@@ -132,17 +167,20 @@ fn charts_of(
             name: rtt_name,
             color: Color::Yellow,
             points: recent.points(&|x| Some(ms_of(x.view_rtt_us(role)))),
+            scatter: false,
         },
         Series {
             name: "min",
             color: Color::Green,
             points: recent.points(&|x| Some(ms_of(x.view_min_rtt_us(role)))),
+            scatter: false,
         },
     ];
     let mut queue = vec![Series {
         name: "queue",
         color: Color::Red,
         points: recent.points(&|x| Some(ms_of(x.view_queue_delay_us(role)))),
+        scatter: false,
     }];
     let threshold_us = app.snapshot().bloat_threshold_us;
     if threshold_us > 0 {
@@ -150,12 +188,14 @@ fn charts_of(
             name: "threshold",
             color: Color::DarkGray,
             points: recent.flat(ms_of(threshold_us)),
+            scatter: false,
         });
     }
     let throughput = vec![Series {
         name: "throughput",
         color: Color::Blue,
         points: recent.points(&|x| Some(x.throughput_bps as f64)),
+        scatter: false,
     }];
     [
         ("RTT (gap = queue)", rtt, &ms_label),
@@ -177,11 +217,13 @@ fn window_chart(s: &Socket, recent: &Recent) -> (&'static str, Vec<Series>, Axis
                 name: "clamp",
                 color: Color::Green,
                 points: clamp,
+                scatter: false,
             },
             Series {
                 name: "rcvd/RTT",
                 color: Color::Cyan,
                 points: rcvd,
+                scatter: false,
             },
         ];
         return ("DRWA window, kB", window, &kb_label);
@@ -190,6 +232,7 @@ fn window_chart(s: &Socket, recent: &Recent) -> (&'static str, Vec<Series>, Axis
         name: "cwnd",
         color: Color::Cyan,
         points: recent.points(&|x| Some(x.cwnd as f64)),
+        scatter: false,
     }];
     let pipe = recent.points(&|x| x.pipe_segments.map(|p| p as f64));
     if !pipe.is_empty() {
@@ -197,6 +240,7 @@ fn window_chart(s: &Socket, recent: &Recent) -> (&'static str, Vec<Series>, Axis
             name: "pipe",
             color: Color::Green,
             points: pipe,
+            scatter: false,
         });
     }
     if let Some(CcState::Cubic { w_max_segments, .. }) = &s.cc_state {
@@ -204,17 +248,18 @@ fn window_chart(s: &Socket, recent: &Recent) -> (&'static str, Vec<Series>, Axis
             name: "W_max",
             color: Color::Magenta,
             points: recent.flat(*w_max_segments as f64),
+            scatter: false,
         });
     }
     ("window, segments", window, &seg_label)
 }
 
-fn chart(
+pub(super) fn chart(
     title: &str,
     series: &[Series],
     label: &dyn Fn(f64) -> String,
     no_samples: bool,
-    window_s: f64,
+    x: &XAxis,
     area: Rect,
     buf: &mut Buffer,
 ) {
@@ -242,19 +287,19 @@ fn chart(
         .map(|s| {
             Dataset::default()
                 .marker(Marker::Braille)
-                .graph_type(GraphType::Line)
+                .graph_type(if s.scatter {
+                    GraphType::Scatter
+                } else {
+                    GraphType::Line
+                })
                 .style(Style::new().fg(s.color))
                 .data(&s.points)
         })
         .collect();
     // The time axis costs two rows: only charts with room for it get it;
-    // the others span the same last minute, ending now.
+    // the others span the same time.
     let x_labels: Vec<String> = if area.height >= 10 {
-        vec![
-            format!("-{window_s:.0}s"),
-            format!("-{:.0}s", window_s / 2.0),
-            "now".to_string(),
-        ]
+        x.labels.to_vec()
     } else {
         Vec::new()
     };
@@ -266,12 +311,7 @@ fn chart(
                 .title(Line::from(title_spans)),
         )
         .legend_position(None)
-        .x_axis(
-            Axis::default()
-                .bounds([-window_s, 0.0])
-                .labels(x_labels)
-                .style(DIM),
-        )
+        .x_axis(Axis::default().bounds(x.bounds).labels(x_labels).style(DIM))
         .y_axis(
             Axis::default()
                 .bounds([0.0, y_top])

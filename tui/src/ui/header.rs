@@ -202,6 +202,23 @@ fn health_line(app: &App) -> Vec<Span<'static>> {
 fn notice_lines_of(app: &App, room: usize) -> Vec<Line<'static>> {
     let notices = app.notices();
     let mut lines = Vec::new();
+    // An episode in progress comes first: it says how long it has lasted.
+    let open = &app.snapshot().episodes;
+    if let Some(text) =
+        bloatd_model::journal::open_episode_line(open, app.now_ms(), app.utc_offset_s())
+    {
+        if room == 0 {
+            return lines;
+        }
+        lines.push(Line::from(vec![
+            Span::styled(" ● ", BLOATED),
+            Span::styled(text, BLOATED),
+        ]));
+        if room == 1 {
+            return lines;
+        }
+    }
+    let room = room - lines.len();
     for (i, notice) in notices.iter().take(room).enumerate() {
         let mut spans = vec![
             Span::styled(" ▲ ", BLOATED),

@@ -44,14 +44,15 @@ pub(super) fn render_footer(app: &App, area: Rect, buf: &mut Buffer) {
         let keys: &[(&str, &str)] = match app.view() {
             View::Table => &[
                 ("q", "quit"),
+                ("?", "help"),
                 ("↑↓", "select"),
                 ("⏎", "detail"),
                 ("v", "paths"),
                 ("S", "services"),
+                ("H", "history"),
                 ("s", "sort"),
                 ("f", "filter"),
                 ("p", "pause"),
-                ("?", "help"),
             ],
             View::Detail => &[
                 ("Esc", "back"),
@@ -72,6 +73,19 @@ pub(super) fn render_footer(app: &App, area: Rect, buf: &mut Buffer) {
                 ("S", "sockets"),
                 ("v", "paths"),
                 ("p", "pause"),
+                ("?", "help"),
+                ("q", "quit"),
+            ],
+            View::History => &[
+                ("H", "sockets"),
+                ("↑↓", "select"),
+                ("⏎", "episode"),
+                ("?", "help"),
+                ("q", "quit"),
+            ],
+            View::Episode => &[
+                ("Esc", "back"),
+                ("H", "sockets"),
                 ("?", "help"),
                 ("q", "quit"),
             ],
@@ -115,6 +129,10 @@ pub(super) fn help(app: &App, area: Rect, buf: &mut Buffer) {
         key(
             "S",
             "services: queue and own backlog per service, grade, RPM",
+        ),
+        key(
+            "H",
+            "history: the last hours' bloat episodes; Enter opens one",
         ),
         key("s", "next sort: qdelay rtt throughput cwnd retrans process"),
         key(

@@ -4,7 +4,8 @@
 //! bloated count, worst queue, queueing-delay distribution per congestion
 //! control, daemon health, the newest "bloat started" notices), then the
 //! socket table, the detail view of one socket, the paths view (sockets
-//! grouped by peer) or the services view (grouped by service), then a line
+//! grouped by peer), the services view (grouped by service) or the history
+//! view (the flight recorder's last hours, an episode), then a line
 //! of key hints. Only the rows on screen are formatted. Nothing here reads a clock:
 //! ages are measured against the app's `now_ms`, charts against the
 //! snapshot's `taken_ms`.
@@ -14,9 +15,12 @@ mod detail;
 mod grouped;
 mod header;
 mod help;
+mod history;
 mod paths;
 mod services;
 mod table;
+
+pub use history::episode_text;
 
 use crate::app::{App, Link, View};
 use bloatd_model::format;
@@ -179,6 +183,8 @@ fn render_screen(app: &App, area: Rect, buf: &mut Buffer, interactive: bool) {
         _ if interactive && app.view() == View::Services => {
             services::render_services(app, body, buf)
         }
+        _ if interactive && app.view() == View::History => history::render_history(app, body, buf),
+        _ if interactive && app.view() == View::Episode => history::render_episode(app, body, buf),
         _ => table::render_table(app, body, buf),
     }
     if interactive {

@@ -103,6 +103,7 @@ pub fn host(sockets: Vec<Socket>) -> Snapshot {
         paths: vec![],
         policy: None,
         services: vec![],
+        episodes: vec![],
     }
 }
 
@@ -461,4 +462,150 @@ pub fn many_sockets(n: usize, seed: u64) -> Snapshot {
         })
         .collect();
     host(sockets)
+}
+
+/// The flight recorder's episode on the laptop's cellular link: the path
+/// to 93.184.215.0/24 held 420 ms of queue for 38 s, from 23:10:05 the
+/// evening before the snapshots (T0_MS is midnight).
+pub fn cubic_download_episode() -> bloatd_model::journal::EpisodeDetail {
+    use bloatd_model::journal::*;
+    let start = T0_MS - 50 * 60_000 + 5_000;
+    let series: Vec<PathPoint> = (0..=40u64)
+        .map(|i| {
+            let queue_us = if i < 38 {
+                (i as u32 * 40_000).min(420_000)
+            } else {
+                30_000
+            };
+            PathPoint {
+                t_ms: start + i * 1000,
+                queue_us,
+                queue_max_us: queue_us + 15_000,
+                rtt_us: 47_000 + queue_us,
+                floor_us: 47_000,
+                rate_bps: 9_000_000 + (i % 5) * 400_000,
+                sockets: 2,
+            }
+        })
+        .collect();
+    let flow = |cookie, comm: &str, bytes| EpisodeFlow {
+        cookie,
+        pid: Some(4000 + cookie as u32),
+        process: Some(comm.into()),
+        service: "session-2.scope".into(),
+        cc: "cubic".into(),
+        role: Role::Receiver,
+        local: "192.168.1.23:51234".parse().unwrap(),
+        remote: "93.184.215.14:443".parse().unwrap(),
+        netns: 4026531840,
+        bytes,
+        retrans: 3,
+        unsent_bytes_max: 0,
+        unsent_delay_max_us: 0,
+        queue_p50_us: 400_000,
+        policy: String::new(),
+        rules: vec![],
+    };
+    let flows = vec![
+        flow(101, "curl", 44_000_000),
+        flow(106, "firefox-esr", 320_000),
+    ];
+    let flow_series = flows
+        .iter()
+        .enumerate()
+        .map(|(k, f)| FlowSeries {
+            cookie: f.cookie,
+            points: series
+                .iter()
+                .map(|p| FlowPoint {
+                    t_ms: p.t_ms,
+                    cwnd: 100 + (p.queue_us / 2000) / (k as u32 + 1),
+                    rtt_us: p.rtt_us,
+                    rate_bps: p.rate_bps / (k as u64 + 1),
+                })
+                .collect(),
+        })
+        .collect();
+    EpisodeDetail {
+        episode: Episode {
+            id: 12,
+            kind: EpisodeKind::Path,
+            path: Some(EpisodePath {
+                netns: 4026531840,
+                peer: v4(93, 184, 215, 0),
+                prefix_len: 24,
+                interface: "wlan0".into(),
+                gateway: Some(v4(192, 168, 1, 1)),
+            }),
+            service: None,
+            start_ms: start,
+            end_ms: start + 38_000,
+            open: false,
+            cut: None,
+            threshold_us: THRESHOLD_US,
+            floor_us: 47_000,
+            floor_source: Some(FloorSource::Peer),
+            queue_peak_us: 435_000,
+            queue_p50_us: 400_000,
+            queue_p90_us: 420_000,
+            throughput_bps: 9_400_000,
+            bytes: 44_650_000,
+            sockets_max: 2,
+            flows: 2,
+            services: vec!["session-2.scope".into()],
+            processes: vec!["curl".into(), "firefox-esr".into()],
+            ccs: vec!["cubic".into()],
+            actions: Default::default(),
+        },
+        flows,
+        series,
+        flow_series,
+    }
+}
+
+/// The last hours of the recorder: the worst path's queue each minute
+/// (quiet, then the download's episode at 23:10) and two episodes, the
+/// newest (a service's, still open) first.
+pub fn recorder_history() -> (
+    Vec<bloatd_model::journal::MinuteRow>,
+    Vec<bloatd_model::journal::Episode>,
+) {
+    use bloatd_model::journal::*;
+    let minutes = (0..360u64)
+        .map(|i| {
+            let t_ms = T0_MS - (360 - i) * 60_000;
+            let bloated = (t_ms..t_ms + 60_000).contains(&(T0_MS - 50 * 60_000 + 5_000));
+            MinuteRow {
+                t_ms,
+                netns: 4026531840,
+                peer: v4(93, 184, 215, 0),
+                prefix_len: 24,
+                interface: "wlan0".into(),
+                queue_p50_us: if bloated {
+                    400_000
+                } else {
+                    2_000 + (i % 7) as u32 * 1_500
+                },
+                queue_p90_us: if bloated { 420_000 } else { 9_000 },
+                queue_max_us: if bloated { 435_000 } else { 14_000 },
+                rate_bps: 2_000_000,
+                sockets: 4,
+                paths: Some(3),
+            }
+        })
+        .collect();
+    let download = cubic_download_episode().episode;
+    let mut backup = download.clone();
+    backup.id = 13;
+    backup.kind = EpisodeKind::Service;
+    backup.path = None;
+    backup.service = Some("backup.service".into());
+    backup.start_ms = T0_MS - 95_000;
+    backup.end_ms = T0_MS;
+    backup.open = true;
+    backup.queue_peak_us = 310_000;
+    backup.queue_p50_us = 280_000;
+    backup.flows = 1;
+    backup.processes = vec!["rsync".into()];
+    (minutes, vec![backup, download])
 }
