@@ -79,11 +79,13 @@ docs: build
 	$(BIN) generate-docs $(DOCS)
 
 ## install: binary, config (kept if present), systemd unit, man pages,
-## completions, Prometheus rules, README; creates the API group bloatd
+## completions, Prometheus rules, README, the journal's directory
+## /var/lib/bloatd; creates the API group bloatd
 install: docs
 	install -D -m 0755 $(BIN) $(DESTDIR)$(PREFIX)/bin/bloatd
 	install -d $(DESTDIR)/etc/bloatd
 	[ -e $(DESTDIR)/etc/bloatd/bloatd.toml ] || install -m 0644 daemon/dist/bloatd.toml $(DESTDIR)/etc/bloatd/bloatd.toml
+	install -d -m 0750 $(DESTDIR)/var/lib/bloatd
 	install -d $(DESTDIR)/etc/systemd/system
 	sed 's#/usr/local/#$(PREFIX)/#g' daemon/dist/bloatd.service > $(DESTDIR)/etc/systemd/system/bloatd.service
 	chmod 0644 $(DESTDIR)/etc/systemd/system/bloatd.service
@@ -108,7 +110,7 @@ uninstall:
 	      $(DESTDIR)$(PREFIX)/share/zsh/site-functions/_bloatd \
 	      $(DESTDIR)$(PREFIX)/share/fish/vendor_completions.d/bloatd.fish
 	rm -rf $(DESTDIR)$(PREFIX)/share/doc/bloatd $(DESTDIR)$(PREFIX)/share/bloatd
-	@echo "kept /etc/bloatd/bloatd.toml and the group bloatd"
+	@echo "kept /etc/bloatd/bloatd.toml, the journal in /var/lib/bloatd and the group bloatd"
 
 ## deb: a Debian package in target/deb/ (binary, unit, config, man pages,
 ## completions, rules, docs)

@@ -29,6 +29,9 @@ pub struct Cli {
     /// Directory of the pid file, API socket and log [default: /run/bloatd]
     #[arg(long, global = true, value_name = "DIR", env = "BLOATD_RUN_DIR")]
     pub run_dir: Option<PathBuf>,
+    /// Directory of the flight recorder's journal [default: /var/lib/bloatd]
+    #[arg(long, global = true, value_name = "DIR", env = "BLOATD_STATE_DIR")]
+    pub state_dir: Option<PathBuf>,
     #[command(subcommand)]
     pub cmd: Cmd,
 }
@@ -63,6 +66,20 @@ pub enum Cmd {
     /// Acting on bloat: the congestion control rules, and the receiver's
     /// Dynamic Receive Window Adjustment (DRWA), through the running daemon.
     Policy(cmd::policy::PolicyArgs),
+    /// The flight recorder's bloat episodes: when a path or a service held
+    /// a queue at or above the bloat threshold, for how long, how much, and
+    /// which flows, newest first. From the running daemon, else from the
+    /// journal (state_dir) directly.
+    Incidents(cmd::incidents::IncidentsArgs),
+    /// One bloat episode: its summary, its flows (process, service,
+    /// congestion control, bytes, retransmissions, backlog), what the
+    /// policy did, and charts of its one-second series; --export writes
+    /// it as a bundle the lab replays (scripts/lab/lab.py --replay DIR).
+    Incident(cmd::incidents::IncidentArgs),
+    /// The flight recorder's history: one row a minute per active path
+    /// (queue median, 90th percentile and max, rate, sockets), quiet hours
+    /// too.
+    History(cmd::incidents::HistoryArgs),
 }
 
 impl Cli {
@@ -72,6 +89,9 @@ impl Cli {
         let mut cfg = Config::load(self.config.as_deref())?;
         if let Some(d) = &self.run_dir {
             cfg.run_dir = d.clone();
+        }
+        if let Some(d) = &self.state_dir {
+            cfg.state_dir = d.clone();
         }
         if let Cmd::Start(a) = &self.cmd {
             a.apply(&mut cfg)?;

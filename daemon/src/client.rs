@@ -205,6 +205,27 @@ impl Client {
         self.post(route::POLICY_DRWA, &DrwaReq { on })
     }
 
+    /// The flight recorder's episodes.
+    pub fn incidents(
+        &self,
+        q: &bloatd_model::journal::IncidentsQuery,
+    ) -> Result<Vec<bloatd_model::journal::Episode>, ClientError> {
+        self.get(route::INCIDENTS, q)
+    }
+
+    /// One episode with its flows and series.
+    pub fn incident(&self, id: u64) -> Result<bloatd_model::journal::EpisodeDetail, ClientError> {
+        self.get(&route::INCIDENT.replace("{id}", &id.to_string()), &())
+    }
+
+    /// The per-minute rows.
+    pub fn history(
+        &self,
+        q: &bloatd_model::journal::HistoryQuery,
+    ) -> Result<Vec<bloatd_model::journal::MinuteRow>, ClientError> {
+        self.get(route::HISTORY, q)
+    }
+
     /// A rule on or off, live.
     pub fn set_rule_enabled(&self, name: &str, enabled: bool) -> Result<RuleReq, ClientError> {
         self.post(

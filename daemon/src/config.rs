@@ -9,12 +9,19 @@ use std::path::{Path, PathBuf};
 
 pub const DEFAULT_CONFIG: &str = "/etc/bloatd/bloatd.toml";
 pub const DEFAULT_RUN_DIR: &str = "/run/bloatd";
+pub const DEFAULT_STATE_DIR: &str = "/var/lib/bloatd";
 pub const DEFAULT_API_GROUP: &str = "bloatd";
 
 /// Every key of the config file, and what its value must be.
 const KEYS: &[(&str, &str)] = &[
     ("listen", "an address and port, like \"127.0.0.1:9477\""),
     ("run_dir", "a directory path"),
+    ("state_dir", "a directory path"),
+    (
+        "journal_max_mb",
+        "an integer (megabytes; 0: no flight recorder)",
+    ),
+    ("journal_max_days", "an integer (days)"),
     ("interval_ms", "an integer (milliseconds)"),
     ("sampling", "\"adaptive\" or \"exact\""),
     ("map_capacity", "an integer"),
@@ -91,6 +98,13 @@ pub struct Config {
     pub listen: SocketAddr,
     /// Directory for the pid file, the API socket and the log.
     pub run_dir: PathBuf,
+    /// Directory of the flight recorder's journal (kept across restarts).
+    pub state_dir: PathBuf,
+    /// The journal's bound (database and its log together), megabytes;
+    /// 0 turns the flight recorder off. The oldest data goes first.
+    pub journal_max_mb: u64,
+    /// What the journal keeps at most, days.
+    pub journal_max_days: u32,
     /// Sampling interval: at most one sample per socket per interval.
     pub interval_ms: u64,
     /// Which intervals of a sparse socket are sampled: "adaptive" (a share
@@ -162,6 +176,9 @@ impl Default for Config {
         Config {
             listen: "127.0.0.1:9477".parse().unwrap(),
             run_dir: PathBuf::from(DEFAULT_RUN_DIR),
+            state_dir: PathBuf::from(DEFAULT_STATE_DIR),
+            journal_max_mb: 64,
+            journal_max_days: 30,
             interval_ms: 100,
             sampling: Sampling::Adaptive,
             map_capacity: 65536,
@@ -330,6 +347,18 @@ impl Config {
             return Err(ConfigError::Invalid(
                 "floor_prefix_v4 must be 0..=31 and floor_prefix_v6 0..=127 (0 turns the prefix fallback off)".into(),
             ));
+        }
+        if self.journal_max_mb > 0 && !(2..=65_536).contains(&self.journal_max_mb) {
+            return Err(ConfigError::Invalid(format!(
+                "journal_max_mb = {} is out of range (2..=65536, or 0: no flight recorder)",
+                self.journal_max_mb
+            )));
+        }
+        if !(1..=3650).contains(&self.journal_max_days) {
+            return Err(ConfigError::Invalid(format!(
+                "journal_max_days = {} is out of range (1..=3650)",
+                self.journal_max_days
+            )));
         }
         if !(1..=60_000).contains(&self.bloat_threshold_ms) {
             return Err(ConfigError::Invalid(format!(
@@ -540,12 +569,13 @@ mod tests {
             .keys()
             .map(String::as_str)
             .collect();
-        // listen, run_dir, api_group: set by the chart; map_entries: a
+        // listen, run_dir, state_dir, api_group: set by the chart; map_entries: a
         // deprecated name; admin_group: not offered (the pod's /etc/group
         // holds api.group only, so in a pod only root acts: kubectl exec).
         let by_chart = [
             "listen",
             "run_dir",
+            "state_dir",
             "api_group",
             "map_entries",
             "admin_group",

@@ -88,7 +88,7 @@ fn api_read_due(age: Duration, cost: Duration, interval: Duration) -> bool {
     read_due(age, cost, interval, API_READ_SHARE, API_READ_MAX_AGE)
 }
 
-fn read_due(
+pub(crate) fn read_due(
     age: Duration,
     cost: Duration,
     interval: Duration,
@@ -135,6 +135,9 @@ pub struct Core {
     /// The kernel's per-service histograms, folded into /metrics' bounded
     /// `service` label.
     service_labels: crate::service::labels::ServiceLabels,
+    /// The flight recorder, fed from the reads (recorder/).
+    recorder: Option<crate::recorder::Seam>,
+    last_recorder_check: Instant,
 }
 
 /// Where the daemon pins DRWA's restore state (probes/policy.rs): reused if
@@ -214,6 +217,8 @@ impl Core {
             last_watch: Instant::now(),
             last_housekeeping: Instant::now(),
             service_labels: crate::service::labels::ServiceLabels::new(cfg.service_labels as usize),
+            recorder: None,
+            last_recorder_check: Instant::now(),
         };
         core.read();
         Ok(core)
@@ -242,6 +247,68 @@ impl Core {
             started,
             cost: started.elapsed(),
         });
+        self.feed_recorder();
+    }
+
+    /// From now on every read (at most one a second) goes to the flight
+    /// recorder too, and `tick` reads for it when it asks.
+    pub fn record_to(&mut self, seam: crate::recorder::Seam) {
+        self.recorder = Some(seam);
+    }
+
+    /// The last read to the recorder, if it wants one now. Making its
+    /// rows counts in the read's cost (and the rows serve dashboards).
+    fn feed_recorder(&mut self) {
+        if !self.recorder.as_ref().is_some_and(|r| r.wants()) {
+            return;
+        }
+        let t_ms = Clock::now().unix_ms;
+        let sockets = self.view_rows();
+        let policy = self
+            .policy_counts()
+            .map(|counts| crate::recorder::PolicySnap {
+                drwa: self.drwa.as_str().into(),
+                counts,
+            });
+        if let Some(r) = self.recorder.as_mut() {
+            r.feed(crate::recorder::Feed {
+                t_ms,
+                sockets,
+                policy,
+            });
+        }
+    }
+
+    /// Once a second: a read for the recorder when it is due (recorder/,
+    /// "What it costs the engine").
+    fn read_for_recorder(&mut self) {
+        if self.last_recorder_check.elapsed() < crate::recorder::FEED_EVERY {
+            return;
+        }
+        self.last_recorder_check = Instant::now();
+        let Some(r) = self.recorder.as_ref() else {
+            return;
+        };
+        let (age, cost) = self
+            .last_read
+            .as_ref()
+            .map_or((Duration::MAX, Duration::ZERO), |l| {
+                (l.started.elapsed(), l.cost)
+            });
+        if r.read_due(age, cost, self.kernel_bloat()) {
+            self.read();
+        }
+    }
+
+    /// Whether the kernel counted a bloated socket in this second or the
+    /// last (a few map reads).
+    fn kernel_bloat(&self) -> bool {
+        let now_s = Clock::now().mono_ns / 1_000_000_000;
+        self.probes.cc_stats().is_ok_and(|per_cc| {
+            per_cc.iter().flat_map(|(_, st)| st.role.iter()).any(|r| {
+                (0..r.bloated.len()).any(|i| r.bloated[i] > 0 && r.bloated_sec[i] + 1 >= now_s)
+            })
+        })
     }
 
     /// Read again unless the last read is recent (`api_read_due`): one
@@ -320,6 +387,7 @@ impl Core {
         let clock = Clock::now();
         let tracker = &mut self.tracker;
         self.probes.drain(|x| tracker.apply(x, &clock));
+        self.read_for_recorder();
         if self.last_watch.elapsed() >= WATCH_EVERY {
             self.update_watch();
             self.last_watch = Instant::now();
@@ -521,6 +589,7 @@ impl Core {
         );
         f.push(self.probes.netns_feature());
         f.push(crate::probes::sampling_feature(self.cfg.sampling));
+        f.extend(self.recorder.as_ref().map(|r| r.feature()));
         f
     }
 
@@ -615,7 +684,7 @@ impl Core {
             paths,
             policy: self.policy_state(),
             services,
-            episodes: Vec::new(),
+            episodes: self.recorder.as_ref().map(|r| r.open()).unwrap_or_default(),
         };
         Ok((snap, all))
     }
@@ -688,6 +757,7 @@ impl Core {
             features: self.features(),
             policy: self.policy_counts().map(|c| (c, self.drwa)),
             services,
+            episodes: self.recorder.as_ref().map(|r| r.counts()),
         }
     }
 

@@ -15,6 +15,7 @@ mod metrics;
 mod paths;
 mod policy;
 mod probes;
+mod recorder;
 mod rundir;
 mod server;
 mod service;
@@ -61,6 +62,9 @@ fn main() -> ExitCode {
         Cmd::Top(a) => cmd::top::run(&cfg, a),
         Cmd::Cc(a) => cmd::cc::run(&cfg, a),
         Cmd::Policy(a) => cmd::policy::run(&cfg, a),
+        Cmd::Incidents(a) => cmd::incidents::incidents(&cfg, a),
+        Cmd::Incident(a) => cmd::incidents::incident(&cfg, a),
+        Cmd::History(a) => cmd::incidents::history(&cfg, a),
     };
     match result {
         Ok(code) => code,

@@ -105,6 +105,9 @@ pub struct Scrape {
     pub services: Vec<crate::service::metrics::ServiceHist>,
     /// What this kernel runs of the parts beyond the core (kernel.rs).
     pub features: Vec<bloatd_model::Feature>,
+    /// The flight recorder's episodes by kind (path, service): opened
+    /// since start, open now (None: no recorder).
+    pub episodes: Option<EpisodeCounts>,
 }
 
 /// A metric's type, as the text format names it.
@@ -395,6 +398,23 @@ fn feature_rows(v: &Scrape, on: fn(bloatd_model::FeatureState) -> bool) -> Vec<R
         .collect()
 }
 
+/// The flight recorder's rows by `kind`: `pick` chooses opened or open.
+/// Episodes by kind (path, service): opened since start, open now.
+pub type EpisodeCounts = ([u64; 2], [u64; 2]);
+
+fn episode_rows(v: &Scrape, pick: fn(&EpisodeCounts) -> [u64; 2]) -> Vec<Row> {
+    v.episodes
+        .iter()
+        .flat_map(|e| {
+            let n = pick(e);
+            bloatd_model::journal::EpisodeKind::ALL
+                .iter()
+                .enumerate()
+                .map(move |(i, k)| row(&[("kind", k.as_str())], n[i] as f64))
+        })
+        .collect()
+}
+
 /// Every family of /metrics, in the order they are written. Names and
 /// meanings are a contract (DESIGN.md, README "Metrics").
 const FAMILIES: &[Family] = &[
@@ -460,6 +480,20 @@ const FAMILIES: &[Family] = &[
         help: "Sockets whose queueing delay reached the bloat threshold in the last whole second (receivers: no cc)",
         labels: &["cc", "role"],
         rows: bloated_rows,
+    },
+    Family {
+        name: "bloatd_episodes_total",
+        kind: Kind::Counter,
+        help: "Bloat episodes the flight recorder opened (a path or a service at or above the bloat threshold for a few seconds; `bloatd incidents` lists them)",
+        labels: &["kind"],
+        rows: |v| episode_rows(v, |e| e.0),
+    },
+    Family {
+        name: "bloatd_episode_open",
+        kind: Kind::Gauge,
+        help: "Bloat episodes open now",
+        labels: &["kind"],
+        rows: |v| episode_rows(v, |e| e.1),
     },
     Family {
         name: "bloatd_feature_enabled",

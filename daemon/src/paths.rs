@@ -32,11 +32,30 @@ pub fn mask(addr: IpAddr, bits: u8) -> IpAddr {
     }
 }
 
+/// A path's key: namespace, peer (or the network address of its prefix),
+/// prefix length, interface.
+pub type PathKey<'a> = (u32, IpAddr, u8, &'a str);
+
 /// Group sockets into paths: one per (namespace, peer, interface), or per
 /// prefix when `prefix` gives the IPv4 and IPv6 prefix lengths. Worst
 /// queue first.
 pub fn paths_of(socks: &[Socket], prefix: Option<(u8, u8)>) -> Vec<NetPath> {
-    let mut groups: BTreeMap<(u32, IpAddr, u8, &str), Vec<&Socket>> = BTreeMap::new();
+    let mut paths: Vec<NetPath> = groups(socks, prefix)
+        .into_iter()
+        .map(|(key, members)| path_of(key, &members))
+        .collect();
+    paths.sort_by(|a, b| {
+        b.queue_delay_p50_us
+            .cmp(&a.queue_delay_p50_us)
+            .then(b.queue_delay_max_us.cmp(&a.queue_delay_max_us))
+            .then(a.peer.cmp(&b.peer))
+    });
+    paths
+}
+
+/// The sockets of each path (as `paths_of` groups them).
+pub fn groups(socks: &[Socket], prefix: Option<(u8, u8)>) -> BTreeMap<PathKey<'_>, Vec<&Socket>> {
+    let mut groups: BTreeMap<PathKey<'_>, Vec<&Socket>> = BTreeMap::new();
     for s in socks {
         let full = if s.remote_addr.is_ipv4() { 32 } else { 128 };
         let bits = match (prefix, s.remote_addr) {
@@ -54,28 +73,12 @@ pub fn paths_of(socks: &[Socket], prefix: Option<(u8, u8)>) -> Vec<NetPath> {
             .or_default()
             .push(s);
     }
-    let mut paths: Vec<NetPath> = groups
-        .into_iter()
-        .map(|((netns, peer, prefix_len, interface), members)| {
-            path_of(netns, peer, prefix_len, interface, &members)
-        })
-        .collect();
-    paths.sort_by(|a, b| {
-        b.queue_delay_p50_us
-            .cmp(&a.queue_delay_p50_us)
-            .then(b.queue_delay_max_us.cmp(&a.queue_delay_max_us))
-            .then(a.peer.cmp(&b.peer))
-    });
-    paths
+    groups
 }
 
-fn path_of(
-    netns: u32,
-    peer: IpAddr,
-    prefix_len: u8,
-    interface: &str,
-    members: &[&Socket],
-) -> NetPath {
+/// One path of `groups`: its floor, its queue now, its sockets.
+pub fn path_of(key: PathKey<'_>, members: &[&Socket]) -> NetPath {
+    let (netns, peer, prefix_len, interface) = key;
     // The lowest floor of its sockets (they share the peer's, unless one
     // measured below it since) and where that one came from.
     let floor = members

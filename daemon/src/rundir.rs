@@ -70,9 +70,36 @@ pub struct RunDir {
     path: PathBuf,
 }
 
+/// Which of bloatd's directories a [`RunDir`] is, for its messages and
+/// its mode.
+pub struct DirKind {
+    /// "run directory".
+    pub what: &'static str,
+    /// What bloatd keeps in it, for the refusal.
+    pub holds: &'static str,
+    /// The option that chooses another.
+    pub option: &'static str,
+    /// Set-group-ID on the directory, so the files bloatd creates in it
+    /// take its group (the API group) without a chown.
+    pub setgid: bool,
+}
+
+/// /run/bloatd: the pid file, the API socket, the log.
+pub const RUN: DirKind = DirKind {
+    what: "run directory",
+    holds: "its pid file and API socket",
+    option: "--run-dir",
+    setgid: false,
+};
+
 impl RunDir {
     /// Open an existing run directory (clients and the checks before start).
     pub fn open(path: &Path) -> std::io::Result<RunDir> {
+        RunDir::open_kind(path, &RUN)
+    }
+
+    /// Open an existing directory of `kind`, checked.
+    pub fn open_kind(path: &Path, kind: &DirKind) -> std::io::Result<RunDir> {
         let c = CString::new(path.as_os_str().as_bytes()).map_err(std::io::Error::other)?;
         // SAFETY: open(2) with a valid C string.
         let fd = unsafe {
@@ -85,8 +112,10 @@ impl RunDir {
             let e = errno();
             if e.raw_os_error() == Some(libc::ELOOP) || e.raw_os_error() == Some(libc::ENOTDIR) {
                 return Err(std::io::Error::other(format!(
-                    "run directory {} is a symlink or not a directory: bloatd refuses it (choose another --run-dir)",
-                    path.display()
+                    "{} {} is a symlink or not a directory: bloatd refuses it (choose another {})",
+                    kind.what,
+                    path.display(),
+                    kind.option
                 )));
             }
             return Err(e);
@@ -101,10 +130,13 @@ impl RunDir {
         let euid = unsafe { libc::geteuid() };
         if (m.uid() != 0 && m.uid() != euid) || m.mode() & 0o022 != 0 {
             return Err(std::io::Error::other(format!(
-                "run directory {} is owned by uid {} with mode {:o}: bloatd keeps its pid file and API socket only in a directory that root owns and no one else may write (choose another --run-dir)",
+                "{} {} is owned by uid {} with mode {:o}: bloatd keeps {} only in a directory that root owns and no one else may write (choose another {})",
+                kind.what,
                 path.display(),
                 m.uid(),
-                m.mode() & 0o7777
+                m.mode() & 0o7777,
+                kind.holds,
+                kind.option
             )));
         }
         Ok(dir)
@@ -113,7 +145,20 @@ impl RunDir {
     /// The daemon's side: create the directory if it is missing, check it,
     /// and give it mode 0750 with the API group (0700 without one).
     pub fn prepare(path: &Path, gid: Option<libc::gid_t>) -> anyhow::Result<RunDir> {
-        let mode = if gid.is_some() { 0o750 } else { 0o700 };
+        RunDir::prepare_kind(path, gid, &RUN)
+    }
+
+    /// The same for a directory of `kind`.
+    pub fn prepare_kind(
+        path: &Path,
+        gid: Option<libc::gid_t>,
+        kind: &DirKind,
+    ) -> anyhow::Result<RunDir> {
+        let mode = match (gid.is_some(), kind.setgid) {
+            (true, true) => 0o2750,
+            (true, false) => 0o750,
+            (false, _) => 0o700,
+        };
         if let Some(parent) = path.parent() {
             std::fs::create_dir_all(parent)
                 .map_err(|e| anyhow::anyhow!("cannot create {}: {e}", parent.display()))?;
@@ -124,12 +169,13 @@ impl RunDir {
             && errno().kind() != std::io::ErrorKind::AlreadyExists
         {
             anyhow::bail!(
-                "cannot create run directory {}: {}",
+                "cannot create {} {}: {}",
+                kind.what,
                 path.display(),
                 errno()
             );
         }
-        let dir = RunDir::open(path)?;
+        let dir = RunDir::open_kind(path, kind)?;
         // SAFETY: fchown/fchmod on our descriptor.
         unsafe {
             if let Some(g) = gid {
@@ -190,6 +236,29 @@ impl RunDir {
         Ok(())
     }
 
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// fstatat(2) of `name` in this directory, not following a symlink.
+    pub fn lstat(&self, name: &str) -> std::io::Result<libc::stat> {
+        let c = cstring(name);
+        // SAFETY: fstatat(2) into a zeroed stat, our descriptor, a valid C string.
+        let mut st: libc::stat = unsafe { std::mem::zeroed() };
+        if unsafe {
+            libc::fstatat(
+                self.fd.as_raw_fd(),
+                c.as_ptr(),
+                &mut st,
+                libc::AT_SYMLINK_NOFOLLOW,
+            )
+        } != 0
+        {
+            return Err(errno());
+        }
+        Ok(st)
+    }
+
     pub fn unlink(&self, name: &str) {
         let c = cstring(name);
         // SAFETY: unlinkat(2) in our directory.
@@ -199,7 +268,7 @@ impl RunDir {
     /// A path to `name` through this descriptor (/proc/self/fd/N/name), for
     /// calls that take only a path (bind): it resolves to this directory
     /// even if the directory's own path is swapped meanwhile.
-    fn fd_path(&self, name: &str) -> PathBuf {
+    pub fn fd_path(&self, name: &str) -> PathBuf {
         PathBuf::from(format!("/proc/self/fd/{}/{name}", self.fd.as_raw_fd()))
     }
 
@@ -352,7 +421,7 @@ pub enum LockState {
     NoAccess,
 }
 
-fn flock(f: &File, op: libc::c_int) -> bool {
+pub fn flock(f: &File, op: libc::c_int) -> bool {
     // SAFETY: valid fd.
     unsafe { libc::flock(f.as_raw_fd(), op) == 0 }
 }

@@ -27,12 +27,71 @@ fn error(status: StatusCode, msg: impl Into<String>) -> Response {
     (status, msg.into()).into_response()
 }
 
-pub fn api_router(core: Shared, authority: Authority) -> Router {
+pub fn api_router(
+    core: Shared,
+    authority: Authority,
+    recorder: Option<crate::recorder::Reader>,
+) -> Router {
     Router::new()
         .merge(read_routes())
         .merge(act_routes())
         .with_state(core)
+        .merge(recorder_routes(recorder))
         .layer(Extension(std::sync::Arc::new(authority)))
+}
+
+/// The flight recorder's routes (read access): answered from the journal
+/// on a thread of their own, never under the engine's lock.
+fn recorder_routes(recorder: Option<crate::recorder::Reader>) -> Router {
+    use crate::recorder::{ReadError, Reader};
+    use bloatd_model::journal::{HistoryQuery, IncidentsQuery};
+    type R = Option<Reader>;
+    fn off() -> Response {
+        error(
+            StatusCode::NOT_FOUND,
+            "the flight recorder is off in this bloatd (journal_max_mb = 0)",
+        )
+    }
+    fn answer<T: serde::Serialize>(r: Result<T, ReadError>) -> Response {
+        match r {
+            Ok(v) => Json(v).into_response(),
+            Err(e @ ReadError::NoSuchEpisode(_)) => error(StatusCode::NOT_FOUND, e.to_string()),
+            Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
+        }
+    }
+    Router::new()
+        .route(
+            route::INCIDENTS,
+            get(
+                |State(r): State<R>, Query(q): Query<IncidentsQuery>| async move {
+                    let Some(r) = r else { return off() };
+                    let since = q.since_ms.unwrap_or(0);
+                    answer(r.run(move |r| r.incidents(&q, since)).await)
+                },
+            ),
+        )
+        .route(
+            route::INCIDENT,
+            get(|State(r): State<R>, Path(id): Path<u64>| async move {
+                let Some(r) = r else { return off() };
+                answer(r.run(move |r| r.incident(id)).await)
+            }),
+        )
+        .route(
+            route::HISTORY,
+            get(
+                |State(r): State<R>, Query(q): Query<HistoryQuery>| async move {
+                    let Some(r) = r else { return off() };
+                    let since = q.since_ms.unwrap_or_else(|| {
+                        crate::clock::Clock::now()
+                            .unix_ms
+                            .saturating_sub(86_400_000)
+                    });
+                    answer(r.run(move |r| r.history(&q, since)).await)
+                },
+            ),
+        )
+        .with_state(recorder)
 }
 
 /// What `bloatd top` draws, streamed when it asks for every socket; the

@@ -3,6 +3,7 @@
 
 pub mod cc;
 pub mod docs;
+pub mod incidents;
 pub mod paths;
 pub mod policy;
 pub mod services;

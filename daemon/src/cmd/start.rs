@@ -406,7 +406,7 @@ fn run_foreground(cfg: &Config) -> anyhow::Result<ExitCode> {
         .enable_all()
         .build()?;
     let mut signals = StopSignals::install(&rt)?;
-    let (dir, lock, tcp, unix, core) = match setup(cfg) {
+    let (dir, lock, tcp, unix, core, recorder) = match setup(cfg) {
         Ok(s) => s,
         Err(e) => {
             notify_ready(&Err(format!("{e:#}")));
@@ -417,6 +417,19 @@ fn run_foreground(cfg: &Config) -> anyhow::Result<ExitCode> {
     core.arm_panic_give_back();
     install_panic_hook();
     let panic_file = std::env::var_os(TEST_PANIC_ENV).map(std::path::PathBuf::from);
+    // The flight recorder's thread, now that the capabilities are gone.
+    let recorder = match recorder {
+        Some(dir_error) => {
+            crate::recorder::Recorder::start(crate::recorder::Settings::of(cfg), dir_error)
+                .inspect_err(|e| tracing::warn!("flight recorder not started: {e}"))
+                .ok()
+        }
+        None => None,
+    };
+    let mut core = core;
+    if let Some(r) = &recorder {
+        core.record_to(r.seam());
+    }
     let core = Arc::new(Mutex::new(core));
     let interval = Duration::from_millis(cfg.interval_ms);
     let result = rt.block_on(async {
@@ -430,7 +443,11 @@ fn run_foreground(cfg: &Config) -> anyhow::Result<ExitCode> {
         );
         let api_srv = server::serve(
             unix,
-            server::api_router(core.clone(), cfg.authority()),
+            server::api_router(
+                core.clone(),
+                cfg.authority(),
+                recorder.as_ref().map(|r| r.reader()),
+            ),
             server::Limits::DEFAULT,
         );
         if let Some(s) = signals.pending().await {
@@ -453,6 +470,9 @@ fn run_foreground(cfg: &Config) -> anyhow::Result<ExitCode> {
     match Arc::try_unwrap(core) {
         Ok(m) => drop(m.into_inner()),
         Err(_) => tracing::warn!("engine still referenced at exit; the kernel will detach it"),
+    }
+    if let Some(r) = recorder {
+        r.stop();
     }
     dir.unlink(SOCKET);
     dir.unlink(PID_FILE);
@@ -487,6 +507,9 @@ type Setup = (
     std::net::TcpListener,
     std::os::unix::net::UnixListener,
     Core,
+    // The flight recorder to start (None: off), with why its directory
+    // was refused, if it was.
+    Option<Option<String>>,
 );
 
 fn setup(cfg: &Config) -> anyhow::Result<Setup> {
@@ -509,9 +532,11 @@ fn setup(cfg: &Config) -> anyhow::Result<Setup> {
     tcp.set_nonblocking(true)?;
     let unix = dir.bind_socket(cfg.api_gid().map(|(_, g)| g))?;
     let core = Core::start(cfg, "daemon", true)?;
+    // The journal's directory takes a group: before the capabilities go.
+    let recorder = (cfg.journal_max_mb > 0).then(|| crate::recorder::prepare(cfg).err());
     // Everything is loaded and attached: from here on bloatd works on the
     // descriptors it holds (see caps.rs for what it keeps, and why).
     caps::drop_after_start()
         .map_err(|e| anyhow::anyhow!("cannot drop capabilities after start: {e}"))?;
-    Ok((dir, lock, tcp, unix, core))
+    Ok((dir, lock, tcp, unix, core, recorder))
 }

@@ -57,6 +57,44 @@ impl Source for Backend {
         }
     }
 
+    /// The history view: the worst path each minute, and the episodes.
+    fn history(
+        &mut self,
+        since_ms: u64,
+    ) -> Result<
+        (
+            Vec<bloatd_model::journal::MinuteRow>,
+            Vec<bloatd_model::journal::Episode>,
+        ),
+        String,
+    > {
+        use bloatd_model::journal::{HistoryQuery, IncidentsQuery};
+        match self {
+            Backend::Api(client) => {
+                let minutes = client.history(&HistoryQuery {
+                    since_ms: Some(since_ms),
+                    path: None,
+                    worst: true.into(),
+                });
+                let episodes = client.incidents(&IncidentsQuery {
+                    since_ms: Some(since_ms),
+                    ..Default::default()
+                });
+                minutes
+                    .and_then(|m| episodes.map(|e| (m, e)))
+                    .map_err(api_message)
+            }
+            Backend::Embedded(_) => Err(bloatd_tui::NO_RECORDER.into()),
+        }
+    }
+
+    fn incident(&mut self, id: u64) -> Result<bloatd_model::journal::EpisodeDetail, String> {
+        match self {
+            Backend::Api(client) => client.incident(id).map_err(api_message),
+            Backend::Embedded(_) => Err(bloatd_tui::NO_RECORDER.into()),
+        }
+    }
+
     /// The D key: DRWA on or off through the daemon.
     fn set_drwa(&mut self, on: bool) -> Result<(), String> {
         match self {
@@ -66,6 +104,14 @@ impl Source for Backend {
             }),
             Backend::Embedded(core) => core.set_drwa(on, me().uid),
         }
+    }
+}
+
+/// An API error as the dashboard shows it: the daemon's own words.
+fn api_message(e: ClientError) -> String {
+    match e {
+        ClientError::Status { body, .. } => body,
+        e => e.to_string(),
     }
 }
 
@@ -119,7 +165,7 @@ fn me() -> crate::authority::Viewer {
     }
 }
 
-fn terminal_size() -> Option<(u16, u16)> {
+pub(crate) fn terminal_size() -> Option<(u16, u16)> {
     let mut ws: libc::winsize = unsafe { std::mem::zeroed() };
     // SAFETY: TIOCGWINSZ fills a winsize.
     let ok = unsafe { libc::ioctl(libc::STDOUT_FILENO, libc::TIOCGWINSZ, &mut ws) } == 0;

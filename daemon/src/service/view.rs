@@ -16,7 +16,7 @@ const ACTIVE_MS: u64 = 1000;
 const TRIM_PERCENTILE: usize = 95;
 
 /// Nearest-rank percentile `p` of sorted `v` (0 when empty).
-fn percentile(v: &[u32], p: usize) -> u32 {
+pub fn percentile(v: &[u32], p: usize) -> u32 {
     if v.is_empty() {
         return 0;
     }
@@ -43,11 +43,7 @@ fn wait_us(s: &Socket) -> u32 {
 /// Group sockets into services, longest wait first (services with no
 /// measured socket last).
 pub fn services_of(socks: &[Socket]) -> Vec<ServiceView> {
-    let mut groups: BTreeMap<&str, Vec<&Socket>> = BTreeMap::new();
-    for s in socks {
-        groups.entry(s.service.as_str()).or_default().push(s);
-    }
-    let mut out: Vec<ServiceView> = groups
+    let mut out: Vec<ServiceView> = groups(socks)
         .into_iter()
         .map(|(name, members)| service_of(name, &members))
         .collect();
@@ -60,7 +56,17 @@ pub fn services_of(socks: &[Socket]) -> Vec<ServiceView> {
     out
 }
 
-fn service_of(name: &str, members: &[&Socket]) -> ServiceView {
+/// The sockets of each service.
+pub fn groups(socks: &[Socket]) -> BTreeMap<&str, Vec<&Socket>> {
+    let mut groups: BTreeMap<&str, Vec<&Socket>> = BTreeMap::new();
+    for s in socks {
+        groups.entry(s.service.as_str()).or_default().push(s);
+    }
+    groups
+}
+
+/// One service of `groups`.
+pub fn service_of(name: &str, members: &[&Socket]) -> ServiceView {
     let measured: Vec<&Socket> = members
         .iter()
         .copied()
@@ -120,18 +126,22 @@ fn service_of(name: &str, members: &[&Socket]) -> ServiceView {
 /// connection are the service's (a download between two of its
 /// namespaces), the receiving end's rate is the sending end's again.
 fn throughput_bps(members: &[&Socket]) -> u64 {
+    once_per_flow(members).map(|s| s.throughput_bps).sum()
+}
+
+/// `members`, each flow once: the receiving end of a connection whose
+/// sending end is among them is left out (its bytes are the sender's).
+pub fn once_per_flow<'a, 'b>(
+    members: &'b [&'a Socket],
+) -> impl Iterator<Item = &'a Socket> + use<'a, 'b> {
     let ends: std::collections::HashSet<_> = members
         .iter()
         .map(|s| (s.local_endpoint(), s.remote_endpoint()))
         .collect();
-    members
-        .iter()
-        .filter(|s| {
-            s.role != bloatd_model::Role::Receiver
-                || !ends.contains(&(s.remote_endpoint(), s.local_endpoint()))
-        })
-        .map(|s| s.throughput_bps)
-        .sum()
+    members.iter().copied().filter(move |s| {
+        s.role != bloatd_model::Role::Receiver
+            || !ends.contains(&(s.remote_endpoint(), s.local_endpoint()))
+    })
 }
 
 #[cfg(test)]

@@ -45,6 +45,11 @@ metrics:
 `, load, monitors},
 	{"service only", `metrics: {service: {enabled: true}}`, load,
 		[]string{"ConfigMap", "DaemonSet", "Service", "ServiceAccount"}},
+	// the flight recorder's journal in the pod's own emptyDir, bounded
+	{"journal in the pod", `
+journal: {hostPath: ""}
+config: {journal_max_mb: 16, journal_max_days: 7}
+`, load, minimal},
 	// registering congestion controls enters every network namespace
 	{"cc and policy", `
 config:
@@ -200,6 +205,12 @@ func checkPod(t *testing.T, ds *appsv1.DaemonSet, caps []string) {
 		if hp := volumes[m.Name].HostPath; hp == nil || hp.Path != hostPath {
 			t.Errorf("%s is not the host's %s", path, hostPath)
 		}
+	}
+	// The flight recorder's journal: writable, on the node or in the pod.
+	if m, ok := mounts["/var/lib/bloatd"]; !ok || m.ReadOnly {
+		t.Errorf("/var/lib/bloatd (the journal): mounted %v, read-only %v; want a writable mount", ok, m.ReadOnly)
+	} else if v := volumes[m.Name]; v.HostPath == nil && v.EmptyDir == nil {
+		t.Errorf("the journal is on neither a hostPath nor an emptyDir")
 	}
 	for _, v := range pod.Volumes {
 		if v.HostPath != nil && strings.HasPrefix(v.HostPath.Path, "/sys/fs/bpf") {

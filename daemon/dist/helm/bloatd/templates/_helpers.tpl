@@ -62,6 +62,7 @@ effective, for the stop.
 # bloatd.toml, rendered by the chart from .Values.config
 # (keys: daemon/dist/bloatd.toml).
 run_dir = "/run/bloatd"
+state_dir = "/var/lib/bloatd"
 {{- if .Values.api.group }}
 api_group = {{ .Values.api.group | toJson }}
 {{- end }}

@@ -1,0 +1,359 @@
+//! `bloatd incident ID --export DIR`: an episode as a bundle the lab can
+//! replay (`scripts/lab/lab.py --replay DIR`).
+//!
+//! - `trace.down`: the bottleneck's delivery opportunities in Mahimahi's
+//!   format (one line per 1500-byte opportunity, in ms; the trace repeats
+//!   at its last line), one second at a time from the episode's delivery
+//!   rates. Where the path held a standing queue (median queue at least
+//!   SATURATED_QUEUE_US) the link was saturated and what it delivered is
+//!   its capacity ("measured"); elsewhere the capacity is not known, only
+//!   that it was at least what was delivered: it is interpolated between
+//!   the measured seconds around it ("interpolated"), or held from the
+//!   nearest one at the ends ("held"), never below the delivery.
+//! - `capacity.csv`: each second's delivery, capacity and which of the
+//!   three it is.
+//! - `replay.json`: the base RTT (the path's floor), the buffer (the peak
+//!   queue times the median measured capacity), the flow mix (bulk flows
+//!   and short ones, by bytes), and what was recorded, for comparison.
+//! - `episode.json`: the episode as `bloatd incident ID --json` gives it.
+
+use bloatd_model::journal::{EpisodeDetail, PathPoint};
+use serde::Serialize;
+use std::path::Path;
+
+/// A median queue from which the bottleneck counts as saturated (a
+/// standing queue: more than a few packets at cellular rates).
+pub const SATURATED_QUEUE_US: u32 = 20_000;
+/// What one trace opportunity carries (Mahimahi's MTU).
+pub const OPPORTUNITY_BYTES: u64 = 1500;
+/// A flow with at least this many bytes, or a fifth of the episode's, is
+/// a bulk flow of the mix; the rest are short flows.
+const BULK_BYTES: u64 = 1_000_000;
+
+/// One second of the episode's bottleneck.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Second {
+    pub t_s: u32,
+    pub delivered_bps: u64,
+    pub capacity_bps: u64,
+    /// "measured", "interpolated" or "held".
+    pub source: &'static str,
+    pub queue_us: u32,
+}
+
+/// The episode's series on a one-second grid from its first point: each
+/// second takes the point whose interval (since the point before it)
+/// covers the second's middle.
+fn per_second(series: &[PathPoint]) -> Vec<(u64, u32)> {
+    let Some(first) = series.first() else {
+        return Vec::new();
+    };
+    let last = series.last().expect("non-empty").t_ms;
+    let n = (last.saturating_sub(first.t_ms) / 1000) as usize;
+    let mut out = Vec::with_capacity(n);
+    let mut j = 1.min(series.len() - 1);
+    for k in 0..n {
+        let mid = first.t_ms + k as u64 * 1000 + 500;
+        while j + 1 < series.len() && series[j].t_ms < mid {
+            j += 1;
+        }
+        out.push((series[j].rate_bps, series[j].queue_us));
+    }
+    out
+}
+
+/// The bottleneck's capacity each second (see the module's comment).
+pub fn capacity(series: &[PathPoint]) -> Vec<Second> {
+    let grid = per_second(series);
+    let measured: Vec<Option<u64>> = grid
+        .iter()
+        .map(|&(rate, q)| (q >= SATURATED_QUEUE_US && rate > 0).then_some(rate))
+        .collect();
+    let known: Vec<usize> = (0..grid.len()).filter(|&i| measured[i].is_some()).collect();
+    grid.iter()
+        .enumerate()
+        .map(|(i, &(delivered, queue_us))| {
+            let (capacity, source) = match measured[i] {
+                Some(c) => (c, "measured"),
+                None => {
+                    let before = known.iter().rev().find(|&&k| k < i);
+                    let after = known.iter().find(|&&k| k > i);
+                    match (before, after) {
+                        (Some(&a), Some(&b)) => {
+                            let (ca, cb) =
+                                (measured[a].unwrap() as f64, measured[b].unwrap() as f64);
+                            let f = (i - a) as f64 / (b - a) as f64;
+                            ((ca + (cb - ca) * f) as u64, "interpolated")
+                        }
+                        (Some(&k), None) | (None, Some(&k)) => (measured[k].unwrap(), "held"),
+                        (None, None) => (delivered, "held"),
+                    }
+                }
+            };
+            Second {
+                t_s: i as u32,
+                delivered_bps: delivered,
+                capacity_bps: capacity.max(delivered),
+                source,
+                queue_us,
+            }
+        })
+        .collect()
+}
+
+/// A Mahimahi trace of `seconds`: each second's opportunities spread
+/// evenly over it (fractions carried to the next), the last line at the
+/// end of the span (the period).
+pub fn mahimahi(seconds: &[Second]) -> String {
+    let mut out = String::new();
+    let mut carry = 0.0f64;
+    let mut last = 0u64;
+    for (k, s) in seconds.iter().enumerate() {
+        let exact = s.capacity_bps as f64 / (OPPORTUNITY_BYTES * 8) as f64 + carry;
+        let n = exact.floor() as u64;
+        carry = exact - n as f64;
+        for j in 0..n {
+            let ms = k as u64 * 1000 + (2 * j + 1) * 500 / n;
+            out.push_str(&format!("{}\n", ms.max(1)));
+            last = ms.max(1);
+        }
+    }
+    let period = (seconds.len() as u64 * 1000).max(1);
+    if last < period {
+        out.push_str(&format!("{period}\n"));
+    }
+    out
+}
+
+#[derive(Serialize)]
+struct FlowMix {
+    role: String,
+    cc: String,
+    process: Option<String>,
+    bytes: u64,
+    kind: &'static str,
+    queue_p50_ms: f64,
+}
+
+#[derive(Serialize)]
+struct Replay {
+    episode: u64,
+    subject: String,
+    start_ms: u64,
+    duration_s: u32,
+    trace: &'static str,
+    base_rtt_ms: f64,
+    buffer_bytes: u64,
+    capacity_mean_bps: u64,
+    capacity_median_measured_bps: u64,
+    /// Seconds whose capacity is estimated, not measured.
+    capacity_estimated_share: f64,
+    recorded: Recorded,
+    flows: Vec<FlowMix>,
+    bulk_flows: usize,
+    short_flows: usize,
+    short_bytes_median: u64,
+    notes: Vec<String>,
+}
+
+#[derive(Serialize)]
+struct Recorded {
+    queue_p50_ms: f64,
+    queue_p90_ms: f64,
+    queue_peak_ms: f64,
+    throughput_bps: u64,
+    /// The median queue of the largest bulk flow, its own view.
+    bulk_queue_p50_ms: Option<f64>,
+    bulk_cc: Option<String>,
+}
+
+/// What `--export` wrote, for its one line.
+pub struct Exported {
+    pub seconds: usize,
+    pub measured: usize,
+    pub buffer_bytes: u64,
+    pub base_rtt_ms: f64,
+}
+
+fn write(dir: &Path, name: &str, text: &str) -> std::io::Result<()> {
+    std::fs::write(dir.join(name), text)
+}
+
+/// Write the bundle of `d` into `dir` (created if missing).
+pub fn export(d: &EpisodeDetail, dir: &Path) -> anyhow::Result<Exported> {
+    let e = &d.episode;
+    let seconds = capacity(&d.series);
+    if seconds.is_empty() {
+        anyhow::bail!(
+            "episode {} has fewer than two seconds of series: nothing to replay",
+            e.id
+        );
+    }
+    std::fs::create_dir_all(dir)
+        .map_err(|err| anyhow::anyhow!("cannot create {}: {err}", dir.display()))?;
+    let measured: Vec<u64> = seconds
+        .iter()
+        .filter(|s| s.source == "measured")
+        .map(|s| s.capacity_bps)
+        .collect();
+    let mut sorted = measured.clone();
+    sorted.sort_unstable();
+    let median_measured = sorted.get(sorted.len() / 2).copied().unwrap_or_else(|| {
+        let mut all: Vec<u64> = seconds.iter().map(|s| s.capacity_bps).collect();
+        all.sort_unstable();
+        all[all.len() / 2]
+    });
+    let mean = seconds.iter().map(|s| s.capacity_bps).sum::<u64>() / seconds.len() as u64;
+    let buffer_bytes = (e.queue_peak_us as u128 * median_measured as u128 / 8_000_000) as u64;
+    let total: u64 = d.flows.iter().map(|f| f.bytes).sum::<u64>().max(1);
+    let flows: Vec<FlowMix> = d
+        .flows
+        .iter()
+        .map(|f| FlowMix {
+            role: f.role.name().into(),
+            cc: f.cc.clone(),
+            process: f.process.clone(),
+            bytes: f.bytes,
+            kind: if f.bytes >= BULK_BYTES || f.bytes * 5 >= total {
+                "bulk"
+            } else {
+                "short"
+            },
+            queue_p50_ms: f.queue_p50_us as f64 / 1000.0,
+        })
+        .collect();
+    let bulk = flows.iter().find(|f| f.kind == "bulk");
+    let mut shorts: Vec<u64> = flows
+        .iter()
+        .filter(|f| f.kind == "short")
+        .map(|f| f.bytes)
+        .collect();
+    shorts.sort_unstable();
+    let estimated = seconds.len() - measured.len();
+    let mut notes = vec![format!(
+        "capacity: {} of {} seconds measured (median queue >= {} ms: the link was saturated, its delivery is its capacity); the others are estimated (interpolated between measured seconds, or held at the ends), never below what was delivered",
+        measured.len(),
+        seconds.len(),
+        SATURATED_QUEUE_US / 1000
+    )];
+    notes.push(format!(
+        "buffer: the peak queue ({} ms) times the median measured capacity",
+        e.queue_peak_us / 1000
+    ));
+    notes.push("base RTT: the path's floor; the uplink is constant (not recorded)".to_string());
+    if measured.is_empty() {
+        notes.push("no second was saturated: the capacity is only a lower bound".into());
+    }
+    let replay = Replay {
+        episode: e.id,
+        subject: e.subject_text(),
+        start_ms: e.start_ms,
+        duration_s: seconds.len() as u32,
+        trace: "trace.down",
+        base_rtt_ms: e.floor_us as f64 / 1000.0,
+        buffer_bytes,
+        capacity_mean_bps: mean,
+        capacity_median_measured_bps: median_measured,
+        capacity_estimated_share: estimated as f64 / seconds.len() as f64,
+        recorded: Recorded {
+            queue_p50_ms: e.queue_p50_us as f64 / 1000.0,
+            queue_p90_ms: e.queue_p90_us as f64 / 1000.0,
+            queue_peak_ms: e.queue_peak_us as f64 / 1000.0,
+            throughput_bps: e.throughput_bps,
+            bulk_queue_p50_ms: bulk.map(|f| f.queue_p50_ms),
+            bulk_cc: bulk.map(|f| f.cc.clone()),
+        },
+        bulk_flows: flows.iter().filter(|f| f.kind == "bulk").count(),
+        short_flows: shorts.len(),
+        short_bytes_median: shorts.get(shorts.len() / 2).copied().unwrap_or(0),
+        flows,
+        notes,
+    };
+    write(dir, "trace.down", &mahimahi(&seconds))?;
+    let mut csv = String::from("t_s,delivered_bps,capacity_bps,source,queue_ms\n");
+    for s in &seconds {
+        csv.push_str(&format!(
+            "{},{},{},{},{:.1}\n",
+            s.t_s,
+            s.delivered_bps,
+            s.capacity_bps,
+            s.source,
+            s.queue_us as f64 / 1000.0
+        ));
+    }
+    write(dir, "capacity.csv", &csv)?;
+    write(dir, "replay.json", &serde_json::to_string_pretty(&replay)?)?;
+    write(dir, "episode.json", &serde_json::to_string_pretty(d)?)?;
+    Ok(Exported {
+        seconds: seconds.len(),
+        measured: measured.len(),
+        buffer_bytes,
+        base_rtt_ms: replay.base_rtt_ms,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn point(t_s: u64, rate_bps: u64, queue_ms: u32) -> PathPoint {
+        PathPoint {
+            t_ms: 1_000_000 + t_s * 1000,
+            queue_us: queue_ms * 1000,
+            queue_max_us: queue_ms * 1000,
+            rtt_us: 80_000 + queue_ms * 1000,
+            floor_us: 80_000,
+            rate_bps,
+            sockets: 1,
+        }
+    }
+
+    #[test]
+    fn saturated_seconds_are_the_capacity_the_others_estimated() {
+        let s = vec![
+            point(0, 0, 0),
+            point(1, 2_000_000, 300),
+            point(2, 1_000_000, 5), // not saturated: delivered less than it could
+            point(3, 3_000_000, 300),
+            point(4, 1_000_000, 2),
+        ];
+        let c = capacity(&s);
+        let got: Vec<(u64, &str)> = c.iter().map(|x| (x.capacity_bps, x.source)).collect();
+        assert_eq!(
+            got,
+            vec![
+                (2_000_000, "measured"),
+                (2_500_000, "interpolated"),
+                (3_000_000, "measured"),
+                (3_000_000, "held"),
+            ]
+        );
+    }
+
+    #[test]
+    fn the_trace_carries_the_capacity_each_second() {
+        let secs: Vec<Second> = [1_200_000u64, 2_400_000, 600_000]
+            .iter()
+            .enumerate()
+            .map(|(i, &c)| Second {
+                t_s: i as u32,
+                delivered_bps: c,
+                capacity_bps: c,
+                source: "measured",
+                queue_us: 0,
+            })
+            .collect();
+        let t = mahimahi(&secs);
+        let ms: Vec<u64> = t.lines().map(|l| l.parse().unwrap()).collect();
+        assert!(ms.windows(2).all(|w| w[0] <= w[1]), "non-decreasing");
+        let per = |k: u64| {
+            ms.iter()
+                .filter(|&&m| m > k * 1000 && m <= (k + 1) * 1000)
+                .count()
+        };
+        // 1.2 Mbit/s is 100 packets of 1500 B a second.
+        assert_eq!((per(0), per(1)), (100, 200));
+        assert_eq!(*ms.last().unwrap(), 3000, "the period is the span");
+        assert!(per(2) == 50 || per(2) == 51);
+    }
+}

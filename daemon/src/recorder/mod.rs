@@ -1,0 +1,753 @@
+//! The bloat flight recorder (issue 32): bufferbloat episodes kept after
+//! they drain, with their flows and their one-second series, and one row a
+//! minute per active path, in a bounded SQLite journal that survives
+//! restarts; `bloatd incidents`, `bloatd incident ID [--export DIR]`,
+//! `bloatd history`, the API's `/v1/incidents` and `/v1/history`, the
+//! dashboard's history view (H), `bloatd_episodes_total`.
+//!
+//! Three hops, as everywhere in bloatd: the engine's reads (core.rs hands
+//! each read's sockets to the [`Seam`], at most one a second, never
+//! waiting: a full queue drops the read), the [`episodes`] detector on the
+//! recorder's own thread (paths and services at or above
+//! `bloat_threshold_ms`), the [`journal`] (SQLite, written on the same
+//! thread, so a slow or full disk slows nothing but the recorder).
+//!
+//! What it costs the engine: while nothing is bloated it asks for a read
+//! when one is due at a thousandth of a core (the read's and the
+//! recorder's own cost x 1000, at least a second, at most a minute apart:
+//! the minute rows need one); once the kernel counts a bloated socket or
+//! an episode is open, at a fiftieth (every second where reads are cheap).
+//! Reads made for dashboards and API clients feed it too.
+//!
+//! A journal it cannot write (full or read-only disk, another bloatd's
+//! lock, a state directory refused) does not stop bloatd: the writes wait
+//! in memory (MEMORY_WEIGHT points, the oldest dropped beyond), one warning
+//! says why, and they are written when the journal can take them again.
+
+#[cfg(test)]
+mod bench;
+pub mod episodes;
+pub mod export;
+mod gateway;
+pub mod journal;
+
+use bloatd_model::api::PolicyCounts;
+use bloatd_model::journal::{
+    Episode, EpisodeDetail, EpisodeKind, HistoryQuery, IncidentsQuery, MinuteRow,
+};
+use bloatd_model::{Feature, FeatureState, Socket};
+use episodes::{Detector, Write};
+use journal::{Bounds, Journal, JournalError};
+use std::collections::{HashMap, VecDeque};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::mpsc::{Receiver, SyncSender, TrySendError};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// Points and rows held in memory while the journal cannot be written.
+const MEMORY_WEIGHT: usize = 500_000;
+/// Writes per transaction when held ones go to the journal at last.
+const CHUNK_WEIGHT: usize = 20_000;
+/// A journal that failed is tried again this long after (feed time).
+const RETRY_MS: u64 = 10_000;
+/// Reads fed to the recorder at most this often.
+pub const FEED_EVERY: Duration = Duration::from_secs(1);
+/// Shares of a core the reads made for the recorder may take (their cost
+/// times this), and how old the last read may grow: quiet, and while
+/// something is bloated.
+const QUIET_SHARE: u32 = 1000;
+const QUIET_MAX_AGE: Duration = Duration::from_secs(60);
+const HOT_SHARE: u32 = 50;
+const HOT_MAX_AGE: Duration = Duration::from_secs(5);
+/// How long the stop waits for the recorder's last writes.
+const STOP_WAIT: Duration = Duration::from_secs(3);
+
+/// DRWA's mode and the policy's counters at a read.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct PolicySnap {
+    pub drwa: String,
+    pub counts: PolicyCounts,
+}
+
+/// What the engine hands the recorder after a read.
+pub struct Feed {
+    /// When the read was made (Unix ms).
+    pub t_ms: u64,
+    pub sockets: Arc<Vec<Socket>>,
+    pub policy: Option<PolicySnap>,
+}
+
+enum Msg {
+    Feed(Feed),
+    Stop,
+}
+
+/// The recorder's settings, from the config.
+#[derive(Clone, Debug)]
+pub struct Settings {
+    pub state_dir: PathBuf,
+    pub bounds: Bounds,
+    pub detector: episodes::Settings,
+}
+
+impl Settings {
+    pub fn of(cfg: &crate::config::Config) -> Settings {
+        Settings {
+            state_dir: cfg.state_dir.clone(),
+            bounds: Bounds {
+                max_bytes: cfg.journal_max_mb.saturating_mul(1 << 20),
+                max_age_ms: (cfg.journal_max_days as u64).saturating_mul(86_400_000),
+            },
+            detector: episodes::Settings {
+                threshold_us: (cfg.bloat_threshold_ms * 1000).min(u32::MAX as u64) as u32,
+                prefix: (cfg.floor_prefix_v4 > 0 || cfg.floor_prefix_v6 > 0).then(|| {
+                    let full = |p: u8, max: u8| if p == 0 { max } else { p };
+                    (
+                        full(cfg.floor_prefix_v4, 32),
+                        full(cfg.floor_prefix_v6, 128),
+                    )
+                }),
+            },
+        }
+    }
+}
+
+/// Prepare the state directory (created with the API group, set-group-ID
+/// so the journal's files take that group): before the capabilities go,
+/// since giving a directory a group takes CAP_CHOWN. Err: the line to log;
+/// bloatd records in memory then.
+pub fn prepare(cfg: &crate::config::Config) -> Result<(), String> {
+    crate::rundir::RunDir::prepare_kind(
+        &cfg.state_dir,
+        cfg.api_gid().map(|(_, g)| g),
+        &journal::STATE,
+    )
+    .map(|_| ())
+    .map_err(|e| format!("{e:#}"))
+}
+
+/// What the thread publishes for the engine, the API and /metrics.
+struct Shared {
+    /// The detector and what waits for the journal.
+    rec: Mutex<Recording>,
+    /// Open episodes and the journal's state, for snapshots and status:
+    /// cheap to read (an Arc) whatever the thread does.
+    live: Mutex<Live>,
+    hot: AtomicBool,
+    /// The recorder's own CPU time for the last read it took, ns.
+    cost_ns: AtomicU64,
+    opened: [AtomicU64; 2],
+    open: [AtomicU64; 2],
+    feeds_dropped: AtomicU64,
+    state_dir: PathBuf,
+}
+
+struct Live {
+    open: Arc<Vec<Episode>>,
+    feature: Feature,
+}
+
+struct Recording {
+    detector: Detector,
+    /// Written to the detector's output but not to the journal yet.
+    pending: VecDeque<Write>,
+    weight: usize,
+    dropped: u64,
+}
+
+impl Recording {
+    fn hold(&mut self, w: Vec<Write>) {
+        for x in w {
+            self.weight += x.weight();
+            self.pending.push_back(x);
+        }
+        // Over the bound: the oldest points and rows go first, the
+        // episodes' summaries last.
+        while self.weight > MEMORY_WEIGHT {
+            let i = self
+                .pending
+                .iter()
+                .position(|w| !matches!(w, Write::Episode(_)))
+                .unwrap_or(0);
+            let Some(w) = self.pending.remove(i) else {
+                break;
+            };
+            self.weight -= w.weight();
+            self.dropped += w.weight() as u64;
+        }
+    }
+
+    fn take(&mut self, max_weight: usize) -> Vec<Write> {
+        let mut out = Vec::new();
+        let mut w = 0;
+        while let Some(x) = self.pending.front() {
+            if !out.is_empty() && w + x.weight() > max_weight {
+                break;
+            }
+            w += x.weight();
+            out.push(self.pending.pop_front().expect("front"));
+        }
+        self.weight -= w;
+        out
+    }
+
+    fn put_back(&mut self, writes: Vec<Write>) {
+        for x in writes.into_iter().rev() {
+            self.weight += x.weight();
+            self.pending.push_front(x);
+        }
+    }
+}
+
+fn kind_index(k: EpisodeKind) -> usize {
+    match k {
+        EpisodeKind::Path => 0,
+        EpisodeKind::Service => 1,
+    }
+}
+
+fn feature(state: FeatureState, detail: String) -> Feature {
+    Feature {
+        name: "journal".into(),
+        state,
+        detail,
+    }
+}
+
+/// The recorder: its thread, and what the engine and the API hold of it.
+pub struct Recorder {
+    shared: Arc<Shared>,
+    tx: SyncSender<Msg>,
+    done: Receiver<()>,
+}
+
+impl Recorder {
+    /// Start the recorder's thread (after the capabilities are dropped:
+    /// it needs none). `dir_error`: why `prepare` refused the directory.
+    pub fn start(settings: Settings, dir_error: Option<String>) -> std::io::Result<Recorder> {
+        let (tx, rx) = std::sync::mpsc::sync_channel(2);
+        let (done_tx, done) = std::sync::mpsc::sync_channel(1);
+        let shared = Arc::new(Shared {
+            rec: Mutex::new(Recording {
+                detector: Detector::new(settings.detector.clone(), 1),
+                pending: VecDeque::new(),
+                weight: 0,
+                dropped: 0,
+            }),
+            live: Mutex::new(Live {
+                open: Arc::new(Vec::new()),
+                feature: feature(FeatureState::On, "starting".into()),
+            }),
+            hot: AtomicBool::new(false),
+            cost_ns: AtomicU64::new(0),
+            opened: [AtomicU64::new(0), AtomicU64::new(0)],
+            open: [AtomicU64::new(0), AtomicU64::new(0)],
+            feeds_dropped: AtomicU64::new(0),
+            state_dir: settings.state_dir.clone(),
+        });
+        let thread_shared = shared.clone();
+        std::thread::Builder::new()
+            .name("bloatd-recorder".into())
+            .spawn(move || {
+                Writer::new(thread_shared, settings, dir_error).run(rx);
+                let _ = done_tx.send(());
+            })?;
+        Ok(Recorder { shared, tx, done })
+    }
+
+    /// The engine's side.
+    pub fn seam(&self) -> Seam {
+        Seam {
+            tx: self.tx.clone(),
+            shared: self.shared.clone(),
+            last_fed: None,
+        }
+    }
+
+    /// The API's side.
+    pub fn reader(&self) -> Reader {
+        Reader {
+            shared: self.shared.clone(),
+            queries: Arc::new(tokio::sync::Semaphore::new(2)),
+        }
+    }
+
+    /// At stop: the open episodes written as cut, the journal closed;
+    /// waits STOP_WAIT at most (a disk that does not answer is left to
+    /// the journal's log, which a crash does not corrupt).
+    pub fn stop(self) {
+        let deadline = Instant::now() + STOP_WAIT;
+        let mut msg = Msg::Stop;
+        loop {
+            match self.tx.try_send(msg) {
+                Ok(()) => break,
+                Err(TrySendError::Disconnected(_)) => return,
+                Err(TrySendError::Full(m)) if Instant::now() < deadline => {
+                    msg = m;
+                    std::thread::sleep(Duration::from_millis(10));
+                }
+                Err(TrySendError::Full(_)) => break,
+            }
+        }
+        if self
+            .done
+            .recv_timeout(deadline.saturating_duration_since(Instant::now()))
+            .is_err()
+        {
+            tracing::warn!(
+                "journal: the recorder did not finish writing within {}s at stop; the journal keeps what it committed",
+                STOP_WAIT.as_secs()
+            );
+        }
+    }
+}
+
+/// The engine's side of the recorder: feeds it reads without waiting, and
+/// tells it when one is due.
+pub struct Seam {
+    tx: SyncSender<Msg>,
+    shared: Arc<Shared>,
+    last_fed: Option<Instant>,
+}
+
+impl Seam {
+    /// Whether the recorder wants a read now, the last one being `age` old
+    /// and having cost `cost`; `kernel_bloat`: the kernel counted a
+    /// bloated socket in the last second.
+    pub fn read_due(&self, age: Duration, cost: Duration, kernel_bloat: bool) -> bool {
+        let hot = kernel_bloat || self.shared.hot.load(Ordering::Relaxed);
+        let cost = cost + Duration::from_nanos(self.shared.cost_ns.load(Ordering::Relaxed));
+        let (share, max_age) = if hot {
+            (HOT_SHARE, HOT_MAX_AGE)
+        } else {
+            (QUIET_SHARE, QUIET_MAX_AGE)
+        };
+        crate::core::read_due(age, cost, FEED_EVERY, share, max_age)
+    }
+
+    /// Whether a read made now should go to the recorder.
+    pub fn wants(&self) -> bool {
+        self.last_fed
+            .is_none_or(|t| t.elapsed() + Duration::from_millis(50) >= FEED_EVERY)
+    }
+
+    /// Hand a read over; never waits (a recorder behind, on a slow disk,
+    /// misses it: counted).
+    pub fn feed(&mut self, feed: Feed) {
+        match self.tx.try_send(Msg::Feed(feed)) {
+            Ok(()) => self.last_fed = Some(Instant::now()),
+            Err(TrySendError::Full(_)) => {
+                self.shared.feeds_dropped.fetch_add(1, Ordering::Relaxed);
+            }
+            Err(TrySendError::Disconnected(_)) => {}
+        }
+    }
+
+    /// The episodes open now.
+    pub fn open(&self) -> Vec<Episode> {
+        self.shared.live.lock().unwrap().open.as_ref().clone()
+    }
+
+    /// Episodes opened since start and open now, by kind (path, service).
+    pub fn counts(&self) -> ([u64; 2], [u64; 2]) {
+        let load = |a: &[AtomicU64; 2]| [0, 1].map(|i| a[i].load(Ordering::Relaxed));
+        (load(&self.shared.opened), load(&self.shared.open))
+    }
+
+    /// The journal as a part of bloatd (`status`, /metrics, top).
+    pub fn feature(&self) -> Feature {
+        self.shared.live.lock().unwrap().feature.clone()
+    }
+}
+
+/// The recorder's thread: the detector, then the journal.
+struct Writer {
+    shared: Arc<Shared>,
+    settings: Settings,
+    journal: Option<Journal>,
+    /// Why the journal is not written now, and when to try again.
+    down: Option<(String, u64)>,
+    warned: bool,
+    dropped_warned: bool,
+}
+
+fn thread_cpu_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime into a valid timespec.
+    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+impl Writer {
+    fn new(shared: Arc<Shared>, settings: Settings, dir_error: Option<String>) -> Writer {
+        let mut w = Writer {
+            shared,
+            settings,
+            journal: None,
+            down: None,
+            warned: false,
+            dropped_warned: false,
+        };
+        let now = crate::clock::Clock::now().unix_ms;
+        match dir_error {
+            Some(why) => w.fail(JournalError::Other(why), now),
+            None => w.open(now),
+        }
+        w
+    }
+
+    fn run(mut self, rx: Receiver<Msg>) {
+        while let Ok(Msg::Feed(f)) = rx.recv() {
+            let t0 = thread_cpu_ns();
+            self.take(&f);
+            self.flush(f.t_ms);
+            self.shared
+                .cost_ns
+                .store(thread_cpu_ns().saturating_sub(t0), Ordering::Relaxed);
+        }
+        // Stopped, or the engine went away.
+        let now = crate::clock::Clock::now().unix_ms;
+        let writes = {
+            let mut rec = self.shared.rec.lock().unwrap();
+            rec.detector.finish(now)
+        };
+        self.log_closed(&writes);
+        self.shared.rec.lock().unwrap().hold(writes);
+        self.down = self.down.take().map(|(why, _)| (why, 0));
+        self.flush(now);
+        if let Some(j) = self.journal.take() {
+            j.close();
+        }
+    }
+
+    /// One read through the detector.
+    fn take(&mut self, f: &Feed) {
+        let writes = {
+            let mut rec = self.shared.rec.lock().unwrap();
+            let writes =
+                rec.detector
+                    .observe(f.t_ms, &f.sockets, f.policy.as_ref(), &gateway::lookup);
+            self.shared.hot.store(rec.detector.hot(), Ordering::Relaxed);
+            for k in EpisodeKind::ALL {
+                let i = kind_index(k);
+                self.shared.opened[i].store(rec.detector.opened[i], Ordering::Relaxed);
+            }
+            let open = rec.detector.open_counts();
+            for (i, n) in open.iter().enumerate() {
+                self.shared.open[i].store(*n, Ordering::Relaxed);
+            }
+            let list = Arc::new(rec.detector.open());
+            self.shared.live.lock().unwrap().open = list;
+            rec.hold(writes.clone());
+            if rec.dropped > 0 && !self.dropped_warned {
+                self.dropped_warned = true;
+                tracing::warn!(
+                    "journal: held in memory too long ({MEMORY_WEIGHT} points at most): the oldest points and minute rows are dropped"
+                );
+            }
+            writes
+        };
+        self.log_closed(&writes);
+    }
+
+    /// Each closed episode as one JSON line on standard error (the log:
+    /// journald, Loki, Elastic collect it).
+    fn log_closed(&self, writes: &[Write]) {
+        use std::io::Write as _;
+        for w in writes {
+            if let Write::Episode(r) = w {
+                if r.episode.open {
+                    continue;
+                }
+                let mut v = serde_json::to_value(&r.episode).unwrap_or_default();
+                if let Some(o) = v.as_object_mut() {
+                    o.insert("event".into(), "bloatd_episode".into());
+                    o.insert("duration_ms".into(), r.episode.duration_ms().into());
+                    o.insert("grade".into(), r.episode.grade().into());
+                    o.insert("rpm".into(), r.episode.rpm().into());
+                    o.insert(
+                        "top_flows".into(),
+                        serde_json::to_value(r.flows.iter().map(|(_, f)| f).collect::<Vec<_>>())
+                            .unwrap_or_default(),
+                    );
+                }
+                let line = format!("{v}\n");
+                let _ = std::io::stderr().lock().write_all(line.as_bytes());
+            }
+        }
+    }
+
+    /// What waits goes to the journal if it can take it.
+    fn flush(&mut self, now: u64) {
+        if let Some((_, retry)) = &self.down {
+            if now < *retry {
+                return;
+            }
+            if self.journal.is_none() {
+                self.open(now);
+                if self.journal.is_none() {
+                    return;
+                }
+            }
+        }
+        let Some(j) = self.journal.as_mut() else {
+            return;
+        };
+        let mut written = 0usize;
+        loop {
+            let batch = self.shared.rec.lock().unwrap().take(CHUNK_WEIGHT);
+            if batch.is_empty() {
+                break;
+            }
+            match j.write(&batch, now) {
+                Ok(()) => written += batch.len(),
+                Err(e) => {
+                    self.shared.rec.lock().unwrap().put_back(batch);
+                    self.fail(e, now);
+                    return;
+                }
+            }
+        }
+        let path = j.path().display().to_string();
+        if let Some((why, _)) = self.down.take() {
+            tracing::info!(
+                "journal {path}: writable again ({why} no longer): {written} held writes recorded"
+            );
+            self.warned = false;
+        }
+        let detail = format!(
+            "{path} ({} of {})",
+            bloatd_model::format::bytes(j.bytes()),
+            bloatd_model::format::bytes(j.max_bytes())
+        );
+        self.publish_feature(FeatureState::On, detail);
+    }
+
+    fn fail(&mut self, e: JournalError, now: u64) {
+        let why = e.to_string();
+        if !self.warned {
+            self.warned = true;
+            tracing::warn!(
+                "journal: {why}: bloatd goes on, and holds what it records in memory ({MEMORY_WEIGHT} points at most) until it can be written"
+            );
+        }
+        // A full or read-only disk is waited out on the same connection;
+        // anything else opens the journal anew.
+        if !matches!(e, JournalError::Full(_) | JournalError::ReadOnly(_)) {
+            self.journal = None;
+        }
+        self.publish_feature(FeatureState::Fallback, format!("in memory only: {why}"));
+        self.down = Some((why, now + RETRY_MS));
+    }
+
+    fn open(&mut self, now: u64) {
+        match Journal::open(&self.settings.state_dir, self.settings.bounds, now) {
+            Ok((j, notes)) => {
+                for n in notes {
+                    tracing::warn!("{n}");
+                }
+                self.renumber(j.next_id());
+                self.publish_feature(FeatureState::On, j.path().display().to_string());
+                self.journal = Some(j);
+                if self.down.is_some() {
+                    // `flush` says it is writable again once it wrote.
+                    self.down = Some((self.down.take().unwrap().0, 0));
+                }
+            }
+            Err(e) => self.fail(e, now),
+        }
+    }
+
+    /// Ids below the journal's next one (given while it could not be
+    /// read) move above it.
+    fn renumber(&mut self, next: u64) {
+        let mut rec = self.shared.rec.lock().unwrap();
+        let mut ids: Vec<u64> = rec
+            .pending
+            .iter()
+            .filter_map(Write::episode_id)
+            .chain(rec.detector.open().iter().map(|e| e.id))
+            .filter(|&id| id < next)
+            .collect();
+        ids.sort_unstable();
+        ids.dedup();
+        let map: HashMap<u64, u64> = ids
+            .iter()
+            .enumerate()
+            .map(|(i, &id)| (id, next + i as u64))
+            .collect();
+        for w in rec.pending.iter_mut() {
+            match w {
+                Write::Episode(r) => {
+                    if let Some(&n) = map.get(&r.episode.id) {
+                        r.episode.id = n;
+                    }
+                }
+                Write::Points { episode, .. } | Write::Prune { episode, .. } => {
+                    if let Some(&n) = map.get(episode) {
+                        *episode = n;
+                    }
+                }
+                Write::Minutes(_) => {}
+            }
+        }
+        rec.detector.renumber(&map, next + map.len() as u64);
+    }
+
+    fn publish_feature(&self, state: FeatureState, detail: String) {
+        let mut live = self.shared.live.lock().unwrap();
+        if live.feature.state != state || live.feature.detail != detail {
+            live.feature = feature(state, detail);
+        }
+    }
+}
+
+/// Why the API cannot answer from the journal.
+#[derive(Debug, thiserror::Error)]
+pub enum ReadError {
+    #[error("no episode {0} (bloatd incidents lists them)")]
+    NoSuchEpisode(u64),
+    #[error("journal: {0}")]
+    Journal(String),
+}
+
+/// The API's side: queries, each on a connection of its own, with what
+/// waits in memory for the journal and the episodes open now.
+#[derive(Clone)]
+pub struct Reader {
+    shared: Arc<Shared>,
+    /// At most two queries at once (a client asking in a loop gets its
+    /// answers in turn).
+    queries: Arc<tokio::sync::Semaphore>,
+}
+
+impl Reader {
+    /// Run `f` on a blocking thread, two at most at once.
+    pub async fn run<T: Send + 'static>(&self, f: impl FnOnce(&Reader) -> T + Send + 'static) -> T {
+        let _permit = self.queries.acquire().await.expect("never closed");
+        let me = self.clone();
+        tokio::task::spawn_blocking(move || f(&me))
+            .await
+            .expect("query panicked")
+    }
+
+    fn disk(&self) -> Option<rusqlite::Connection> {
+        journal::open_reader(&self.shared.state_dir).ok().flatten()
+    }
+
+    pub fn incidents(&self, q: &IncidentsQuery, since_ms: u64) -> Result<Vec<Episode>, ReadError> {
+        let mut by_id: HashMap<u64, Episode> = HashMap::new();
+        if let Some(c) = self.disk() {
+            for e in journal::incidents(&c, q, since_ms)
+                .map_err(|e| ReadError::Journal(e.to_string()))?
+            {
+                by_id.insert(e.id, e);
+            }
+        }
+        let rec = self.shared.rec.lock().unwrap();
+        for w in &rec.pending {
+            if let Write::Episode(r) = w {
+                by_id.insert(r.episode.id, r.episode.clone());
+            }
+        }
+        for e in rec.detector.open() {
+            by_id.insert(e.id, e);
+        }
+        drop(rec);
+        let mut out: Vec<Episode> = by_id
+            .into_values()
+            .filter(|e| (e.end_ms >= since_ms || e.open) && q.matches(e))
+            .collect();
+        out.sort_by(|a, b| b.start_ms.cmp(&a.start_ms).then(b.id.cmp(&a.id)));
+        out.truncate(q.limit.unwrap_or(1000));
+        Ok(out)
+    }
+
+    pub fn incident(&self, id: u64) -> Result<EpisodeDetail, ReadError> {
+        if let Some(d) = self.shared.rec.lock().unwrap().detector.detail(id) {
+            return Ok(d);
+        }
+        let mut d = match self.disk() {
+            Some(c) => journal::detail(&c, id).map_err(|e| ReadError::Journal(e.to_string()))?,
+            None => None,
+        };
+        // What waits for the journal is newer than what it has.
+        let rec = self.shared.rec.lock().unwrap();
+        for w in rec.pending.iter().filter(|w| w.episode_id() == Some(id)) {
+            match w {
+                Write::Episode(r) => {
+                    let series = d.take().map(|d| (d.series, d.flow_series));
+                    let (series, mut flow_series) = series.unwrap_or_default();
+                    let flows: Vec<_> = r.flows.iter().map(|(_, f)| f.clone()).collect();
+                    flow_series.retain(|s| flows.iter().any(|f| f.cookie == s.cookie));
+                    d = Some(EpisodeDetail {
+                        episode: r.episode.clone(),
+                        flows,
+                        series,
+                        flow_series,
+                    });
+                }
+                Write::Points { flow, points, .. } => {
+                    if let Some(d) = d.as_mut() {
+                        if *flow == 0 {
+                            d.series.extend(points.iter().map(|p| p.path()));
+                        } else if let Some(r) = rec.pending.iter().find_map(|w| match w {
+                            Write::Episode(r) if r.episode.id == id => Some(r),
+                            _ => None,
+                        }) {
+                            if let Some((_, f)) = r.flows.iter().find(|(i, _)| i == flow) {
+                                match d.flow_series.iter_mut().find(|s| s.cookie == f.cookie) {
+                                    Some(s) => s.points.extend(points.iter().map(|p| p.flow())),
+                                    None => d.flow_series.push(bloatd_model::journal::FlowSeries {
+                                        cookie: f.cookie,
+                                        points: points.iter().map(|p| p.flow()).collect(),
+                                    }),
+                                }
+                            }
+                        }
+                    }
+                }
+                Write::Prune { .. } | Write::Minutes(_) => {}
+            }
+        }
+        d.ok_or(ReadError::NoSuchEpisode(id))
+    }
+
+    pub fn history(&self, q: &HistoryQuery, since_ms: u64) -> Result<Vec<MinuteRow>, ReadError> {
+        let each = HistoryQuery {
+            worst: false.into(),
+            ..q.clone()
+        };
+        let mut rows = match self.disk() {
+            Some(c) => journal::history(&c, if q.worst.is_set() { q } else { &each }, since_ms)
+                .map_err(|e| ReadError::Journal(e.to_string()))?,
+            None => Vec::new(),
+        };
+        let mut held: Vec<MinuteRow> = Vec::new();
+        for w in &self.shared.rec.lock().unwrap().pending {
+            if let Write::Minutes(m) = w {
+                held.extend(m.iter().filter(|m| m.t_ms >= since_ms).cloned());
+            }
+        }
+        if !held.is_empty() {
+            held.retain(|m| q.matches(m));
+            held.sort_by_key(|m| m.t_ms);
+            if q.worst.is_set() {
+                rows.extend(journal::worst_per_minute(held));
+            } else {
+                rows.extend(held);
+            }
+            rows.sort_by_key(|m| m.t_ms);
+        }
+        Ok(rows)
+    }
+}
+
+/// Where the journal is kept, for commands that read it without a daemon.
+pub fn journal_path(state_dir: &Path) -> PathBuf {
+    state_dir.join(journal::FILE)
+}
