@@ -10,7 +10,7 @@ RULES  := daemon/dist/prometheus
 FLEET_CHECK := daemon/dist/kubernetes/check
 
 .PHONY: all deps build lint test unit-test kernel-test rules-test fleet-test integration-test vm-test bench docs \
-        install uninstall deb image fleet-manifest vmlinux demo lab lab-quick delayline clean
+        install uninstall release deb image fleet-manifest vmlinux demo lab lab-quick delayline clean
 
 all: build
 
@@ -109,6 +109,12 @@ uninstall:
 	      $(DESTDIR)$(PREFIX)/share/fish/vendor_completions.d/bloatd.fish
 	rm -rf $(DESTDIR)$(PREFIX)/share/doc/bloatd $(DESTDIR)$(PREFIX)/share/bloatd
 	@echo "kept /etc/bloatd/bloatd.toml and the group bloatd"
+
+## release: one static binary for every distribution (glibc, libbpf, libelf
+## and zlib linked in) at target/release-dist/bloatd, a tarball with the
+## unit, config, man pages, completions, rules and dashboard, and SHA256SUMS
+release:
+	scripts/release.sh
 
 ## deb: a Debian package in target/deb/ (binary, unit, config, man pages,
 ## completions, rules, docs)
