@@ -116,13 +116,13 @@ uninstall:
 release:
 	scripts/release.sh
 
-## deb: a Debian package in target/deb/ (binary, unit, config, man pages,
-## completions, rules, docs)
-deb: docs
+## deb: a Debian package in target/deb/ (the release binary, unit, config,
+## man pages, completions, rules, docs); depends on adduser alone
+deb: release
 	daemon/dist/deb/build.sh
 
 ## image: the container image localhost/bloatd:VERSION (buildah, from the
-## Debian package's files and the Debian libraries it links) and its archive
+## Debian package's files alone: no library) and its archive
 ## target/image/bloatd_VERSION_ARCH.tar
 image: deb
 	daemon/dist/container/build.sh
