@@ -315,46 +315,74 @@ impl Journal {
     }
 
     /// Episodes a daemon that did not stop left open: closed as
-    /// "interrupted" at their last point, their queue taken from their
-    /// points (the summary on disk may be up to SUMMARY_EVERY_MS older).
+    /// "interrupted" at their last point, their queue and bytes (the
+    /// episode's and its flows') taken from their points: the summary on
+    /// disk may be up to SUMMARY_EVERY_MS older than the points.
     fn close_interrupted(&mut self) -> rusqlite::Result<usize> {
-        let open: Vec<(i64, i64, String)> = self
+        let open: Vec<(i64, i64, String, String)> = self
             .conn
-            .prepare("SELECT id, start_ms, summary FROM episodes WHERE open = 1")?
-            .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?
+            .prepare("SELECT id, start_ms, summary, flows FROM episodes WHERE open = 1")?
+            .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))?
             .collect::<rusqlite::Result<_>>()?;
         let tx = self.conn.transaction()?;
-        for (id, start, summary) in &open {
+        for (id, start, summary, flows) in &open {
+            let (Ok(mut e), Ok(mut flows)) = (
+                serde_json::from_str::<Episode>(summary),
+                serde_json::from_str::<Vec<(u32, EpisodeFlow)>>(flows),
+            ) else {
+                continue;
+            };
             let mut queue: Vec<u32> = Vec::new();
             let (mut end, mut peak) = (*start, 0u32);
+            // Bytes per series: each point's rate over the time since the
+            // point before it (the first one's interval began before the
+            // episode).
+            let mut bytes: HashMap<u32, (i64, u64)> = HashMap::new();
             let mut st = tx.prepare(
-                "SELECT t_ms, a, b FROM points WHERE t_ms >= ?1 AND episode = ?2 AND flow = 0",
+                "SELECT t_ms, flow, a, b, d FROM points WHERE t_ms >= ?1 AND episode = ?2
+                 ORDER BY flow, t_ms",
             )?;
             let mut rows = st.query(params![start, id])?;
             while let Some(r) = rows.next()? {
-                end = end.max(r.get(0)?);
-                queue.push(r.get::<_, i64>(1)?.clamp(0, u32::MAX as i64) as u32);
-                peak = peak.max(r.get::<_, i64>(2)?.clamp(0, u32::MAX as i64) as u32);
+                let (t, flow): (i64, u32) = (r.get(0)?, r.get::<_, i64>(1)? as u32);
+                let rate = r.get::<_, i64>(4)?.max(0) as u64;
+                let b = bytes.entry(flow).or_insert((t, 0));
+                b.1 += rate * (t - b.0).max(0) as u64 / 8000;
+                b.0 = t;
+                if flow == 0 {
+                    end = end.max(t);
+                    queue.push(r.get::<_, i64>(2)?.clamp(0, u32::MAX as i64) as u32);
+                    peak = peak.max(r.get::<_, i64>(3)?.clamp(0, u32::MAX as i64) as u32);
+                }
             }
             queue.sort_unstable();
-            let mut e: Episode = match serde_json::from_str(summary) {
-                Ok(e) => e,
-                Err(_) => continue,
-            };
             if !queue.is_empty() {
                 e.queue_p50_us = crate::service::view::percentile(&queue, 50);
                 e.queue_p90_us = crate::service::view::percentile(&queue, 90);
                 e.queue_peak_us = e.queue_peak_us.max(peak);
             }
             e.end_ms = e.end_ms.max(end.max(0) as u64);
+            e.bytes = e.bytes.max(bytes.get(&0).map_or(0, |b| b.1));
+            e.throughput_bps = (e.bytes * 8000)
+                .checked_div(e.end_ms.saturating_sub(e.start_ms))
+                .unwrap_or(0);
+            for (idx, f) in flows.iter_mut() {
+                f.bytes = f.bytes.max(bytes.get(idx).map_or(0, |b| b.1));
+            }
             e.open = false;
             e.cut = Some("interrupted".into());
-            let summary = serde_json::to_string(&e)
-                .map_err(|e| rusqlite::Error::ToSqlConversionFailure(Box::new(e)))?;
+            let json = |r: serde_json::Result<String>| {
+                r.map_err(|e| rusqlite::Error::ToSqlConversionFailure(Box::new(e)))
+            };
             tx.execute(
-                "UPDATE episodes SET open = 0, cut = 'interrupted', end_ms = ?2, summary = ?3
-                 WHERE id = ?1",
-                params![id, e.end_ms as i64, summary],
+                "UPDATE episodes SET open = 0, cut = 'interrupted', end_ms = ?2, summary = ?3,
+                   flows = ?4 WHERE id = ?1",
+                params![
+                    id,
+                    e.end_ms as i64,
+                    json(serde_json::to_string(&e))?,
+                    json(serde_json::to_string(&flows))?
+                ],
             )?;
         }
         tx.commit()?;
@@ -999,6 +1027,9 @@ mod tests {
         let e = &incidents(&r, &IncidentsQuery::default(), 0).unwrap()[0];
         assert_eq!((e.open, e.cut.as_deref()), (false, Some("interrupted")));
         assert_eq!(e.end_ms, T0 + 7000, "its last second");
+        // The summary on disk was written when it opened (3 s in); its
+        // bytes are taken from the points: 100 kB a second to the end.
+        assert!(e.bytes >= 600_000, "{}", e.bytes);
     }
 
     #[test]

@@ -15,9 +15,11 @@
 //! What it costs the engine: while nothing is bloated it asks for a read
 //! when one is due at a thousandth of a core (the read's and the
 //! recorder's own cost x 1000, at least a second, at most a minute apart:
-//! the minute rows need one); once the kernel counts a bloated socket or
-//! an episode is open, at a fiftieth (every second where reads are cheap).
-//! Reads made for dashboards and API clients feed it too.
+//! the minute rows need one); when the kernel counts a bloated socket, at
+//! a two-hundredth (at most 10 s apart: an episode's onset is seen within
+//! that); while a path or service is above the threshold, at a fiftieth
+//! (every second where reads are cheap). Reads made for dashboards and
+//! API clients feed it too.
 //!
 //! A journal it cannot write (full or read-only disk, another bloatd's
 //! lock, a state directory refused) does not stop bloatd: the writes wait
@@ -54,10 +56,14 @@ const RETRY_MS: u64 = 10_000;
 /// Reads fed to the recorder at most this often.
 pub const FEED_EVERY: Duration = Duration::from_secs(1);
 /// Shares of a core the reads made for the recorder may take (their cost
-/// times this), and how old the last read may grow: quiet, and while
-/// something is bloated.
+/// times this), and how old the last read may grow: quiet; when the kernel
+/// counted a bloated socket but no path or service is above the threshold
+/// at the last read (a socket's own spike, or an episode's onset); and
+/// while one is.
 const QUIET_SHARE: u32 = 1000;
 const QUIET_MAX_AGE: Duration = Duration::from_secs(60);
+const ONSET_SHARE: u32 = 200;
+const ONSET_MAX_AGE: Duration = Duration::from_secs(10);
 const HOT_SHARE: u32 = 50;
 const HOT_MAX_AGE: Duration = Duration::from_secs(5);
 /// How long the stop waits for the recorder's last writes.
@@ -316,14 +322,31 @@ impl Seam {
     /// and having cost `cost`; `kernel_bloat`: the kernel counted a
     /// bloated socket in the last second.
     pub fn read_due(&self, age: Duration, cost: Duration, kernel_bloat: bool) -> bool {
-        let hot = kernel_bloat || self.shared.hot.load(Ordering::Relaxed);
         let cost = cost + Duration::from_nanos(self.shared.cost_ns.load(Ordering::Relaxed));
-        let (share, max_age) = if hot {
-            (HOT_SHARE, HOT_MAX_AGE)
+        let (why, share, max_age) = if self.shared.hot.load(Ordering::Relaxed) {
+            (
+                "a path or service above the threshold",
+                HOT_SHARE,
+                HOT_MAX_AGE,
+            )
+        } else if kernel_bloat {
+            (
+                "the kernel counted a bloated socket",
+                ONSET_SHARE,
+                ONSET_MAX_AGE,
+            )
         } else {
-            (QUIET_SHARE, QUIET_MAX_AGE)
+            ("quiet", QUIET_SHARE, QUIET_MAX_AGE)
         };
-        crate::core::read_due(age, cost, FEED_EVERY, share, max_age)
+        let due = crate::core::read_due(age, cost, FEED_EVERY, share, max_age);
+        if due {
+            tracing::debug!(
+                "a read for the flight recorder: {why}; the last {:.1} s ago, it and the recorder cost {:.1} ms",
+                age.as_secs_f64(),
+                cost.as_secs_f64() * 1000.0
+            );
+        }
+        due
     }
 
     /// Whether a read made now should go to the recorder.
