@@ -88,7 +88,10 @@ class Daemon:
                 "--map-capacity", "262144", *extra]
         if bpf_stats:
             args.append("--bpf-stats")
-        sh(*args)
+        # The flight recorder's journal in the run directory, not the
+        # host's /var/lib/bloatd (an environment variable: a baseline
+        # build without the recorder ignores it).
+        sh(*args, env={**os.environ, "BLOATD_STATE_DIR": os.path.join(self.run_dir, "state")})
         self.pid = int(open(os.path.join(self.run_dir, "bloatd.pid")).read())
 
     def cli(self, *args):

@@ -8,6 +8,7 @@ namespaces, daemons, servers, terminals) is removed when the test ends,
 pass, fail or Ctrl-C (SIGINT or SIGTERM: TestCase.run, main).
 """
 
+import atexit
 import glob
 import json
 import os
@@ -38,6 +39,13 @@ LAB_RUN = "/run/bloatd-lab"  # topo.sh's pid files and logs of the emulators
 # system-call filter (unit_sandbox.py), as the service would.
 UNIT_SANDBOX = os.environ.get("BLOATD_UNIT_SANDBOX") == "1"
 SANDBOX = [sys.executable, os.path.join(REPO, "scripts", "tests", "unit_sandbox.py")]
+
+# Every bloatd a test starts keeps its flight recorder's journal in a
+# directory of the test's (Daemon gives each its own), never in the host's
+# /var/lib/bloatd; removed when the test process ends.
+if "BLOATD_STATE_DIR" not in os.environ:
+    os.environ["BLOATD_STATE_DIR"] = tempfile.mkdtemp(prefix="bloatd-test-state-")
+    atexit.register(shutil.rmtree, os.environ["BLOATD_STATE_DIR"], True)
 
 SND4, RCV4 = "10.9.1.1", "10.9.2.2"
 SND6, RCV6 = "fd09:1::1", "fd09:2::2"
@@ -116,20 +124,26 @@ def wait_for(pred, timeout=10.0, step=0.1, what="condition"):
 class Daemon:
     """A bloatd daemon with its own run directory and metrics port."""
 
-    def __init__(self, *extra, sandbox=UNIT_SANDBOX):
+    def __init__(self, *extra, sandbox=UNIT_SANDBOX, state_dir=None):
         self.run_dir = tempfile.mkdtemp(prefix="bloatd-test-")
+        # The flight recorder's journal: the test's own, not the host's
+        # /var/lib/bloatd (removed with the run directory).
+        self.state_dir = state_dir or os.path.join(self.run_dir, "state")
         self.port = free_port()
         self.extra = list(extra)
         self.sandbox = sandbox
 
+    def dirs(self):
+        return ["--run-dir", self.run_dir, "--state-dir", self.state_dir]
+
     def cli(self, *args, check=True, timeout=60):
-        return run(BLOATD, "--run-dir", self.run_dir, *args, check=check, timeout=timeout)
+        return run(BLOATD, *self.dirs(), *args, check=check, timeout=timeout)
 
     def start(self, *args, check=True):
         args = ("start", "--listen", f"127.0.0.1:{self.port}", *self.extra, *args)
         if not self.sandbox:
             return self.cli(*args, check=check)
-        return run(*SANDBOX, BLOATD, "--run-dir", self.run_dir, *args, check=check)
+        return run(*SANDBOX, BLOATD, *self.dirs(), *args, check=check)
 
     def stop(self):
         return self.cli("stop", check=False)
@@ -563,7 +577,9 @@ POD_NAME = "bloatd-fleet-pod"
 def render(values=None):
     """The chart's objects with `values` over its defaults and a free
     metrics port, strictly decoded: {kind: obj}."""
-    values = {"metrics": {"port": free_port()}, **(values or {})}
+    # The journal in the pod's own directory (an emptyDir on disk), not in
+    # the host's /var/lib/bloatd.
+    values = {"metrics": {"port": free_port()}, "journal": {"hostPath": ""}, **(values or {})}
     out = run("go", "run", "./cmd/render", input=json.dumps(values), cwd=FLEET_CHECK, timeout=600).stdout
     return {o["kind"]: o for o in json.loads(out)}
 
@@ -633,9 +649,13 @@ class Pod:
             if vol["hostPath"].get("type") == "DirectoryOrCreate":
                 os.makedirs(vol["hostPath"]["path"], mode=0o755, exist_ok=True)
             return ["-v", f"{vol['hostPath']['path']}:{m['mountPath']}{ro}"]
-        if "emptyDir" in vol:
-            assert vol["emptyDir"].get("medium") == "Memory", vol
+        if "emptyDir" in vol and vol["emptyDir"].get("medium") == "Memory":
             return ["--tmpfs", f"{m['mountPath']}:rw,mode=755,size={memory_bytes(vol['emptyDir']['sizeLimit'])}"]
+        if "emptyDir" in vol:
+            # On the node's disk, the pod's own: a directory of the test's.
+            d = os.path.join(self.dir, vol["name"])
+            os.makedirs(d, mode=0o755, exist_ok=True)
+            return ["-v", f"{d}:{m['mountPath']}"]
         if "configMap" in vol:
             d = os.path.join(self.dir, vol["name"])
             os.makedirs(d, exist_ok=True)
