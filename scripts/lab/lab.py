@@ -16,6 +16,8 @@ wget's did in the paper. Results, table, plots and the findings F1-F4 go to
     sudo $(scripts/python.sh) scripts/lab/lab.py --quick     # < 5 min, 3.5g (+ a 3g long flow)
     sudo $(scripts/python.sh) scripts/lab/lab.py             # the full campaign
     $(scripts/python.sh) scripts/lab/lab.py --analyze DIR    # table, plots, findings again
+    sudo $(scripts/python.sh) scripts/lab/lab.py --replay DIR  # a bloat episode bloatd recorded
+                                                           # (bloatd incident ID --export DIR)
 
 Ctrl-C stops the traffic, removes the lab and keeps what was measured.
 """
@@ -32,6 +34,7 @@ sys.path.insert(0, HERE)
 import analysis  # noqa: E402
 import f5  # noqa: E402  issue 10: acting on bloat, finding F5
 import instrument  # noqa: E402
+import replay  # noqa: E402  issue 32: a recorded episode, replayed
 
 PY = sys.executable  # the flows run with the lab's own Python
 TOPO = os.path.join(HERE, "topo.sh")
@@ -182,9 +185,11 @@ class Lab:
         self.procs = []
         self.server = None
 
-    def up(self, profile):
-        subprocess.run([TOPO, "up", self.name, "--profile", profile.name], check=True,
-                       stdout=subprocess.DEVNULL)
+    def up(self, profile, topo_args=None):
+        """The topology of `profile` (topo.sh's), or of `topo_args` (a
+        replayed episode's trace, delay and buffer)."""
+        args = topo_args or ["--profile", profile.name]
+        subprocess.run([TOPO, "up", self.name, *args], check=True, stdout=subprocess.DEVNULL)
         self.server = self.spawn("snd", [PY, FLOWS, "serve", "--port", str(PORT)])
         line = self.server.stdout.readline()
         if '"listening"' not in line:
@@ -577,6 +582,11 @@ def main():
     ap.add_argument("--f5-reps", type=int, default=1, help="repetitions of each F5 configuration")
     ap.add_argument("--f5-arms", default=",".join(f5.ARMS),
                     help="comma list of F5 arms to run (default: %(default)s)")
+    ap.add_argument("--replay", metavar="DIR",
+                    help="replay a bloat episode exported by `bloatd incident ID --export DIR` on "
+                         "the trace-driven link and run arms on it (scripts/lab/replay.py)")
+    ap.add_argument("--replay-arms", default=",".join(replay.ARMS),
+                    help="comma list of replay arms (default: %(default)s)")
     args = ap.parse_args()
     if args.analyze:
         rc = 0
@@ -585,6 +595,17 @@ def main():
         if os.path.exists(os.path.join(args.analyze, "f5.jsonl")):
             rc = rc or f5.report(args.analyze)
         return rc
+    if args.replay:
+        if os.geteuid() != 0:
+            sys.exit("lab: needs root (network namespaces, qdiscs, iptables): run with sudo")
+        if not os.path.exists(os.path.join(args.replay, "replay.json")):
+            sys.exit(f"lab --replay: no replay.json in {args.replay} "
+                     "(write one with `bloatd incident ID --export DIR`)")
+        started = bloatd_ensure(replay.BLOATD_ARGS)
+        try:
+            return replay.run(args, sys.modules[__name__])
+        finally:
+            bloatd_release(started)
     if args.f5:
         if os.geteuid() != 0 and not args.dry_run:
             sys.exit("lab: needs root (network namespaces, qdiscs, iptables): run with sudo")
