@@ -135,6 +135,7 @@ struct bloatd_policy_sock {
 	__u32 drwa_held;	/* cuts taken back: the window fell, the RTT did not */
 	__u32 drwa_clamp;	/* window clamp DRWA set, bytes; 0 none */
 	__u32 drwa_rounds;	/* rounds that set a clamp */
+	__u32 drwa_round_ooo;	/* out-of-order segments received when the round began */
 	__u8 cc_rule;		/* 1 + index of the rule that set its cc, 0 none */
 	__u8 bulk_rule;		/* 1 + index of the bulk rule (waiting or done), 0 none */
 	__u8 drwa_rule;		/* 1 + index of the rule that asked for DRWA, 0 the switch */
@@ -194,6 +195,8 @@ struct drwa_measure {
 	__u32 resolution_us;	/* RTT_est's granularity (millisecond timestamps: 1000) */
 	__u32 lambda_x256;	/* lambda, 8 fraction bits */
 	__u32 limit;		/* the clamp the socket has without DRWA: never above */
+	__u32 holes;		/* out-of-order segments it received: a loss stalled
+				 * its delivery */
 	__u32 floor_us;		/* the path's floor as bloatd knows it (floor.h), 0 none */
 	__u32 floor_src;	/* where it came from, enum bloatd_floor_source */
 };
@@ -284,6 +287,12 @@ static __always_inline void drwa_lowest_min(struct bloatd_policy_sock *p,
  *   lowest RTT_min again after DRWA_RETRY_ROUNDS rounds, twice as many
  *   after every try that fails the same way (a try costs about one round
  *   at a reduced rate).
+ * A round in which data arrived out of order (m->holes: a loss, its
+ * retransmission a round later) delivered less than its window let
+ * through: it neither sets nor tests the rate a cut is judged by, and a
+ * cut in it is measured against the best recent rate (a buffer of a few
+ * segments overflows at every slow start, and took such rounds for cuts
+ * that drained nothing).
  * The clamp stays within [m->min_bytes, m->limit]; `prev` is the clamp set
  * last. 0 (none yet) means the socket has the window it has without DRWA,
  * m->limit: a first round with no queue (an application-limited receiver,
@@ -314,6 +323,13 @@ static __always_inline __u32 drwa_round(struct bloatd_policy_sock *p,
 	if (rate > p->drwa_max_rate)
 		p->drwa_max_rate = rate;
 	b = p->drwa_base_us < m->resolution_us ? m->resolution_us : p->drwa_base_us;
+	if (m->holes && (__u64)m->rtt_us * 256 > b * m->lambda_x256) {
+		/* A loss stalled delivery behind a hole: the round's rate is
+		 * not the window's. Cut against the best recent rate, and
+		 * judge nothing. */
+		w = (p->drwa_max_rate * b / 1000000 * m->lambda_x256) >> 8;
+		return drwa_bound(w < prev ? w : prev, m->min_bytes, m->limit);
+	}
 	/* lambda x RTT_min x rate, as lambda x RTT_min / RTT_est x cwnd_est */
 	w = (m->rcvd * b / m->dur_us * m->lambda_x256) >> 8;
 	if ((__u64)m->rtt_us * 256 <= b * m->lambda_x256) {

@@ -105,6 +105,22 @@ struct {
 	__type(value, struct bloatd_drwa_path);
 } drwa_paths SEC(".maps");
 
+/* One DRWA round's measure (drwa_round_close), per CPU: a slot for a
+ * callback in process context and one for a softirq's that interrupts it
+ * (sock_ops runs with migration, not bottom halves, disabled). */
+struct drwa_scratch {
+	__u32 depth;		/* slots in use on this CPU */
+	__u32 pad;
+	struct drwa_measure m[2];
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct drwa_scratch);
+} drwa_scratch SEC(".maps");
+
 /* The callback's socket as a tcp_sock (read once: the verifier tracks the
  * NULL check on the register it was made on). */
 static __always_inline struct tcp_sock *skops_tcp_sock(const struct bpf_sock_ops *skops)
@@ -455,11 +471,11 @@ static __always_inline struct bloatd_drwa_path *drwa_path_count(struct bloatd_so
 {
 	struct bloatd_policy_sock *p = &s->pol;
 	struct bloatd_drwa_path *l;
-	__u32 a[4], peer, idx;
+	__u32 peer = 0, idx, i;
 	__u64 got = tp->bytes_received;
 
-	__builtin_memcpy(a, s->daddr, sizeof(a));
-	peer = a[0] ^ a[1] ^ a[2] ^ a[3];
+	for (i = 0; i < 16; i++)
+		peer = peer * 31 + s->daddr[i];
 	idx = ((s->netns * 0x9e3779b1u) ^ s->route_id ^ (peer * 0x85ebca6bu)) &
 	      (DRWA_PATH_SLOTS - 1);
 	if (!s->route_id || !(l = bpf_map_lookup_elem(&drwa_paths, &idx)))
@@ -480,6 +496,14 @@ static __always_inline struct bloatd_drwa_path *drwa_path_count(struct bloatd_so
 	return l;
 }
 
+/* Out-of-order segments the socket received (5.4+; 0 before). */
+static __always_inline __u32 drwa_ooo(const struct tcp_sock *tp)
+{
+	if (bpf_core_field_exists(tp->rcv_ooopack))
+		return BPF_CORE_READ(tp, rcv_ooopack);
+	return 0;
+}
+
 static __always_inline void drwa_round_start(struct bloatd_policy_sock *p,
 					     const struct tcp_sock *tp, __u64 now_us,
 					     const struct bloatd_drwa_path *l)
@@ -487,6 +511,7 @@ static __always_inline void drwa_round_start(struct bloatd_policy_sock *p,
 	p->drwa_round_us = now_us;
 	p->drwa_round_rcvd = tp->bytes_received;
 	p->drwa_round_path = l ? l->bytes : 0;
+	p->drwa_round_ooo = drwa_ooo(tp);
 	p->drwa_rtt_sum_us = 0;
 	p->drwa_rtt_n = 0;
 	p->drwa_round_low_us = 0;
@@ -548,9 +573,10 @@ static __always_inline void drwa_round_close(struct bpf_sock_ops *skops, struct 
 					     const struct bloatd_drwa_path *l)
 {
 	struct bloatd_policy_sock *p = &s->pol;
-	struct drwa_measure m = {};
+	struct drwa_scratch *sc;
+	struct drwa_measure *mp;
 	__u64 rcvd, dur;
-	__u32 rtt_us, mss, held = p->drwa_held;
+	__u32 rtt_us, mss, held = p->drwa_held, zero = 0, slot;
 
 	if (p->drwa_rtt_n)
 		rtt_us = p->drwa_rtt_sum_us / p->drwa_rtt_n;
@@ -562,30 +588,41 @@ static __always_inline void drwa_round_close(struct bpf_sock_ops *skops, struct 
 	if (!rtt_us || dur < rtt_us)
 		return;
 
-	/* The round is over. */
+	/* The round is over. Its measure lives in a per-CPU scratch slot:
+	 * on the stack it took the program and the floor code past the
+	 * verifier's 512 bytes. */
+	sc = bpf_map_lookup_elem(&drwa_scratch, &zero);
+	if (!sc || sc->depth > 1)
+		return;
+	slot = sc->depth;
+	sc->depth = slot + 1;
+	mp = &sc->m[slot & 1];
+	__builtin_memset(mp, 0, sizeof(*mp));
 	rcvd = tp->bytes_received - p->drwa_round_rcvd;
-	m.rcvd = rcvd;
+	mp->rcvd = rcvd;
+	mp->holes = drwa_ooo(tp) - p->drwa_round_ooo;
 	if (l && p->drwa_round_path && l->bytes > p->drwa_round_path)
-		m.path_rcvd = l->bytes - p->drwa_round_path;
-	m.dur_us = dur > 0xffffffff ? 0xffffffff : (__u32)dur;
-	m.rtt_us = rtt_us;
-	m.low_us = p->drwa_round_low_us;
+		mp->path_rcvd = l->bytes - p->drwa_round_path;
+	mp->dur_us = dur > 0xffffffff ? 0xffffffff : (__u32)dur;
+	mp->rtt_us = rtt_us;
+	mp->low_us = p->drwa_round_low_us;
 	mss = tp->inet_conn.icsk_ack.rcv_mss;
-	m.min_bytes = 2 * (mss ? mss : 1460);
+	mp->min_bytes = 2 * (mss ? mss : 1460);
 	/* RTT_est from millisecond timestamps (unless the connection agreed
 	 * on microsecond ones) has a millisecond's resolution. */
-	m.resolution_us = tp->tcp_header_len > 20 &&
+	mp->resolution_us = tp->tcp_header_len > 20 &&
 			  !tcp_usec_ts(tp) ? 1000 : 0;
-	m.lambda_x256 = drwa_lambda_x256;
+	mp->lambda_x256 = drwa_lambda_x256;
 	/* The path's floor, as the probes keep it in the record (floor.h). */
-	m.floor_us = s->floor_us;
-	m.floor_src = s->floor_source;
+	mp->floor_us = s->floor_us;
+	mp->floor_src = s->floor_source;
 	/* cwnd_est, for the view: the data of one RTT */
 	rcvd = rcvd * rtt_us / dur;
 	p->drwa_rcvd_rtt = rcvd > 0xffffffff ? 0xffffffff : (__u32)rcvd;
 	p->drwa_rtt_us = rtt_us;
 	drwa_round_start(p, tp, now_us, l);
-	drwa_apply(skops, s, tp, &m);
+	drwa_apply(skops, s, tp, mp);
+	sc->depth = slot;
 	if (p->drwa_held != held)
 		policy_count(BLOATD_PC_DRWA_HELD, 1);
 }

@@ -589,6 +589,45 @@ mod tests {
     }
 
     #[test]
+    fn a_round_with_a_loss_in_it_takes_nothing_back() {
+        // 3g, the download alone over a full 28 kB buffer: its slow start
+        // overflowed it, and the round behind the loss delivered half.
+        let round = |p: &mut BloatdPolicySock, rcvd: u64, holes: u32, prev: u32| {
+            let m = DrwaMeasure {
+                rcvd,
+                dur_us: 1_500_000,
+                rtt_us: 1_500_000,
+                low_us: 1_500_000,
+                min_bytes: 2_896,
+                lambda_x256: LAMBDA3,
+                holes,
+                ..Default::default()
+            };
+            // SAFETY: pure C.
+            unsafe { c::bloatd_drwa_round(p, &m, prev) }
+        };
+        let mut p = BloatdPolicySock {
+            drwa_min_us: 150_000,
+            ..Default::default()
+        };
+        let w = round(&mut p, 28_000, 0, 0);
+        assert_eq!(w, 8_400, "lambda x 150 ms x 18.7 kB/s");
+        let w2 = round(&mut p, 14_000, 5, w);
+        assert_eq!(p.drwa_held, 0, "a round with holes judges nothing");
+        // The cut is measured against the best recent rate (an eighth
+        // forgotten), not the stalled one, and never raises the clamp.
+        assert_eq!(w2, 7_347);
+        // Without the holes the same round was a cut taken back.
+        let mut q = BloatdPolicySock {
+            drwa_min_us: 150_000,
+            ..Default::default()
+        };
+        let w = round(&mut q, 28_000, 0, 0);
+        round(&mut q, 14_000, 0, w);
+        assert_eq!(q.drwa_held, 1);
+    }
+
+    #[test]
     fn a_floor_below_the_path_is_taken_back_as_a_stale_minimum_is() {
         use crate::probes::abi::floor_source;
         // 8 Mbit/s, 1.5 MB, the path 200 ms from the start; the floor 40 ms
