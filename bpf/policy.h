@@ -192,13 +192,13 @@ struct drwa_measure {
 	__u32 rtt_us;		/* RTT_est: the average of its samples */
 	__u32 low_us;		/* its lowest sample (0: none) */
 	__u32 min_bytes;	/* the clamp's floor */
-	__u32 resolution_us;	/* RTT_est's granularity (millisecond timestamps: 1000) */
-	__u32 lambda_x256;	/* lambda, 8 fraction bits */
 	__u32 limit;		/* the clamp the socket has without DRWA: never above */
-	__u32 holes;		/* out-of-order segments it received: a loss stalled
-				 * its delivery */
 	__u32 floor_us;		/* the path's floor as bloatd knows it (floor.h), 0 none */
 	__u32 floor_src;	/* where it came from, enum bloatd_floor_source */
+	__u32 resolution_us;	/* RTT_est's granularity (millisecond timestamps: 1000) */
+	__u32 lambda_x256;	/* lambda, 8 fraction bits */
+	__u32 holes;		/* out-of-order segments it received: a loss stalled
+				 * its delivery */
 };
 
 /* The ports a rule selects. */
@@ -393,10 +393,15 @@ static __always_inline __u32 drwa_give_back(const struct bloatd_drwa_saved *sv, 
 }
 
 /*
- * Before a round: the clamp is not what DRWA set last. Autotuning moves it
- * only as it grows the buffer, and then to what the buffer gives
- * (drwa_give_back). Any other clamp is the application's own
- * (TCP_WINDOW_CLAMP), also when the buffer grew in the same round, and that
+ * Before a round: who set the clamp since DRWA's last round? Autotuning
+ * moves it only as it grows the buffer, and then to what the buffer gives
+ * (drwa_give_back). DRWA's own clamp with the buffer as it was is DRWA's.
+ * Any other clamp is the application's own (TCP_WINDOW_CLAMP), also when
+ * the buffer grew in the same round, and also when it is the value DRWA
+ * set, if the buffer grew since: autotuning then moved the clamp to its
+ * own, and the application set it back (a DRWA clamp held at the
+ * application's ceiling looked like DRWA's, and the grown buffer's clamp
+ * became DRWA's ceiling: issue 34, the lab's autotuned-buffer case). That
  * is what DRWA gives back and never exceeds. (Autotuning's clamp under a
  * scaling_ratio that has moved since is taken for the application's: it is
  * still what the socket had, and a buffer that grows again moves it.)
@@ -404,7 +409,7 @@ static __always_inline __u32 drwa_give_back(const struct bloatd_drwa_saved *sv, 
 static __always_inline void drwa_saw_clamp(struct bloatd_drwa_saved *sv, __u32 clamp_now,
 					   __u32 rcvbuf, __u32 scaling_ratio)
 {
-	if (!sv->clamp || clamp_now == sv->clamp ||
+	if (!sv->clamp || (clamp_now == sv->clamp && rcvbuf == sv->rcvbuf) ||
 	    clamp_now == drwa_give_back(sv, rcvbuf, scaling_ratio))
 		return;
 	sv->orig_clamp = clamp_now;

@@ -774,6 +774,36 @@ mod tests {
     }
 
     #[test]
+    fn an_applications_clamp_set_back_after_autotuning_is_the_applications() {
+        // DRWA holds the window at the application's 32 kB ceiling, so its
+        // own clamp is 32768 too; autotuning grows the buffer (its clamp
+        // becomes 400 kB) and the application sets its 32768 again before
+        // DRWA's next round: the same value as DRWA's, the buffer not.
+        let mut sv = BloatdDrwaSaved {
+            orig_clamp: 32_768,
+            orig_rcvbuf: 400_000,
+            clamp: 32_768,
+            rcvbuf: 400_000,
+        };
+        // SAFETY: pure C over a plain struct.
+        let back = unsafe {
+            c::bloatd_drwa_saw_clamp(&mut sv, 32_768, 800_000, 128);
+            c::bloatd_drwa_give_back(&sv, 800_000, 128)
+        };
+        assert_eq!(back, 32_768, "the grown buffer's 400 kB became the ceiling");
+        // DRWA's own clamp with the buffer as it was stays DRWA's.
+        let mut sv = BloatdDrwaSaved {
+            orig_clamp: 100_000,
+            orig_rcvbuf: 200_000,
+            clamp: 50_000,
+            rcvbuf: 200_000,
+        };
+        // SAFETY: as above.
+        unsafe { c::bloatd_drwa_saw_clamp(&mut sv, 50_000, 200_000, 128) };
+        assert_eq!(sv.orig_clamp, 100_000);
+    }
+
+    #[test]
     fn kernel_rule_ports_match_as_the_probes_do() {
         let r = BloatdPolicyRule {
             selectors: (policy_match::SPORT | policy_match::DPORT) as u8,
