@@ -7,7 +7,7 @@ use crate::cc::CcSet;
 use crate::clock::Clock;
 use crate::config::Config;
 use crate::metrics::{Metrics, Scrape};
-use crate::probes::{abi, abi::stat, ProbeConfig, Probes};
+use crate::probes::{abi, abi::stat, Probes};
 use crate::tracker::{Rows, Tracker};
 use bloatd_model::api::{CcInfo, FloorEntry, Floors, Status};
 use bloatd_model::{FloorSource, Health, NetPath, Series, Snapshot, SnapshotRequest, Socket};
@@ -166,28 +166,15 @@ impl Core {
         let policy =
             crate::policy::resolve(&cfg.policy, &cfg.cc).map_err(|e| anyhow::anyhow!(e))?;
         let saved_pin = (mode == "daemon").then(|| drwa_saved_pin(cfg)).flatten();
-        let probes = Probes::load(&ProbeConfig {
-            policy: crate::probes::policy::PolicyConfig {
+        let probes = Probes::load(
+            cfg,
+            &crate::probes::policy::PolicyConfig {
                 rules: policy.kernel.clone(),
                 drwa_armed: cfg.drwa != DrwaMode::Disabled,
                 drwa_on: cfg.drwa == DrwaMode::On,
-                drwa_lambda_x256: crate::policy::lambda_x256(cfg.drwa_lambda),
-                drwa_min_bytes: cfg.drwa_min_bytes,
                 saved_pin,
             },
-            interval: Duration::from_millis(cfg.interval_ms),
-            sampling_adaptive: cfg.sampling == crate::config::Sampling::Adaptive,
-            map_capacity: cfg.map_capacity,
-            bpf_stats: cfg.bpf_stats,
-            bloat_threshold_us: (cfg.bloat_threshold_ms * 1000).min(u32::MAX as u64) as u32,
-            floor_window_s: cfg.floor_window_s,
-            floor_entries: cfg.floor_entries,
-            floor_prefix_v4: cfg.floor_prefix_v4,
-            floor_prefix_v6: cfg.floor_prefix_v6,
-            floor_infer: cfg.floor_infer,
-            floors: cfg.floors,
-            service_entries: cfg.service_entries,
-        })?;
+        )?;
         let mut cc = CcSet::register(&cfg.cc, &cfg.cc_options())?;
         if mode == "daemon" {
             cc.keep_default_in(&cfg.run_dir);
@@ -247,7 +234,7 @@ impl Core {
     /// Read again unless the last read is recent (`api_read_due`): one
     /// full read serves every request for sockets until then.
     fn read_if_stale(&mut self) {
-        let interval = Duration::from_millis(self.cfg.interval_ms);
+        let interval = self.cfg.interval();
         if self
             .last_read
             .as_ref()
@@ -285,7 +272,7 @@ impl Core {
     /// Read for someone watching (dashboards, series) when the last read is
     /// due (`watch_read_due`).
     fn read_for_watchers(&mut self) {
-        let interval = Duration::from_millis(self.cfg.interval_ms);
+        let interval = self.cfg.interval();
         let due = self
             .last_read
             .as_ref()
@@ -580,7 +567,7 @@ impl Core {
             self.update_watch();
         }
         let clock = Clock::now();
-        let threshold_us = (self.cfg.bloat_threshold_ms * 1000).min(u32::MAX as u64) as u32;
+        let threshold_us = self.cfg.bloat_threshold_us();
         let (mut sockets, mut summary, mut matched, mut all) = (Vec::new(), None, None, None);
         let (mut paths, mut services) = (Vec::new(), Vec::new());
         if req.limit.is_some() || req.paths || req.services {

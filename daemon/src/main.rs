@@ -18,6 +18,7 @@ mod probes;
 mod rundir;
 mod server;
 mod service;
+mod settings;
 mod stream;
 mod text;
 mod tracker;

@@ -24,4 +24,6 @@ mod kernel;
 mod rules;
 
 pub use kernel::{lambda_x256, policy_counts, resolve, socket_policy, Resolved};
-pub use rules::{check_config_value, describe_actions, describe_selectors, parse_flag, validate};
+pub use rules::{
+    check_config_value, describe_actions, describe_selectors, parse_flag, validate, DRWA_LAMBDA_MIN,
+};

@@ -11,7 +11,6 @@ use crate::server;
 use clap::Args;
 use std::fs::File;
 use std::io::{Read, Write};
-use std::net::SocketAddr;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::process::CommandExt;
@@ -31,126 +30,18 @@ pub struct StartArgs {
     /// Stay in the foreground (for systemd and other service managers).
     #[arg(long)]
     pub foreground: bool,
-    /// Prometheus listener address [default: 127.0.0.1:9477]
-    #[arg(long, value_name = "ADDR")]
-    pub listen: Option<SocketAddr>,
-    /// Sampling interval in milliseconds [default: 100]
-    #[arg(long, value_name = "MS")]
-    pub interval: Option<u64>,
-    /// adaptive: on a busy CPU a socket that is not bloated, watched,
-    /// acted on or dense is looked at in a share of its segments (chosen
-    /// from what a look costs; every segment on a quiet CPU), each look
-    /// weighted so histograms stay unbiased in socket-time; reads stay
-    /// exact. exact: every socket every interval it carries traffic (~8x
-    /// the kernel's cost on a busy server) [default: adaptive]
-    #[arg(long, value_name = "MODE", value_parser = ["adaptive", "exact"])]
-    pub sampling: Option<String>,
-    /// Sockets the kernel tracks at most (the socket map's bound; beyond
-    /// it new sockets are counted as dropped) [default: 65536].
-    #[arg(long, value_name = "N")]
-    pub map_capacity: Option<u32>,
-    /// Queueing delay (ms) from which a socket counts as bloated [default: 100]
-    #[arg(long, value_name = "MS")]
-    pub bloat_threshold: Option<u64>,
-    /// Congestion controls to register, comma separated
-    /// [default: bloatd_westwood,bloatd_cubic]
-    #[arg(
-        long,
-        value_name = "LIST",
-        value_delimiter = ',',
-        conflicts_with = "no_cc"
-    )]
-    pub cc: Option<Vec<String>>,
-    /// Register no congestion control.
-    #[arg(long)]
-    pub no_cc: bool,
-    /// bloatd_westwood's ssthresh on three duplicate ACKs: kernel (Reno's
-    /// half, BWE x RTTmin when the recovery completes, as Linux's
-    /// tcp_westwood) or paper (BWE x RTTmin at once) [default: kernel]
-    #[arg(long, value_name = "WHICH", value_parser = ["kernel", "paper"])]
-    pub westwood_ssthresh: Option<String>,
-    /// Keep no path floors: measure queueing delay against each socket's
-    /// own minimum RTT (config `floors = false`; README, "Path floors").
-    #[arg(long)]
-    pub no_floors: bool,
-    /// Services with a `service` label value of their own in /metrics (the
-    /// top N by socket-time; the rest are "other") [default: 20]
-    #[arg(long, value_name = "N")]
-    pub service_labels: Option<u32>,
-    /// Enable the kernel's BPF run-time statistics while running, to see
-    /// each probe's cost in /metrics (costs a little per event).
-    #[arg(long)]
-    pub bpf_stats: bool,
-    /// A congestion control rule, as KEY=VALUE,... with the keys of a
-    /// [[policy]] table (name, dport, sport, cgroup, bulk_bytes, cc, drwa,
-    /// notsent_lowat, enabled), e.g. `sport=5201,cc=bloatd_westwood`,
-    /// `sport=8080,notsent_lowat=128Ki` or
-    /// `name=bulk,bulk_bytes=1M,cc=bloatd_westwood`. Repeatable; after the
-    /// config's rules.
-    #[arg(long = "policy", value_name = "RULE")]
-    pub policy: Vec<String>,
-    /// The receiver's Dynamic Receive Window Adjustment: on (default when
-    /// the flag is given), off (armed, to switch on live with `bloatd
-    /// policy drwa on` or `bloatd top`'s D key) or disabled.
-    #[arg(long, value_name = "MODE", num_args = 0..=1, default_missing_value = "on",
-          value_parser = ["on", "off", "disabled"])]
-    pub drwa: Option<String>,
+    /// The settings' flags (settings.rs: one per row that has one).
+    #[command(flatten)]
+    pub settings: crate::settings::SettingFlags,
 }
 
 impl StartArgs {
     /// The flags given override the config file (a `--policy` that is not
     /// a rule is bad input).
     pub fn apply(&self, cfg: &mut Config) -> Result<(), crate::config::ConfigError> {
-        if let Some(l) = self.listen {
-            cfg.listen = l;
-        }
-        if let Some(i) = self.interval {
-            cfg.interval_ms = i;
-        }
-        if let Some(m) = &self.sampling {
-            cfg.sampling = if m == "exact" {
-                crate::config::Sampling::Exact
-            } else {
-                crate::config::Sampling::Adaptive
-            };
-        }
-        if let Some(n) = self.map_capacity {
-            cfg.map_capacity = n;
-        }
-        if let Some(t) = self.bloat_threshold {
-            cfg.bloat_threshold_ms = t;
-        }
-        if let Some(cc) = &self.cc {
-            cfg.cc = cc.iter().filter(|s| !s.is_empty()).cloned().collect();
-        }
-        if self.no_cc {
-            cfg.cc.clear();
-        }
-        if let Some(w) = &self.westwood_ssthresh {
-            cfg.westwood_ssthresh = w.clone();
-        }
-        if self.no_floors {
-            cfg.floors = false;
-        }
-        if let Some(n) = self.service_labels {
-            cfg.service_labels = n;
-        }
-        if self.bpf_stats {
-            cfg.bpf_stats = true;
-        }
-        for spec in &self.policy {
-            cfg.policy.push(
-                crate::policy::parse_flag(spec).map_err(crate::config::ConfigError::Invalid)?,
-            );
-        }
-        if let Some(m) = self
-            .drwa
-            .as_deref()
-            .and_then(bloatd_model::policy::DrwaMode::from_name)
-        {
-            cfg.drwa = m;
-        }
-        Ok(())
+        self.settings
+            .apply(cfg)
+            .map_err(crate::config::ConfigError::Invalid)
     }
 }
 
@@ -418,7 +309,7 @@ fn run_foreground(cfg: &Config) -> anyhow::Result<ExitCode> {
     install_panic_hook();
     let panic_file = std::env::var_os(TEST_PANIC_ENV).map(std::path::PathBuf::from);
     let core = Arc::new(Mutex::new(core));
-    let interval = Duration::from_millis(cfg.interval_ms);
+    let interval = cfg.interval();
     let result = rt.block_on(async {
         let tcp = tokio::net::TcpListener::from_std(tcp)?;
         let unix = tokio::net::UnixListener::from_std(unix)?;

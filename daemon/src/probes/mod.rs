@@ -27,6 +27,7 @@ pub mod policy;
 #[cfg(test)]
 mod sampler_tests;
 
+use crate::config::Config;
 use abi::{
     stat, BloatdCcStats, BloatdControl, BloatdFloor, BloatdPathKey, BloatdRoleStats, BloatdSample,
     BloatdSamplerCpu, BloatdSock, BloatdSockCounts, BloatdSvcKey, BloatdSvcStats,
@@ -84,29 +85,6 @@ pub enum ProbeError {
     Object(String),
     #[error("reading BPF map {map}: {detail}")]
     Map { map: &'static str, detail: String },
-}
-
-pub struct ProbeConfig {
-    pub interval: Duration,
-    /// Adaptive sampling (sampler.h); false: every socket every interval.
-    pub sampling_adaptive: bool,
-    pub map_capacity: u32,
-    pub bpf_stats: bool,
-    /// Queueing delay from which a socket counts as bloated (0: never).
-    pub bloat_threshold_us: u32,
-    /// Path floors: how long a floor is remembered, how many peers and
-    /// prefixes are kept, the prefix lengths that serve peers without
-    /// history (0 disables), and whether new peers' floors are inferred.
-    pub floor_window_s: u32,
-    pub floor_entries: u32,
-    pub floor_prefix_v4: u8,
-    pub floor_prefix_v6: u8,
-    pub floor_infer: bool,
-    pub floors: bool,
-    /// Per-service histograms kept at most (svc_stats, service_ops.h).
-    pub service_entries: u32,
-    /// Rules and DRWA for the sock_ops program (policy.rs).
-    pub policy: policy::PolicyConfig,
 }
 
 pub struct Probes {
@@ -513,39 +491,23 @@ fn take_raw(ebpf: &mut Ebpf, name: &'static str) -> Result<Map, ProbeError> {
         .ok_or_else(|| ProbeError::Object(format!("map {name} missing from object")))
 }
 
-/// The object with this configuration's constants and map sizes, loaded
-/// (maps created), no program loaded yet.
+/// The object with this configuration's constants (`Config::globals`) and
+/// map sizes, loaded (maps created), no program loaded yet.
 fn open_object(
-    cfg: &ProbeConfig,
+    cfg: &Config,
+    policy: &policy::PolicyConfig,
     btf: &Btf,
     kernel: &crate::probes::kernel::Kernel,
 ) -> Result<Ebpf, ProbeError> {
-    let interval_ns = cfg.interval.as_nanos() as u64;
+    let globals = cfg.globals(kernel.cong_state_tracepoint, policy.rules.len() as u32);
     let mut loader = EbpfLoader::new();
-    if let Some(pin) = &cfg.policy.saved_pin {
+    if let Some(pin) = &policy.saved_pin {
         // A map a daemon that did not stop left there is reused.
         loader.map_pin_path(policy::SAVED_MAP, pin.as_path());
     }
+    loader.btf(Some(btf));
+    globals.apply(&mut loader);
     loader
-        .btf(Some(btf))
-        .override_global("sample_interval_ns", &interval_ns, true)
-        .override_global("sampling_adaptive", &(cfg.sampling_adaptive as u32), true)
-        .override_global("map_capacity", &(cfg.map_capacity as u64), true)
-        .override_global("floor_window_s", &cfg.floor_window_s, true)
-        .override_global("floor_prefix_v4", &(cfg.floor_prefix_v4 as u32), true)
-        .override_global("floor_prefix_v6", &(cfg.floor_prefix_v6 as u32), true)
-        .override_global("floor_infer_on", &(cfg.floor_infer as u32), true)
-        .override_global("floors_on", &(cfg.floors as u32), true)
-        .override_global("bloat_threshold_us", &cfg.bloat_threshold_us, true)
-        .override_global(
-            "ca_state_from_sock",
-            &(!kernel.cong_state_tracepoint as u32),
-            true,
-        )
-        .override_global("policy_nrules", &(cfg.policy.rules.len() as u32), true)
-        .override_global("drwa_armed", &(cfg.policy.drwa_armed as u32), true)
-        .override_global("drwa_lambda_x256", &cfg.policy.drwa_lambda_x256, true)
-        .override_global("drwa_min_bytes", &cfg.policy.drwa_min_bytes, true)
         .map_max_entries("floors", cfg.floor_entries)
         .map_max_entries("prefix_floors", prefix_floor_entries(cfg.floor_entries))
         .map_max_entries("svc_stats", cfg.service_entries)
@@ -589,12 +551,12 @@ fn attach_tracepoints(
 fn attach_policy(
     ebpf: &mut Ebpf,
     btf: &Btf,
-    cfg: &ProbeConfig,
+    cfg: &policy::PolicyConfig,
 ) -> Result<(policy::PolicyMaps, Option<String>), ProbeError> {
-    let mut policy_maps = policy::PolicyMaps::load(ebpf, &cfg.policy)?;
-    if cfg.policy.drwa_armed || cfg.policy.saved_pin.is_some() {
+    let mut policy_maps = policy::PolicyMaps::load(ebpf, cfg)?;
+    if cfg.drwa_armed || cfg.saved_pin.is_some() {
         let it = iter_link(ebpf, btf, "restore_windows", "tcp", None)?;
-        policy_maps.set_restore(it, cfg.policy.saved_pin.clone())?;
+        policy_maps.set_restore(it, cfg.saved_pin.clone())?;
         // What a daemon that did not stop left clamped goes back before
         // this one's program sees a socket.
         let recovered = policy_maps.give_back_left();
@@ -606,7 +568,7 @@ fn attach_policy(
     }
     let sockops_error = attach_sock_ops(ebpf).err();
     if let Some(e) = &sockops_error {
-        if !cfg.policy.rules.is_empty() || cfg.policy.drwa_armed {
+        if !cfg.rules.is_empty() || cfg.drwa_armed {
             // Without the program no rule and no DRWA would act: refuse.
             return Err(ProbeError::Attach {
                 name: "sock_ops",
@@ -622,12 +584,12 @@ impl Probes {
     /// Every probe loaded and attached, one helper per kind (object,
     /// tracepoints, policy and sock_ops, iterators); what stays is taking
     /// the maps into the struct's fields, a line each.
-    pub fn load(cfg: &ProbeConfig) -> Result<Probes, ProbeError> {
+    pub fn load(cfg: &Config, policy_cfg: &policy::PolicyConfig) -> Result<Probes, ProbeError> {
         preflight()?;
         let btf = Btf::from_sys_fs().map_err(|_| ProbeError::NoBtf)?;
         crate::probes::kernel::check_core(&btf)?;
         let kernel = crate::probes::kernel::Kernel::detect(&btf);
-        let mut ebpf = open_object(cfg, &btf, &kernel)?;
+        let mut ebpf = open_object(cfg, policy_cfg, &btf, &kernel)?;
         let stats_fd = if cfg.bpf_stats {
             Some(
                 aya::sys::enable_stats(aya::sys::Stats::RunTime).map_err(|e| {
@@ -655,7 +617,7 @@ impl Probes {
         }
         let [floors_map, prefix_floors_map]: [MapData; 2] =
             floor_maps.try_into().expect("two floor maps");
-        let (policy_maps, sockops_error) = attach_policy(&mut ebpf, &btf, cfg)?;
+        let (policy_maps, sockops_error) = attach_policy(&mut ebpf, &btf, policy_cfg)?;
 
         let Map::Array(dump_map) = take_raw(&mut ebpf, "dump")? else {
             return Err(ProbeError::Object("map dump is not an array".into()));
