@@ -10,7 +10,7 @@ mod client;
 mod clock;
 mod cmd;
 mod config;
-mod core;
+mod engine;
 mod metrics;
 mod paths;
 mod policy;

@@ -23,7 +23,7 @@
 mod kernel;
 mod rules;
 
-pub use kernel::{lambda_x256, policy_counts, resolve, socket_policy, Resolved};
+pub use kernel::{lambda_x256, policy_counts, resolve, socket_policy};
 pub use rules::{
     check_config_value, describe_actions, describe_selectors, parse_flag, validate, DRWA_LAMBDA_MIN,
 };

@@ -5,7 +5,7 @@
 use crate::caps;
 use crate::client::Client;
 use crate::config::Config;
-use crate::core::Core;
+use crate::engine::Engine;
 use crate::rundir::{lock_state, take_lock, LockState, PidLock, RunDir, LOG, PID_FILE, SOCKET};
 use crate::server;
 use clap::Args;
@@ -16,7 +16,6 @@ use std::os::unix::ffi::OsStrExt;
 use std::os::unix::process::CommandExt;
 use std::path::Path;
 use std::process::{Command, ExitCode, Stdio};
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 const READY_ENV: &str = "BLOATD_READY_FD";
@@ -271,12 +270,10 @@ fn log_running(cfg: &Config) {
 }
 
 /// The sampler: the engine's tick every interval (late ticks delayed, not
-/// bunched). `panic_file`: the tests' way to make the daemon panic here.
-async fn sample_every(
-    core: Arc<Mutex<Core>>,
-    interval: Duration,
-    panic_file: Option<std::path::PathBuf>,
-) {
+/// bunched), off the runtime's thread so a tick that waits for a read
+/// holds no request. `panic_file`: the tests' way to make the daemon panic
+/// here.
+async fn sample_every(engine: Engine, interval: Duration, panic_file: Option<std::path::PathBuf>) {
     let mut t = tokio::time::interval(interval);
     t.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
@@ -284,7 +281,10 @@ async fn sample_every(
         if panic_file.as_deref().is_some_and(Path::exists) {
             panic!("{TEST_PANIC_ENV}: panicking as asked");
         }
-        core.lock().unwrap().tick();
+        let e = engine.clone();
+        if let Err(p) = tokio::task::spawn_blocking(move || e.tick()).await {
+            std::panic::resume_unwind(p.into_panic());
+        }
     }
 }
 
@@ -297,7 +297,7 @@ fn run_foreground(cfg: &Config) -> anyhow::Result<ExitCode> {
         .enable_all()
         .build()?;
     let mut signals = StopSignals::install(&rt)?;
-    let (dir, lock, tcp, unix, core) = match setup(cfg) {
+    let (dir, lock, tcp, unix, engine) = match setup(cfg) {
         Ok(s) => s,
         Err(e) => {
             notify_ready(&Err(format!("{e:#}")));
@@ -305,23 +305,22 @@ fn run_foreground(cfg: &Config) -> anyhow::Result<ExitCode> {
         }
     };
     log_running(cfg);
-    core.arm_panic_give_back();
+    engine.control.arm_panic_give_back();
     install_panic_hook();
     let panic_file = std::env::var_os(TEST_PANIC_ENV).map(std::path::PathBuf::from);
-    let core = Arc::new(Mutex::new(core));
     let interval = cfg.interval();
     let result = rt.block_on(async {
         let tcp = tokio::net::TcpListener::from_std(tcp)?;
         let unix = tokio::net::UnixListener::from_std(unix)?;
-        let ticker = sample_every(core.clone(), interval, panic_file);
+        let ticker = sample_every(engine.clone(), interval, panic_file);
         let metrics = server::serve(
             tcp,
-            server::metrics_router(core.clone()),
+            server::metrics_router(engine.scrape.clone()),
             server::Limits::DEFAULT,
         );
         let api_srv = server::serve(
             unix,
-            server::api_router(core.clone(), cfg.authority()),
+            server::api_router(engine.clone(), cfg.authority()),
             server::Limits::DEFAULT,
         );
         if let Some(s) = signals.pending().await {
@@ -341,9 +340,8 @@ fn run_foreground(cfg: &Config) -> anyhow::Result<ExitCode> {
     // moving other namespaces' defaults needs the capabilities kept for it.
     drop(rt);
     caps::raise_for_stop();
-    match Arc::try_unwrap(core) {
-        Ok(m) => drop(m.into_inner()),
-        Err(_) => tracing::warn!("engine still referenced at exit; the kernel will detach it"),
+    if !engine.stop() {
+        tracing::warn!("engine still referenced at exit; the kernel will detach it");
     }
     dir.unlink(SOCKET);
     dir.unlink(PID_FILE);
@@ -377,7 +375,7 @@ type Setup = (
     PidLock,
     std::net::TcpListener,
     std::os::unix::net::UnixListener,
-    Core,
+    Engine,
 );
 
 fn setup(cfg: &Config) -> anyhow::Result<Setup> {
@@ -399,10 +397,10 @@ fn setup(cfg: &Config) -> anyhow::Result<Setup> {
     })?;
     tcp.set_nonblocking(true)?;
     let unix = dir.bind_socket(cfg.api_gid().map(|(_, g)| g))?;
-    let core = Core::start(cfg, "daemon", true)?;
+    let engine = Engine::start(cfg, "daemon", true)?;
     // Everything is loaded and attached: from here on bloatd works on the
     // descriptors it holds (see caps.rs for what it keeps, and why).
     caps::drop_after_start()
         .map_err(|e| anyhow::anyhow!("cannot drop capabilities after start: {e}"))?;
-    Ok((dir, lock, tcp, unix, core))
+    Ok((dir, lock, tcp, unix, engine))
 }

@@ -39,6 +39,7 @@ use map_iter::{MapIter, Slots};
 use std::collections::HashSet;
 use std::io::Read;
 use std::os::fd::{AsFd, OwnedFd};
+use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
 static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/probes.bpf.o"));
@@ -87,8 +88,43 @@ pub enum ProbeError {
     Map { map: &'static str, detail: String },
 }
 
+/// What bloatd loaded into the kernel, shared by whoever reads it: the
+/// programs, the statistics maps, the policy's maps. Every method takes
+/// `&self`; the two maps it changes are behind their own locks.
 pub struct Probes {
     ebpf: Ebpf,
+    /// How reads reach the sockets of other network namespaces.
+    reach: NetnsReach,
+    /// The floor maps (peers, prefixes).
+    floors: [MapData; 2],
+    /// Why closing senders are not sampled, if they are not.
+    sockops_error: Option<String>,
+    /// What the kernel offers beyond the core.
+    kernel: crate::probes::kernel::Kernel,
+    stats: PerCpuArray<MapData, u64>,
+    cc_stats: PerCpuArray<MapData, BloatdCcStats>,
+    sock_counts: Array<MapData, BloatdSockCounts>,
+    cc_names: Array<MapData, [u8; 16]>,
+    /// Queueing delay and RTT histograms per (cgroup, cc, role), and the
+    /// map's bound (service_ops.h).
+    svc_stats: Mutex<BpfHashMap<MapData, BloatdSvcKey, BloatdSvcStats>>,
+    service_entries: u32,
+    /// Adaptive sampling's state on each CPU (sampler.h), and the hot sockets.
+    sampler: PerCpuArray<MapData, BloatdSamplerCpu>,
+    /// struct bloatd_hot read as words: the count first (a generated type
+    /// of 4,096 slots would have no Default).
+    hot: Array<MapData, [u32; 2 + 2 * abi::limits::HOT_SLOTS as usize]>,
+    map_capacity: u32,
+    /// Holding this fd keeps kernel.bpf_stats_enabled on; dropped with us.
+    _stats_fd: Option<OwnedFd>,
+    /// The policy's rules, switches and counters.
+    pub policy: Mutex<policy::PolicyMaps>,
+}
+
+/// The maps a read of every socket uses, and the watched sockets' stream:
+/// owned by the one reader (engine/reader.rs), apart from the maps a
+/// scrape reads.
+pub struct SocketReads {
     ring: RingBuf<MapData>,
     /// Walks the sockets of the reading thread's network namespace into
     /// `slots`, the array `dump` (held by `_dump`), taking each one's
@@ -102,40 +138,20 @@ pub struct Probes {
     netns_seen: BpfHashMap<MapData, u32, u32>,
     netns: netns::Finder,
     reach: NetnsReach,
-    /// The floor maps (peers, prefixes).
-    floors: [MapData; 2],
-    /// Why closing senders are not sampled, if they are not.
-    sockops_error: Option<String>,
-    /// What the kernel offers beyond the core.
-    kernel: crate::probes::kernel::Kernel,
-    stats: PerCpuArray<MapData, u64>,
-    cc_stats: PerCpuArray<MapData, BloatdCcStats>,
-    sock_counts: Array<MapData, BloatdSockCounts>,
-    cc_names: Array<MapData, [u8; 16]>,
     watch: BpfHashMap<MapData, u64, u8>,
     control: Array<MapData, BloatdControl>,
-    /// Queueing delay and RTT histograms per (cgroup, cc, role), and the
-    /// map's bound (service_ops.h).
-    svc_stats: BpfHashMap<MapData, BloatdSvcKey, BloatdSvcStats>,
-    service_entries: u32,
     watched: HashSet<u64>,
-    /// Adaptive sampling's state on each CPU (sampler.h), and the hot sockets.
-    sampler: PerCpuArray<MapData, BloatdSamplerCpu>,
-    /// struct bloatd_hot read as words: the count first (a generated type
-    /// of 4,096 slots would have no Default).
-    hot: Array<MapData, [u32; 2 + 2 * abi::limits::HOT_SLOTS as usize]>,
-    map_capacity: u32,
-    /// Holding this fd keeps kernel.bpf_stats_enabled on; dropped with us.
-    _stats_fd: Option<OwnedFd>,
-    /// The policy's rules, switches and counters.
-    pub policy: policy::PolicyMaps,
 }
 
 impl Drop for Probes {
     /// Before the programs go (the fields drop after this): receivers DRWA
     /// clamps get their windows back.
     fn drop(&mut self) {
-        let left = self.policy.release_windows(Duration::from_secs(2));
+        let left = self
+            .policy
+            .get_mut()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .release_windows(Duration::from_secs(2));
         if left > 0 {
             tracing::warn!(
                 "{left} receivers keep DRWA's window clamp for their life: bloatd could not enter their network namespace (no process or /run/netns name holds it)"
@@ -584,7 +600,10 @@ impl Probes {
     /// Every probe loaded and attached, one helper per kind (object,
     /// tracepoints, policy and sock_ops, iterators); what stays is taking
     /// the maps into the struct's fields, a line each.
-    pub fn load(cfg: &Config, policy_cfg: &policy::PolicyConfig) -> Result<Probes, ProbeError> {
+    pub fn load(
+        cfg: &Config,
+        policy_cfg: &policy::PolicyConfig,
+    ) -> Result<(Probes, SocketReads), ProbeError> {
         preflight()?;
         let btf = Btf::from_sys_fs().map_err(|_| ProbeError::NoBtf)?;
         crate::probes::kernel::check_core(&btf)?;
@@ -648,17 +667,10 @@ impl Probes {
             }
         };
 
-        let mut probes = Probes {
-            stats: take_map(&mut ebpf, "stats")?,
-            cc_stats: take_map(&mut ebpf, "cc_stats")?,
-            sock_counts: take_map(&mut ebpf, "sock_counts")?,
-            cc_names: take_map(&mut ebpf, "cc_names")?,
+        let reads = SocketReads {
             watch: take_map(&mut ebpf, "watch")?,
             control: take_map(&mut ebpf, "control")?,
             netns_seen: take_map(&mut ebpf, "netns_seen")?,
-            sampler: take_map(&mut ebpf, "sampler")?,
-            hot: take_map(&mut ebpf, "hot")?,
-            ebpf,
             ring,
             dump,
             slots,
@@ -666,18 +678,28 @@ impl Probes {
             _socks: socks,
             netns: netns::Finder::default(),
             reach,
+            watched: HashSet::new(),
+        };
+        let mut probes = Probes {
+            stats: take_map(&mut ebpf, "stats")?,
+            cc_stats: take_map(&mut ebpf, "cc_stats")?,
+            sock_counts: take_map(&mut ebpf, "sock_counts")?,
+            cc_names: take_map(&mut ebpf, "cc_names")?,
+            sampler: take_map(&mut ebpf, "sampler")?,
+            hot: take_map(&mut ebpf, "hot")?,
+            ebpf,
+            reach,
             floors: [floors_map, prefix_floors_map],
             sockops_error,
             kernel,
-            svc_stats,
+            svc_stats: Mutex::new(svc_stats),
             service_entries: cfg.service_entries,
-            watched: HashSet::new(),
             map_capacity: cfg.map_capacity,
             _stats_fd: stats_fd,
-            policy: policy_maps,
+            policy: Mutex::new(policy_maps),
         };
         probes.seed(&btf)?;
-        Ok(probes)
+        Ok((probes, reads))
     }
 
     /// `bloatd stop` with no daemon running: give back the windows a daemon
@@ -776,42 +798,6 @@ impl Probes {
         Ok(())
     }
 
-    /// Hand every record waiting in the ring buffer to `f`.
-    /// Hand every sample waiting in the ring buffer (watched sockets only)
-    /// to `f`.
-    pub fn drain(&mut self, mut f: impl FnMut(&BloatdSample)) {
-        while let Some(item) = self.ring.next() {
-            if item.len() >= std::mem::size_of::<BloatdSample>() {
-                // SAFETY: size checked; plain data generated from BTF.
-                let x = unsafe { std::ptr::read_unaligned(item.as_ptr() as *const BloatdSample) };
-                f(&x);
-            }
-        }
-    }
-
-    /// The sockets whose samples the probes stream (bounded by the map:
-    /// 256; beyond it a socket is simply not watched).
-    pub fn set_watched(&mut self, cookies: &HashSet<u64>) -> Result<(), ProbeError> {
-        for gone in self.watched.difference(cookies) {
-            let _ = self.watch.remove(gone);
-        }
-        let mut now = HashSet::with_capacity(cookies.len());
-        for &c in cookies {
-            if self.watched.contains(&c) || self.watch.insert(c, 1, 0).is_ok() {
-                now.insert(c);
-            }
-        }
-        self.watched = now;
-        let ctl = BloatdControl {
-            watching: self.watched.len() as u32,
-            pad: 0,
-        };
-        self.control.set(0, ctl, 0).map_err(|e| ProbeError::Map {
-            map: "control",
-            detail: errstr(e),
-        })
-    }
-
     /// Adaptive sampling as the probes run it: every CPU's state, and the
     /// sockets sampled every interval now.
     pub fn sampler(&self) -> Result<SamplerState, ProbeError> {
@@ -866,15 +852,23 @@ impl Probes {
 
     /// Every per-service histogram the kernel keeps now, and its bound.
     pub fn svc_stats(&self) -> (Vec<(BloatdSvcKey, BloatdSvcStats)>, u32) {
-        let entries = self.svc_stats.iter().filter_map(Result::ok).collect();
+        let map = self
+            .svc_stats
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let entries = map.iter().filter_map(Result::ok).collect();
         (entries, self.service_entries)
     }
 
     /// Delete per-service histograms whose counts were folded (idle
     /// cgroups); returns those deleted.
-    pub fn svc_delete(&mut self, keys: &[BloatdSvcKey]) -> Vec<BloatdSvcKey> {
+    pub fn svc_delete(&self, keys: &[BloatdSvcKey]) -> Vec<BloatdSvcKey> {
+        let mut map = self
+            .svc_stats
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
         keys.iter()
-            .filter(|k| self.svc_stats.remove(k).is_ok())
+            .filter(|k| map.remove(k).is_ok())
             .copied()
             .collect()
     }
@@ -896,64 +890,6 @@ impl Probes {
             .get(&idx, 0)
             .map(|raw| crate::text::cstr(&raw))
             .unwrap_or_default()
-    }
-
-    /// Every socket record, refreshed from its socket as it is read, in
-    /// `into`'s memory (see `Slots::read`): all of them in one walk of the
-    /// socket storage map, or (where the kernel refuses that) the records
-    /// of this thread's network namespace, then those of every other
-    /// namespace records were made in, each walked from a short-lived
-    /// thread that enters it with the capabilities the daemon keeps
-    /// (netns.rs, caps.rs). Namespaces that cannot be found any more are
-    /// forgotten.
-    pub fn read_all(&mut self, mut into: Vec<BloatdSock>) -> Result<Vec<BloatdSock>, ProbeError> {
-        into.clear();
-        let own = netns::own().map_err(|e| ProbeError::Map {
-            map: "netns_seen",
-            detail: format!("reading our own network namespace: {e}"),
-        })?;
-        if self.reach != NetnsReach::Entering {
-            return walk_netns(&self.dump, &self.slots, into);
-        }
-        // Each walk passes every socket of the host (the kernel's table is
-        // shared by the namespaces unless tcp_child_ehash_entries splits
-        // it): only the namespaces that hold records, ours included.
-        let seen: Vec<u32> = self.netns_seen.keys().filter_map(Result::ok).collect();
-        let mut out = if seen.contains(&own) {
-            walk_netns(&self.dump, &self.slots, into)?
-        } else {
-            into
-        };
-        let others: Vec<u32> = seen.into_iter().filter(|&k| k != own).collect();
-        if others.is_empty() {
-            return Ok(out);
-        }
-        let (dump, slots, finder) = (&self.dump, &self.slots, &mut self.netns);
-        let (result, gone) = netns::on_own_thread(move || {
-            let found = finder.open(&others);
-            for (ino, f) in found.open {
-                if let Err(e) = netns::enter(&f) {
-                    tracing::debug!("cannot enter network namespace {ino}: {e}");
-                    continue;
-                }
-                match walk_netns(dump, slots, std::mem::take(&mut out)) {
-                    Ok(o) => out = o,
-                    Err(e) => return (Err(e), found.gone),
-                }
-            }
-            (Ok(out), found.gone)
-        })
-        .unwrap_or_else(|| {
-            let e = ProbeError::Map {
-                map: "socks",
-                detail: "the namespace reader panicked".into(),
-            };
-            (Err(e), Vec::new())
-        });
-        for ino in gone {
-            let _ = self.netns_seen.remove(&ino);
-        }
-        result
     }
 
     pub fn map_capacity(&self) -> u32 {
@@ -1058,5 +994,100 @@ impl Probes {
             }
         }
         runs
+    }
+}
+
+impl SocketReads {
+    /// Hand every sample waiting in the ring buffer (watched sockets only)
+    /// to `f`.
+    pub fn drain(&mut self, mut f: impl FnMut(&BloatdSample)) {
+        while let Some(item) = self.ring.next() {
+            if item.len() >= std::mem::size_of::<BloatdSample>() {
+                // SAFETY: size checked; plain data generated from BTF.
+                let x = unsafe { std::ptr::read_unaligned(item.as_ptr() as *const BloatdSample) };
+                f(&x);
+            }
+        }
+    }
+
+    /// The sockets whose samples the probes stream (bounded by the map:
+    /// 256; beyond it a socket is simply not watched).
+    pub fn set_watched(&mut self, cookies: &HashSet<u64>) -> Result<(), ProbeError> {
+        for gone in self.watched.difference(cookies) {
+            let _ = self.watch.remove(gone);
+        }
+        let mut now = HashSet::with_capacity(cookies.len());
+        for &c in cookies {
+            if self.watched.contains(&c) || self.watch.insert(c, 1, 0).is_ok() {
+                now.insert(c);
+            }
+        }
+        self.watched = now;
+        let ctl = BloatdControl {
+            watching: self.watched.len() as u32,
+            pad: 0,
+        };
+        self.control.set(0, ctl, 0).map_err(|e| ProbeError::Map {
+            map: "control",
+            detail: errstr(e),
+        })
+    }
+
+    /// Every socket record, refreshed from its socket as it is read, in
+    /// `into`'s memory (see `Slots::read`): all of them in one walk of the
+    /// socket storage map, or (where the kernel refuses that) the records
+    /// of this thread's network namespace, then those of every other
+    /// namespace records were made in, each walked from a short-lived
+    /// thread that enters it with the capabilities the daemon keeps
+    /// (netns.rs, caps.rs). Namespaces that cannot be found any more are
+    /// forgotten.
+    pub fn read_all(&mut self, mut into: Vec<BloatdSock>) -> Result<Vec<BloatdSock>, ProbeError> {
+        into.clear();
+        let own = netns::own().map_err(|e| ProbeError::Map {
+            map: "netns_seen",
+            detail: format!("reading our own network namespace: {e}"),
+        })?;
+        if self.reach != NetnsReach::Entering {
+            return walk_netns(&self.dump, &self.slots, into);
+        }
+        // Each walk passes every socket of the host (the kernel's table is
+        // shared by the namespaces unless tcp_child_ehash_entries splits
+        // it): only the namespaces that hold records, ours included.
+        let seen: Vec<u32> = self.netns_seen.keys().filter_map(Result::ok).collect();
+        let mut out = if seen.contains(&own) {
+            walk_netns(&self.dump, &self.slots, into)?
+        } else {
+            into
+        };
+        let others: Vec<u32> = seen.into_iter().filter(|&k| k != own).collect();
+        if others.is_empty() {
+            return Ok(out);
+        }
+        let (dump, slots, finder) = (&self.dump, &self.slots, &mut self.netns);
+        let (result, gone) = netns::on_own_thread(move || {
+            let found = finder.open(&others);
+            for (ino, f) in found.open {
+                if let Err(e) = netns::enter(&f) {
+                    tracing::debug!("cannot enter network namespace {ino}: {e}");
+                    continue;
+                }
+                match walk_netns(dump, slots, std::mem::take(&mut out)) {
+                    Ok(o) => out = o,
+                    Err(e) => return (Err(e), found.gone),
+                }
+            }
+            (Ok(out), found.gone)
+        })
+        .unwrap_or_else(|| {
+            let e = ProbeError::Map {
+                map: "socks",
+                detail: "the namespace reader panicked".into(),
+            };
+            (Err(e), Vec::new())
+        });
+        for ino in gone {
+            let _ = self.netns_seen.remove(&ino);
+        }
+        result
     }
 }
