@@ -23,11 +23,6 @@ mod stream;
 mod text;
 mod tracker;
 
-// The view model's test fixtures, shared with the TUI crate's tests.
-#[cfg(test)]
-#[path = "../../tui/tests/common/mod.rs"]
-mod fixtures;
-
 use clap::{CommandFactory, Parser};
 use cli::{Cli, Cmd};
 use std::process::ExitCode;

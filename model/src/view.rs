@@ -319,6 +319,21 @@ pub enum CcState {
     },
 }
 
+/// The queueing delay from which a socket, a path or a service counts as
+/// bloated (µs: the daemon's `bloat_threshold_ms`). The one bloat test:
+/// every view that marks something bloated asks `reached_by`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct BloatThreshold(pub u32);
+
+impl BloatThreshold {
+    /// Whether a queueing delay of `delay_us` counts as bloated. A
+    /// threshold of 0 disables detection (otherwise every idle socket
+    /// would count).
+    pub fn reached_by(self, delay_us: u32) -> bool {
+        self.0 > 0 && delay_us >= self.0
+    }
+}
+
 /// One TCP socket as the kernel sees it.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Socket {
@@ -515,10 +530,9 @@ impl Socket {
     }
 
     /// Whether the socket counts as bloated: its queueing delay, seen from its
-    /// own side of the transfer, reached `threshold_us`. A threshold of 0
-    /// disables detection (otherwise every idle socket would count).
+    /// own side of the transfer, reached `threshold_us` (`BloatThreshold`).
     pub fn is_bloated(&self, threshold_us: u32) -> bool {
-        threshold_us > 0 && self.view_queue_delay_us() >= threshold_us
+        BloatThreshold(threshold_us).reached_by(self.view_queue_delay_us())
     }
 
     /// The peer as `addr:port` (`[v6]:port` for IPv6), the form `ss` prints.
@@ -676,6 +690,13 @@ pub struct Snapshot {
     /// longest wait first, as `bloatd services` shows them.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub services: Vec<ServiceView>,
+}
+
+impl Snapshot {
+    /// The daemon's bloat threshold, for the views to test with.
+    pub fn bloat_threshold(&self) -> BloatThreshold {
+        BloatThreshold(self.bloat_threshold_us)
+    }
 }
 
 /// The policy's state for the dashboard's header.

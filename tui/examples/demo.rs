@@ -11,8 +11,7 @@
 //! `--sockets N`: N more sockets of mixed kinds, their queues drifting (to
 //! watch a busy host, and to measure the dashboard's CPU use).
 
-#[path = "../tests/common/mod.rs"]
-mod common;
+use bloatd_model::fixtures as common;
 
 use bloatd_model::{CcState, Sample, Series, Snapshot, SnapshotRequest, Socket};
 use bloatd_tui::{Options, Source};

@@ -3,7 +3,7 @@
 //! `INSTA_UPDATE=always cargo test -p bloatd-tui --test frames` and
 //! `git diff tui/tests/snapshots`.
 
-mod common;
+use bloatd_model::fixtures as common;
 
 use bloatd_model::Snapshot;
 use bloatd_tui::app::{App, Key, View};

@@ -2,7 +2,7 @@
 //! header's DRWA state, a DRWA receiver's detail with its clamp drawn next
 //! to the data received per RTT, and the D key that switches DRWA.
 
-mod common;
+use bloatd_model::fixtures as common;
 
 use bloatd_model::{Drwa, PolicyState, Sample, Series, Snapshot, SocketPolicy};
 use bloatd_tui::app::{App, Key};

@@ -7,7 +7,7 @@
 //! Cargo.toml): its failure report would print the panic message again
 //! after the terminal is restored, and hide a hook that loses it.
 
-mod common;
+use bloatd_model::fixtures as common;
 // The tests' one wait (the kernel tests' helper library, std only).
 #[path = "../../struct_ops/tests/common/wait.rs"]
 #[allow(dead_code)]

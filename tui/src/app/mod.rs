@@ -23,14 +23,14 @@ mod table;
 #[cfg(test)]
 mod tests;
 
-pub use bloatd_model::filter::Filter;
-pub use bloatd_model::select::{select_rows, summarize};
-pub use bloatd_model::sort::SortKey;
 pub use filter::FilterPrompt;
 pub use history::{History, HISTORY_WINDOW_MS};
 pub use notices::{Event, Notice, MAX_NOTICES, NOTICE_COOLDOWN_MS, NOTICE_TTL_MS};
 
-pub use bloatd_model::{CcDelay, HostSummary, SnapshotRequest};
+use bloatd_model::filter::Filter;
+use bloatd_model::select::summarize;
+use bloatd_model::sort::SortKey;
+use bloatd_model::{HostSummary, SnapshotRequest};
 use bloatd_model::{Snapshot, Socket};
 use history::Histories;
 use notices::Notices;

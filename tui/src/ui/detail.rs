@@ -7,7 +7,7 @@ use super::table::ca_short;
 use super::{BLOATED, BLOAT_MARKER, DIM, GOOD, TITLE, WARN};
 use crate::app::App;
 use bloatd_model::format;
-use bloatd_model::{CcState, Role, Sample, Socket};
+use bloatd_model::{BloatThreshold, CcState, Role, Sample, Socket};
 use ratatui::buffer::Buffer;
 use ratatui::layout::{Constraint, Layout, Rect};
 use ratatui::style::Style;
@@ -36,9 +36,9 @@ pub(super) fn render_detail(app: &App, area: Rect, buf: &mut Buffer) {
 /// narrow terminal leaves out what the charts or the table already show
 /// elsewhere (netns, mss, delivery rate, byte counts).
 fn detail_lines(app: &App, s: &Socket, closed: bool, width: usize) -> Vec<Line<'static>> {
-    let threshold_us = app.snapshot().bloat_threshold_us;
-    let bloated = s.is_bloated(threshold_us);
-    let fields = number_fields(s, threshold_us, bloated, width >= 100);
+    let threshold = app.snapshot().bloat_threshold();
+    let bloated = threshold.reached_by(s.view_queue_delay_us());
+    let fields = number_fields(s, threshold, bloated, width >= 100);
     let mut lines = flow(identity(s, bloated, closed), fields, width);
     lines.extend(flow(Vec::new(), cc_state_fields(s), width));
     let policy = policy_fields(s);
@@ -82,7 +82,7 @@ fn text(t: String) -> Vec<Span<'static>> {
 /// terminal leaves out.
 fn number_fields(
     s: &Socket,
-    threshold_us: u32,
+    threshold: BloatThreshold,
     bloated: bool,
     wide: bool,
 ) -> Vec<Vec<Span<'static>>> {
@@ -119,7 +119,7 @@ fn number_fields(
         s.ssthresh.map_or_else(|| "∞".into(), |v| v.to_string())
     )));
     fields.push(text(format!("inflight {}", s.inflight)));
-    fields.extend(unsent_field(s, threshold_us));
+    fields.extend(unsent_field(s, threshold));
     if wide {
         fields.push(text(format!("mss {}", s.mss)));
     }
@@ -157,7 +157,7 @@ fn queue_field(s: &Socket, bloated: bool) -> Vec<Span<'static>> {
 
 /// A sender's unsent bytes, if any: the queue it keeps in its own socket.
 /// An upload's bloat often sits there, where the RTT cannot see it.
-fn unsent_field(s: &Socket, threshold_us: u32) -> Option<Vec<Span<'static>>> {
+fn unsent_field(s: &Socket, threshold: BloatThreshold) -> Option<Vec<Span<'static>>> {
     if s.role != Role::Sender || s.unsent_bytes == 0 {
         return None;
     }
@@ -165,7 +165,7 @@ fn unsent_field(s: &Socket, threshold_us: u32) -> Option<Vec<Span<'static>>> {
     if s.unsent_delay_us > 0 {
         unsent.push_str(&format!(" ({})", ms(s.unsent_delay_us)));
     }
-    let style = if s.unsent_delay_us >= threshold_us {
+    let style = if threshold.reached_by(s.unsent_delay_us) {
         BLOATED
     } else {
         Style::new()

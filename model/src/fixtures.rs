@@ -1,11 +1,9 @@
-//! Test fixtures: hosts and sockets built in code, deterministic (fixed
-//! times, no randomness but a fixed-seed generator for the large host).
-//!
-//! Shared by the integration tests (`mod common;`) and the crate's own unit
-//! tests (included by path).
-#![allow(dead_code)]
+//! Test fixtures (feature `fixtures`): hosts and sockets built in code,
+//! deterministic (fixed times, no randomness but a fixed-seed generator for
+//! the large host). For the tests, benches and the demo of the daemon and
+//! the dashboard (their dev-dependency turns the feature on).
 
-use bloatd_model::{
+use crate::{
     CaState, CcState, FloorSource, Health, NetPath, Role, Sample, Series, ServiceView, Snapshot,
     Socket,
 };
