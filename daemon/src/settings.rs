@@ -374,6 +374,16 @@ settings! {
         to: To::Dashboard,
         ..Meta::NONE
     };
+    /// The oldest the sockets a dashboard or a series client sees may be:
+    /// reads for watchers are shared for a hundred times what they cost,
+    /// up to this (engine/reader.rs).
+    watch_max_age_ms: u64 = 5000, Meta {
+        unit: MS,
+        range: Some((100.0, 60_000.0)),
+        expects: "an integer (milliseconds)",
+        to: To::Dashboard,
+        ..Meta::NONE
+    };
     /// Congestion controls to register, comma separated.
     cc: Vec<String> = vec!["bloatd_westwood".into(), "bloatd_cubic".into()], Meta {
         expects: "a list of names, like [\"bloatd_westwood\"]",

@@ -35,13 +35,12 @@ const HOUSEKEEPING_EVERY: Duration = Duration::from_secs(10);
 /// it took (reading and making the rows) times this factor, so whatever
 /// the number of sockets the reads for watchers take at most about 1% of a
 /// core. The rows a dashboard draws are as old as that read (about a second
-/// with 10,000 busy sockets here), never older than WATCH_READ_MAX_AGE: past
-/// that a list stops looking live, so with 100,000 sockets watching costs
-/// more than 1% rather than showing rows half a minute old. The detail
+/// with 10,000 busy sockets here), never older than `watch_max_age_ms`
+/// (5 s): past that a list stops looking live, so with 100,000 sockets
+/// watching costs more than 1% rather than showing rows half a minute old. The detail
 /// socket's series and the most queued sockets' come from the probes at
 /// every interval.
 const WATCH_READ_SHARE: u32 = 100;
-const WATCH_READ_MAX_AGE: Duration = Duration::from_secs(5);
 /// API clients share a read for a sampling interval and for this many times
 /// what it cost (reading, and making the rows and views from it), up to
 /// API_READ_MAX_AGE: one client asking in a loop makes reads take at most
@@ -62,10 +61,17 @@ pub enum Asker {
 impl Asker {
     /// Whether this asker needs a new read, the last one being `age` old
     /// and having cost `cost`: not within a sampling interval, nor within
-    /// its share times the cost, up to its bound.
-    fn read_due(self, age: Duration, cost: Duration, interval: Duration) -> bool {
+    /// its share times the cost, up to its bound (`watch_max_age` for
+    /// watchers).
+    fn read_due(
+        self,
+        age: Duration,
+        cost: Duration,
+        interval: Duration,
+        watch_max_age: Duration,
+    ) -> bool {
         let (share, max_age) = match self {
-            Asker::Watcher => (WATCH_READ_SHARE, WATCH_READ_MAX_AGE),
+            Asker::Watcher => (WATCH_READ_SHARE, watch_max_age),
             Asker::Api => (API_READ_SHARE, API_READ_MAX_AGE),
         };
         age >= interval.max((cost * share).min(max_age))
@@ -168,12 +174,12 @@ impl Reader {
 
     /// Read again if `asker`'s schedule says the last read is too old.
     fn read_if_due(&self, st: &mut State, asker: Asker) {
-        let interval = self.loaded.cfg.interval();
+        let cfg = &self.loaded.cfg;
+        let (interval, max_age) = (cfg.interval(), Duration::from_millis(cfg.watch_max_age_ms));
         let views_cost = st.views.cost();
-        if st
-            .last_read
-            .is_none_or(|(t, cost)| asker.read_due(t.elapsed(), cost + views_cost, interval))
-        {
+        if st.last_read.is_none_or(|(t, cost)| {
+            asker.read_due(t.elapsed(), cost + views_cost, interval, max_age)
+        }) {
             self.read(st);
         }
     }
@@ -342,7 +348,8 @@ mod tests {
     fn watchers_share_a_read_in_proportion_to_its_cost_up_to_a_bound() {
         let ms = Duration::from_millis;
         let interval = ms(100);
-        let due = |age, cost, interval| Asker::Watcher.read_due(age, cost, interval);
+        let bound = ms(crate::config::Config::default().watch_max_age_ms);
+        let due = |age, cost, interval| Asker::Watcher.read_due(age, cost, interval, bound);
         // A cheap read: every interval, as before.
         assert!(!due(ms(99), ms(0), interval));
         assert!(due(ms(100), ms(0), interval));
@@ -354,7 +361,11 @@ mod tests {
         // An interval longer than the bound still holds.
         assert!(!due(ms(5_000), ms(300), ms(10_000)));
         // API requests share a read six times its cost.
-        assert!(!Asker::Api.read_due(ms(119), ms(20), interval));
-        assert!(Asker::Api.read_due(ms(120), ms(20), interval));
+        // A bound set lower (`watch_max_age_ms`) holds whatever the cost.
+        assert!(!Asker::Watcher.read_due(ms(999), ms(300), interval, ms(1_000)));
+        assert!(Asker::Watcher.read_due(ms(1_000), ms(300), interval, ms(1_000)));
+        // API requests share a read six times its cost.
+        assert!(!Asker::Api.read_due(ms(119), ms(20), interval, bound));
+        assert!(Asker::Api.read_due(ms(120), ms(20), interval, bound));
     }
 }
