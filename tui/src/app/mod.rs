@@ -156,7 +156,7 @@ impl App {
         }
     }
 
-    // ----- inputs -----
+    // Inputs.
 
     /// Takes a new snapshot from the source. `now_ms` is the app's clock
     /// (Unix milliseconds in the run loop), used for notice expiry.
@@ -352,9 +352,10 @@ impl App {
     pub fn set_filter(&mut self, filter: Filter) {
         self.table.set_filter(&self.snapshot.sockets, filter);
     }
+}
 
-    // ----- reads -----
-
+/// What the rendering reads: the view's state, never changed by a read.
+impl App {
     /// What the run loop should ask the source for: the time series of the
     /// socket on screen, samples after the newest one already held.
     pub fn series_request(&self) -> (Option<u64>, u64) {
@@ -483,9 +484,10 @@ impl App {
     pub fn visible(&self) -> impl Iterator<Item = &Socket> + '_ {
         self.table.visible(&self.snapshot.sockets)
     }
+}
 
-    // ----- internals -----
-
+/// The selection and the detail socket, kept consistent with the rows.
+impl App {
     fn move_selection(&mut self, delta: isize) {
         self.table.move_selection(&self.snapshot.sockets, delta);
         if self.view == View::Detail {
