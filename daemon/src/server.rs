@@ -22,7 +22,7 @@ use bloatd_model::api::{
 };
 use std::collections::BTreeMap;
 use std::future::Future;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncWrite};
 
@@ -397,7 +397,10 @@ struct Slot {
 
 impl Drop for Slot {
     fn drop(&mut self) {
-        self.open.lock().unwrap().remove(&self.id);
+        self.open
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(&self.id);
     }
 }
 
@@ -422,7 +425,7 @@ pub async fn serve<L: Listener>(
         let id = next_id;
         next_id += 1;
         let evicted: Vec<_> = {
-            let mut slots = open.lock().unwrap();
+            let mut slots = open.lock().unwrap_or_else(PoisonError::into_inner);
             let over = (slots.len() + 1).saturating_sub(limits.max_connections);
             (0..over).filter_map(|_| slots.pop_first()).collect()
         };
@@ -457,6 +460,8 @@ pub async fn serve<L: Listener>(
         // slot is on the list, and its handle in `conn`, before it can end
         // and take it off or serve a request.
         let _ = conn.0.set(task.abort_handle());
-        open.lock().unwrap().insert(id, task.abort_handle());
+        open.lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(id, task.abort_handle());
     }
 }

@@ -281,9 +281,9 @@ pub fn cubic_download_host() -> Snapshot {
     let mut dns = receiving(socket(104), 18_000, 2_400);
     dns.comm = Some("firefox-esr".into());
     dns.cc = "cubic".into();
-    dns.remote_addr = "2a00:1450:4001:82b::200e".parse().unwrap();
+    dns.remote_addr = "2a00:1450:4001:82b::200e".parse().expect("an IPv6 literal");
     dns.remote_port = 443;
-    dns.local_addr = "2001:db8::23".parse().unwrap();
+    dns.local_addr = "2001:db8::23".parse().expect("an IPv6 literal");
     dns.throughput_bps = 212_000;
     dns.ca_state = CaState::Disorder;
     dns.retrans = 2;

@@ -160,8 +160,9 @@ impl Registration {
                 let n = per_cpu
                     .iter()
                     .filter_map(|v| {
-                        v.get(..8)
-                            .map(|b| u64::from_ne_bytes(b.try_into().unwrap()))
+                        v.get(..8).map(|b| {
+                            u64::from_ne_bytes(b.try_into().expect("8 bytes, by get(..8)"))
+                        })
                     })
                     .sum();
                 Ok((l.algo, n))

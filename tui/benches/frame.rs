@@ -6,6 +6,8 @@
 //! Every frame gets a fresh snapshot whose queueing delays have moved (so no
 //! order carries over), as from a daemon at 4 Hz. Prints percentiles; it
 //! gates nothing (wall-clock numbers depend on the machine).
+// A test, a bench or an example stops at what it cannot do: unwraps are its way.
+#![allow(clippy::unwrap_used)]
 
 use bloatd_model::fixtures as common;
 

@@ -10,6 +10,8 @@
 //! terminal is restored).
 //! `--sockets N`: N more sockets of mixed kinds, their queues drifting (to
 //! watch a busy host, and to measure the dashboard's CPU use).
+// A test, a bench or an example stops at what it cannot do: unwraps are its way.
+#![allow(clippy::unwrap_used)]
 
 use bloatd_model::fixtures as common;
 

@@ -466,7 +466,7 @@ fn walk_netns(
         detail: e.to_string(),
     })?;
     let n = match bytes.get(..4) {
-        Some(b) => u32::from_ne_bytes(b.try_into().unwrap()) as usize,
+        Some(b) => u32::from_ne_bytes(b.try_into().expect("4 bytes, by get(..4)")) as usize,
         None => {
             return Err(ProbeError::Map {
                 map: "socks",

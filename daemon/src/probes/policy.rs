@@ -91,7 +91,7 @@ fn is_bpffs(dir: &Path) -> bool {
 pub fn prepare_pin(pin: &Path) -> Result<(), String> {
     let root = Path::new(BPFFS);
     if !is_bpffs(root) {
-        let c = |s: &str| std::ffi::CString::new(s).unwrap();
+        let c = |s: &str| std::ffi::CString::new(s).expect("a constant without NUL");
         // SAFETY: plain mount(2) with valid strings.
         let r = unsafe {
             libc::mount(
