@@ -51,7 +51,7 @@ fn main() {
     std::fs::write(out.join("abi.rs"), abi).unwrap();
     // The object's `const volatile`s as one struct (settings.rs fills it).
     std::fs::write(out.join("globals.rs"), bpf_build::rust_globals(&obj)).unwrap();
-    // The feature probes loaded at start (src/kernel.rs).
+    // The feature probes loaded at start (src/probes/kernel.rs).
     bpf_build::compile(
         &bpf.join("features.bpf.c"),
         &out.join("features.bpf.o"),

@@ -103,7 +103,7 @@ pub struct Scrape {
     /// The queueing delay and RTT histograms by (cc, role, service), the
     /// service label bounded (service/labels.rs).
     pub services: Vec<crate::service::metrics::ServiceHist>,
-    /// What this kernel runs of the parts beyond the core (kernel.rs).
+    /// What this kernel runs of the parts beyond the core (probes/kernel.rs).
     pub features: Vec<bloatd_model::Feature>,
 }
 
@@ -386,7 +386,7 @@ fn policy_rows(
         .collect()
 }
 
-/// One row per part of bloatd beyond the core (kernel.rs: a fixed set of
+/// One row per part of bloatd beyond the core (probes/kernel.rs: a fixed set of
 /// names), 1 where `on` says so of its state.
 fn feature_rows(v: &Scrape, on: fn(bloatd_model::FeatureState) -> bool) -> Vec<Row> {
     v.features

@@ -22,11 +22,11 @@ use libbpf_rs::{
     PrintLevel,
 };
 
-use crate::kernel::{
-    adopt_netns_defaults, kernel_available, retire_netns_defaults, NetnsDefaultChange,
-};
 use crate::state::{
     decode, monotonic_us, value_size, RatioHistogram, RawRatioHist, RawWestwoodConfig,
+};
+use crate::sysctl::{
+    adopt_netns_defaults, kernel_available, retire_netns_defaults, NetnsDefaultChange,
 };
 use crate::{Algo, AlgoState, CcError, Options, RegisterBy, WestwoodSsthresh};
 

@@ -46,7 +46,7 @@ use std::time::Duration;
 static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/probes.bpf.o"));
 
 /// The BTF tracepoint programs of the object, in attach order; the last
-/// only where the kernel has it (kernel.rs, CONG_STATE_TRACEPOINT).
+/// only where the kernel has it (probes/kernel.rs, CONG_STATE_TRACEPOINT).
 pub const TRACEPOINTS: [&str; 4] = [
     "tcp_probe",
     "inet_sock_set_state",
