@@ -2,8 +2,7 @@
 //! present) with command-line flags overriding it. Unknown keys are errors:
 //! a typo must not silently fall back to a default.
 
-use crate::settings::SETTINGS;
-pub use crate::settings::{Config, Sampling};
+use crate::settings::{Config, SETTINGS};
 use crate::text::edit_distance;
 use serde::Deserialize;
 use std::path::{Path, PathBuf};

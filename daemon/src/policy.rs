@@ -23,7 +23,5 @@
 mod resolve;
 mod rules;
 
-pub use resolve::{lambda_x256, policy_counts, resolve, socket_policy};
-pub use rules::{
-    check_config_value, describe_actions, describe_selectors, parse_flag, validate, DRWA_LAMBDA_MIN,
-};
+pub use resolve::{policy_counts, resolve, socket_policy};
+pub use rules::{check_config_value, describe_actions, describe_selectors, validate};

@@ -263,18 +263,6 @@ impl SettingValue for Vec<String> {
     }
 }
 
-/// Rules given one by one (`--policy RULE`), after the config's.
-impl SettingValue for Vec<Rule> {
-    const JSON: &'static str = "array";
-    fn set_flag(&mut self, s: &str) -> Result<(), String> {
-        self.push(crate::policy::parse_flag(s)?);
-        Ok(())
-    }
-    fn shown(&self) -> String {
-        "none".into()
-    }
-}
-
 macro_rules! settings {
     ($(
         $(#[doc = $doc:literal])*
@@ -519,7 +507,7 @@ settings! {
     };
     /// DRWA's lambda: the window is lambda x floor / RTT x data per RTT.
     drwa_lambda: f64 = 3.0, Meta {
-        range: Some((crate::policy::DRWA_LAMBDA_MIN, 16.0)),
+        range: Some((DRWA_LAMBDA_MIN, 16.0)),
         range_why: ": the paper's is 3; below 2 a window with no queue behind it grows more slowly than the sender's slow start, and at 1 it can never grow",
         expects: "a number from 2.0 to 16.0 (the paper's lambda is 3; below 2 DRWA would slow a connection that builds no queue)",
         to: To::Bpf,
@@ -536,6 +524,13 @@ settings! {
 }
 
 pub const DEFAULT_RUN_DIR: &str = "/run/bloatd";
+
+/// DRWA's smallest lambda. With no queue the window grows by lambda x
+/// RTT_min / RTT a round (bpf/policy.h, drwa_round), and RTT_min is never
+/// above the RTT: at 1 the window can only shrink, and below 2 it grows
+/// more slowly than a sender in slow start, which doubles its window each
+/// RTT, so DRWA would hold back a connection that builds no queue.
+const DRWA_LAMBDA_MIN: f64 = 2.0;
 
 /// How the probes sample sockets (`sampling`; docs/design.md, "Adaptive
 /// sampling").
@@ -720,7 +715,8 @@ impl Config {
             ca_state_from_sock: !cong_state_tracepoint as u32,
             policy_nrules,
             drwa_armed: (self.drwa != DrwaMode::Disabled) as u32,
-            drwa_lambda_x256: crate::policy::lambda_x256(self.drwa_lambda),
+            // The kernel takes lambda with 8 fraction bits.
+            drwa_lambda_x256: (self.drwa_lambda * 256.0).round() as u32,
             drwa_min_bytes: self.drwa_min_bytes,
         }
     }

@@ -2,7 +2,7 @@
 //! kernel now, as a table or JSON.
 
 use crate::client::Client;
-use crate::config::Config;
+use crate::settings::Config;
 use bloatd_model::Socket;
 use clap::Args;
 use std::fmt::Write as _;

@@ -4,10 +4,10 @@
 
 use crate::caps;
 use crate::client::Client;
-use crate::config::Config;
 use crate::engine::Engine;
 use crate::rundir::{lock_state, take_lock, LockState, PidLock, RunDir, LOG, PID_FILE, SOCKET};
 use crate::server;
+use crate::settings::Config;
 use clap::Args;
 use std::fs::File;
 use std::io::{Read, Write};

@@ -6,8 +6,8 @@
 //! mode), so one command is enough on a laptop.
 
 use crate::client::{Client, ClientError};
-use crate::config::Config;
 use crate::engine::Engine;
+use crate::settings::Config;
 use bloatd_model::{Snapshot, SnapshotRequest};
 use bloatd_tui::Source;
 use clap::Args;

@@ -5,8 +5,8 @@
 
 use crate::cc::CcSet;
 use crate::clock::Clock;
-use crate::config::Config;
 use crate::probes::{abi, abi::stat, Probes};
+use crate::settings::Config;
 use bloatd_model::api::{CcInfo, FloorEntry, Floors, Status};
 use bloatd_model::{FloorSource, Health};
 use std::sync::{Mutex, MutexGuard, PoisonError};
@@ -58,7 +58,7 @@ impl Loaded {
             cc.declined(),
         );
         f.push(self.probes.netns_feature());
-        f.push(crate::probes::sampling_feature(self.cfg.sampling));
+        f.push(sampling_feature(self.cfg.sampling));
         f
     }
 
@@ -154,5 +154,23 @@ impl Loaded {
             evicted: c.floors_evicted(raw.len() as u64),
             floors,
         })
+    }
+}
+
+/// How the probes sample, as a part `bloatd status`, top and /metrics
+/// (`bloatd_feature_enabled{feature="adaptive_sampling"}`) show.
+pub fn sampling_feature(s: crate::settings::Sampling) -> bloatd_model::Feature {
+    use crate::settings::Sampling;
+    match s {
+        Sampling::Adaptive => bloatd_model::Feature {
+            name: "adaptive_sampling".into(),
+            state: bloatd_model::FeatureState::On,
+            detail: "on a busy CPU, sparse sockets looked at in a share of their segments, weighted; bloated, watched, acted-on and dense sockets (and those on a path just bloated) every interval".into(),
+        },
+        Sampling::Exact => bloatd_model::Feature {
+            name: "adaptive_sampling".into(),
+            state: bloatd_model::FeatureState::Off,
+            detail: "sampling = \"exact\": every socket sampled every interval it carries traffic".into(),
+        },
     }
 }

@@ -348,7 +348,7 @@ mod tests {
     fn watchers_share_a_read_in_proportion_to_its_cost_up_to_a_bound() {
         let ms = Duration::from_millis;
         let interval = ms(100);
-        let bound = ms(crate::config::Config::default().watch_max_age_ms);
+        let bound = ms(crate::settings::Config::default().watch_max_age_ms);
         let due = |age, cost, interval| Asker::Watcher.read_due(age, cost, interval, bound);
         // A cheap read: every interval, as before.
         assert!(!due(ms(99), ms(0), interval));

@@ -96,7 +96,7 @@ impl Scraper {
             counters,
             runs: probes.run_stats(),
             map_capacity: probes.map_capacity(),
-            sampler: (self.loaded.cfg.sampling == crate::config::Sampling::Adaptive)
+            sampler: (self.loaded.cfg.sampling == crate::settings::Sampling::Adaptive)
                 .then(|| probes.sampler().ok())
                 .flatten(),
             floors: probes.floors_count().unwrap_or(0),

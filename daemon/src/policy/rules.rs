@@ -208,12 +208,18 @@ pub fn describe_actions(r: &Rule) -> String {
     s.join(" + ")
 }
 
-/// DRWA's smallest lambda. With no queue the window grows by lambda x
-/// RTT_min / RTT a round (bpf/policy.h, drwa_round), and RTT_min is never
-/// above the RTT: at 1 the window can only shrink, and below 2 it grows
-/// more slowly than a sender in slow start, which doubles its window each
-/// RTT, so DRWA would hold back a connection that builds no queue.
-pub const DRWA_LAMBDA_MIN: f64 = 2.0;
+/// Rules given one by one (`--policy RULE`, settings.rs), after the
+/// config's.
+impl crate::settings::SettingValue for Vec<Rule> {
+    const JSON: &'static str = "array";
+    fn set_flag(&mut self, s: &str) -> Result<(), String> {
+        self.push(parse_flag(s)?);
+        Ok(())
+    }
+    fn shown(&self) -> String {
+        "none".into()
+    }
+}
 
 /// The checks that need nothing from the system: every rule well formed,
 /// names unique, no rule shadowed by an earlier one.

@@ -28,7 +28,7 @@ pub mod policy;
 mod sampler_tests;
 mod stats;
 
-use crate::config::Config;
+use crate::settings::Config;
 use abi::{
     stat, BloatdCcStats, BloatdControl, BloatdFloor, BloatdRoleStats, BloatdSample,
     BloatdSamplerCpu, BloatdSock, BloatdSockCounts, BloatdSvcKey, BloatdSvcStats,
@@ -244,24 +244,6 @@ fn make_overflow_entries(
 /// Read slots beyond the bound: records the startup walk made for sockets
 /// that existed before (they are not refused) fit too.
 const DUMP_SLACK: u32 = 256;
-
-/// How the probes sample, as a part `bloatd status`, top and /metrics
-/// (`bloatd_feature_enabled{feature="adaptive_sampling"}`) show.
-pub fn sampling_feature(s: crate::config::Sampling) -> bloatd_model::Feature {
-    use crate::config::Sampling;
-    match s {
-        Sampling::Adaptive => bloatd_model::Feature {
-            name: "adaptive_sampling".into(),
-            state: bloatd_model::FeatureState::On,
-            detail: "on a busy CPU, sparse sockets looked at in a share of their segments, weighted; bloated, watched, acted-on and dense sockets (and those on a path just bloated) every interval".into(),
-        },
-        Sampling::Exact => bloatd_model::Feature {
-            name: "adaptive_sampling".into(),
-            state: bloatd_model::FeatureState::Off,
-            detail: "sampling = \"exact\": every socket sampled every interval it carries traffic".into(),
-        },
-    }
-}
 
 /// Adaptive sampling's state (sampler.h): each CPU's, and the hot sockets.
 #[derive(Clone, Debug)]
