@@ -7,7 +7,7 @@ use super::table::ca_short;
 use super::{BLOATED, BLOAT_MARKER, DIM, GOOD, TITLE, WARN};
 use crate::app::App;
 use bloatd_model::format;
-use bloatd_model::{BloatThreshold, CcState, Role, Sample, Socket};
+use bloatd_model::{BloatThreshold, CcValue, Role, Sample, Socket};
 use ratatui::buffer::Buffer;
 use ratatui::layout::{Constraint, Layout, Rect};
 use ratatui::style::Style;
@@ -233,79 +233,52 @@ fn policy_fields(s: &Socket) -> Vec<Vec<Span<'static>>> {
     fields
 }
 
-/// The congestion control's own state: Westwood+ BWE and pipe (cwnd far
-/// above the pipe is the papers' "fat pipe"), CUBIC W_max, K and HyStart.
+/// The congestion control's own state (`CcState::parts`): Westwood+ BWE
+/// and pipe (cwnd far above the pipe is the papers' "fat pipe"), CUBIC
+/// W_max, K and HyStart.
 fn cc_state_fields(s: &Socket) -> Vec<Vec<Span<'static>>> {
-    match &s.cc_state {
-        Some(CcState::Westwood {
-            bwe_bytes_per_s,
-            min_rtt_us,
-            pipe_segments,
-            ..
-        }) => {
-            let mut fields = vec![
-                vec![
-                    Span::styled("Westwood+", TITLE),
-                    Span::raw(format!(
-                        " BWE {}",
-                        format::rate(bwe_bytes_per_s.saturating_mul(8))
-                    )),
-                ],
-                vec![Span::raw(format!("RTTmin {}", ms(*min_rtt_us)))],
-                vec![Span::raw(format!("pipe {pipe_segments} seg"))],
-            ];
-            if *pipe_segments > 0 {
-                let ratio = s.cwnd as f64 / *pipe_segments as f64;
-                // More than twice the pipe in the window: the surplus can
-                // only sit in a queue.
-                let fat = ratio >= 2.0;
-                let mut field = vec![Span::styled(
-                    format!("cwnd {} pipe", format::ratio(ratio)),
-                    if fat { BLOATED } else { Style::new() },
-                )];
-                if fat {
-                    field.push(Span::styled(": fat pipe", BLOATED));
-                }
-                fields.push(field);
-            }
-            fields
-        }
-        Some(CcState::Cubic {
-            w_max_segments,
-            k_ms,
-            epoch_age_ms,
-            min_rtt_us,
-            hystart_round,
-            hystart_found,
-            ..
-        }) => vec![
-            vec![
-                Span::styled("CUBIC", TITLE),
-                Span::raw(format!(" W_max {w_max_segments} seg")),
-            ],
-            vec![Span::raw(format!("K {}", format::ms(*k_ms as u64 * 1000)))],
-            vec![Span::raw(match epoch_age_ms {
-                Some(age) => format!("epoch {}", format::ms(*age as u64 * 1000)),
-                None => "no epoch".into(),
-            })],
-            vec![Span::raw(format!("delay_min {}", ms(*min_rtt_us)))],
-            vec![Span::raw(format!(
-                "HyStart round {hystart_round} {}",
-                if *hystart_found {
-                    "exit found"
-                } else {
-                    "searching"
-                }
-            ))],
-        ],
-        None => vec![vec![Span::styled(
+    let Some(state) = &s.cc_state else {
+        return vec![vec![Span::styled(
             format!(
                 "{}: no exported state (bloatd_westwood and bloatd_cubic export theirs)",
                 s.cc
             ),
             DIM,
-        )]],
+        )]];
+    };
+    let mut fields: Vec<Vec<Span<'static>>> = state
+        .parts(Some(s.cwnd))
+        .into_iter()
+        .map(|p| {
+            let text = match p.value {
+                CcValue::Rate(bps) => format!("{} {}", p.label, format::rate(bps)),
+                CcValue::Rtt(us) => format!("{} {}", p.label, ms(us)),
+                CcValue::Millis(m) => format!("{} {}", p.label, format::ms(m as u64 * 1000)),
+                CcValue::Segments(n) => format!("{} {n} seg", p.label),
+                CcValue::PipeRatio(r) => format!("{} {} pipe", p.label, format::ratio(r)),
+                CcValue::Round { n, found } => format!(
+                    "{} round {n} {}",
+                    p.label,
+                    if found { "exit found" } else { "searching" }
+                ),
+                CcValue::Absent => format!("no {}", p.label),
+            };
+            match p.alarm {
+                Some(why) => vec![
+                    Span::styled(text, BLOATED),
+                    Span::styled(format!(": {why}"), BLOATED),
+                ],
+                None => vec![Span::raw(text)],
+            }
+        })
+        .collect();
+    if let Some(first) = fields.first_mut() {
+        if let Some(Span { content, .. }) = first.first_mut() {
+            *content = format!(" {content}").into();
+        }
+        first.insert(0, Span::styled(state.title(), TITLE));
     }
+    fields
 }
 
 /// Lays `fields` out after `first` in lines of at most `width` columns,
