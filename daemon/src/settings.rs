@@ -150,19 +150,21 @@ pub trait SettingValue {
     fn number(&self) -> Option<f64> {
         None
     }
-    /// A flag's value. A switch's flag has none: `set_flag(".")`.
+    /// A flag's value (a switch's: "true" or "false").
     fn set_flag(&mut self, s: &str) -> Result<(), String>;
     /// As the reference and `--help` show it.
     fn shown(&self) -> String;
 }
 
-macro_rules! numbers {
-    ($($t:ty: $json:literal),*) => {$(
+/// Values a flag gives as text, parsed as their type (`FromStr`) and shown
+/// as it displays them; numbers are checked against the row's range.
+macro_rules! parsed {
+    ($($t:ty: $json:literal $(, $number:ident)?;)*) => {$(
         impl SettingValue for $t {
             const JSON: &'static str = $json;
-            fn number(&self) -> Option<f64> {
+            $(fn $number(&self) -> Option<f64> {
                 Some(*self as f64)
-            }
+            })?
             fn set_flag(&mut self, s: &str) -> Result<(), String> {
                 *self = s.parse().map_err(|e| format!("{e}"))?;
                 Ok(())
@@ -173,7 +175,16 @@ macro_rules! numbers {
         }
     )*};
 }
-numbers!(u8: "integer", u32: "integer", u64: "integer", f64: "number");
+parsed! {
+    u8: "integer", number;
+    u32: "integer", number;
+    u64: "integer", number;
+    f64: "number", number;
+    SocketAddr: "string";
+    String: "string";
+    // A switch's flag gives "true" or "false" (`Flag::On`, `Flag::Off`).
+    bool: "boolean";
+}
 
 macro_rules! by_name {
     ($($t:ty),*) => {$(
@@ -191,17 +202,6 @@ macro_rules! by_name {
 }
 by_name!(Sampling, DrwaMode);
 
-impl SettingValue for SocketAddr {
-    const JSON: &'static str = "string";
-    fn set_flag(&mut self, s: &str) -> Result<(), String> {
-        *self = s.parse().map_err(|e| format!("{e}"))?;
-        Ok(())
-    }
-    fn shown(&self) -> String {
-        self.to_string()
-    }
-}
-
 impl SettingValue for PathBuf {
     const JSON: &'static str = "string";
     fn set_flag(&mut self, s: &str) -> Result<(), String> {
@@ -213,17 +213,6 @@ impl SettingValue for PathBuf {
     }
 }
 
-impl SettingValue for String {
-    const JSON: &'static str = "string";
-    fn set_flag(&mut self, s: &str) -> Result<(), String> {
-        *self = s.to_string();
-        Ok(())
-    }
-    fn shown(&self) -> String {
-        self.clone()
-    }
-}
-
 impl SettingValue for Option<String> {
     const JSON: &'static str = "string";
     fn set_flag(&mut self, s: &str) -> Result<(), String> {
@@ -232,18 +221,6 @@ impl SettingValue for Option<String> {
     }
     fn shown(&self) -> String {
         self.clone().unwrap_or_default()
-    }
-}
-
-/// A switch: its flag sets it (`Flag::On`, `Flag::Off`).
-impl SettingValue for bool {
-    const JSON: &'static str = "boolean";
-    fn set_flag(&mut self, s: &str) -> Result<(), String> {
-        *self = s != "false";
-        Ok(())
-    }
-    fn shown(&self) -> String {
-        self.to_string()
     }
 }
 
