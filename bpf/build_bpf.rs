@@ -195,7 +195,8 @@ mod bpf_build {
         for (name, _) in &fields {
             code += &format!("            .override_global(\"{name}\", &self.{name}, true)\n");
         }
-        code + "        ;\n    }\n}\n"
+        code += "        ;\n    }\n}\n";
+        code + &btf.map_names()
     }
 
     /// `bloatd_cc_stats` -> `BloatdCcStats`.
@@ -254,6 +255,25 @@ mod bpf_build {
                 .iter()
                 .find(|t| t["kind"] == kind && t["name"] == name)
                 .unwrap_or_else(|| panic!("{kind} {name} not in the BTF of {}", self.obj.display()))
+        }
+
+        /// `pub mod map { pub const FLOORS: &str = "floors"; ... }`: every
+        /// map of the object's `.maps` datasec, so the loader names a map it
+        /// sizes or takes by a constant a typo does not compile.
+        fn map_names(&self) -> String {
+            let mut code = String::from(
+                "\n/// The object's maps by name (its `.maps` datasec).\npub mod map {\n",
+            );
+            for v in self.find("DATASEC", ".maps")["vars"].as_array().unwrap() {
+                let name = self.by_id(v["type_id"].as_u64().unwrap())["name"]
+                    .as_str()
+                    .unwrap();
+                code += &format!(
+                    "    pub const {}: &str = \"{name}\";\n",
+                    name.to_ascii_uppercase()
+                );
+            }
+            code + "}\n"
         }
 
         /// Whether the type `id` is `volatile` (through const and typedefs).

@@ -507,10 +507,13 @@ fn open_object(
     loader.btf(Some(btf));
     globals.apply(&mut loader);
     loader
-        .map_max_entries("floors", cfg.floor_entries)
-        .map_max_entries("prefix_floors", prefix_floor_entries(cfg.floor_entries))
-        .map_max_entries("svc_stats", cfg.service_entries)
-        .map_max_entries("dump", cfg.map_capacity + DUMP_SLACK)
+        .map_max_entries(abi::map::FLOORS, cfg.floor_entries)
+        .map_max_entries(
+            abi::map::PREFIX_FLOORS,
+            prefix_floor_entries(cfg.floor_entries),
+        )
+        .map_max_entries(abi::map::SVC_STATS, cfg.service_entries)
+        .map_max_entries(abi::map::DUMP, cfg.map_capacity + DUMP_SLACK)
         .load(OBJECT)
         .map_err(|e| ProbeError::Object(errstr(e)))
 }
@@ -603,15 +606,15 @@ impl Probes {
         };
         attach_tracepoints(&mut ebpf, &btf, &kernel)?;
 
-        let ring: RingBuf<MapData> = take_map(&mut ebpf, "samples")?;
-        let Map::SkStorage(socks) = take_raw(&mut ebpf, "socks")? else {
+        let ring: RingBuf<MapData> = take_map(&mut ebpf, abi::map::SAMPLES)?;
+        let Map::SkStorage(socks) = take_raw(&mut ebpf, abi::map::SOCKS)? else {
             return Err(ProbeError::Object("map socks is not socket storage".into()));
         };
         let mut svc_stats: BpfHashMap<MapData, BloatdSvcKey, BloatdSvcStats> =
-            take_map(&mut ebpf, "svc_stats")?;
+            take_map(&mut ebpf, abi::map::SVC_STATS)?;
         make_overflow_entries(&mut svc_stats)?;
         let mut floor_maps = Vec::new();
-        for name in ["floors", "prefix_floors"] {
+        for name in [abi::map::FLOORS, abi::map::PREFIX_FLOORS] {
             let Map::LruHashMap(m) = take_raw(&mut ebpf, name)? else {
                 return Err(ProbeError::Object(format!("map {name} is not an LRU hash")));
             };
@@ -621,7 +624,7 @@ impl Probes {
             floor_maps.try_into().expect("two floor maps");
         let (policy_maps, sockops_error) = attach_policy(&mut ebpf, &btf, policy_cfg)?;
 
-        let Map::Array(dump_map) = take_raw(&mut ebpf, "dump")? else {
+        let Map::Array(dump_map) = take_raw(&mut ebpf, abi::map::DUMP)? else {
             return Err(ProbeError::Object("map dump is not an array".into()));
         };
         let slots = Slots::new(
@@ -651,9 +654,9 @@ impl Probes {
         };
 
         let reads = SocketReads {
-            watch: take_map(&mut ebpf, "watch")?,
-            control: take_map(&mut ebpf, "control")?,
-            netns_seen: take_map(&mut ebpf, "netns_seen")?,
+            watch: take_map(&mut ebpf, abi::map::WATCH)?,
+            control: take_map(&mut ebpf, abi::map::CONTROL)?,
+            netns_seen: take_map(&mut ebpf, abi::map::NETNS_SEEN)?,
             ring,
             dump,
             slots,
@@ -664,12 +667,12 @@ impl Probes {
             watched: HashSet::new(),
         };
         let mut probes = Probes {
-            stats: take_map(&mut ebpf, "stats")?,
-            cc_stats: take_map(&mut ebpf, "cc_stats")?,
-            sock_counts: take_map(&mut ebpf, "sock_counts")?,
-            cc_names: take_map(&mut ebpf, "cc_names")?,
-            sampler: take_map(&mut ebpf, "sampler")?,
-            hot: take_map(&mut ebpf, "hot")?,
+            stats: take_map(&mut ebpf, abi::map::STATS)?,
+            cc_stats: take_map(&mut ebpf, abi::map::CC_STATS)?,
+            sock_counts: take_map(&mut ebpf, abi::map::SOCK_COUNTS)?,
+            cc_names: take_map(&mut ebpf, abi::map::CC_NAMES)?,
+            sampler: take_map(&mut ebpf, abi::map::SAMPLER)?,
+            hot: take_map(&mut ebpf, abi::map::HOT)?,
             ebpf,
             reach,
             floors: [floors_map, prefix_floors_map],
