@@ -42,7 +42,7 @@ impl Control {
     /// The host's default congestion control set to `name`, as user `uid`
     /// asked; the previous one.
     pub fn set_default_cc(&self, name: &str, uid: u32) -> anyhow::Result<String> {
-        let previous = self.loaded.cc().set_default(name)?;
+        let previous = self.loaded.cc_mut().set_default(name)?;
         tracing::info!("default congestion control {previous} -> {name} (asked by uid {uid})");
         Ok(previous)
     }

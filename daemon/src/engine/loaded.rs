@@ -9,13 +9,14 @@ use crate::probes::{abi, abi::stat, Probes};
 use crate::settings::Config;
 use bloatd_model::api::{CcInfo, FloorEntry, Floors, Status};
 use bloatd_model::{FloorSource, Health};
-use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::sync::{PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 pub struct Loaded {
     pub probes: Probes,
-    /// bloatd's congestion controls: their states go into every read, the
-    /// default is switched through the API (control.rs).
-    cc: Mutex<CcSet>,
+    /// bloatd's congestion controls: their states go into every read and
+    /// /metrics reads their counters, side by side; only switching the
+    /// default (control.rs) takes it alone.
+    cc: RwLock<CcSet>,
     pub cfg: Config,
     pub mode: &'static str,
     started_unix_ms: u64,
@@ -33,7 +34,7 @@ impl Loaded {
     ) -> Loaded {
         Loaded {
             probes,
-            cc: Mutex::new(cc),
+            cc: RwLock::new(cc),
             cfg: cfg.clone(),
             mode,
             started_unix_ms: Clock::now().unix_ms,
@@ -41,9 +42,14 @@ impl Loaded {
         }
     }
 
-    /// The congestion controls, held briefly (a map read or a sysctl).
-    pub fn cc(&self) -> MutexGuard<'_, CcSet> {
-        self.cc.lock().unwrap_or_else(PoisonError::into_inner)
+    /// The congestion controls, to read (map reads, shared).
+    pub fn cc(&self) -> RwLockReadGuard<'_, CcSet> {
+        self.cc.read().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The congestion controls, to switch the default (a sysctl).
+    pub fn cc_mut(&self) -> RwLockWriteGuard<'_, CcSet> {
+        self.cc.write().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// The parts beyond the core and how this kernel runs them.
