@@ -10,6 +10,7 @@ use crate::engine::control::Control;
 use crate::engine::loaded::Loaded;
 use crate::engine::reader::{Asker, Reader, SeriesError};
 use crate::engine::scrape::Scraper;
+use crate::engine::worker;
 use crate::engine::Engine;
 use axum::extract::{FromRef, Path, Query, State};
 use axum::http::{header, StatusCode};
@@ -26,7 +27,9 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncWrite};
 
-/// Each route takes the part of the engine it uses (engine/mod.rs).
+/// Each route takes the part of the engine it uses (engine/mod.rs); work
+/// that may read every socket (a read, a view) goes to the engine's worker
+/// (`worker::run`): /metrics and the other connections go on meanwhile.
 impl FromRef<Engine> for Arc<Loaded> {
     fn from_ref(e: &Engine) -> Self {
         e.loaded.clone()
@@ -40,15 +43,6 @@ impl FromRef<Engine> for Arc<Reader> {
 impl FromRef<Engine> for Arc<Control> {
     fn from_ref(e: &Engine) -> Self {
         e.control.clone()
-    }
-}
-
-/// Work that may read every socket (a read, a view) off the runtime's one
-/// thread: /metrics and the other connections go on meanwhile.
-async fn off_runtime<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
-    match tokio::task::spawn_blocking(f).await {
-        Ok(t) => t,
-        Err(e) => std::panic::resume_unwind(e.into_panic()),
     }
 }
 
@@ -80,7 +74,7 @@ async fn snapshot(
         Some(_) => None,
     };
     let fresh = q.fresh.is_set();
-    let parts = off_runtime(move || engine.snapshot_parts(&req, fresh, viewer)).await;
+    let parts = worker::run(move || engine.snapshot_parts(&req, fresh, viewer)).await;
     match parts {
         Ok((mut s, rows)) => {
             // The dashboard tells its reader why its D key cannot act,
@@ -113,7 +107,7 @@ fn read_routes() -> Router<Engine> {
             get(|State(r): Reads, caller: Caller, Extension(conn): Extension<Conn>, Query(q): Query<SocketsQuery>| async move {
                 let flight = crate::stream::Flight::enter(caller.uid(), &conn).await;
                 let all = q.all.is_set();
-                let rows = off_runtime(move || r.views(Asker::Api).rows(all)).await;
+                let rows = worker::run(move || r.views(Asker::Api).rows(all)).await;
                 crate::stream::sockets(rows, flight)
             }),
         )
@@ -121,7 +115,7 @@ fn read_routes() -> Router<Engine> {
         .route(
             route::SERIES,
             get(|State(r): Reads, Path(cookie): Path<u64>, Query(q): Query<SeriesQuery>| async move {
-                match off_runtime(move || r.series(cookie, q.since_ms.unwrap_or(0))).await {
+                match worker::run(move || r.series(cookie, q.since_ms.unwrap_or(0))).await {
                     Ok(s) => Json(s).into_response(),
                     Err(e @ SeriesError::Unknown(_)) => error(StatusCode::NOT_FOUND, e.to_string()),
                     Err(e @ SeriesError::Full(_)) => error(StatusCode::SERVICE_UNAVAILABLE, e.to_string()),
@@ -133,14 +127,14 @@ fn read_routes() -> Router<Engine> {
             get(|State(r): Reads, Query(q): Query<PathsQuery>| async move {
                 // Made once per read, written out without a lock.
                 let prefix = q.prefix.is_set();
-                let paths = off_runtime(move || r.views(Asker::Api).paths(prefix)).await;
+                let paths = worker::run(move || r.views(Asker::Api).paths(prefix)).await;
                 Json(paths.as_ref()).into_response()
             }),
         )
         .route(
             route::SERVICES,
             get(|State(r): Reads| async move {
-                let services = off_runtime(move || r.views(Asker::Api).services()).await;
+                let services = worker::run(move || r.views(Asker::Api).services()).await;
                 Json(services.as_ref()).into_response()
             }),
         )
@@ -165,7 +159,7 @@ fn read_routes() -> Router<Engine> {
         .route(
             route::POLICY,
             get(|State(r): Reads, State(c): Controls| async move {
-                let all = off_runtime(move || r.views(Asker::Api).all()).await;
+                let all = worker::run(move || r.views(Asker::Api).all()).await;
                 Json(c.policy_info(&all))
             }),
         )

@@ -270,8 +270,8 @@ fn log_running(cfg: &Config) {
 }
 
 /// The sampler: the engine's tick every interval (late ticks delayed, not
-/// bunched), off the runtime's thread so a tick that waits for a read
-/// holds no request. `panic_file`: the tests' way to make the daemon panic
+/// bunched), on the engine's worker so a tick that waits for a read holds
+/// no request. `panic_file`: the tests' way to make the daemon panic
 /// here.
 async fn sample_every(engine: Engine, interval: Duration, panic_file: Option<std::path::PathBuf>) {
     let mut t = tokio::time::interval(interval);
@@ -282,9 +282,7 @@ async fn sample_every(engine: Engine, interval: Duration, panic_file: Option<std
             panic!("{TEST_PANIC_ENV}: panicking as asked");
         }
         let e = engine.clone();
-        if let Err(p) = tokio::task::spawn_blocking(move || e.tick()).await {
-            std::panic::resume_unwind(p.into_panic());
-        }
+        crate::engine::worker::run(move || e.tick()).await;
     }
 }
 

@@ -9,13 +9,15 @@
 //! - [`views`]: what one read shows (rows, paths, services), each made once
 //!   per read outside the reader's lock;
 //! - [`control`]: the policy, DRWA and the default congestion control;
-//! - [`scrape`]: /metrics, which waits on no read and no view.
+//! - [`scrape`]: /metrics, which waits on no read and no view;
+//! - [`worker`]: the thread reads and views are made on, off the runtime's.
 
 pub mod control;
 pub mod loaded;
 pub mod reader;
 pub mod scrape;
 pub mod views;
+pub mod worker;
 
 use crate::authority::Viewer;
 use crate::cc::CcSet;
