@@ -676,9 +676,8 @@ impl Config {
     }
 
     /// The probes' constants (bpf/probes.bpf.c's `const volatile`s), every
-    /// one set here from the settings and what the start found: the
-    /// kernel's congestion-state tracepoint, the rules' count.
-    pub fn globals(&self, cong_state_tracepoint: bool, policy_nrules: u32) -> Globals {
+    /// one set here from the settings and what the start `found`.
+    pub fn globals(&self, found: Found) -> Globals {
         Globals {
             sample_interval_ns: self.interval().as_nanos() as u64,
             sampling_adaptive: (self.sampling == Sampling::Adaptive) as u32,
@@ -689,14 +688,25 @@ impl Config {
             floor_prefix_v6: self.floor_prefix_v6 as u32,
             floor_infer_on: self.floor_infer as u32,
             floors_on: self.floors as u32,
-            ca_state_from_sock: !cong_state_tracepoint as u32,
-            policy_nrules,
-            drwa_armed: (self.drwa != DrwaMode::Disabled) as u32,
+            ca_state_from_sock: !found.cong_state_tracepoint as u32,
+            policy_nrules: found.policy_nrules,
+            drwa_armed: found.drwa_armed as u32,
             // The kernel takes lambda with 8 fraction bits.
             drwa_lambda_x256: (self.drwa_lambda * 256.0).round() as u32,
             drwa_min_bytes: self.drwa_min_bytes,
         }
     }
+}
+
+/// What the start found that the probes' constants carry besides the
+/// settings: whether the kernel has the congestion-state tracepoint, the
+/// rules resolved, and whether DRWA is armed (the config asks for it and
+/// the kernel can).
+#[derive(Clone, Copy, Debug)]
+pub struct Found {
+    pub cong_state_tracepoint: bool,
+    pub policy_nrules: u32,
+    pub drwa_armed: bool,
 }
 
 /// The settings' flags of `bloatd start`, made from the table: the values
@@ -972,7 +982,11 @@ mod tests {
             drwa: DrwaMode::Off,
             ..Config::default()
         };
-        let g = c.globals(false, 3);
+        let g = c.globals(Found {
+            cong_state_tracepoint: false,
+            policy_nrules: 3,
+            drwa_armed: true,
+        });
         assert_eq!(g.sample_interval_ns, 250_000_000);
         assert_eq!(g.bloat_threshold_us, 60_000_000);
         assert_eq!(g.sampling_adaptive, 0);

@@ -498,7 +498,11 @@ fn open_object(
     btf: &Btf,
     kernel: &crate::probes::kernel::Kernel,
 ) -> Result<Ebpf, ProbeError> {
-    let globals = cfg.globals(kernel.cong_state_tracepoint, policy.rules.len() as u32);
+    let globals = cfg.globals(crate::settings::Found {
+        cong_state_tracepoint: kernel.cong_state_tracepoint,
+        policy_nrules: policy.rules.len() as u32,
+        drwa_armed: policy.drwa_armed,
+    });
     let mut loader = EbpfLoader::new();
     if let Some(pin) = &policy.saved_pin {
         // A map a daemon that did not stop left there is reused.
