@@ -117,14 +117,14 @@ impl Config {
         if let Some(g) = &self.api_group {
             if crate::rundir::group_id(g).is_none() {
                 return Err(ConfigError::Invalid(format!(
-                    "api_group: there is no group '{g}' on this system (create it with `groupadd --system {g}`, or remove the key)"
+                    "api_group: there is no group '{g}' in /etc/group (create it with `groupadd --system {g}`, or remove the key)"
                 )));
             }
         }
         if let Some(g) = &self.admin_group {
             if crate::rundir::group_id(g).is_none() {
                 return Err(ConfigError::Invalid(format!(
-                    "admin_group: there is no group '{g}' on this system (create it with `groupadd --system {g}`, or remove the key)"
+                    "admin_group: there is no group '{g}' in /etc/group (create it with `groupadd --system {g}`, or remove the key)"
                 )));
             }
         }
