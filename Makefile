@@ -10,7 +10,7 @@ RULES  := daemon/dist/prometheus
 FLEET_CHECK := daemon/dist/kubernetes/check
 
 .PHONY: all deps build lint test unit-test kernel-test rules-test fleet-test integration-test vm-test bench docs \
-        install uninstall deb image fleet-manifest vmlinux demo lab lab-quick delayline clean
+        install uninstall release deb image fleet-manifest vmlinux demo lab lab-quick delayline clean
 
 all: build
 
@@ -110,13 +110,19 @@ uninstall:
 	rm -rf $(DESTDIR)$(PREFIX)/share/doc/bloatd $(DESTDIR)$(PREFIX)/share/bloatd
 	@echo "kept /etc/bloatd/bloatd.toml and the group bloatd"
 
-## deb: a Debian package in target/deb/ (binary, unit, config, man pages,
-## completions, rules, docs)
-deb: docs
+## release: one static binary for every distribution (glibc, libbpf, libelf
+## and zlib linked in) at target/release-dist/bloatd, a tarball with the
+## unit, config, man pages, completions, rules and dashboard, and SHA256SUMS
+release:
+	scripts/release.sh
+
+## deb: a Debian package in target/deb/ (the release binary, unit, config,
+## man pages, completions, rules, docs); depends on adduser alone
+deb: release
 	daemon/dist/deb/build.sh
 
 ## image: the container image localhost/bloatd:VERSION (buildah, from the
-## Debian package's files and the Debian libraries it links) and its archive
+## Debian package's files alone: no library) and its archive
 ## target/image/bloatd_VERSION_ARCH.tar
 image: deb
 	daemon/dist/container/build.sh

@@ -26,6 +26,9 @@ PKGS=(
 	# the kernel matrix (scripts/vm/): VMs, their initramfs, the guest
 	# kernels' module dependencies
 	qemu-system-x86 busybox-static kmod cpio
+	# make release: glibc's static archive (libc.a; libelf.a and libz.a come
+	# with libelf-dev, zlib1g-dev); test_release.py: a Debian 11 root, `file`
+	libc6-dev debootstrap file
 )
 
 if [[ $(id -u) -ne 0 ]]; then

@@ -130,7 +130,7 @@ fn path_of(
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
-    use crate::fixtures;
+    use bloatd_model::fixtures;
 
     /// A sender toward `peer` with a floor and a queue, through wlan0.
     pub(crate) fn sock(

@@ -23,34 +23,60 @@ pub const LOG_OLD: &str = "bloatd.log.1";
 /// The log's size at which it rotates.
 pub const LOG_MAX_BYTES: u64 = 1 << 20;
 
-/// The gid of group `name`, if it exists.
-pub fn group_id(name: &str) -> Option<libc::gid_t> {
-    let c = CString::new(name).ok()?;
-    let mut grp: libc::group = unsafe { std::mem::zeroed() };
-    let mut buf = vec![0 as libc::c_char; 16384];
-    let mut out: *mut libc::group = std::ptr::null_mut();
-    // SAFETY: getgrnam_r with valid buffers; the result points into them.
-    let rc =
-        unsafe { libc::getgrnam_r(c.as_ptr(), &mut grp, buf.as_mut_ptr(), buf.len(), &mut out) };
-    (rc == 0 && !out.is_null()).then_some(grp.gr_gid)
+/// Where bloatd looks groups up. Read as a file, not through NSS
+/// (getgrnam): the release binary is linked statically, and a static
+/// glibc's NSS loads the running system's libnss modules, built for
+/// another glibc. bloatd's groups (`api_group`, `admin_group`) are local
+/// groups, made by `groupadd`/`addgroup` into this file (the package's
+/// postinst, the chart's mounted /etc/group).
+pub const GROUP_FILE: &str = "/etc/group";
+
+/// The (name, gid) entries of a group file's text, in order: lines
+/// `name:password:gid:members`; comments, blank lines, NIS `+`/`-` lines
+/// and lines without a numeric gid are skipped, as glibc's files module
+/// skips them.
+fn group_entries(text: &str) -> impl Iterator<Item = (&str, libc::gid_t)> {
+    text.lines().filter_map(|line| {
+        let line = line.trim_start();
+        if line.is_empty() || line.starts_with(['#', '+', '-']) {
+            return None;
+        }
+        let mut f = line.split(':');
+        let name = f.next().filter(|n| !n.is_empty())?;
+        let gid = f.nth(1)?.trim().parse().ok()?;
+        Some((name, gid))
+    })
 }
 
-/// The name of group `gid`, if it has one.
+fn group_file() -> String {
+    // Bytes that are not UTF-8 cannot be a name bloatd was given (its
+    // config is UTF-8): lossily read, such a line just matches nothing.
+    std::fs::read(GROUP_FILE)
+        .map(|b| String::from_utf8_lossy(&b).into_owned())
+        .unwrap_or_default()
+}
+
+/// The gid of group `name`, if /etc/group has it (the first entry, as
+/// getgrnam would give).
+pub fn group_id(name: &str) -> Option<libc::gid_t> {
+    group_id_in(&group_file(), name)
+}
+
+fn group_id_in(text: &str, name: &str) -> Option<libc::gid_t> {
+    group_entries(text)
+        .find(|&(n, _)| n == name)
+        .map(|(_, g)| g)
+}
+
+/// The name of group `gid`, if /etc/group names it.
 pub fn group_name(gid: libc::gid_t) -> Option<String> {
-    let mut grp: libc::group = unsafe { std::mem::zeroed() };
-    let mut buf = vec![0 as libc::c_char; 16384];
-    let mut out: *mut libc::group = std::ptr::null_mut();
-    // SAFETY: as in group_id.
-    let rc = unsafe { libc::getgrgid_r(gid, &mut grp, buf.as_mut_ptr(), buf.len(), &mut out) };
-    if rc != 0 || out.is_null() {
-        return None;
-    }
-    // SAFETY: gr_name is a NUL-terminated string inside buf.
-    Some(
-        unsafe { std::ffi::CStr::from_ptr(grp.gr_name) }
-            .to_string_lossy()
-            .into_owned(),
-    )
+    group_name_in(&group_file(), gid)
+}
+
+fn group_name_in(text: &str, gid: libc::gid_t) -> Option<String> {
+    group_entries(text)
+        .find(|&(_, g)| g == gid)
+        .map(|(n, _)| n.to_string())
 }
 
 fn cstring(s: &str) -> CString {
@@ -420,4 +446,66 @@ pub fn take_lock(dir: &RunDir) -> anyhow::Result<PidLock> {
     f.set_len(0)?;
     writeln!(f, "{}", std::process::id())?;
     Ok(PidLock { _file: f })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const GROUP: &str = "root:x:0:\n\
+        # a comment:x:5:\n\
+        \n\
+        +nisgroup:x:7:\n\
+        adm:x:4:syslog,alice\n\
+        broken:x:notanumber:\n\
+        :x:9:\n\
+        bloatd:x:998:\n\
+        bloatd:x:1999:\n\
+        \x20 indented:x:1000:bob\n\
+        nogid:x\n";
+
+    #[test]
+    fn group_file_lookups() {
+        assert_eq!(group_id_in(GROUP, "root"), Some(0));
+        assert_eq!(group_id_in(GROUP, "adm"), Some(4));
+        // the first entry wins, as with getgrnam
+        assert_eq!(group_id_in(GROUP, "bloatd"), Some(998));
+        assert_eq!(group_id_in(GROUP, "indented"), Some(1000));
+        for missing in [
+            "",
+            "nisgroup",
+            "+nisgroup",
+            "broken",
+            "nogid",
+            "# a comment",
+            "bloat",
+        ] {
+            assert_eq!(group_id_in(GROUP, missing), None, "{missing:?}");
+        }
+        assert_eq!(group_name_in(GROUP, 998).as_deref(), Some("bloatd"));
+        assert_eq!(group_name_in(GROUP, 1999).as_deref(), Some("bloatd"));
+        assert_eq!(group_name_in(GROUP, 0).as_deref(), Some("root"));
+        assert_eq!(group_name_in(GROUP, 5), None);
+        assert_eq!(group_name_in(GROUP, 9), None);
+        assert_eq!(group_id_in("", "root"), None);
+    }
+
+    /// This machine's own groups: each name found as glibc's files module
+    /// (getent -s files) finds it.
+    #[test]
+    fn agrees_with_getent() {
+        let text = group_file();
+        for (name, gid) in group_entries(&text) {
+            let Ok(out) = std::process::Command::new("getent")
+                .args(["-s", "files", "group", name])
+                .output()
+            else {
+                return; // no getent here
+            };
+            let line = String::from_utf8_lossy(&out.stdout);
+            let theirs = line.split(':').nth(2).and_then(|g| g.trim().parse().ok());
+            assert_eq!(group_id(name), theirs, "{name}");
+            assert!(theirs.is_some(), "{name} ({gid}) is in {GROUP_FILE}");
+        }
+    }
 }

@@ -1,8 +1,10 @@
 //! What the dashboard shows of bloatd's policy (issue 10): the ACT marks, the
 //! header's DRWA state, a DRWA receiver's detail with its clamp drawn next
 //! to the data received per RTT, and the D key that switches DRWA.
+// A test, a bench or an example stops at what it cannot do: unwraps are its way.
+#![allow(clippy::unwrap_used)]
 
-mod common;
+use bloatd_model::fixtures as common;
 
 use bloatd_model::{Drwa, PolicyState, Sample, Series, Snapshot, SocketPolicy};
 use bloatd_tui::app::{App, Key};

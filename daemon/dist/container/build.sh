@@ -4,12 +4,10 @@
 # archive target/image/bloatd_VERSION_ARCH.tar (docker-archive: `podman
 # load`, `docker load`, `ctr -n k8s.io images import` take it).
 #
-# The image holds what bloatd's Debian package holds (make deb) and the
-# Debian packages its Depends names, with theirs, minus adduser (only the
-# package's postinst uses it): unpacked, not installed, so no maintainer
-# script runs and no shell or package manager is needed. The only fetch is
-# `apt-get download` of those packages from Debian's archive (the versions
-# apt would install here), kept in target/image/debs for the next build.
+# The image holds what bloatd's Debian package holds (make deb), whose
+# binary is the static release binary (make release): no library, no
+# shell, no package manager, nothing fetched. The package is unpacked, not
+# installed, so no maintainer script runs.
 #
 # STORAGE_DRIVER (overlay, vfs) chooses buildah's storage; SOURCE_DATE_EPOCH
 # (default: the last commit) stamps the image, so a rebuild of the same
@@ -27,46 +25,22 @@ export SOURCE_DATE_EPOCH=${SOURCE_DATE_EPOCH:-$(git log -1 --format=%ct 2>/dev/n
 storage=()
 [[ -z ${STORAGE_DRIVER:-} ]] || storage=(--storage-driver "$STORAGE_DRIVER")
 
-# The package names in a Depends/Pre-Depends field: first of each
-# alternative, no versions, no architecture qualifier.
-names() { tr ',' '\n' | sed -e 's/|.*//' -e 's/(.*)//' -e 's/:any//' -e 's/[[:space:]]//g' | sed '/^$/d'; }
-
-# The runtime closure of the package's dependencies, in apt's candidates.
-queue=($(dpkg-deb -f "$DEB" Depends | names | grep -vx adduser))
-declare -A seen=()
-pkgs=()
-while ((${#queue[@]})); do
-	p=${queue[0]}
-	queue=("${queue[@]:1}")
-	[[ -z ${seen[$p]:-} ]] || continue
-	seen[$p]=1
-	info=$(apt-cache show --no-all-versions "$p" 2>/dev/null) ||
-		{ echo "image: apt knows no package $p: run apt-get update" >&2; exit 1; }
-	pkgs+=("$p=$(sed -n 's/^Version: //p' <<<"$info")")
-	queue+=($(sed -n -e 's/^Depends: //p' -e 's/^Pre-Depends: //p' <<<"$info" | names))
-done
-
-# apt names a downloaded file PKG_VERSION_ARCH.deb, the epoch's colon as %3a
-debfile() { ls "$OUT/debs/${1%%=*}_$(sed 's/:/%3a/' <<<"${1#*=}")_"*.deb 2>/dev/null | head -1; }
-mkdir -p "$OUT/debs"
-for pv in "${pkgs[@]}"; do
-	[[ -n $(debfile "$pv") ]] || (cd "$OUT/debs" && apt-get download -q=2 "$pv" 2>&1 | grep -v unsandboxed >&2 || true)
-	[[ -n $(debfile "$pv") ]] || { echo "image: apt-get download $pv failed" >&2; exit 1; }
-done
+# Nothing but the binary runs in the image: a package that depends on
+# more than adduser (only its postinst uses that) needs files from
+# elsewhere, which this image does not have.
+depends=$(dpkg-deb -f "$DEB" Depends)
+[[ $depends == adduser ]] || { echo "image: $DEB depends on '$depends', not adduser alone: build it from the static binary (make deb)" >&2; exit 1; }
 
 CTX=$OUT/context
 rm -rf "$CTX"
 mkdir -p "$CTX/rootfs"
-for pv in "${pkgs[@]}"; do dpkg-deb -x "$(debfile "$pv")" "$CTX/rootfs"; done
 dpkg-deb -x "$DEB" "$CTX/rootfs"
 # uid and gid 0 by name; the chart mounts its own /etc/group for api.group
 R=$CTX/rootfs
 printf 'root:x:0:0:root:/root:/usr/sbin/nologin\n' > "$R/etc/passwd"
 printf 'root:x:0:\n' > "$R/etc/group"
-printf 'passwd: files\ngroup: files\n' > "$R/etc/nsswitch.conf"
 mkdir -p "$R/run" "$R/tmp" "$R/proc" "$R/sys" "$R/dev"
 chmod 1777 "$R/tmp"
-printf '%s\n' "${pkgs[@]}" "bloatd=$VERSION" | sort > "$R/usr/share/bloatd/image-packages"
 cp daemon/dist/container/Containerfile "$CTX/"
 
 buildah "${storage[@]}" bud -q --timestamp "$SOURCE_DATE_EPOCH" --build-arg "VERSION=$VERSION" \

@@ -1,13 +1,18 @@
 #!/usr/bin/env bash
 # `make deb`: target/deb/bloatd_VERSION_ARCH.deb from the release binary and
-# the generated docs (make docs). Plain dpkg-deb: no debhelper needed.
-# Depends comes from dpkg-shlibdeps (the binary's shared libraries) plus
-# adduser (postinst creates the API group bloatd).
+# the docs it generated (make release: target/release-dist). Plain dpkg-deb:
+# no debhelper needed. The binary is static, so the package depends on no
+# library: on adduser alone (postinst creates the API group bloatd), and it
+# installs on any Debian or Ubuntu with a kernel bloatd supports.
 set -euo pipefail
 cd "$(dirname "$0")/../../.."
-BIN=target/release/bloatd
-DOCS=target/docs
-[[ -x $BIN && -d $DOCS/man ]] || { echo "deb: run make docs first (make deb does)" >&2; exit 1; }
+BIN=target/release-dist/bloatd
+DOCS=target/release-dist/docs
+[[ -x $BIN && -d $DOCS/man ]] || { echo "deb: run make release first (make deb does)" >&2; exit 1; }
+if readelf -lW "$BIN" | grep -q INTERP; then
+	echo "deb: $BIN is dynamically linked: build it with make release" >&2
+	exit 1
+fi
 VERSION=$($BIN --version | awk '{print $2}')
 ARCH=$(dpkg --print-architecture)
 OUT=target/deb
@@ -39,15 +44,6 @@ printf 'bloatd (%s) unstable; urgency=medium\n\n  * Built from the bloatd reposi
 	"$VERSION" "$(date -R -d @"${SOURCE_DATE_EPOCH:-$(git log -1 --format=%ct 2>/dev/null || date +%s)}")" |
 	gzip -9n > "$ROOT/usr/share/doc/bloatd/changelog.Debian.gz"
 
-# Shared-library dependencies, as Debian's own tool computes them.
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-mkdir -p "$tmp/debian"
-printf 'Source: bloatd\n\nPackage: bloatd\nArchitecture: any\n' > "$tmp/debian/control"
-abs_bin=$(realpath "$ROOT/usr/bin/bloatd")
-shlibs=$(cd "$tmp" && dpkg-shlibdeps -O "$abs_bin" 2>/dev/null | sed -n 's/^shlibs:Depends=//p')
-[[ -n $shlibs ]] || { echo "deb: dpkg-shlibdeps found no dependencies" >&2; exit 1; }
-
 for s in postinst prerm postrm; do install -m 0755 "daemon/dist/deb/$s" "$ROOT/DEBIAN/$s"; done
 echo /etc/bloatd/bloatd.toml > "$ROOT/DEBIAN/conffiles"
 size=$(du -sk --exclude=DEBIAN "$ROOT" | cut -f1)
@@ -57,7 +53,7 @@ Version: $VERSION
 Architecture: $ARCH
 Maintainer: bloatd maintainers <bloatd@example.invalid>
 Installed-Size: $size
-Depends: $shlibs, adduser
+Depends: adduser
 Section: net
 Priority: optional
 Homepage: https://example.invalid/bloatd

@@ -2,7 +2,7 @@
 //! API (`/v1/policy`).
 
 use crate::client::{Client, ClientError};
-use crate::config::Config;
+use crate::settings::Config;
 use bloatd_model::api::PolicyInfo;
 use clap::{Args, Subcommand};
 use std::process::ExitCode;

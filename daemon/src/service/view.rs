@@ -137,7 +137,7 @@ fn throughput_bps(members: &[&Socket]) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::fixtures;
+    use bloatd_model::fixtures;
 
     /// A sender of `service` with a floor, a queue and an unsent backlog.
     fn sock(cookie: u64, service: &str, queue_ms: u32, unsent_ms: u32) -> Socket {

@@ -23,14 +23,14 @@ mod table;
 #[cfg(test)]
 mod tests;
 
-pub use bloatd_model::filter::Filter;
-pub use bloatd_model::select::{select_rows, summarize};
-pub use bloatd_model::sort::SortKey;
 pub use filter::FilterPrompt;
 pub use history::{History, HISTORY_WINDOW_MS};
 pub use notices::{Event, Notice, MAX_NOTICES, NOTICE_COOLDOWN_MS, NOTICE_TTL_MS};
 
-pub use bloatd_model::{CcDelay, HostSummary, SnapshotRequest};
+use bloatd_model::filter::Filter;
+use bloatd_model::select::summarize;
+use bloatd_model::sort::SortKey;
+use bloatd_model::{HostSummary, SnapshotRequest};
 use bloatd_model::{Snapshot, Socket};
 use history::Histories;
 use notices::Notices;
@@ -156,7 +156,7 @@ impl App {
         }
     }
 
-    // ----- inputs -----
+    // Inputs.
 
     /// Takes a new snapshot from the source. `now_ms` is the app's clock
     /// (Unix milliseconds in the run loop), used for notice expiry.
@@ -352,9 +352,10 @@ impl App {
     pub fn set_filter(&mut self, filter: Filter) {
         self.table.set_filter(&self.snapshot.sockets, filter);
     }
+}
 
-    // ----- reads -----
-
+/// What the rendering reads: the view's state, never changed by a read.
+impl App {
     /// What the run loop should ask the source for: the time series of the
     /// socket on screen, samples after the newest one already held.
     pub fn series_request(&self) -> (Option<u64>, u64) {
@@ -483,9 +484,10 @@ impl App {
     pub fn visible(&self) -> impl Iterator<Item = &Socket> + '_ {
         self.table.visible(&self.snapshot.sockets)
     }
+}
 
-    // ----- internals -----
-
+/// The selection and the detail socket, kept consistent with the rows.
+impl App {
     fn move_selection(&mut self, delta: isize) {
         self.table.move_selection(&self.snapshot.sockets, delta);
         if self.view == View::Detail {

@@ -189,11 +189,6 @@ pub fn policy_counts(c: &BloatdPolicyCounts) -> PolicyCounts {
     }
 }
 
-/// DRWA's lambda as the kernel takes it (8 fraction bits).
-pub fn lambda_x256(lambda: f64) -> u32 {
-    (lambda * 256.0).round() as u32
-}
-
 /// C functions of bpf/policy.h compiled for the host
 /// (bpf/testing/policy_host.c, linked from the bloatd-bpf-testing crate):
 /// the tests run the kernel's arithmetic.

@@ -1,11 +1,9 @@
-//! Test fixtures: hosts and sockets built in code, deterministic (fixed
-//! times, no randomness but a fixed-seed generator for the large host).
-//!
-//! Shared by the integration tests (`mod common;`) and the crate's own unit
-//! tests (included by path).
-#![allow(dead_code)]
+//! Test fixtures (feature `fixtures`): hosts and sockets built in code,
+//! deterministic (fixed times, no randomness but a fixed-seed generator for
+//! the large host). For the tests, benches and the demo of the daemon and
+//! the dashboard (their dev-dependency turns the feature on).
 
-use bloatd_model::{
+use crate::{
     CaState, CcState, FloorSource, Health, NetPath, Role, Sample, Series, ServiceView, Snapshot,
     Socket,
 };
@@ -283,9 +281,9 @@ pub fn cubic_download_host() -> Snapshot {
     let mut dns = receiving(socket(104), 18_000, 2_400);
     dns.comm = Some("firefox-esr".into());
     dns.cc = "cubic".into();
-    dns.remote_addr = "2a00:1450:4001:82b::200e".parse().unwrap();
+    dns.remote_addr = "2a00:1450:4001:82b::200e".parse().expect("an IPv6 literal");
     dns.remote_port = 443;
-    dns.local_addr = "2001:db8::23".parse().unwrap();
+    dns.local_addr = "2001:db8::23".parse().expect("an IPv6 literal");
     dns.throughput_bps = 212_000;
     dns.ca_state = CaState::Disorder;
     dns.retrans = 2;
