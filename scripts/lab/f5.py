@@ -369,8 +369,10 @@ def compare(dirs, out=None):
     for d in dirs:
         meta = json.load(open(os.path.join(d, "f5_meta.json")))
         lam = (meta.get("policy") or {}).get("lambda", lam)
-        for name, pr in meta["profiles"].items():
-            profs[name] = pr
+        while meta:  # a campaign in parts (--append) nests the earlier parts' meta
+            for name, pr in meta.get("profiles", {}).items():
+                profs.setdefault(name, pr)
+            meta = meta.get("earlier")
         recs = with_shares(load(d))
         for r in recs:
             rows.setdefault((r["profile"], r["run"], os.path.basename(d.rstrip("/")), r["arm"]),
