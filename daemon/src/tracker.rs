@@ -134,7 +134,13 @@ fn has_flag(rec: &BloatdSock, flag: u32) -> bool {
 }
 
 fn floor_source(rec: &BloatdSock) -> Option<FloorSource> {
-    match rec.floor_source as u32 {
+    floor_source_of(rec.floor_source as u32)
+}
+
+/// A floor's source as the kernel writes it (enum bloatd_floor_source);
+/// None for none.
+pub fn floor_source_of(v: u32) -> Option<FloorSource> {
+    match v {
         abi::floor_source::SOCKET => Some(FloorSource::Socket),
         abi::floor_source::PEER => Some(FloorSource::Peer),
         abi::floor_source::PREFIX => Some(FloorSource::Prefix),

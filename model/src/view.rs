@@ -584,8 +584,9 @@ impl SocketPolicy {
 
 /// Dynamic Receive Window Adjustment on a receiving socket (Jiang et al.,
 /// IMC 2012): once per RTT the advertised window is clamped to
-/// lambda x RTT_min / RTT x the data received per RTT, RTT_min the
-/// connection's own minimum (bpf/policy.h, drwa_round).
+/// lambda x RTT_min / RTT x the data received per RTT, RTT_min the lowest
+/// of the connection's own minimum and its path's floor (bpf/policy.h,
+/// drwa_round).
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct Drwa {
     /// What turned it on: "switch" (--drwa, the API, the dashboard's key)
@@ -599,16 +600,47 @@ pub struct Drwa {
     /// DRWA sees it.
     pub rcvd_per_rtt_bytes: u32,
     /// The round's RTT (RTT_est) and the RTT_min it was set against: the
-    /// connection's own minimum, or the RTT DRWA holds at after a cut that
-    /// drained no queue.
+    /// lowest of the connection's own minimum and its path's floor, or the
+    /// RTT DRWA holds at after a cut that drained no queue.
     pub rtt_us: u32,
     pub min_rtt_us: u32,
+    /// Where RTT_min came from: the connection's own minimum (`socket`) or
+    /// the path's floor (`peer`: learned toward the same peer over the same
+    /// interface and gateway; `prefix`; `inferred`). None while it is held
+    /// at the RTT of a cut taken back (`held_rounds_left`), or before the
+    /// first round.
+    #[serde(default)]
+    pub min_rtt_source: Option<FloorSource>,
+    /// Rounds before a held RTT_min is let go and the lowest tried again
+    /// (0: not held).
+    #[serde(default)]
+    pub held_rounds_left: u32,
     /// Rounds that set a clamp.
     pub rounds: u32,
     /// Cuts DRWA took back: the window fell and the RTT did not (the path
     /// got longer, or other flows hold the queue).
     #[serde(default)]
     pub held: u32,
+}
+
+impl Drwa {
+    /// Where its RTT_min came from, in words (the detail view, `bloatd
+    /// policy list`).
+    pub fn min_rtt_from(&self) -> String {
+        if self.held_rounds_left > 0 {
+            return format!(
+                "held: a cut taken back, {} rounds left",
+                self.held_rounds_left
+            );
+        }
+        match self.min_rtt_source {
+            Some(FloorSource::Socket) => "own minimum".into(),
+            Some(FloorSource::Peer) => "path floor".into(),
+            Some(FloorSource::Prefix) => "prefix floor".into(),
+            Some(FloorSource::Inferred) => "inferred floor".into(),
+            None => "-".into(),
+        }
+    }
 }
 
 impl Socket {

@@ -577,7 +577,13 @@ def main():
     ap.add_argument("--f5-reps", type=int, default=1, help="repetitions of each F5 configuration")
     ap.add_argument("--f5-arms", default=",".join(f5.ARMS),
                     help="comma list of F5 arms to run (default: %(default)s)")
+    ap.add_argument("--f5-compare", nargs="+", metavar="DIR",
+                    help="F5 of builds side by side: each DIR one build's runs (arms none and drwa); "
+                         "means, 95%% CIs, DRWA / none and the smallest-windows bound, also written "
+                         "to the last DIR's f5_compare.txt")
     args = ap.parse_args()
+    if args.f5_compare:
+        return f5.compare(args.f5_compare, os.path.join(args.f5_compare[-1], "f5_compare.txt"))
     if args.analyze:
         rc = 0
         if os.path.exists(os.path.join(args.analyze, "raw.jsonl")):

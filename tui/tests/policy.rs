@@ -31,6 +31,8 @@ fn drwa_host(drwa: &str) -> Snapshot {
             rcvd_per_rtt_bytes: 455_000,
             rtt_us: 232_000,
             min_rtt_us: 80_000,
+            min_rtt_source: Some(bloatd_model::FloorSource::Peer),
+            held_rounds_left: 0,
             rounds: 212,
             held: 0,
         }),

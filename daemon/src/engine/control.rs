@@ -137,6 +137,18 @@ impl Control {
             },
             rules,
             counts: self.policy_counts().unwrap_or_default(),
+            drwa_connections: socks
+                .iter()
+                .filter_map(|s| {
+                    let d = s.policy.as_ref()?.drwa.as_ref()?;
+                    (d.rounds > 0).then(|| bloatd_model::api::DrwaConnection {
+                        netns: s.netns,
+                        local: s.local_endpoint(),
+                        remote: s.remote_endpoint(),
+                        drwa: d.clone(),
+                    })
+                })
+                .collect(),
         }
     }
 

@@ -218,9 +218,10 @@ fn policy_fields(s: &Socket) -> Vec<Vec<Span<'static>>> {
                 format::bytes(d.rcvd_per_rtt_bytes as u64)
             ))]);
             fields.push(vec![Span::raw(format!(
-                "RTT {} min {} · {} rounds{}",
+                "RTT {} min {} ({}) · {} rounds{}",
                 ms(d.rtt_us),
                 ms(d.min_rtt_us),
+                d.min_rtt_from(),
                 d.rounds,
                 if d.held > 0 {
                     format!(" · {} cuts taken back", d.held)
