@@ -16,6 +16,8 @@
 #include <linux/types.h>
 #endif
 
+#include "floor.h"
+
 #ifndef __always_inline
 #define __always_inline inline __attribute__((always_inline))
 #endif
@@ -114,6 +116,9 @@ struct bloatd_policy_sock {
 	__u64 drwa_ref_rate;	/* bytes/s delivered when the RTT last fell (drwa_round) */
 	__u64 drwa_max_rate;	/* the highest rate of recent rounds (an eighth
 				 * forgotten a round): what a cut taken back restores */
+	__u64 drwa_path_rcvd;	/* bytes_received when it last counted into its path */
+	__u64 drwa_round_path;	/* its path's bytes when the round began */
+	__u64 drwa_ref_path_rate;	/* its path's rate (bytes/s) when drwa_ref_rate was set */
 	__u32 drwa_rtt_n;	/* and counted */
 	__u32 drwa_round_low_us;	/* the round's lowest sample */
 	__u32 drwa_last_tsecr;	/* the last echoed timestamp sampled */
@@ -130,6 +135,7 @@ struct bloatd_policy_sock {
 	__u32 drwa_held;	/* cuts taken back: the window fell, the RTT did not */
 	__u32 drwa_clamp;	/* window clamp DRWA set, bytes; 0 none */
 	__u32 drwa_rounds;	/* rounds that set a clamp */
+	__u32 drwa_round_ooo;	/* out-of-order segments received when the round began */
 	__u8 cc_rule;		/* 1 + index of the rule that set its cc, 0 none */
 	__u8 bulk_rule;		/* 1 + index of the bulk rule (waiting or done), 0 none */
 	__u8 drwa_rule;		/* 1 + index of the rule that asked for DRWA, 0 the switch */
@@ -138,8 +144,15 @@ struct bloatd_policy_sock {
 	__u8 cb_owned;		/* sock_ops callback flags bloatd turned on (and only
 				 * those it may turn off: another program's stay) */
 	__u8 lowat_rule;	/* 1 + index of the rule that set TCP_NOTSENT_LOWAT, 0 none */
-	__u8 pad[5];
+	__u8 drwa_base_src;	/* where drwa_base_us came from: enum bloatd_floor_source
+				 * (SOCKET: the connection's own minimum; PEER, PREFIX,
+				 * INFERRED: the path's floor), or DRWA_BASE_HELD */
+	__u8 pad[4];
 };
+
+/* drwa_base_src of an RTT_min held at the RTT a connection had when a cut
+ * drained nothing (drwa_round). */
+#define DRWA_BASE_HELD 8
 
 /*
  * What DRWA found on a socket before it first clamped it: the value of the
@@ -157,17 +170,35 @@ struct bloatd_drwa_saved {
 	__u32 rcvbuf;		/* sk_rcvbuf when it set it */
 };
 
+/* The receivers DRWA acts on along one path (network namespace,
+ * interface and gateway, peer: a path floor's): the value of the
+ * `drwa_paths` array, a slot per path (policy_ops.h, drwa_path_count). */
+struct bloatd_drwa_path {
+	__u64 bytes;		/* bytes they received, counted at each ACK */
+	__u64 used_us;		/* TCP clock when one last counted */
+	__u32 netns;
+	__u32 route_id;
+	__u32 peer;		/* the peer's address folded to 32 bits */
+	__u32 pad;
+};
+
 /* One DRWA round as the receiver measured it (policy_ops.h, drwa_ack). */
 struct drwa_measure {
 	__u64 rcvd;		/* bytes received in the round */
+	__u64 path_rcvd;	/* bytes every receiver DRWA acts on along the same
+				 * path received in the round, its own included; 0:
+				 * not known */
 	__u32 dur_us;		/* how long it lasted (at least its RTT) */
 	__u32 rtt_us;		/* RTT_est: the average of its samples */
 	__u32 low_us;		/* its lowest sample (0: none) */
 	__u32 min_bytes;	/* the clamp's floor */
+	__u32 limit;		/* the clamp the socket has without DRWA: never above */
+	__u32 floor_us;		/* the path's floor as bloatd knows it (floor.h), 0 none */
+	__u32 floor_src;	/* where it came from, enum bloatd_floor_source */
 	__u32 resolution_us;	/* RTT_est's granularity (millisecond timestamps: 1000) */
 	__u32 lambda_x256;	/* lambda, 8 fraction bits */
-	__u32 limit;		/* the clamp the socket has without DRWA: never above */
-	__u32 pad;
+	__u32 holes;		/* out-of-order segments it received: a loss stalled
+				 * its delivery */
 };
 
 /* The ports a rule selects. */
@@ -196,6 +227,20 @@ static __always_inline __u32 drwa_bound(__u64 w, __u32 floor, __u32 limit)
 	return w > 0x7fffffff ? 0x7fffffff : (__u32)w;
 }
 
+/* RTT_min for the round: the lowest of the connection's own minimum and
+ * the path's floor, and where it came from (drwa_round). */
+static __always_inline void drwa_lowest_min(struct bloatd_policy_sock *p,
+					    const struct drwa_measure *m)
+{
+	if (m->floor_us && m->floor_us < p->drwa_min_us) {
+		p->drwa_base_us = m->floor_us;
+		p->drwa_base_src = m->floor_src;
+	} else {
+		p->drwa_base_us = p->drwa_min_us;
+		p->drwa_base_src = BLOATD_FLOOR_SOCKET;
+	}
+}
+
 /*
  * One DRWA round (Algorithm 1 of Jiang et al.): the window the receiver
  * advertises is lambda x RTT_min / RTT_est x cwnd_est, where cwnd_est is
@@ -205,12 +250,18 @@ static __always_inline __u32 drwa_bound(__u64 w, __u32 floor, __u32 limit)
  * round; above it the window shrinks toward lambda x the BDP, and the RTT
  * settles at lambda x RTT_min with the link full.
  *
- * RTT_min is the connection's own minimum, as in the paper: no RTT sample
- * of a connection is below its path's propagation delay, so lambda >= 2
- * lets a window with no queue behind it grow at least as fast as the
- * sender's slow start. A path floor shared with other sockets can be below
- * it (a prefix's, one inferred from a bottleneck, one learned before the
- * path got longer) and a window measured against it only shrinks.
+ * RTT_min is the lowest of the connection's own minimum and the path's
+ * floor as bloatd knows it (m->floor_us: learned by every socket toward the
+ * same peer over the same interface and gateway within the floor's window,
+ * else its prefix's, else inferred from its bottleneck's queue; floor.h).
+ * A connection opened behind a standing queue (a web fetch beside a
+ * download) has that queue in its own minimum and would take it for the
+ * path; the floor, learned before the queue formed, does not. A floor can
+ * also be below the connection's propagation delay (a prefix's or an
+ * inferred one that is wrong, one learned before the path got longer):
+ * the second rule below catches that, as it does a stale own minimum.
+ * With lambda >= 2 a window with no queue behind it grows at least as fast
+ * as the sender's slow start.
  *
  * Two rules keep DRWA from ever doing worse than not acting, from the
  * connection's own evidence:
@@ -223,15 +274,25 @@ static __always_inline __u32 drwa_bound(__u64 w, __u32 floor, __u32 limit)
  *   3/16 since the RTT last moved) while the RTT stays where it was
  *   (within 1/16: a growing queue, a new flow's or a slower link's, resets
  *   the measure, so the flow still yields to a web transfer that starts
- *   beside it), what lies above
- *   RTT_min is not a queue this window holds: the path's delay grew (an
- *   LTE phone falling back to 3G on the same interface), or other flows
- *   hold the queue. DRWA then takes the cut back (`drwa_held`): the window
+ *   beside it), what lies above RTT_min is not a queue this window holds:
+ *   the path's delay grew (an LTE phone falling back to 3G on the same
+ *   interface), or other flows hold the queue. Unless the receivers DRWA
+ *   acts on along the same path (m->path_rcvd, its own included: the same
+ *   peer through the same interface and gateway, so the same floor and
+ *   target) kept their rate: then the share it gave up went to one of
+ *   them, whose queue it is and which DRWA cuts as well (a web fetch beside
+ *   a download), and it cuts on. Otherwise DRWA takes the cut back (`drwa_held`): the window
  *   goes back to what delivered the best recent rate, RTT_min is held at
- *   the RTT the connection has now, and it tries its own minimum
- *   again after DRWA_RETRY_ROUNDS rounds, twice as many after every try
- *   that fails the same way (a try costs about one round at a reduced
- *   rate).
+ *   the RTT the connection has now (DRWA_BASE_HELD), and it tries the
+ *   lowest RTT_min again after DRWA_RETRY_ROUNDS rounds, twice as many
+ *   after every try that fails the same way (a try costs about one round
+ *   at a reduced rate).
+ * A round in which data arrived out of order (m->holes: a loss, its
+ * retransmission a round later) delivered less than its window let
+ * through: it neither sets nor tests the rate a cut is judged by, and a
+ * cut in it is measured against the best recent rate (a buffer of a few
+ * segments overflows at every slow start, and took such rounds for cuts
+ * that drained nothing).
  * The clamp stays within [m->min_bytes, m->limit]; `prev` is the clamp set
  * last. 0 (none yet) means the socket has the window it has without DRWA,
  * m->limit: a first round with no queue (an application-limited receiver,
@@ -240,7 +301,7 @@ static __always_inline __u32 drwa_bound(__u64 w, __u32 floor, __u32 limit)
 static __always_inline __u32 drwa_round(struct bloatd_policy_sock *p,
 					const struct drwa_measure *m, __u32 prev)
 {
-	__u64 rate, w, b;
+	__u64 rate, path_rate, w, b;
 	__u32 low = m->low_us ? m->low_us : m->rtt_us, shift;
 
 	if (!prev)
@@ -251,17 +312,24 @@ static __always_inline __u32 drwa_round(struct bloatd_policy_sock *p,
 		p->drwa_min_us = low;
 	if (p->drwa_retry) {
 		if (--p->drwa_retry == 0)
-			p->drwa_base_us = p->drwa_min_us;	/* try it again */
+			drwa_lowest_min(p, m);	/* try it again */
 		else if (low < p->drwa_base_us)
 			p->drwa_base_us = low;
 	} else {
-		p->drwa_base_us = p->drwa_min_us;
+		drwa_lowest_min(p, m);
 	}
 	rate = m->rcvd * 1000000 / m->dur_us;
 	p->drwa_max_rate -= p->drwa_max_rate >> 3;
 	if (rate > p->drwa_max_rate)
 		p->drwa_max_rate = rate;
 	b = p->drwa_base_us < m->resolution_us ? m->resolution_us : p->drwa_base_us;
+	if (m->holes && (__u64)m->rtt_us * 256 > b * m->lambda_x256) {
+		/* A loss stalled delivery behind a hole: the round's rate is
+		 * not the window's. Cut against the best recent rate, and
+		 * judge nothing. */
+		w = (p->drwa_max_rate * b / 1000000 * m->lambda_x256) >> 8;
+		return drwa_bound(w < prev ? w : prev, m->min_bytes, m->limit);
+	}
 	/* lambda x RTT_min x rate, as lambda x RTT_min / RTT_est x cwnd_est */
 	w = (m->rcvd * b / m->dur_us * m->lambda_x256) >> 8;
 	if ((__u64)m->rtt_us * 256 <= b * m->lambda_x256) {
@@ -271,6 +339,7 @@ static __always_inline __u32 drwa_round(struct bloatd_policy_sock *p,
 		p->drwa_ref_low_us = 0;
 		return drwa_bound(w > prev ? w : prev, m->min_bytes, m->limit);
 	}
+	path_rate = m->path_rcvd >= m->rcvd ? m->path_rcvd * 1000000 / m->dur_us : 0;
 	if (!p->drwa_ref_low_us || low * 16 < p->drwa_ref_low_us * 15 ||
 	    low * 16 > p->drwa_ref_low_us * 17) {
 		/* The RTT fell (the cuts drain a queue), rose (someone else's
@@ -278,9 +347,15 @@ static __always_inline __u32 drwa_round(struct bloatd_policy_sock *p,
 		 * measure the rate from here. */
 		p->drwa_ref_low_us = low;
 		p->drwa_ref_rate = rate;
+		p->drwa_ref_path_rate = path_rate;
 		return drwa_bound(w, m->min_bytes, m->limit);
 	}
 	if (rate * 16 >= p->drwa_ref_rate * 13)
+		return drwa_bound(w, m->min_bytes, m->limit);
+	/* Its rate fell, but the receivers DRWA acts on along its path kept
+	 * theirs: its share went to one of them (a web transfer beside a
+	 * download), whose queue it is, and which DRWA cuts too. */
+	if (path_rate && p->drwa_ref_path_rate && path_rate * 16 >= p->drwa_ref_path_rate * 13)
 		return drwa_bound(w, m->min_bytes, m->limit);
 	/* The rate fell and the RTT did not: take the cut back. */
 	p->drwa_held++;
@@ -289,6 +364,7 @@ static __always_inline __u32 drwa_round(struct bloatd_policy_sock *p,
 		p->drwa_fails++;
 	p->drwa_retry = DRWA_RETRY_ROUNDS << shift;
 	p->drwa_base_us = low;
+	p->drwa_base_src = DRWA_BASE_HELD;
 	p->drwa_ref_low_us = 0;
 	b = low < m->resolution_us ? m->resolution_us : low;
 	w = (p->drwa_max_rate * b / 1000000 * m->lambda_x256) >> 8;
@@ -317,10 +393,15 @@ static __always_inline __u32 drwa_give_back(const struct bloatd_drwa_saved *sv, 
 }
 
 /*
- * Before a round: the clamp is not what DRWA set last. Autotuning moves it
- * only as it grows the buffer, and then to what the buffer gives
- * (drwa_give_back). Any other clamp is the application's own
- * (TCP_WINDOW_CLAMP), also when the buffer grew in the same round, and that
+ * Before a round: who set the clamp since DRWA's last round? Autotuning
+ * moves it only as it grows the buffer, and then to what the buffer gives
+ * (drwa_give_back). DRWA's own clamp with the buffer as it was is DRWA's.
+ * Any other clamp is the application's own (TCP_WINDOW_CLAMP), also when
+ * the buffer grew in the same round, and also when it is the value DRWA
+ * set, if the buffer grew since: autotuning then moved the clamp to its
+ * own, and the application set it back (a DRWA clamp held at the
+ * application's ceiling looked like DRWA's, and the grown buffer's clamp
+ * became DRWA's ceiling: issue 34, the lab's autotuned-buffer case). That
  * is what DRWA gives back and never exceeds. (Autotuning's clamp under a
  * scaling_ratio that has moved since is taken for the application's: it is
  * still what the socket had, and a buffer that grows again moves it.)
@@ -328,7 +409,7 @@ static __always_inline __u32 drwa_give_back(const struct bloatd_drwa_saved *sv, 
 static __always_inline void drwa_saw_clamp(struct bloatd_drwa_saved *sv, __u32 clamp_now,
 					   __u32 rcvbuf, __u32 scaling_ratio)
 {
-	if (!sv->clamp || clamp_now == sv->clamp ||
+	if (!sv->clamp || (clamp_now == sv->clamp && rcvbuf == sv->rcvbuf) ||
 	    clamp_now == drwa_give_back(sv, rcvbuf, scaling_ratio))
 		return;
 	sv->orig_clamp = clamp_now;

@@ -92,6 +92,35 @@ struct {
 	__type(value, struct bloatd_drwa_saved);
 } drwa_saved SEC(".maps");
 
+/* The paths DRWA's receivers are on (policy.h, struct bloatd_drwa_path):
+ * a slot per (network namespace, route, peer). */
+#define DRWA_PATH_SLOTS 256
+/* A slot another path has not counted into for this long is taken over. */
+#define DRWA_PATH_IDLE_US 1000000
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, DRWA_PATH_SLOTS);
+	__type(key, __u32);
+	__type(value, struct bloatd_drwa_path);
+} drwa_paths SEC(".maps");
+
+/* One DRWA round's measure (drwa_round_close), per CPU: a slot for a
+ * callback in process context and one for a softirq's that interrupts it
+ * (sock_ops runs with migration, not bottom halves, disabled). */
+struct drwa_scratch {
+	__u32 depth;		/* slots in use on this CPU */
+	__u32 pad;
+	struct drwa_measure m[2];
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct drwa_scratch);
+} drwa_scratch SEC(".maps");
+
 /* The callback's socket as a tcp_sock (read once: the verifier tracks the
  * NULL check on the register it was made on). */
 static __always_inline struct tcp_sock *skops_tcp_sock(const struct bpf_sock_ops *skops)
@@ -429,11 +458,60 @@ static __always_inline void drwa_sample(struct bloatd_policy_sock *p, const stru
 	p->drwa_rtt_n++;
 }
 
+/*
+ * Count what the socket received since its last ACK into its path's slot
+ * (the receivers DRWA acts on toward the same peer through the same
+ * network namespace, interface and gateway: drwa_round's m->path_rcvd).
+ * Returns the slot, or NULL: no route known (floors off), or the slot is
+ * another path's.
+ */
+static __always_inline struct bloatd_drwa_path *drwa_path_count(struct bloatd_sock *s,
+								const struct tcp_sock *tp,
+								__u64 now_us)
+{
+	struct bloatd_policy_sock *p = &s->pol;
+	struct bloatd_drwa_path *l;
+	__u32 peer = 0, idx, i;
+	__u64 got = tp->bytes_received;
+
+	for (i = 0; i < 16; i++)
+		peer = peer * 31 + s->daddr[i];
+	idx = ((s->netns * 0x9e3779b1u) ^ s->route_id ^ (peer * 0x85ebca6bu)) &
+	      (DRWA_PATH_SLOTS - 1);
+	if (!s->route_id || !(l = bpf_map_lookup_elem(&drwa_paths, &idx)))
+		return NULL;
+	if (l->netns != s->netns || l->route_id != s->route_id || l->peer != peer) {
+		if (now_us - l->used_us < DRWA_PATH_IDLE_US)
+			return NULL;
+		l->netns = s->netns;
+		l->route_id = s->route_id;
+		l->peer = peer;
+	}
+	/* The first count only marks where it starts: what the socket got
+	 * before (DRWA switched on under a long download) is no round's. */
+	if (p->drwa_path_rcvd && got > p->drwa_path_rcvd)
+		__sync_fetch_and_add(&l->bytes, got - p->drwa_path_rcvd);
+	p->drwa_path_rcvd = got;
+	l->used_us = now_us;
+	return l;
+}
+
+/* Out-of-order segments the socket received (5.4+; 0 before). */
+static __always_inline __u32 drwa_ooo(const struct tcp_sock *tp)
+{
+	if (bpf_core_field_exists(tp->rcv_ooopack))
+		return BPF_CORE_READ(tp, rcv_ooopack);
+	return 0;
+}
+
 static __always_inline void drwa_round_start(struct bloatd_policy_sock *p,
-					     const struct tcp_sock *tp, __u64 now_us)
+					     const struct tcp_sock *tp, __u64 now_us,
+					     const struct bloatd_drwa_path *l)
 {
 	p->drwa_round_us = now_us;
 	p->drwa_round_rcvd = tp->bytes_received;
+	p->drwa_round_path = l ? l->bytes : 0;
+	p->drwa_round_ooo = drwa_ooo(tp);
 	p->drwa_rtt_sum_us = 0;
 	p->drwa_rtt_n = 0;
 	p->drwa_round_low_us = 0;
@@ -487,15 +565,18 @@ static __always_inline void drwa_apply(struct bpf_sock_ops *skops, struct bloatd
  * Once per RTT, DRWA (policy.h, drwa_round): the receiver's RTT of the round
  * (RTT_est: the average of its echoed-timestamp samples, the kernel's
  * estimate without timestamps), the data it received in the round, and the
- * connection's own minimum RTT decide the clamp of the advertised window.
+ * lowest of the connection's own minimum RTT and its path's floor decide the
+ * clamp of the advertised window.
  */
 static __always_inline void drwa_round_close(struct bpf_sock_ops *skops, struct bloatd_sock *s,
-					     struct tcp_sock *tp, __u64 now_us)
+					     struct tcp_sock *tp, __u64 now_us,
+					     const struct bloatd_drwa_path *l)
 {
 	struct bloatd_policy_sock *p = &s->pol;
-	struct drwa_measure m = {};
+	struct drwa_scratch *sc;
+	struct drwa_measure *mp;
 	__u64 rcvd, dur;
-	__u32 rtt_us, mss, held = p->drwa_held;
+	__u32 rtt_us, mss, held = p->drwa_held, zero = 0, slot;
 
 	if (p->drwa_rtt_n)
 		rtt_us = p->drwa_rtt_sum_us / p->drwa_rtt_n;
@@ -507,25 +588,41 @@ static __always_inline void drwa_round_close(struct bpf_sock_ops *skops, struct 
 	if (!rtt_us || dur < rtt_us)
 		return;
 
-	/* The round is over. */
+	/* The round is over. Its measure lives in a per-CPU scratch slot:
+	 * on the stack it took the program and the floor code past the
+	 * verifier's 512 bytes. */
+	sc = bpf_map_lookup_elem(&drwa_scratch, &zero);
+	if (!sc || sc->depth > 1)
+		return;
+	slot = sc->depth;
+	sc->depth = slot + 1;
+	mp = &sc->m[slot & 1];
+	__builtin_memset(mp, 0, sizeof(*mp));
 	rcvd = tp->bytes_received - p->drwa_round_rcvd;
-	m.rcvd = rcvd;
-	m.dur_us = dur > 0xffffffff ? 0xffffffff : (__u32)dur;
-	m.rtt_us = rtt_us;
-	m.low_us = p->drwa_round_low_us;
+	mp->rcvd = rcvd;
+	mp->holes = drwa_ooo(tp) - p->drwa_round_ooo;
+	if (l && p->drwa_round_path && l->bytes > p->drwa_round_path)
+		mp->path_rcvd = l->bytes - p->drwa_round_path;
+	mp->dur_us = dur > 0xffffffff ? 0xffffffff : (__u32)dur;
+	mp->rtt_us = rtt_us;
+	mp->low_us = p->drwa_round_low_us;
 	mss = tp->inet_conn.icsk_ack.rcv_mss;
-	m.min_bytes = 2 * (mss ? mss : 1460);
+	mp->min_bytes = 2 * (mss ? mss : 1460);
 	/* RTT_est from millisecond timestamps (unless the connection agreed
 	 * on microsecond ones) has a millisecond's resolution. */
-	m.resolution_us = tp->tcp_header_len > 20 &&
+	mp->resolution_us = tp->tcp_header_len > 20 &&
 			  !tcp_usec_ts(tp) ? 1000 : 0;
-	m.lambda_x256 = drwa_lambda_x256;
+	mp->lambda_x256 = drwa_lambda_x256;
+	/* The path's floor, as the probes keep it in the record (floor.h). */
+	mp->floor_us = s->floor_us;
+	mp->floor_src = s->floor_source;
 	/* cwnd_est, for the view: the data of one RTT */
 	rcvd = rcvd * rtt_us / dur;
 	p->drwa_rcvd_rtt = rcvd > 0xffffffff ? 0xffffffff : (__u32)rcvd;
 	p->drwa_rtt_us = rtt_us;
-	drwa_round_start(p, tp, now_us);
-	drwa_apply(skops, s, tp, &m);
+	drwa_round_start(p, tp, now_us, l);
+	drwa_apply(skops, s, tp, mp);
+	sc->depth = slot;
 	if (p->drwa_held != held)
 		policy_count(BLOATD_PC_DRWA_HELD, 1);
 }
@@ -534,6 +631,7 @@ static __always_inline void drwa_round_close(struct bpf_sock_ops *skops, struct 
 static __always_inline void drwa_ack(struct bpf_sock_ops *skops)
 {
 	struct bloatd_policy_sock *p;
+	struct bloatd_drwa_path *l;
 	struct bloatd_sock *s;
 	struct tcp_sock *tp;
 	__u64 now_us;
@@ -554,6 +652,10 @@ static __always_inline void drwa_ack(struct bpf_sock_ops *skops)
 		if (tp->bytes_acked > drwa_min_bytes && !p->drwa_rule) {
 			p->flags &= ~BLOATD_POL_DRWA_ARMED;
 			policy_cb_clear(skops, s, SOCKOPS_WRITE_HDR_OPT_CB_FLAG);
+		} else if (drwa_on(s)) {
+			/* Not clamped yet, but on its path: a web fetch's slow
+			 * start takes its share from the others. */
+			drwa_path_count(s, tp, now_us);
 		}
 		return;
 	}
@@ -561,13 +663,15 @@ static __always_inline void drwa_ack(struct bpf_sock_ops *skops)
 		if (p->flags & BLOATD_POL_DRWA_CLAMPED)
 			drwa_release(skops, s, tp);
 		p->drwa_round_us = 0;
+		p->drwa_path_rcvd = 0;
 		return;
 	}
+	l = drwa_path_count(s, tp, now_us);
 	if (idle || !p->drwa_round_us) {
-		drwa_round_start(p, tp, now_us);
+		drwa_round_start(p, tp, now_us, l);
 		return;
 	}
-	drwa_round_close(skops, s, tp, now_us);
+	drwa_round_close(skops, s, tp, now_us, l);
 }
 
 /*

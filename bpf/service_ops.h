@@ -32,6 +32,8 @@
 #ifndef BLOATD_SERVICE_OPS_H
 #define BLOATD_SERVICE_OPS_H
 
+#include "probes_state.h"
+
 /* The owner of a listener, cloned into each connection it accepts. */
 struct {
 	__uint(type, BPF_MAP_TYPE_SK_STORAGE);

@@ -1,5 +1,7 @@
 // Builds the probe object (bpf/probes.bpf.c) and generates the Rust side of
 // the records it shares with user space from the object's BTF.
+// A build script fails by panicking with its message.
+#![allow(clippy::unwrap_used)]
 include!(concat!(env!("CARGO_MANIFEST_DIR"), "/../bpf/build_bpf.rs"));
 
 use std::path::PathBuf;
@@ -47,7 +49,9 @@ fn main() {
         ],
     );
     std::fs::write(out.join("abi.rs"), abi).unwrap();
-    // The feature probes loaded at start (src/kernel.rs).
+    // The object's `const volatile`s as one struct (settings.rs fills it).
+    std::fs::write(out.join("globals.rs"), bpf_build::rust_globals(&obj)).unwrap();
+    // The feature probes loaded at start (src/probes/kernel.rs).
     bpf_build::compile(
         &bpf.join("features.bpf.c"),
         &out.join("features.bpf.o"),

@@ -3,6 +3,8 @@
 // generator as the probes' ABI: bpf/build_bpf.rs), so the exported state is
 // defined once, in C. CUBIC's idle arithmetic (cc_idle.h) is compiled for
 // the host by the bloatd-bpf-testing dev-dependency, for src/algo.rs's test.
+// A build script fails by panicking with its message.
+#![allow(clippy::unwrap_used)]
 include!(concat!(env!("CARGO_MANIFEST_DIR"), "/../bpf/build_bpf.rs"));
 
 use std::path::PathBuf;

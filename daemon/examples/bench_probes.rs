@@ -4,6 +4,8 @@
 //! bloatd's probes. Usage: bench_probes OBJECT TRACEPOINT [PROG...], where
 //! OBJECT `baseline` is bpf/testing/baseline.bpf.c, built in (by the
 //! bloatd-bpf-testing dev-dependency, which only examples and tests build).
+// A test, a bench or an example stops at what it cannot do: unwraps are its way.
+#![allow(clippy::unwrap_used)]
 
 use aya::programs::BtfTracePoint;
 use aya::{Btf, EbpfLoader};

@@ -176,7 +176,7 @@ impl Caller {
         }
     }
 
-    /// The dashboard asking: one per process (core.rs keeps one detail
+    /// The dashboard asking: one per process (engine/reader.rs keeps one detail
     /// socket watched for each).
     pub fn viewer(&self) -> Viewer {
         self.peer

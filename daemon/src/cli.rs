@@ -2,7 +2,8 @@
 //! with their code in cmd/), and the config they run with.
 
 use crate::cmd;
-use crate::config::{self, Config};
+use crate::config;
+use crate::settings::Config;
 use clap::{Parser, Subcommand};
 use std::path::PathBuf;
 

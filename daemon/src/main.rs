@@ -10,7 +10,7 @@ mod client;
 mod clock;
 mod cmd;
 mod config;
-mod core;
+mod engine;
 mod metrics;
 mod paths;
 mod policy;
@@ -19,14 +19,10 @@ mod recorder;
 mod rundir;
 mod server;
 mod service;
+mod settings;
 mod stream;
 mod text;
 mod tracker;
-
-// The view model's test fixtures, shared with the TUI crate's tests.
-#[cfg(test)]
-#[path = "../../tui/tests/common/mod.rs"]
-mod fixtures;
 
 use clap::{CommandFactory, Parser};
 use cli::{Cli, Cmd};

@@ -24,7 +24,7 @@
 //! while it carries traffic: a bucket's share is the share of socket-time
 //! spent at that delay.
 //!
-//! One way in: `Core::metrics_text` reads a [`Scrape`] (the kernel's
+//! One way in: `Scraper::text` (engine/scrape.rs) reads a [`Scrape`] (the kernel's
 //! statistics and counters, the congestion controls' state) and
 //! [`Metrics::encode`] writes it out; nothing else feeds a series. Each
 //! family's values come as [`Row`]s that carry every dimension they are
@@ -70,7 +70,7 @@ fn cwnd_bounds() -> Vec<f64> {
 /// sender, [1] receiver).
 const ROLES: [Role; 2] = [Role::ALL[0], Role::ALL[1]];
 
-/// Everything /metrics shows, read by `Core::metrics_text` at scrape time:
+/// Everything /metrics shows, read by `Scraper::text` (engine/scrape.rs) at scrape time:
 /// the one input of the metrics.
 #[derive(Clone, Debug, Default)]
 pub struct Scrape {
@@ -103,7 +103,7 @@ pub struct Scrape {
     /// The queueing delay and RTT histograms by (cc, role, service), the
     /// service label bounded (service/labels.rs).
     pub services: Vec<crate::service::metrics::ServiceHist>,
-    /// What this kernel runs of the parts beyond the core (kernel.rs).
+    /// What this kernel runs of the parts beyond the core (probes/kernel.rs).
     pub features: Vec<bloatd_model::Feature>,
     /// The flight recorder's episodes by kind (path, service): opened
     /// since start, open now (None: no recorder).
@@ -389,7 +389,7 @@ fn policy_rows(
         .collect()
 }
 
-/// One row per part of bloatd beyond the core (kernel.rs: a fixed set of
+/// One row per part of bloatd beyond the core (probes/kernel.rs: a fixed set of
 /// names), 1 where `on` says so of its state.
 fn feature_rows(v: &Scrape, on: fn(bloatd_model::FeatureState) -> bool) -> Vec<Row> {
     v.features

@@ -133,7 +133,7 @@ pub fn path_of(key: PathKey<'_>, members: &[&Socket]) -> NetPath {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
-    use crate::fixtures;
+    use bloatd_model::fixtures;
 
     /// A sender toward `peer` with a floor and a queue, through wlan0.
     pub(crate) fn sock(

@@ -17,11 +17,11 @@
 //! (bloatd_model::SocketPolicy).
 //!
 //! - [`rules`]: parsing and the checks that need nothing from the system;
-//! - [`kernel`]: resolving rules against this system, the record and the
+//! - [`resolve`]: resolving rules against this system, the record and the
 //!   counters back into the view.
 
-mod kernel;
+mod resolve;
 mod rules;
 
-pub use kernel::{lambda_x256, policy_counts, resolve, socket_policy, Resolved};
-pub use rules::{check_config_value, describe_actions, describe_selectors, parse_flag, validate};
+pub use resolve::{policy_counts, resolve, socket_policy};
+pub use rules::{check_config_value, describe_actions, describe_selectors, validate};

@@ -1,12 +1,18 @@
 //! The daemon's servers: the JSON API on the Unix socket (peer addresses
 //! live here only) and Prometheus /metrics over TCP: they route the
-//! requests of the contract (bloatd_model::api) to the engine (core.rs).
+//! requests of the contract (bloatd_model::api) to the engine's parts
+//! (engine/).
 //! Routes that change the kernel take an [`Actor`]: root or the admin
 //! group (authority.rs); the API group reads.
 
 use crate::authority::{Actor, Authority, Caller};
-use crate::core::{Core, SeriesError};
-use axum::extract::{Path, Query, State};
+use crate::engine::control::Control;
+use crate::engine::loaded::Loaded;
+use crate::engine::reader::{Asker, Reader, SeriesError};
+use crate::engine::scrape::Scraper;
+use crate::engine::worker;
+use crate::engine::Engine;
+use axum::extract::{FromRef, Path, Query, State};
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -17,25 +23,42 @@ use bloatd_model::api::{
 };
 use std::collections::BTreeMap;
 use std::future::Future;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncWrite};
 
-pub type Shared = Arc<Mutex<Core>>;
+/// Each route takes the part of the engine it uses (engine/mod.rs); work
+/// that may read every socket (a read, a view) goes to the engine's worker
+/// (`worker::run`): /metrics and the other connections go on meanwhile.
+impl FromRef<Engine> for Arc<Loaded> {
+    fn from_ref(e: &Engine) -> Self {
+        e.loaded.clone()
+    }
+}
+impl FromRef<Engine> for Arc<Reader> {
+    fn from_ref(e: &Engine) -> Self {
+        e.reader.clone()
+    }
+}
+impl FromRef<Engine> for Arc<Control> {
+    fn from_ref(e: &Engine) -> Self {
+        e.control.clone()
+    }
+}
 
 fn error(status: StatusCode, msg: impl Into<String>) -> Response {
     (status, msg.into()).into_response()
 }
 
 pub fn api_router(
-    core: Shared,
+    engine: Engine,
     authority: Authority,
     recorder: Option<crate::recorder::Reader>,
 ) -> Router {
     Router::new()
         .merge(read_routes())
         .merge(act_routes())
-        .with_state(core)
+        .with_state(engine)
         .merge(recorder_routes(recorder))
         .layer(Extension(std::sync::Arc::new(authority)))
 }
@@ -97,7 +120,7 @@ fn recorder_routes(recorder: Option<crate::recorder::Reader>) -> Router {
 /// What `bloatd top` draws, streamed when it asks for every socket; the
 /// policy part says why this caller may not switch DRWA, if it may not.
 async fn snapshot(
-    State(c): State<Shared>,
+    State(engine): State<Engine>,
     caller: Caller,
     Extension(conn): Extension<Conn>,
     Query(q): Query<SnapshotQuery>,
@@ -109,10 +132,8 @@ async fn snapshot(
         None => Some(crate::stream::Flight::enter(caller.uid(), &conn).await),
         Some(_) => None,
     };
-    let parts = c
-        .lock()
-        .unwrap()
-        .snapshot_parts(&req, q.fresh.is_set(), viewer);
+    let fresh = q.fresh.is_set();
+    let parts = worker::run(move || engine.snapshot_parts(&req, fresh, viewer)).await;
     match parts {
         Ok((mut s, rows)) => {
             // The dashboard tells its reader why its D key cannot act,
@@ -132,23 +153,28 @@ async fn snapshot(
     }
 }
 
+type Loads = State<Arc<Loaded>>;
+type Reads = State<Arc<Reader>>;
+type Controls = State<Arc<Control>>;
+
 /// The routes that read: open to root and the API group.
-fn read_routes() -> Router<Shared> {
+fn read_routes() -> Router<Engine> {
     Router::new()
-        .route(route::STATUS, get(|State(c): State<Shared>| async move { Json(c.lock().unwrap().status()) }))
+        .route(route::STATUS, get(|State(l): Loads| async move { Json(l.status()) }))
         .route(
             route::SOCKETS,
-            get(|State(c): State<Shared>, caller: Caller, Extension(conn): Extension<Conn>, Query(q): Query<SocketsQuery>| async move {
+            get(|State(r): Reads, caller: Caller, Extension(conn): Extension<Conn>, Query(q): Query<SocketsQuery>| async move {
                 let flight = crate::stream::Flight::enter(caller.uid(), &conn).await;
-                let rows = c.lock().unwrap().socket_rows(q.all.is_set());
+                let all = q.all.is_set();
+                let rows = worker::run(move || r.views(Asker::Api).rows(all)).await;
                 crate::stream::sockets(rows, flight)
             }),
         )
         .route(route::SNAPSHOT, get(snapshot))
         .route(
             route::SERIES,
-            get(|State(c): State<Shared>, Path(cookie): Path<u64>, Query(q): Query<SeriesQuery>| async move {
-                match c.lock().unwrap().series(cookie, q.since_ms.unwrap_or(0)) {
+            get(|State(r): Reads, Path(cookie): Path<u64>, Query(q): Query<SeriesQuery>| async move {
+                match worker::run(move || r.series(cookie, q.since_ms.unwrap_or(0))).await {
                     Ok(s) => Json(s).into_response(),
                     Err(e @ SeriesError::Unknown(_)) => error(StatusCode::NOT_FOUND, e.to_string()),
                     Err(e @ SeriesError::Full(_)) => error(StatusCode::SERVICE_UNAVAILABLE, e.to_string()),
@@ -157,23 +183,24 @@ fn read_routes() -> Router<Shared> {
         )
         .route(
             route::PATHS,
-            get(|State(c): State<Shared>, Query(q): Query<PathsQuery>| async move {
-                // Made once per read, written out without the lock.
-                let paths = c.lock().unwrap().paths(q.prefix.is_set());
+            get(|State(r): Reads, Query(q): Query<PathsQuery>| async move {
+                // Made once per read, written out without a lock.
+                let prefix = q.prefix.is_set();
+                let paths = worker::run(move || r.views(Asker::Api).paths(prefix)).await;
                 Json(paths.as_ref()).into_response()
             }),
         )
         .route(
             route::SERVICES,
-            get(|State(c): State<Shared>| async move {
-                let services = c.lock().unwrap().services();
+            get(|State(r): Reads| async move {
+                let services = worker::run(move || r.views(Asker::Api).services()).await;
                 Json(services.as_ref()).into_response()
             }),
         )
         .route(
             route::FLOORS,
-            get(|State(c): State<Shared>| async move {
-                match c.lock().unwrap().floors() {
+            get(|State(l): Loads| async move {
+                match l.floors() {
                     Ok(f) => Json(f).into_response(),
                     Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, format!("{e:#}")),
                 }
@@ -181,69 +208,85 @@ fn read_routes() -> Router<Shared> {
         )
         .route(
             route::CC,
-            get(|State(c): State<Shared>| async move {
-                match c.lock().unwrap().cc_info() {
+            get(|State(l): Loads| async move {
+                match l.cc_info() {
                     Ok(i) => Json(i).into_response(),
                     Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, format!("{e:#}")),
                 }
             }),
         )
-        .route(route::POLICY, get(|State(c): State<Shared>| async move { Json(c.lock().unwrap().policy_info()) }))
+        .route(
+            route::POLICY,
+            get(|State(r): Reads, State(c): Controls| async move {
+                let all = worker::run(move || r.views(Asker::Api).all()).await;
+                Json(c.policy_info(&all))
+            }),
+        )
 }
 
 /// The routes that change the kernel: `Actor` lets only root and the
 /// admin group through (SO_PEERCRED), everyone else gets 403.
-fn act_routes() -> Router<Shared> {
+fn act_routes() -> Router<Engine> {
     Router::new()
         .route(
             route::CC_DEFAULT,
-            post(|State(c): State<Shared>, Actor(who): Actor, Json(req): Json<DefaultReq>| async move {
-                match c.lock().unwrap().cc().set_default(&req.name) {
-                    Ok(previous) => {
-                        tracing::info!("default congestion control {previous} -> {} (asked by uid {})", req.name, who.uid);
-                        Json(DefaultResp { previous, default: req.name }).into_response()
+            post(
+                |State(c): Controls, Actor(who): Actor, Json(req): Json<DefaultReq>| async move {
+                    match c.set_default_cc(&req.name, who.uid) {
+                        Ok(previous) => Json(DefaultResp {
+                            previous,
+                            default: req.name,
+                        })
+                        .into_response(),
+                        Err(e) => error(StatusCode::BAD_REQUEST, format!("{e:#}")),
                     }
-                    Err(e) => error(StatusCode::BAD_REQUEST, format!("{e:#}")),
-                }
-            }),
+                },
+            ),
         )
         .route(
             route::POLICY_DRWA,
-            post(|State(c): State<Shared>, Actor(who): Actor, Json(req): Json<DrwaReq>| async move {
-                match c.lock().unwrap().set_drwa(req.on, who.uid) {
-                    Ok(()) => Json(req).into_response(),
-                    Err(e) => error(StatusCode::CONFLICT, e),
-                }
-            }),
+            post(
+                |State(c): Controls, Actor(who): Actor, Json(req): Json<DrwaReq>| async move {
+                    match c.set_drwa(req.on, who.uid) {
+                        Ok(()) => Json(req).into_response(),
+                        Err(e) => error(StatusCode::CONFLICT, e),
+                    }
+                },
+            ),
         )
         .route(
             route::POLICY_RULE,
-            post(|State(c): State<Shared>, Actor(who): Actor, Path(name): Path<String>, Json(req): Json<RuleReq>| async move {
-                match c.lock().unwrap().set_rule_enabled(&name, req.enabled, who.uid) {
-                    Ok(()) => Json(req).into_response(),
-                    Err(e) => error(StatusCode::NOT_FOUND, e),
-                }
-            }),
+            post(
+                |State(c): Controls,
+                 Actor(who): Actor,
+                 Path(name): Path<String>,
+                 Json(req): Json<RuleReq>| async move {
+                    match c.set_rule_enabled(&name, req.enabled, who.uid) {
+                        Ok(()) => Json(req).into_response(),
+                        Err(e) => error(StatusCode::NOT_FOUND, e),
+                    }
+                },
+            ),
         )
 }
 
-pub fn metrics_router(core: Shared) -> Router {
+/// /metrics takes the scrape alone: no read, no view.
+pub fn metrics_router(scrape: Arc<Scraper>) -> Router {
     Router::new()
         .route(
             route::METRICS,
-            get(|State(c): State<Shared>| async move {
-                let body = c.lock().unwrap().metrics_text();
+            get(|State(s): State<Arc<Scraper>>| async move {
                 (
                     [(
                         header::CONTENT_TYPE,
                         "text/plain; version=0.0.4; charset=utf-8",
                     )],
-                    body,
+                    s.text(),
                 )
             }),
         )
         .route("/", get(|| async { "bloatd: metrics at /metrics\n" }))
-        .with_state(core)
+        .with_state(scrape)
 }
 
 /// What one client may hold of a listener. A connection that has not sent
@@ -407,7 +450,10 @@ struct Slot {
 
 impl Drop for Slot {
     fn drop(&mut self) {
-        self.open.lock().unwrap().remove(&self.id);
+        self.open
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(&self.id);
     }
 }
 
@@ -432,7 +478,7 @@ pub async fn serve<L: Listener>(
         let id = next_id;
         next_id += 1;
         let evicted: Vec<_> = {
-            let mut slots = open.lock().unwrap();
+            let mut slots = open.lock().unwrap_or_else(PoisonError::into_inner);
             let over = (slots.len() + 1).saturating_sub(limits.max_connections);
             (0..over).filter_map(|_| slots.pop_first()).collect()
         };
@@ -467,6 +513,8 @@ pub async fn serve<L: Listener>(
         // slot is on the list, and its handle in `conn`, before it can end
         // and take it off or serve a request.
         let _ = conn.0.set(task.abort_handle());
-        open.lock().unwrap().insert(id, task.abort_handle());
+        open.lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(id, task.abort_handle());
     }
 }

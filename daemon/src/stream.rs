@@ -22,7 +22,7 @@ use std::collections::VecDeque;
 use std::convert::Infallible;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::{mpsc, Arc, Mutex};
+use std::sync::{mpsc, Arc, Mutex, PoisonError};
 use std::task::{Context, Poll};
 use tokio::sync::oneshot;
 
@@ -112,12 +112,12 @@ impl Flight {
     pub async fn enter(uid: u32, conn: &crate::server::Conn) -> Flight {
         let wait = FLIGHTS_OPEN
             .lock()
-            .unwrap()
+            .unwrap_or_else(PoisonError::into_inner)
             .wait(uid, std::time::Instant::now());
         if !wait.is_zero() {
             tokio::time::sleep(wait).await;
         }
-        let mut l = FLIGHTS_OPEN.lock().unwrap();
+        let mut l = FLIGHTS_OPEN.lock().unwrap_or_else(PoisonError::into_inner);
         Flight::enter_in(&mut l, uid, conn.0.get().cloned())
     }
 
@@ -159,7 +159,7 @@ impl Flight {
 
 impl Drop for Flight {
     fn drop(&mut self) {
-        let mut l = FLIGHTS_OPEN.lock().unwrap();
+        let mut l = FLIGHTS_OPEN.lock().unwrap_or_else(PoisonError::into_inner);
         l.open.retain(|e| e.id != self.id);
         l.ended(self.uid, self.started, std::time::Instant::now());
     }
@@ -286,12 +286,14 @@ fn makers() -> Option<mpsc::Sender<Job>> {
         tx: None,
         refused: false,
     });
-    POOL.lock().unwrap().queue(|n, rx| {
-        std::thread::Builder::new()
-            .name(format!("bloatd-json-{n}"))
-            .spawn(move || make_jobs(&rx))
-            .map(drop)
-    })
+    POOL.lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .queue(|n, rx| {
+            std::thread::Builder::new()
+                .name(format!("bloatd-json-{n}"))
+                .spawn(move || make_jobs(&rx))
+                .map(drop)
+        })
 }
 
 /// MAKERS threads started by `spawn` on one queue; the last refusal if
@@ -314,7 +316,7 @@ fn start_makers(
 /// A maker: the queue's jobs until the queue closes.
 fn make_jobs(rx: &Mutex<mpsc::Receiver<Job>>) {
     loop {
-        let job = match rx.lock().unwrap().recv() {
+        let job = match rx.lock().unwrap_or_else(PoisonError::into_inner).recv() {
             Ok(job) => job,
             Err(_) => return,
         };
@@ -480,11 +482,25 @@ mod tests {
 
     #[test]
     fn an_answer_leaves_the_list_when_it_goes() {
-        let f = Flight::enter_in(&mut FLIGHTS_OPEN.lock().unwrap(), u32::MAX - 1, None);
+        let f = Flight::enter_in(
+            &mut FLIGHTS_OPEN.lock().unwrap_or_else(PoisonError::into_inner),
+            u32::MAX - 1,
+            None,
+        );
         let id = f.id;
-        assert!(FLIGHTS_OPEN.lock().unwrap().open.iter().any(|e| e.id == id));
+        assert!(FLIGHTS_OPEN
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .open
+            .iter()
+            .any(|e| e.id == id));
         drop(f);
-        assert!(!FLIGHTS_OPEN.lock().unwrap().open.iter().any(|e| e.id == id));
+        assert!(!FLIGHTS_OPEN
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .open
+            .iter()
+            .any(|e| e.id == id));
     }
 
     /// Every chunk of a streamed answer, and how many there were.

@@ -134,7 +134,13 @@ fn has_flag(rec: &BloatdSock, flag: u32) -> bool {
 }
 
 fn floor_source(rec: &BloatdSock) -> Option<FloorSource> {
-    match rec.floor_source as u32 {
+    floor_source_of(rec.floor_source as u32)
+}
+
+/// A floor's source as the kernel writes it (enum bloatd_floor_source);
+/// None for none.
+pub fn floor_source_of(v: u32) -> Option<FloorSource> {
+    match v {
         abi::floor_source::SOCKET => Some(FloorSource::Socket),
         abi::floor_source::PEER => Some(FloorSource::Peer),
         abi::floor_source::PREFIX => Some(FloorSource::Prefix),
@@ -343,6 +349,30 @@ impl Tracker {
         self.series.shrink_to_fit();
     }
 
+    /// The last read, to make views of without the tracker.
+    pub fn reading(&self) -> Reading {
+        Reading {
+            read: self.read.clone(),
+            view: self.view.clone(),
+        }
+    }
+
+    /// A socket the kernel has now, or one whose series is still kept.
+    pub fn knows(&self, cookie: u64) -> bool {
+        self.read.get(cookie).is_some() || self.series.contains_key(&cookie)
+    }
+}
+
+/// One read with what turning its records into `Socket`s needs: cheap to
+/// clone, used without the tracker (its views are made outside the
+/// reader's lock, engine/views.rs).
+#[derive(Clone)]
+pub struct Reading {
+    read: Arc<Read>,
+    view: View,
+}
+
+impl Reading {
     /// Sockets in ESTABLISHED or with data still to deliver (a sender that
     /// closed its end while megabytes drain through a queue), all states
     /// with `all`; most queued first.
@@ -369,10 +399,17 @@ impl Tracker {
             clock: *clock,
         }
     }
+}
 
-    /// A socket the kernel has now, or one whose series is still kept.
-    pub fn knows(&self, cookie: u64) -> bool {
-        self.read.get(cookie).is_some() || self.series.contains_key(&cookie)
+impl Tracker {
+    /// Sockets as `Reading::sockets` lists them, of the last read.
+    pub fn sockets(&self, clock: &Clock, all: bool) -> Vec<Socket> {
+        self.reading().sockets(clock, all)
+    }
+
+    #[cfg(test)]
+    pub fn rows(&self, clock: &Clock, all: bool) -> Rows {
+        self.reading().rows(clock, all)
     }
 
     /// Samples of one socket newer than `since_ms` (empty until it is

@@ -257,6 +257,18 @@ pub struct PolicyInfo {
     pub drwa: DrwaInfo,
     pub rules: Vec<RuleInfo>,
     pub counts: PolicyCounts,
+    /// The connections DRWA has acted on that are alive now.
+    #[serde(default)]
+    pub drwa_connections: Vec<DrwaConnection>,
+}
+
+/// A connection DRWA has acted on: its ends and DRWA's state on it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct DrwaConnection {
+    pub netns: u32,
+    pub local: std::net::SocketAddr,
+    pub remote: std::net::SocketAddr,
+    pub drwa: crate::Drwa,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]

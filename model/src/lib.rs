@@ -11,11 +11,15 @@
 //!   in what order, computed by the source (daemon or embedded probes) with
 //!   the same code the dashboard uses locally.
 //! - [`format`]: numbers as every table prints them (`1.0MB`, `12ms`).
+//! - `fixtures` (feature `fixtures`): hosts and sockets for other crates'
+//!   tests.
 //!
 //! No I/O, no BPF, no terminal: depends on serde only.
 
 pub mod api;
 pub mod filter;
+#[cfg(feature = "fixtures")]
+pub mod fixtures;
 pub mod format;
 pub mod journal;
 pub mod policy;

@@ -319,6 +319,128 @@ pub enum CcState {
     },
 }
 
+/// What one part of a congestion control's state is: a quantity with its
+/// unit, so each reader prints it its own way (`bloatd sockets` as `ss`
+/// does, the dashboard with `format`).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum CcValue {
+    /// A rate, bits per second.
+    Rate(u64),
+    /// A round-trip time the algorithm keeps, microseconds.
+    Rtt(u32),
+    /// A time the algorithm keeps in milliseconds.
+    Millis(u32),
+    Segments(u32),
+    /// The socket's cwnd over the algorithm's pipe (BWE x RTTmin / MSS).
+    PipeRatio(f64),
+    /// HyStart's round, and whether it found the exit point.
+    Round {
+        n: u32,
+        found: bool,
+    },
+    /// Not there now (a CUBIC with no epoch running).
+    Absent,
+}
+
+/// One part of a congestion control's state: `key` as `bloatd sockets`
+/// names it (`key=value`), `label` as the dashboard does, and `alarm`, what
+/// it means when it shows bloat.
+#[derive(Clone, Debug, PartialEq)]
+pub struct CcPart {
+    pub key: &'static str,
+    pub label: &'static str,
+    pub value: CcValue,
+    pub alarm: Option<&'static str>,
+}
+
+impl CcState {
+    /// The algorithm as the dashboard titles it.
+    pub fn title(&self) -> &'static str {
+        match self {
+            CcState::Westwood { .. } => "Westwood+",
+            CcState::Cubic { .. } => "CUBIC",
+        }
+    }
+
+    /// Its parts, decoded once for every reader. With the socket's `cwnd`,
+    /// what it says of the socket too: Westwood+'s cwnd over its pipe (more
+    /// than twice the pipe in the window can only sit in a queue: the
+    /// papers' "fat pipe").
+    pub fn parts(&self, cwnd: Option<u32>) -> Vec<CcPart> {
+        let part = |key, label, value| CcPart {
+            key,
+            label,
+            value,
+            alarm: None,
+        };
+        match *self {
+            CcState::Westwood {
+                bwe_bytes_per_s,
+                min_rtt_us,
+                pipe_segments,
+            } => {
+                let mut parts = vec![
+                    part(
+                        "bwe",
+                        "BWE",
+                        CcValue::Rate(bwe_bytes_per_s.saturating_mul(8)),
+                    ),
+                    part("rttmin", "RTTmin", CcValue::Rtt(min_rtt_us)),
+                    part("pipe", "pipe", CcValue::Segments(pipe_segments)),
+                ];
+                if let (Some(cwnd), true) = (cwnd, pipe_segments > 0) {
+                    let ratio = cwnd as f64 / pipe_segments as f64;
+                    parts.push(CcPart {
+                        alarm: (ratio >= 2.0).then_some("fat pipe"),
+                        ..part("cwnd/pipe", "cwnd", CcValue::PipeRatio(ratio))
+                    });
+                }
+                parts
+            }
+            CcState::Cubic {
+                w_max_segments,
+                k_ms,
+                epoch_age_ms,
+                min_rtt_us,
+                hystart_round,
+                hystart_found,
+            } => vec![
+                part("wmax", "W_max", CcValue::Segments(w_max_segments)),
+                part("K", "K", CcValue::Millis(k_ms)),
+                part(
+                    "epoch",
+                    "epoch",
+                    epoch_age_ms.map_or(CcValue::Absent, CcValue::Millis),
+                ),
+                part("delaymin", "delay_min", CcValue::Rtt(min_rtt_us)),
+                part(
+                    "hystart",
+                    "HyStart",
+                    CcValue::Round {
+                        n: hystart_round,
+                        found: hystart_found,
+                    },
+                ),
+            ],
+        }
+    }
+}
+
+/// The queueing delay from which a socket, a path or a service counts as
+/// bloated (µs: the daemon's `bloat_threshold_ms`). The one bloat test:
+/// every view that marks something bloated asks `reached_by`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct BloatThreshold(pub u32);
+
+impl BloatThreshold {
+    /// Whether a queueing delay of `delay_us` counts as bloated. A
+    /// threshold of 0 disables detection (otherwise every idle socket
+    /// would count).
+    pub fn reached_by(self, delay_us: u32) -> bool {
+        self.0 > 0 && delay_us >= self.0
+    }
+}
+
 /// One TCP socket as the kernel sees it.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Socket {
@@ -462,8 +584,9 @@ impl SocketPolicy {
 
 /// Dynamic Receive Window Adjustment on a receiving socket (Jiang et al.,
 /// IMC 2012): once per RTT the advertised window is clamped to
-/// lambda x RTT_min / RTT x the data received per RTT, RTT_min the
-/// connection's own minimum (bpf/policy.h, drwa_round).
+/// lambda x RTT_min / RTT x the data received per RTT, RTT_min the lowest
+/// of the connection's own minimum and its path's floor (bpf/policy.h,
+/// drwa_round).
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct Drwa {
     /// What turned it on: "switch" (--drwa, the API, the dashboard's key)
@@ -477,16 +600,47 @@ pub struct Drwa {
     /// DRWA sees it.
     pub rcvd_per_rtt_bytes: u32,
     /// The round's RTT (RTT_est) and the RTT_min it was set against: the
-    /// connection's own minimum, or the RTT DRWA holds at after a cut that
-    /// drained no queue.
+    /// lowest of the connection's own minimum and its path's floor, or the
+    /// RTT DRWA holds at after a cut that drained no queue.
     pub rtt_us: u32,
     pub min_rtt_us: u32,
+    /// Where RTT_min came from: the connection's own minimum (`socket`) or
+    /// the path's floor (`peer`: learned toward the same peer over the same
+    /// interface and gateway; `prefix`; `inferred`). None while it is held
+    /// at the RTT of a cut taken back (`held_rounds_left`), or before the
+    /// first round.
+    #[serde(default)]
+    pub min_rtt_source: Option<FloorSource>,
+    /// Rounds before a held RTT_min is let go and the lowest tried again
+    /// (0: not held).
+    #[serde(default)]
+    pub held_rounds_left: u32,
     /// Rounds that set a clamp.
     pub rounds: u32,
     /// Cuts DRWA took back: the window fell and the RTT did not (the path
     /// got longer, or other flows hold the queue).
     #[serde(default)]
     pub held: u32,
+}
+
+impl Drwa {
+    /// Where its RTT_min came from, in words (the detail view, `bloatd
+    /// policy list`).
+    pub fn min_rtt_from(&self) -> String {
+        if self.held_rounds_left > 0 {
+            return format!(
+                "held: a cut taken back, {} rounds left",
+                self.held_rounds_left
+            );
+        }
+        match self.min_rtt_source {
+            Some(FloorSource::Socket) => "own minimum".into(),
+            Some(FloorSource::Peer) => "path floor".into(),
+            Some(FloorSource::Prefix) => "prefix floor".into(),
+            Some(FloorSource::Inferred) => "inferred floor".into(),
+            None => "-".into(),
+        }
+    }
 }
 
 impl Socket {
@@ -515,10 +669,9 @@ impl Socket {
     }
 
     /// Whether the socket counts as bloated: its queueing delay, seen from its
-    /// own side of the transfer, reached `threshold_us`. A threshold of 0
-    /// disables detection (otherwise every idle socket would count).
+    /// own side of the transfer, reached `threshold_us` (`BloatThreshold`).
     pub fn is_bloated(&self, threshold_us: u32) -> bool {
-        threshold_us > 0 && self.view_queue_delay_us() >= threshold_us
+        BloatThreshold(threshold_us).reached_by(self.view_queue_delay_us())
     }
 
     /// The peer as `addr:port` (`[v6]:port` for IPv6), the form `ss` prints.
@@ -682,6 +835,13 @@ pub struct Snapshot {
     pub episodes: Vec<crate::journal::Episode>,
 }
 
+impl Snapshot {
+    /// The daemon's bloat threshold, for the views to test with.
+    pub fn bloat_threshold(&self) -> BloatThreshold {
+        BloatThreshold(self.bloat_threshold_us)
+    }
+}
+
 /// The policy's state for the dashboard's header.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct PolicyState {
@@ -764,6 +924,40 @@ pub struct SnapshotRequest {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn bloat_is_reached_at_the_threshold_and_never_with_none() {
+        let t = BloatThreshold(100_000);
+        assert!(t.reached_by(100_000) && !t.reached_by(99_999));
+        assert!(!BloatThreshold(0).reached_by(u32::MAX));
+    }
+
+    #[test]
+    fn a_cc_state_says_what_it_means_once() {
+        let w = CcState::Westwood {
+            bwe_bytes_per_s: 1_000_000,
+            min_rtt_us: 50_000,
+            pipe_segments: 40,
+        };
+        let keys = |p: &[CcPart]| p.iter().map(|p| p.key).collect::<Vec<_>>();
+        // Without the socket: the algorithm's own numbers.
+        assert_eq!(keys(&w.parts(None)), ["bwe", "rttmin", "pipe"]);
+        assert_eq!(w.parts(None)[0].value, CcValue::Rate(8_000_000));
+        // Twice the pipe in the window is bloat; less is not.
+        let fat = w.parts(Some(80)).pop().unwrap();
+        assert_eq!((fat.key, fat.alarm), ("cwnd/pipe", Some("fat pipe")));
+        assert_eq!(w.parts(Some(79)).pop().unwrap().alarm, None);
+        let c = CcState::Cubic {
+            w_max_segments: 90,
+            k_ms: 1200,
+            epoch_age_ms: None,
+            min_rtt_us: 20_000,
+            hystart_round: 3,
+            hystart_found: true,
+        };
+        assert_eq!(c.parts(Some(10))[2].value, CcValue::Absent);
+        assert_eq!(c.parts(None)[4].value, CcValue::Round { n: 3, found: true });
+    }
 
     #[test]
     fn a_role_has_one_name_in_json_labels_and_text() {

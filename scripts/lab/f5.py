@@ -46,6 +46,11 @@ SERVER_PORT = 8000
 BLOATD_ARGS = ["--drwa=off", "--policy",
                f"name={BULK_RULE},sport={SERVER_PORT},bulk_bytes={BULK_BYTES},cc=bloatd_westwood,enabled=false"]
 RCV_ADDR = "10.9.2.2"
+# A full segment on the wire, as the bottleneck's tbf counts it: MSS 1448,
+# TCP with timestamps 32, IP 20, Ethernet 14.
+WIRE_SEGMENT = 1514
+# The smallest window DRWA sets (policy_ops.h, drwa_round_close: 2 x MSS).
+MIN_WINDOW_SEGMENTS = 2
 # Paper numbers for the finding line (Jiang et al., IMC 2012, abstract).
 PAPER = "paper: RTT -25…49%, throughput up to +51%"
 
@@ -106,6 +111,9 @@ class Monitor:
         self.snd_ino = instrument.netns_inode(f"{lab_name}-snd")
         self.samples = []   # (t, {port: (bytes_received, rcv_queue_delay_us, clamp)}, {port: cc})
         self.pings = []     # (t, rtt_ms)
+        # The last DRWA state bloatd showed of each receiver of the server
+        # (bulk and web): its clamp, RTT_min and where that came from.
+        self.drwa_last = {}
         self._stop = threading.Event()
         self.ping = subprocess.Popen(["ip", "netns", "exec", f"{lab_name}-snd", "ping", "-D", "-n",
                                       "-i", "0.2", RCV_ADDR], stdout=subprocess.PIPE, text=True,
@@ -125,6 +133,10 @@ class Monitor:
     def read(self):
         rcv, ccs = {}, {}
         for s in instrument.bloatd_get("/v1/sockets?all=1"):
+            if s.get("netns") == self.rcv_ino and s["remote_port"] == SERVER_PORT:
+                drwa = ((s.get("policy") or {}).get("drwa")) or {}
+                if drwa.get("rounds"):
+                    self.drwa_last[s["local_port"]] = drwa
             if s.get("netns") == self.rcv_ino and s["local_port"] in self.bg_ports:
                 clamp = (((s.get("policy") or {}).get("drwa")) or {}).get("clamp_bytes", 0)
                 rcv[s["local_port"]] = (s["bytes_received"], s["rcv_queue_delay_us"], clamp)
@@ -173,6 +185,16 @@ class Monitor:
         return out
 
 
+def drwa_line(who, d):
+    """A receiver's DRWA state for the progress line: clamp, RTT_min and its
+    source, cuts taken back."""
+    if not d:
+        return ""
+    src = d.get("min_rtt_source") or ("held" if d.get("held_rounds_left") else "-")
+    return (f"; {who} DRWA clamp {d.get('clamp_bytes', 0) / 1000:.1f} kB, RTT_min "
+            f"{d.get('min_rtt_us', 0) / 1000:.0f} ms ({src}), {d.get('held', 0)} taken back")
+
+
 def wait_acted(mon, arm, n_bg, timeout_s):
     """Until the arm's mechanism acts on every bulk flow: DRWA clamps its
     receiver, the bulk rule switched its sender. Returns the seconds it
@@ -218,7 +240,9 @@ def run_step(lab, prof, step, read_event, bg_flows):
             done = read_event(p, "done")
             w = mon.window(done["wall"], done["wall"] + done["response_s"])
             rec = {"kind": "short", "response_s": done["response_s"], "bytes": done["bytes"],
-                   "acted_s": acted_s, "local_port": opened["local_port"], **w}
+                   "acted_s": acted_s, "local_port": opened["local_port"], **w,
+                   "web_drwa": mon.drwa_last.get(opened["local_port"]),
+                   "bulk_drwa": [mon.drwa_last.get(port) for port in ports]}
             recs.append(rec)
             for b in bg:
                 if b.poll() is not None:
@@ -227,7 +251,8 @@ def run_step(lab, prof, step, read_event, bg_flows):
                              f"ping RTT {w['ping_rtt_ms'] or 0:.0f} ms, bloatd rcv queue "
                              f"{w.get('rcv_queue_ms') or 0:.0f} ms, bulk "
                              f"{(w.get('bulk_goodput_bps') or 0) / 1e6:.2f} Mbit/s, "
-                             f"clamp {(w.get('clamp_bytes') or 0) / 1000:.0f} kB, bulk cc {w.get('bulk_cc')}")
+                             f"clamp {(w.get('clamp_bytes') or 0) / 1000:.0f} kB, bulk cc {w.get('bulk_cc')}"
+                             + drwa_line("web", rec["web_drwa"]) + drwa_line("bulk", rec["bulk_drwa"][0]))
             print(analysis_line, flush=True)
         lab.stop(p)
         return recs
@@ -309,6 +334,86 @@ def run_campaign(args, labmod):
 
 
 # ------------------------------------------------------------ analysis
+
+def smallest_windows_bound_ms(prof, receivers):
+    """The receiver's ping RTT with every receiver on the link at once held
+    at DRWA's smallest window (MIN_WINDOW_SEGMENTS full segments in flight
+    each): what they have in flight beyond the bandwidth-delay product
+    queues at the bottleneck. Run C has two receivers at once (the bulk
+    flow and one web transfer: the six transfers follow each other), run D
+    six. No window-based receiver can hold the RTT lower with that many
+    flows; the web transfer's first drwa_min_bytes are not clamped at all,
+    so the bound is not reached either."""
+    rate = prof["rate_bps"] / 8
+    inflight = receivers * MIN_WINDOW_SEGMENTS * WIRE_SEGMENT
+    bdp = rate * prof["delay_ms"] / 1000
+    return prof["delay_ms"] + max(0.0, inflight - bdp) / rate * 1000
+
+
+COMPARE = [("ping_rtt_ms", "receiver RTT by ping (ms)", 1, 0),
+           ("response_s", "web response (s)", 1, 2),
+           ("bulk_goodput_bps", "bulk goodput (kbit/s)", 1e-3, 1),
+           ("link_bps", "link goodput (kbit/s)", 1e-3, 1)]
+
+
+def compare(dirs, out=None):
+    """Builds side by side: for each directory (one build's F5 runs, its
+    name the label), each profile and run, the means and 95% CIs of COMPARE
+    per arm, DRWA / none, and the RTT bound of the smallest windows. With
+    DRWA off a build's receivers are not touched, so a directory without
+    the none arm is set against the none arm of all directories together
+    (labelled "none*"). Written to `out` too."""
+    rows = {}
+    profs = {}
+    lam = 3.0
+    for d in dirs:
+        meta = json.load(open(os.path.join(d, "f5_meta.json")))
+        lam = (meta.get("policy") or {}).get("lambda", lam)
+        while meta:  # a campaign in parts (--append) nests the earlier parts' meta
+            for name, pr in meta.get("profiles", {}).items():
+                profs.setdefault(name, pr)
+            meta = meta.get("earlier")
+        recs = with_shares(load(d))
+        for r in recs:
+            rows.setdefault((r["profile"], r["run"], os.path.basename(d.rstrip("/")), r["arm"]),
+                            []).append(r)
+    lines = []
+    for prof, run in sorted({(p, r) for p, r, _, _ in rows}):
+        n_rcv = {"C": 2, "D": 6}[run]
+        bound = smallest_windows_bound_ms(profs[prof], n_rcv)
+        lines.append(f"{prof} run {run}: {n_rcv} receivers at once; smallest-windows bound "
+                     f"{bound:.0f} ms, DRWA's target lambda x base RTT "
+                     f"{lam * profs[prof]['delay_ms']:.0f} ms")
+        lines.append(f"  {'build':14} {'arm':5} {'n':>3} " +
+                     " ".join(f"{lab:>28}" for _, lab, _, _ in COMPARE))
+        for d in dirs:
+            b = os.path.basename(d.rstrip("/"))
+            st = {}
+            for arm in ("none", "drwa"):
+                xs, label = rows.get((prof, run, b, arm), []), arm
+                if not xs and arm == "none":
+                    xs, label = [r for (p, rn, _, a), rs in rows.items() for r in rs
+                                 if (p, rn, a) == (prof, run, "none")], "none*"
+                st[arm] = {m: analysis.mean_ci([r.get(m) for r in xs]) for m, *_ in COMPARE}
+                if xs:
+                    lines.append(f"  {b:14} {label:5} {len(xs):>3} " + " ".join(
+                        f"{analysis.fmt_stat(st[arm][m], sc, dg):>28}" for m, _, sc, dg in COMPARE))
+            ratios = []
+            for m, lab, _, _ in COMPARE:
+                r = analysis.ratio(st["drwa"][m][1], st["none"][m][1])
+                ratios.append(f"{'-' if r is None else f'{r:.2f}':>28}")
+            lines.append(f"  {b:14} {'D/n':5} {'':>3} " + " ".join(ratios))
+            rtt_none = st["none"]["ping_rtt_ms"][1]
+            if rtt_none:
+                lines.append(f"  {b:14} bound / none {bound / rtt_none:.2f}; DRWA / bound "
+                             f"{(st['drwa']['ping_rtt_ms'][1] or 0) / bound:.2f}")
+    text = "\n".join(lines)
+    if out:
+        with open(out, "w") as f:
+            f.write(text + "\n")
+    print(text)
+    return 0
+
 
 def load(d):
     recs = []

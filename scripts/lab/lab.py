@@ -587,7 +587,13 @@ def main():
                          "the trace-driven link and run arms on it (scripts/lab/replay.py)")
     ap.add_argument("--replay-arms", default=",".join(replay.ARMS),
                     help="comma list of replay arms (default: %(default)s)")
+    ap.add_argument("--f5-compare", nargs="+", metavar="DIR",
+                    help="F5 of builds side by side: each DIR one build's runs (arms none and drwa); "
+                         "means, 95%% CIs, DRWA / none and the smallest-windows bound, also written "
+                         "to the last DIR's f5_compare.txt")
     args = ap.parse_args()
+    if args.f5_compare:
+        return f5.compare(args.f5_compare, os.path.join(args.f5_compare[-1], "f5_compare.txt"))
     if args.analyze:
         rc = 0
         if os.path.exists(os.path.join(args.analyze, "raw.jsonl")):

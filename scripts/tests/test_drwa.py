@@ -15,10 +15,65 @@ and off again:
   and the queue comes back.
 """
 
+import json
 import statistics
+import subprocess
 import time
 
-from bloatdtest import BLOATD, RCV4, TestCase, main, wait_for
+from bloatdtest import BLOATD, FLOWS, RCV4, SND4, TestCase, main, wait_for
+
+# An application that sets its own TCP_WINDOW_CLAMP (32 kB) while DRWA
+# clamps its window, its buffer left to autotuning (no SO_RCVBUF): once it
+# has 150 kB, right after a read in which autotuning grew the buffer
+# (tcp_rcv_space_adjust runs in recvmsg), so the buffer grew in the DRWA
+# round in which the application set its clamp. Autotuning may move the
+# clamp again as it grows the buffer, as the kernel does without DRWA: the
+# application then sets its clamp again. A clamp above 32 kB read with the
+# buffer as it was at the read before is not autotuning's: it is DRWA's.
+AUTOTUNED_CLAMP_CLIENT = r"""
+import json, socket, sys, time
+addr, port, seconds, conns = sys.argv[1], int(sys.argv[2]), float(sys.argv[3]), int(sys.argv[4])
+OWN = 32768
+out = []
+for k in range(conns):
+    s = socket.socket()
+    s.setsockopt(socket.IPPROTO_TCP, socket.TCP_CONGESTION, b"cubic")
+    s.connect((addr, port))
+    s.sendall(f"SEND 0 cubic {seconds}\n".encode())
+    s.setblocking(False)
+    clamp = lambda: s.getsockopt(socket.IPPROTO_TCP, socket.TCP_WINDOW_CLAMP)
+    rcvbuf = lambda: s.getsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF)
+    got, own, raised, again, t0 = 0, None, [], 0, time.time()
+    last_b, first_b = rcvbuf(), rcvbuf()
+    while time.time() - t0 < seconds - 0.5:
+        try:
+            n = len(s.recv(1 << 20))
+            if not n:
+                break
+            got += n
+        except BlockingIOError:
+            time.sleep(0.001)
+        b = rcvbuf()
+        if own is None:
+            if got > 150_000 and b != last_b:
+                s.setsockopt(socket.IPPROTO_TCP, socket.TCP_WINDOW_CLAMP, OWN)
+                own = {"got": got, "rcvbuf": b, "t": round(time.time() - t0, 3)}
+        else:
+            c = clamp()
+            if c > OWN:
+                if b != last_b:
+                    s.setsockopt(socket.IPPROTO_TCP, socket.TCP_WINDOW_CLAMP, OWN)
+                    again += 1
+                else:
+                    raised.append(c)
+        last_b = b
+    out.append({"own": own, "raised": len(raised), "raised_to": sorted(set(raised))[-3:],
+                "set_again": again, "rcvbuf": [first_b, rcvbuf()], "got": got,
+                "local_port": s.getsockname()[1]})
+    s.close()
+    time.sleep(0.5)
+print(json.dumps(out), flush=True)
+"""
 
 RATE_BPS = 16_000_000
 BASE_RTT_MS = 80
@@ -93,6 +148,18 @@ class Drwa(TestCase):
         self.assertLess(on["clamp_bytes"], 6 * bdp, "the clamp is near lambda x BDP")
         self.assertLessEqual(clamped["rcv_ssthresh"], on["clamp_bytes"] * 1.1,
                              f"ss: the offered window is clamped ({clamped['rcv_ssthresh']} B)")
+        # Issue 34: `bloatd policy list` shows the connection, its clamp, the
+        # RTT_min it uses and where that came from.
+        conns = [c for c in d.api("/v1/policy")["drwa_connections"]
+                 if c["remote"].endswith(":5201") and c["drwa"]["clamp_bytes"] > 0]
+        self.assertEqual(len(conns), 1, d.api("/v1/policy")["drwa_connections"])
+        c = conns[0]["drwa"]
+        self.assertIn(c["min_rtt_source"], ("socket", "peer"), c)
+        self.assertLess(c["min_rtt_us"], (BASE_RTT_MS + 15) * 1000, f"RTT_min is the path's: {c}")
+        listing = d.cli("policy", "list").stdout
+        print(listing, flush=True)
+        row = [line for line in listing.splitlines() if ":5201" in line]
+        self.assertTrue(row and ("own minimum" in row[0] or "path floor" in row[0]), listing)
 
         self.assertEqual(d.cli("policy", "drwa", "off").returncode, 0)
         # Off again: the window is given back at the next ACK and the
@@ -108,6 +175,47 @@ class Drwa(TestCase):
                  what="the queue grows back without DRWA")
         self.assertIn('bloatd_policy_actions_total{action="drwa_restore"}', d.metrics())
 
+
+    def test_an_applications_clamp_holds_when_its_buffer_autotunes(self):
+        """Issue 30, item 9: an application's TCP_WINDOW_CLAMP set while DRWA
+        clamps its window, in a round in which autotuning grew its buffer,
+        was taken for autotuning's: DRWA raised it. Three connections, each
+        setting its clamp right after a read that grew its buffer."""
+        d = self.daemon("--no-cc", "--drwa=on")
+        d.start()
+        lab = self.lab("bd3", rate="50mbit", buffer_bytes=2_000_000, delay_ms=40)
+        lab.spawn("snd", "python3", FLOWS, "serve", "--port", "5308")
+        wait_for(lambda: lab.exec("rcv", "bash", "-c", f"exec 3<>/dev/tcp/{SND4}/5308",
+                                  check=False).returncode == 0, what="the flows server")
+
+        def clients(n):
+            client = subprocess.Popen(["ip", "netns", "exec", lab.ns("rcv"), "python3", "-c",
+                                       AUTOTUNED_CLAMP_CLIENT, SND4, "5308", "5", str(n)],
+                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            lab.procs.append(client)
+            out, err = client.communicate(timeout=60)
+            self.assertTrue(out.strip(), err)
+            conns = json.loads(out.strip().splitlines()[-1])
+            for c in conns:
+                print(f"    DRWA {d.api('/v1/policy')['drwa']['mode']}: {c}", flush=True)
+            return conns
+
+        # The oracle without DRWA: the kernel alone never raises the
+        # application's clamp but with the buffer it grows.
+        self.assertEqual(d.cli("policy", "drwa", "off").returncode, 0)
+        control = clients(1)
+        self.assertFalse([c for c in control if c["raised"]],
+                         f"without DRWA the clamp moved only with the buffer: {control}")
+        self.assertEqual(d.cli("policy", "drwa", "on").returncode, 0)
+        conns = clients(3)
+        rounds = d.api("/v1/policy")["counts"]["drwa_rounds_total"]
+        self.assertGreater(rounds, 0, "DRWA acted")
+        self.assertTrue(all(c["own"] for c in conns),
+                        f"each connection set its clamp after its buffer grew: {conns}")
+        self.assertTrue(all(c["rcvbuf"][1] > c["rcvbuf"][0] for c in conns),
+                        f"the buffers autotuned: {conns}")
+        raised = [c for c in conns if c["raised"]]
+        self.assertFalse(raised, f"DRWA raised the application's 32768 clamp: {raised}")
 
     def test_the_d_key_of_bloatd_top_switches_drwa(self):
         d = self.daemon("--no-cc", "--drwa=off")

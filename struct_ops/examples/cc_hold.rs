@@ -6,6 +6,8 @@
 //! With BLOATD_CC_STATES=1, prints every socket's exported state each second.
 //! Used by scripts/bench/cc.sh and for experiments; the daemon does this for
 //! real.
+// A test, a bench or an example stops at what it cannot do: unwraps are its way.
+#![allow(clippy::unwrap_used)]
 
 use std::io::Write;
 

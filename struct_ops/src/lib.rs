@@ -17,19 +17,19 @@
 mod algo;
 mod error;
 mod kconfig;
-mod kernel;
 mod registration;
 mod stale;
 mod state;
+mod sysctl;
 
 pub use algo::{Algo, Options, RegisterBy, WestwoodSsthresh};
 pub use error::CcError;
-pub use kernel::{
+pub use registration::Registration;
+pub use state::{AlgoState, CubicState, RatioHistogram, WestwoodState};
+pub use sysctl::{
     kernel_available, kernel_default, network_namespaces, retire_netns_defaults,
     set_kernel_default, Netns, NetnsDefaultChange,
 };
-pub use registration::Registration;
-pub use state::{AlgoState, CubicState, RatioHistogram, WestwoodState};
 
 // The daemon keeps the Registration in shared state and reads states() from
 // its sampler thread: keep it Send + Sync (libbpf-rs objects and links are).

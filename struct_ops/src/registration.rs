@@ -22,11 +22,11 @@ use libbpf_rs::{
     PrintLevel,
 };
 
-use crate::kernel::{
-    adopt_netns_defaults, kernel_available, retire_netns_defaults, NetnsDefaultChange,
-};
 use crate::state::{
     decode, monotonic_us, value_size, RatioHistogram, RawRatioHist, RawWestwoodConfig,
+};
+use crate::sysctl::{
+    adopt_netns_defaults, kernel_available, retire_netns_defaults, NetnsDefaultChange,
 };
 use crate::{Algo, AlgoState, CcError, Options, RegisterBy, WestwoodSsthresh};
 
@@ -160,8 +160,9 @@ impl Registration {
                 let n = per_cpu
                     .iter()
                     .filter_map(|v| {
-                        v.get(..8)
-                            .map(|b| u64::from_ne_bytes(b.try_into().unwrap()))
+                        v.get(..8).map(|b| {
+                            u64::from_ne_bytes(b.try_into().expect("8 bytes, by get(..8)"))
+                        })
                     })
                     .sum();
                 Ok((l.algo, n))

@@ -104,7 +104,7 @@ fn state(m: &MapInfo) -> Option<u32> {
             value.as_mut_ptr().cast(),
         )
     };
-    (ret == 0).then(|| u32::from_ne_bytes(value[4..8].try_into().unwrap()))
+    (ret == 0).then(|| u32::from_ne_bytes(value[4..8].try_into().expect("4 bytes, by the range")))
 }
 
 /// Does any process but this one hold a descriptor of map `id`?

@@ -19,6 +19,8 @@
 //!   it (beta 0.7, fast convergence), the next epoch starts at ssthresh and
 //!   K = cbrt((W_max - cwnd_epoch) / C); HyStart ends slow start where the
 //!   kernel's does.
+// A test, a bench or an example stops at what it cannot do: unwraps are its way.
+#![allow(clippy::unwrap_used)]
 
 mod common;
 

@@ -1,6 +1,8 @@
 //! Registration, selection and unregistration against the running kernel
 //! (root). The kernel's own views are the oracle: tcp_available_congestion_control,
 //! getsockopt TCP_CONGESTION, `ss -ti`, TCP_INFO, bpf object ids.
+// A test, a bench or an example stops at what it cannot do: unwraps are its way.
+#![allow(clippy::unwrap_used)]
 
 mod common;
 

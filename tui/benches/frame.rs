@@ -6,12 +6,16 @@
 //! Every frame gets a fresh snapshot whose queueing delays have moved (so no
 //! order carries over), as from a daemon at 4 Hz. Prints percentiles; it
 //! gates nothing (wall-clock numbers depend on the machine).
+// A test, a bench or an example stops at what it cannot do: unwraps are its way.
+#![allow(clippy::unwrap_used)]
 
-#[path = "../tests/common/mod.rs"]
-mod common;
+use bloatd_model::fixtures as common;
 
+use bloatd_model::filter::Filter;
+use bloatd_model::select::select_rows;
+use bloatd_model::sort::SortKey;
 use bloatd_model::Snapshot;
-use bloatd_tui::app::{select_rows, App, Filter, Key, SortKey};
+use bloatd_tui::app::{App, Key};
 use ratatui::backend::TestBackend;
 use ratatui::Terminal;
 use std::time::{Duration, Instant};

@@ -10,9 +10,10 @@
 //! terminal is restored).
 //! `--sockets N`: N more sockets of mixed kinds, their queues drifting (to
 //! watch a busy host, and to measure the dashboard's CPU use).
+// A test, a bench or an example stops at what it cannot do: unwraps are its way.
+#![allow(clippy::unwrap_used)]
 
-#[path = "../tests/common/mod.rs"]
-mod common;
+use bloatd_model::fixtures as common;
 
 use bloatd_model::{CcState, Sample, Series, Snapshot, SnapshotRequest, Socket};
 use bloatd_tui::{Options, Source};

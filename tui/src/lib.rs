@@ -31,7 +31,7 @@ pub trait Source {
     /// The current snapshot as `req` asks: the time series of one socket
     /// (samples newer than `since_ms`, Unix milliseconds; 0 for all the
     /// daemon keeps) and, with a limit, only the rows to draw, sorted and
-    /// filtered by the source (`app::select_rows`). An `Err` is shown to the
+    /// filtered by the source (`bloatd_model::select::select_rows`). An `Err` is shown to the
     /// user as is, so it should name the cause and the fix, e.g. "bloatd
     /// daemon not reachable at /run/bloatd/bloatd.sock: retrying…".
     fn snapshot(&mut self, req: &SnapshotRequest) -> Result<Snapshot, String>;

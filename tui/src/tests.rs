@@ -1,8 +1,7 @@
 //! The run loop driven end to end: a TestBackend that records every frame,
 //! scripted keys, a fake clock that advances by each wait.
 
-#[path = "../tests/common/mod.rs"]
-pub(crate) mod fixtures;
+pub(crate) use bloatd_model::fixtures;
 
 use super::*;
 use ratatui::backend::{ClearType, TestBackend, WindowSize};

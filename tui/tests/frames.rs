@@ -2,8 +2,10 @@
 //! snapshots in tests/snapshots/ (insta). Review a change with
 //! `INSTA_UPDATE=always cargo test -p bloatd-tui --test frames` and
 //! `git diff tui/tests/snapshots`.
+// A test, a bench or an example stops at what it cannot do: unwraps are its way.
+#![allow(clippy::unwrap_used)]
 
-mod common;
+use bloatd_model::fixtures as common;
 
 use bloatd_model::Snapshot;
 use bloatd_tui::app::{App, Key, View};

@@ -1,8 +1,10 @@
 //! What the dashboard shows of bloatd's policy (issue 10): the ACT marks, the
 //! header's DRWA state, a DRWA receiver's detail with its clamp drawn next
 //! to the data received per RTT, and the D key that switches DRWA.
+// A test, a bench or an example stops at what it cannot do: unwraps are its way.
+#![allow(clippy::unwrap_used)]
 
-mod common;
+use bloatd_model::fixtures as common;
 
 use bloatd_model::{Drwa, PolicyState, Sample, Series, Snapshot, SocketPolicy};
 use bloatd_tui::app::{App, Key};
@@ -29,6 +31,8 @@ fn drwa_host(drwa: &str) -> Snapshot {
             rcvd_per_rtt_bytes: 455_000,
             rtt_us: 232_000,
             min_rtt_us: 80_000,
+            min_rtt_source: Some(bloatd_model::FloorSource::Peer),
+            held_rounds_left: 0,
             rounds: 212,
             held: 0,
         }),

@@ -6,8 +6,10 @@
 //! BLOATD_TUI_CHILD is set. No libtest harness (`harness = false` in
 //! Cargo.toml): its failure report would print the panic message again
 //! after the terminal is restored, and hide a hook that loses it.
+// A test, a bench or an example stops at what it cannot do: unwraps are its way.
+#![allow(clippy::unwrap_used)]
 
-mod common;
+use bloatd_model::fixtures as common;
 // The tests' one wait (the kernel tests' helper library, std only).
 #[path = "../../struct_ops/tests/common/wait.rs"]
 #[allow(dead_code)]

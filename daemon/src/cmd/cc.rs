@@ -3,7 +3,7 @@
 
 use crate::cc;
 use crate::client::{self, Client};
-use crate::config::Config;
+use crate::settings::Config;
 use clap::{Args, Subcommand};
 use std::process::ExitCode;
 

@@ -3,8 +3,8 @@
 //! daemon's API, else read from the journal file directly (state_dir).
 
 use crate::client::{Client, ClientError};
-use crate::config::Config;
 use crate::recorder::journal;
+use crate::settings::Config;
 use bloatd_model::format;
 use bloatd_model::journal::{
     parse_span_ms, Episode, EpisodeDetail, HistoryQuery, IncidentsQuery, MinuteRow,

@@ -2,7 +2,7 @@
 //! floors the kernel keeps.
 
 use crate::client::Client;
-use crate::config::Config;
+use crate::settings::Config;
 use bloatd_model::format;
 use bloatd_model::NetPath;
 use clap::Args;

@@ -2,7 +2,7 @@
 //! API (`/v1/policy`).
 
 use crate::client::{Client, ClientError};
-use crate::config::Config;
+use crate::settings::Config;
 use bloatd_model::api::PolicyInfo;
 use clap::{Args, Subcommand};
 use std::process::ExitCode;
@@ -105,6 +105,30 @@ pub fn list_text(info: &PolicyInfo) -> String {
             );
         }
     }
+    if !info.drwa_connections.is_empty() {
+        out += &format!(
+            "{:<22} {:<22} {:>10} {:>9} {:>9}  {:<34} {:>5}\n",
+            "DRWA ON", "PEER", "CLAMP", "RTT", "RTT_MIN", "RTT_MIN FROM", "TAKEN"
+        );
+        for c in &info.drwa_connections {
+            let d = &c.drwa;
+            let ms = |us: u32| format!("{:.0} ms", us as f64 / 1000.0);
+            out += &format!(
+                "{:<22} {:<22} {:>10} {:>9} {:>9}  {:<34} {:>5}\n",
+                c.local.to_string(),
+                c.remote.to_string(),
+                if d.clamp_bytes > 0 {
+                    bloatd_model::format::bytes(d.clamp_bytes as u64)
+                } else {
+                    "none".into()
+                },
+                ms(d.rtt_us),
+                ms(d.min_rtt_us),
+                d.min_rtt_from(),
+                d.held
+            );
+        }
+    }
     let c = &info.counts;
     out += &format!(
         "since start: {} congestion controls set at handshakes, {} switched mid-flow, {} refused; {} DRWA rounds, {} cuts taken back, {} windows given back, {} given back that a bloatd which did not stop had left; {} unsent backlogs bounded (notsent_lowat), {} refused\n",
@@ -119,4 +143,58 @@ pub fn list_text(info: &PolicyInfo) -> String {
         c.notsent_lowat_failed_total
     );
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bloatd_model::api::DrwaConnection;
+    use bloatd_model::{Drwa, FloorSource};
+
+    #[test]
+    fn the_list_shows_each_drwa_connections_rtt_min_and_where_it_came_from() {
+        let conn = |port: u16, source, held_rounds_left, held| DrwaConnection {
+            netns: 1,
+            local: format!("10.9.2.2:{port}").parse().unwrap(),
+            remote: "10.9.1.1:8000".parse().unwrap(),
+            drwa: Drwa {
+                by: "switch".into(),
+                clamp_bytes: 8_400,
+                clamp_segments: 6,
+                rtt_us: 452_000,
+                min_rtt_us: 150_000,
+                min_rtt_source: source,
+                held_rounds_left,
+                rounds: 40,
+                held,
+                ..Default::default()
+            },
+        };
+        let info = PolicyInfo {
+            drwa: bloatd_model::api::DrwaInfo {
+                mode: "on".into(),
+                lambda: 3.0,
+                min_bytes: 65_536,
+                saved_pin: None,
+            },
+            drwa_connections: vec![
+                conn(40001, Some(FloorSource::Peer), 0, 0),
+                conn(40002, None, 12, 1),
+            ],
+            ..Default::default()
+        };
+        let text = list_text(&info);
+        let row = |port: &str| text.lines().find(|l| l.contains(port)).unwrap().to_string();
+        assert!(text.contains("RTT_MIN FROM"), "{text}");
+        let r = row(":40001");
+        assert!(
+            r.contains("150 ms") && r.contains("path floor") && r.ends_with(" 0"),
+            "{r}"
+        );
+        let r = row(":40002");
+        assert!(
+            r.contains("held: a cut taken back, 12 rounds left") && r.ends_with(" 1"),
+            "{r}"
+        );
+    }
 }

@@ -3,7 +3,7 @@
 //! round trip and where: in the network's queue or in its own send buffers.
 
 use crate::client::Client;
-use crate::config::Config;
+use crate::settings::Config;
 use bloatd_model::format;
 use bloatd_model::ServiceView;
 use clap::Args;

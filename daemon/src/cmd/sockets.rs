@@ -2,7 +2,7 @@
 //! kernel now, as a table or JSON.
 
 use crate::client::Client;
-use crate::config::Config;
+use crate::settings::Config;
 use bloatd_model::Socket;
 use clap::Args;
 use std::fmt::Write as _;
@@ -84,42 +84,28 @@ fn policy_text(s: &Socket) -> String {
     }
 }
 
-/// The inner state of a bloatd congestion control, compact.
+/// The inner state of a bloatd congestion control, compact: `key=value`,
+/// RTTs in ms with three decimals as `ss` prints them.
 fn cc_state_text(s: &Socket) -> String {
-    use bloatd_model::CcState;
-    match &s.cc_state {
-        Some(CcState::Westwood {
-            bwe_bytes_per_s,
-            min_rtt_us,
-            pipe_segments,
-            ..
-        }) => format!(
-            "bwe={:.2}Mbit/s rttmin={} pipe={}",
-            *bwe_bytes_per_s as f64 * 8.0 / 1e6,
-            ms(*min_rtt_us),
-            pipe_segments
-        ),
-        Some(CcState::Cubic {
-            w_max_segments,
-            k_ms,
-            epoch_age_ms,
-            min_rtt_us,
-            hystart_round,
-            hystart_found,
-            ..
-        }) => {
-            format!(
-                "wmax={w_max_segments} K={k_ms}ms epoch={} delaymin={} hystart={}{}",
-                epoch_age_ms
-                    .map(|a| format!("{a}ms"))
-                    .unwrap_or_else(|| "-".into()),
-                ms(*min_rtt_us),
-                hystart_round,
-                if *hystart_found { "/exit" } else { "" }
-            )
-        }
-        None => String::new(),
-    }
+    use bloatd_model::CcValue;
+    let Some(state) = &s.cc_state else {
+        return String::new();
+    };
+    let value = |v: CcValue| match v {
+        CcValue::Rate(bps) => format!("{:.2}Mbit/s", bps as f64 / 1e6),
+        CcValue::Rtt(us) => ms(us),
+        CcValue::Millis(m) => format!("{m}ms"),
+        CcValue::Segments(n) => n.to_string(),
+        CcValue::PipeRatio(r) => format!("{r:.1}"),
+        CcValue::Round { n, found } => format!("{n}{}", if found { "/exit" } else { "" }),
+        CcValue::Absent => "-".into(),
+    };
+    state
+        .parts(None)
+        .iter()
+        .map(|p| format!("{}={}", p.key, value(p.value)))
+        .collect::<Vec<_>>()
+        .join(" ")
 }
 
 /// `bloatd sockets`: one line per socket, every number straight from the
@@ -196,4 +182,37 @@ fn sockets_table(socks: &[Socket]) -> String {
         );
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::cc_state_text;
+    use bloatd_model::{fixtures, CcState};
+
+    /// The column as it was before the meaning moved to the model.
+    #[test]
+    fn the_cc_state_column_keeps_its_text() {
+        let mut s = fixtures::socket(1);
+        s.cwnd = 80;
+        s.cc_state = Some(CcState::Westwood {
+            bwe_bytes_per_s: 1_000_000,
+            min_rtt_us: 50_000,
+            pipe_segments: 40,
+        });
+        assert_eq!(cc_state_text(&s), "bwe=8.00Mbit/s rttmin=50.000 pipe=40");
+        s.cc_state = Some(CcState::Cubic {
+            w_max_segments: 90,
+            k_ms: 1200,
+            epoch_age_ms: None,
+            min_rtt_us: 20_500,
+            hystart_round: 3,
+            hystart_found: true,
+        });
+        assert_eq!(
+            cc_state_text(&s),
+            "wmax=90 K=1200ms epoch=- delaymin=20.500 hystart=3/exit"
+        );
+        s.cc_state = None;
+        assert_eq!(cc_state_text(&s), "");
+    }
 }

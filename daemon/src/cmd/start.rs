@@ -4,20 +4,18 @@
 
 use crate::caps;
 use crate::client::Client;
-use crate::config::Config;
-use crate::core::Core;
+use crate::engine::Engine;
 use crate::rundir::{lock_state, take_lock, LockState, PidLock, RunDir, LOG, PID_FILE, SOCKET};
 use crate::server;
+use crate::settings::Config;
 use clap::Args;
 use std::fs::File;
 use std::io::{Read, Write};
-use std::net::SocketAddr;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::process::CommandExt;
 use std::path::Path;
 use std::process::{Command, ExitCode, Stdio};
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 const READY_ENV: &str = "BLOATD_READY_FD";
@@ -31,126 +29,18 @@ pub struct StartArgs {
     /// Stay in the foreground (for systemd and other service managers).
     #[arg(long)]
     pub foreground: bool,
-    /// Prometheus listener address [default: 127.0.0.1:9477]
-    #[arg(long, value_name = "ADDR")]
-    pub listen: Option<SocketAddr>,
-    /// Sampling interval in milliseconds [default: 100]
-    #[arg(long, value_name = "MS")]
-    pub interval: Option<u64>,
-    /// adaptive: on a busy CPU a socket that is not bloated, watched,
-    /// acted on or dense is looked at in a share of its segments (chosen
-    /// from what a look costs; every segment on a quiet CPU), each look
-    /// weighted so histograms stay unbiased in socket-time; reads stay
-    /// exact. exact: every socket every interval it carries traffic (~8x
-    /// the kernel's cost on a busy server) [default: adaptive]
-    #[arg(long, value_name = "MODE", value_parser = ["adaptive", "exact"])]
-    pub sampling: Option<String>,
-    /// Sockets the kernel tracks at most (the socket map's bound; beyond
-    /// it new sockets are counted as dropped) [default: 65536].
-    #[arg(long, value_name = "N")]
-    pub map_capacity: Option<u32>,
-    /// Queueing delay (ms) from which a socket counts as bloated [default: 100]
-    #[arg(long, value_name = "MS")]
-    pub bloat_threshold: Option<u64>,
-    /// Congestion controls to register, comma separated
-    /// [default: bloatd_westwood,bloatd_cubic]
-    #[arg(
-        long,
-        value_name = "LIST",
-        value_delimiter = ',',
-        conflicts_with = "no_cc"
-    )]
-    pub cc: Option<Vec<String>>,
-    /// Register no congestion control.
-    #[arg(long)]
-    pub no_cc: bool,
-    /// bloatd_westwood's ssthresh on three duplicate ACKs: kernel (Reno's
-    /// half, BWE x RTTmin when the recovery completes, as Linux's
-    /// tcp_westwood) or paper (BWE x RTTmin at once) [default: kernel]
-    #[arg(long, value_name = "WHICH", value_parser = ["kernel", "paper"])]
-    pub westwood_ssthresh: Option<String>,
-    /// Keep no path floors: measure queueing delay against each socket's
-    /// own minimum RTT (config `floors = false`; README, "Path floors").
-    #[arg(long)]
-    pub no_floors: bool,
-    /// Services with a `service` label value of their own in /metrics (the
-    /// top N by socket-time; the rest are "other") [default: 20]
-    #[arg(long, value_name = "N")]
-    pub service_labels: Option<u32>,
-    /// Enable the kernel's BPF run-time statistics while running, to see
-    /// each probe's cost in /metrics (costs a little per event).
-    #[arg(long)]
-    pub bpf_stats: bool,
-    /// A congestion control rule, as KEY=VALUE,... with the keys of a
-    /// [[policy]] table (name, dport, sport, cgroup, bulk_bytes, cc, drwa,
-    /// notsent_lowat, enabled), e.g. `sport=5201,cc=bloatd_westwood`,
-    /// `sport=8080,notsent_lowat=128Ki` or
-    /// `name=bulk,bulk_bytes=1M,cc=bloatd_westwood`. Repeatable; after the
-    /// config's rules.
-    #[arg(long = "policy", value_name = "RULE")]
-    pub policy: Vec<String>,
-    /// The receiver's Dynamic Receive Window Adjustment: on (default when
-    /// the flag is given), off (armed, to switch on live with `bloatd
-    /// policy drwa on` or `bloatd top`'s D key) or disabled.
-    #[arg(long, value_name = "MODE", num_args = 0..=1, default_missing_value = "on",
-          value_parser = ["on", "off", "disabled"])]
-    pub drwa: Option<String>,
+    /// The settings' flags (settings.rs: one per row that has one).
+    #[command(flatten)]
+    pub settings: crate::settings::SettingFlags,
 }
 
 impl StartArgs {
     /// The flags given override the config file (a `--policy` that is not
     /// a rule is bad input).
     pub fn apply(&self, cfg: &mut Config) -> Result<(), crate::config::ConfigError> {
-        if let Some(l) = self.listen {
-            cfg.listen = l;
-        }
-        if let Some(i) = self.interval {
-            cfg.interval_ms = i;
-        }
-        if let Some(m) = &self.sampling {
-            cfg.sampling = if m == "exact" {
-                crate::config::Sampling::Exact
-            } else {
-                crate::config::Sampling::Adaptive
-            };
-        }
-        if let Some(n) = self.map_capacity {
-            cfg.map_capacity = n;
-        }
-        if let Some(t) = self.bloat_threshold {
-            cfg.bloat_threshold_ms = t;
-        }
-        if let Some(cc) = &self.cc {
-            cfg.cc = cc.iter().filter(|s| !s.is_empty()).cloned().collect();
-        }
-        if self.no_cc {
-            cfg.cc.clear();
-        }
-        if let Some(w) = &self.westwood_ssthresh {
-            cfg.westwood_ssthresh = w.clone();
-        }
-        if self.no_floors {
-            cfg.floors = false;
-        }
-        if let Some(n) = self.service_labels {
-            cfg.service_labels = n;
-        }
-        if self.bpf_stats {
-            cfg.bpf_stats = true;
-        }
-        for spec in &self.policy {
-            cfg.policy.push(
-                crate::policy::parse_flag(spec).map_err(crate::config::ConfigError::Invalid)?,
-            );
-        }
-        if let Some(m) = self
-            .drwa
-            .as_deref()
-            .and_then(bloatd_model::policy::DrwaMode::from_name)
-        {
-            cfg.drwa = m;
-        }
-        Ok(())
+        self.settings
+            .apply(cfg)
+            .map_err(crate::config::ConfigError::Invalid)
     }
 }
 
@@ -380,12 +270,10 @@ fn log_running(cfg: &Config) {
 }
 
 /// The sampler: the engine's tick every interval (late ticks delayed, not
-/// bunched). `panic_file`: the tests' way to make the daemon panic here.
-async fn sample_every(
-    core: Arc<Mutex<Core>>,
-    interval: Duration,
-    panic_file: Option<std::path::PathBuf>,
-) {
+/// bunched), on the engine's worker so a tick that waits for a read holds
+/// no request. `panic_file`: the tests' way to make the daemon panic
+/// here.
+async fn sample_every(engine: Engine, interval: Duration, panic_file: Option<std::path::PathBuf>) {
     let mut t = tokio::time::interval(interval);
     t.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
@@ -393,7 +281,8 @@ async fn sample_every(
         if panic_file.as_deref().is_some_and(Path::exists) {
             panic!("{TEST_PANIC_ENV}: panicking as asked");
         }
-        core.lock().unwrap().tick();
+        let e = engine.clone();
+        crate::engine::worker::run(move || e.tick()).await;
     }
 }
 
@@ -406,7 +295,7 @@ fn run_foreground(cfg: &Config) -> anyhow::Result<ExitCode> {
         .enable_all()
         .build()?;
     let mut signals = StopSignals::install(&rt)?;
-    let (dir, lock, tcp, unix, core, recorder) = match setup(cfg) {
+    let (dir, lock, tcp, unix, engine, recorder) = match setup(cfg) {
         Ok(s) => s,
         Err(e) => {
             notify_ready(&Err(format!("{e:#}")));
@@ -414,7 +303,7 @@ fn run_foreground(cfg: &Config) -> anyhow::Result<ExitCode> {
         }
     };
     log_running(cfg);
-    core.arm_panic_give_back();
+    engine.control.arm_panic_give_back();
     install_panic_hook();
     let panic_file = std::env::var_os(TEST_PANIC_ENV).map(std::path::PathBuf::from);
     // The flight recorder's thread, now that the capabilities are gone.
@@ -426,25 +315,23 @@ fn run_foreground(cfg: &Config) -> anyhow::Result<ExitCode> {
         }
         None => None,
     };
-    let mut core = core;
     if let Some(r) = &recorder {
-        core.record_to(r.seam());
+        engine.record_to(r.seam());
     }
-    let core = Arc::new(Mutex::new(core));
-    let interval = Duration::from_millis(cfg.interval_ms);
+    let interval = cfg.interval();
     let result = rt.block_on(async {
         let tcp = tokio::net::TcpListener::from_std(tcp)?;
         let unix = tokio::net::UnixListener::from_std(unix)?;
-        let ticker = sample_every(core.clone(), interval, panic_file);
+        let ticker = sample_every(engine.clone(), interval, panic_file);
         let metrics = server::serve(
             tcp,
-            server::metrics_router(core.clone()),
+            server::metrics_router(engine.scrape.clone()),
             server::Limits::DEFAULT,
         );
         let api_srv = server::serve(
             unix,
             server::api_router(
-                core.clone(),
+                engine.clone(),
                 cfg.authority(),
                 recorder.as_ref().map(|r| r.reader()),
             ),
@@ -467,9 +354,8 @@ fn run_foreground(cfg: &Config) -> anyhow::Result<ExitCode> {
     // moving other namespaces' defaults needs the capabilities kept for it.
     drop(rt);
     caps::raise_for_stop();
-    match Arc::try_unwrap(core) {
-        Ok(m) => drop(m.into_inner()),
-        Err(_) => tracing::warn!("engine still referenced at exit; the kernel will detach it"),
+    if !engine.stop() {
+        tracing::warn!("engine still referenced at exit; the kernel will detach it");
     }
     if let Some(r) = recorder {
         r.stop();
@@ -506,7 +392,7 @@ type Setup = (
     PidLock,
     std::net::TcpListener,
     std::os::unix::net::UnixListener,
-    Core,
+    Engine,
     // The flight recorder to start (None: off), with why its directory
     // was refused, if it was.
     Option<Option<String>>,
@@ -531,12 +417,12 @@ fn setup(cfg: &Config) -> anyhow::Result<Setup> {
     })?;
     tcp.set_nonblocking(true)?;
     let unix = dir.bind_socket(cfg.api_gid().map(|(_, g)| g))?;
-    let core = Core::start(cfg, "daemon", true)?;
+    let engine = Engine::start(cfg, "daemon", true)?;
     // The journal's directory takes a group: before the capabilities go.
     let recorder = (cfg.journal_max_mb > 0).then(|| crate::recorder::prepare(cfg).err());
     // Everything is loaded and attached: from here on bloatd works on the
     // descriptors it holds (see caps.rs for what it keeps, and why).
     caps::drop_after_start()
         .map_err(|e| anyhow::anyhow!("cannot drop capabilities after start: {e}"))?;
-    Ok((dir, lock, tcp, unix, core, recorder))
+    Ok((dir, lock, tcp, unix, engine, recorder))
 }

@@ -2,8 +2,8 @@
 
 use super::EXIT_NOT_RUNNING;
 use crate::client::{Client, ClientError};
-use crate::config::Config;
 use crate::rundir::{lock_state, LockState};
+use crate::settings::Config;
 use bloatd_model::api::Status;
 use clap::Args;
 use std::process::ExitCode;

@@ -5,8 +5,8 @@
 //! the pid file's lock meanwhile.
 
 use super::EXIT_NOT_RUNNING;
-use crate::config::Config;
 use crate::rundir::{errno, lock_state, LockState, RunDir, PID_FILE};
+use crate::settings::Config;
 use std::os::unix::fs::MetadataExt;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};

@@ -6,8 +6,8 @@
 //! mode), so one command is enough on a laptop.
 
 use crate::client::{Client, ClientError};
-use crate::config::Config;
-use crate::core::Core;
+use crate::engine::Engine;
+use crate::settings::Config;
 use bloatd_model::{Snapshot, SnapshotRequest};
 use bloatd_tui::Source;
 use clap::Args;
@@ -35,7 +35,7 @@ pub struct TopArgs {
 /// running in this process (embedded mode).
 enum Backend {
     Api(Client),
-    Embedded(Box<Core>),
+    Embedded(Engine),
 }
 
 impl Source for Backend {
@@ -50,9 +50,9 @@ impl Source for Backend {
                 ),
                 e => e.to_string(),
             }),
-            Backend::Embedded(core) => {
-                core.tick();
-                core.snapshot(req, false, me())
+            Backend::Embedded(engine) => {
+                engine.tick();
+                engine.snapshot(req, false, me())
             }
         }
     }
@@ -102,7 +102,7 @@ impl Source for Backend {
                 ClientError::Status { body, .. } => body,
                 e => e.to_string(),
             }),
-            Backend::Embedded(core) => core.set_drwa(on, me().uid),
+            Backend::Embedded(engine) => engine.control.set_drwa(on, me().uid),
         }
     }
 }
@@ -133,12 +133,12 @@ impl Backend {
                 cfg.cc.clear();
                 cfg.policy.clear();
                 cfg.drwa = bloatd_model::policy::DrwaMode::Disabled;
-                let mut core = Core::start(&cfg, "embedded", false)?;
+                let engine = Engine::start(&cfg, "embedded", false)?;
                 // Probes started just now: give them a few intervals to see
                 // the traffic of other namespaces.
-                std::thread::sleep(Duration::from_millis(cfg.interval_ms * 3));
-                core.tick();
-                Ok(Backend::Embedded(Box::new(core)))
+                std::thread::sleep(cfg.interval() * 3);
+                engine.tick();
+                Ok(Backend::Embedded(engine))
             }
             Err(e) => Err(e.into()),
         }
@@ -149,7 +149,7 @@ impl Backend {
     fn fresh(&mut self) -> anyhow::Result<Snapshot> {
         match self {
             Backend::Api(client) => Ok(client.snapshot(&SnapshotRequest::default(), true)?),
-            Backend::Embedded(core) => core
+            Backend::Embedded(engine) => engine
                 .snapshot(&SnapshotRequest::default(), true, me())
                 .map_err(anyhow::Error::msg),
         }

@@ -208,29 +208,27 @@ pub fn describe_actions(r: &Rule) -> String {
     s.join(" + ")
 }
 
-/// DRWA's smallest lambda. With no queue the window grows by lambda x
-/// RTT_min / RTT a round (bpf/policy.h, drwa_round), and RTT_min is never
-/// above the RTT: at 1 the window can only shrink, and below 2 it grows
-/// more slowly than a sender in slow start, which doubles its window each
-/// RTT, so DRWA would hold back a connection that builds no queue.
-pub const DRWA_LAMBDA_MIN: f64 = 2.0;
+/// Rules given one by one (`--policy RULE`, settings.rs), after the
+/// config's.
+impl crate::settings::SettingValue for Vec<Rule> {
+    const JSON: &'static str = "array";
+    fn set_flag(&mut self, s: &str) -> Result<(), String> {
+        self.push(parse_flag(s)?);
+        Ok(())
+    }
+    fn shown(&self) -> String {
+        "none".into()
+    }
+}
 
 /// The checks that need nothing from the system: every rule well formed,
 /// names unique, no rule shadowed by an earlier one.
-pub fn validate(rules: &[Rule], drwa_lambda: f64, drwa_min_bytes: u64) -> Result<(), String> {
+pub fn validate(rules: &[Rule]) -> Result<(), String> {
     if rules.len() > MAX_RULES {
         return Err(format!(
             "policy: {} rules, at most {MAX_RULES}",
             rules.len()
         ));
-    }
-    if !(DRWA_LAMBDA_MIN..=16.0).contains(&drwa_lambda) {
-        return Err(format!(
-            "drwa_lambda = {drwa_lambda} is out of range ({DRWA_LAMBDA_MIN:.1}..=16.0; the paper's is 3): below 2 a window with no queue behind it grows more slowly than the sender's slow start, and at 1 it can never grow"
-        ));
-    }
-    if drwa_min_bytes > 1 << 40 {
-        return Err("drwa_min_bytes must be at most 2^40".into());
     }
     let root = Path::new("/sys/fs/cgroup");
     let mut names: Vec<String> = Vec::new();
@@ -369,7 +367,7 @@ mod tests {
 
     fn check(rules: &[&str]) -> Result<(), String> {
         let rules: Vec<Rule> = rules.iter().map(|r| rule(r)).collect();
-        validate(&rules, 3.0, 65536)
+        validate(&rules)
     }
 
     #[test]
@@ -410,20 +408,6 @@ mod tests {
     }
 
     #[test]
-    fn lambda_below_two_is_refused_with_the_reason() {
-        for bad in [1.0, 1.5, 1.99, 16.5] {
-            let e = validate(&[], bad, 65_536).unwrap_err();
-            assert!(e.contains("out of range (2.0..=16.0"), "{e}");
-        }
-        assert!(validate(&[], 1.0, 65_536)
-            .unwrap_err()
-            .contains("can never grow"));
-        for good in [2.0, 3.0, 16.0] {
-            assert!(validate(&[], good, 65_536).is_ok());
-        }
-    }
-
-    #[test]
     fn a_rule_must_do_something_and_bulk_cannot_carry_drwa() {
         assert!(check(&["dport = 443"])
             .unwrap_err()
@@ -460,7 +444,7 @@ mod tests {
         ] {
             let table = format!("sport = 8080\nnotsent_lowat = {bad}");
             let e = rule_from_table(&table.parse::<toml::Table>().unwrap())
-                .and_then(|r| validate(&[r], 3.0, 65536))
+                .and_then(|r| validate(&[r]))
                 .unwrap_err();
             assert!(e.contains("notsent_lowat") && e.contains(why), "{bad}: {e}");
         }

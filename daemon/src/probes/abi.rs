@@ -3,6 +3,7 @@
 //! BTF (bpf/build_bpf.rs), so they are the C layout by construction.
 
 include!(concat!(env!("OUT_DIR"), "/abi.rs"));
+include!(concat!(env!("OUT_DIR"), "/globals.rs"));
 
 pub const AF_INET6: u16 = 10;
 

@@ -193,7 +193,7 @@ pub fn hash_entries<K: Copy, V: Copy>(
                 continue;
             }
             None | Some(libc::ENOENT) => {}
-            _ => return Err(err.unwrap()),
+            _ => return Err(err.expect("an errno: ret < 0")),
         }
         // SAFETY: the kernel wrote attr.batch.count keys and values, each
         // plain data of the map's sizes (checked by the caller's types).

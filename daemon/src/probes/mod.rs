@@ -26,9 +26,11 @@ mod netns;
 pub mod policy;
 #[cfg(test)]
 mod sampler_tests;
+mod stats;
 
+use crate::settings::Config;
 use abi::{
-    stat, BloatdCcStats, BloatdControl, BloatdFloor, BloatdPathKey, BloatdRoleStats, BloatdSample,
+    stat, BloatdCcStats, BloatdControl, BloatdFloor, BloatdRoleStats, BloatdSample,
     BloatdSamplerCpu, BloatdSock, BloatdSockCounts, BloatdSvcKey, BloatdSvcStats,
 };
 use aya::maps::{Array, HashMap as BpfHashMap, Map, MapData, PerCpuArray, RingBuf};
@@ -38,12 +40,13 @@ use map_iter::{MapIter, Slots};
 use std::collections::HashSet;
 use std::io::Read;
 use std::os::fd::{AsFd, OwnedFd};
+use std::sync::Mutex;
 use std::time::Duration;
 
 static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/probes.bpf.o"));
 
 /// The BTF tracepoint programs of the object, in attach order; the last
-/// only where the kernel has it (kernel.rs, CONG_STATE_TRACEPOINT).
+/// only where the kernel has it (probes/kernel.rs, CONG_STATE_TRACEPOINT).
 pub const TRACEPOINTS: [&str; 4] = [
     "tcp_probe",
     "inet_sock_set_state",
@@ -86,31 +89,43 @@ pub enum ProbeError {
     Map { map: &'static str, detail: String },
 }
 
-pub struct ProbeConfig {
-    pub interval: Duration,
-    /// Adaptive sampling (sampler.h); false: every socket every interval.
-    pub sampling_adaptive: bool,
-    pub map_capacity: u32,
-    pub bpf_stats: bool,
-    /// Queueing delay from which a socket counts as bloated (0: never).
-    pub bloat_threshold_us: u32,
-    /// Path floors: how long a floor is remembered, how many peers and
-    /// prefixes are kept, the prefix lengths that serve peers without
-    /// history (0 disables), and whether new peers' floors are inferred.
-    pub floor_window_s: u32,
-    pub floor_entries: u32,
-    pub floor_prefix_v4: u8,
-    pub floor_prefix_v6: u8,
-    pub floor_infer: bool,
-    pub floors: bool,
-    /// Per-service histograms kept at most (svc_stats, service_ops.h).
-    pub service_entries: u32,
-    /// Rules and DRWA for the sock_ops program (policy.rs).
-    pub policy: policy::PolicyConfig,
-}
-
+/// What bloatd loaded into the kernel, shared by whoever reads it: the
+/// programs, the statistics maps, the policy's maps. Every method takes
+/// `&self`; the two maps it changes are behind their own locks.
 pub struct Probes {
     ebpf: Ebpf,
+    /// How reads reach the sockets of other network namespaces.
+    reach: NetnsReach,
+    /// The floor maps (peers, prefixes).
+    floors: [MapData; 2],
+    /// Why closing senders are not sampled, if they are not.
+    sockops_error: Option<String>,
+    /// What the kernel offers beyond the core.
+    kernel: crate::probes::kernel::Kernel,
+    stats: PerCpuArray<MapData, u64>,
+    cc_stats: PerCpuArray<MapData, BloatdCcStats>,
+    sock_counts: Array<MapData, BloatdSockCounts>,
+    cc_names: Array<MapData, [u8; 16]>,
+    /// Queueing delay and RTT histograms per (cgroup, cc, role), and the
+    /// map's bound (service_ops.h).
+    svc_stats: Mutex<BpfHashMap<MapData, BloatdSvcKey, BloatdSvcStats>>,
+    service_entries: u32,
+    /// Adaptive sampling's state on each CPU (sampler.h), and the hot sockets.
+    sampler: PerCpuArray<MapData, BloatdSamplerCpu>,
+    /// struct bloatd_hot read as words: the count first (a generated type
+    /// of 4,096 slots would have no Default).
+    hot: Array<MapData, [u32; 2 + 2 * abi::limits::HOT_SLOTS as usize]>,
+    map_capacity: u32,
+    /// Holding this fd keeps kernel.bpf_stats_enabled on; dropped with us.
+    _stats_fd: Option<OwnedFd>,
+    /// The policy's rules, switches and counters.
+    pub policy: Mutex<policy::PolicyMaps>,
+}
+
+/// The maps a read of every socket uses, and the watched sockets' stream:
+/// owned by the one reader (engine/reader.rs), apart from the maps a
+/// scrape reads.
+pub struct SocketReads {
     ring: RingBuf<MapData>,
     /// Walks the sockets of the reading thread's network namespace into
     /// `slots`, the array `dump` (held by `_dump`), taking each one's
@@ -124,40 +139,20 @@ pub struct Probes {
     netns_seen: BpfHashMap<MapData, u32, u32>,
     netns: netns::Finder,
     reach: NetnsReach,
-    /// The floor maps (peers, prefixes).
-    floors: [MapData; 2],
-    /// Why closing senders are not sampled, if they are not.
-    sockops_error: Option<String>,
-    /// What the kernel offers beyond the core.
-    kernel: crate::probes::kernel::Kernel,
-    stats: PerCpuArray<MapData, u64>,
-    cc_stats: PerCpuArray<MapData, BloatdCcStats>,
-    sock_counts: Array<MapData, BloatdSockCounts>,
-    cc_names: Array<MapData, [u8; 16]>,
     watch: BpfHashMap<MapData, u64, u8>,
     control: Array<MapData, BloatdControl>,
-    /// Queueing delay and RTT histograms per (cgroup, cc, role), and the
-    /// map's bound (service_ops.h).
-    svc_stats: BpfHashMap<MapData, BloatdSvcKey, BloatdSvcStats>,
-    service_entries: u32,
     watched: HashSet<u64>,
-    /// Adaptive sampling's state on each CPU (sampler.h), and the hot sockets.
-    sampler: PerCpuArray<MapData, BloatdSamplerCpu>,
-    /// struct bloatd_hot read as words: the count first (a generated type
-    /// of 4,096 slots would have no Default).
-    hot: Array<MapData, [u32; 2 + 2 * abi::limits::HOT_SLOTS as usize]>,
-    map_capacity: u32,
-    /// Holding this fd keeps kernel.bpf_stats_enabled on; dropped with us.
-    _stats_fd: Option<OwnedFd>,
-    /// The policy's rules, switches and counters.
-    pub policy: policy::PolicyMaps,
 }
 
 impl Drop for Probes {
     /// Before the programs go (the fields drop after this): receivers DRWA
     /// clamps get their windows back.
     fn drop(&mut self) {
-        let left = self.policy.release_windows(Duration::from_secs(2));
+        let left = self
+            .policy
+            .get_mut()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .release_windows(Duration::from_secs(2));
         if left > 0 {
             tracing::warn!(
                 "{left} receivers keep DRWA's window clamp for their life: bloatd could not enter their network namespace (no process or /run/netns name holds it)"
@@ -249,24 +244,6 @@ fn make_overflow_entries(
 /// Read slots beyond the bound: records the startup walk made for sockets
 /// that existed before (they are not refused) fit too.
 const DUMP_SLACK: u32 = 256;
-
-/// How the probes sample, as a part `bloatd status`, top and /metrics
-/// (`bloatd_feature_enabled{feature="adaptive_sampling"}`) show.
-pub fn sampling_feature(s: crate::config::Sampling) -> bloatd_model::Feature {
-    use crate::config::Sampling;
-    match s {
-        Sampling::Adaptive => bloatd_model::Feature {
-            name: "adaptive_sampling".into(),
-            state: bloatd_model::FeatureState::On,
-            detail: "on a busy CPU, sparse sockets looked at in a share of their segments, weighted; bloated, watched, acted-on and dense sockets (and those on a path just bloated) every interval".into(),
-        },
-        Sampling::Exact => bloatd_model::Feature {
-            name: "adaptive_sampling".into(),
-            state: bloatd_model::FeatureState::Off,
-            detail: "sampling = \"exact\": every socket sampled every interval it carries traffic".into(),
-        },
-    }
-}
 
 /// Adaptive sampling's state (sampler.h): each CPU's, and the hot sockets.
 #[derive(Clone, Debug)]
@@ -471,7 +448,7 @@ fn walk_netns(
         detail: e.to_string(),
     })?;
     let n = match bytes.get(..4) {
-        Some(b) => u32::from_ne_bytes(b.try_into().unwrap()) as usize,
+        Some(b) => u32::from_ne_bytes(b.try_into().expect("4 bytes, by get(..4)")) as usize,
         None => {
             return Err(ProbeError::Map {
                 map: "socks",
@@ -513,43 +490,34 @@ fn take_raw(ebpf: &mut Ebpf, name: &'static str) -> Result<Map, ProbeError> {
         .ok_or_else(|| ProbeError::Object(format!("map {name} missing from object")))
 }
 
-/// The object with this configuration's constants and map sizes, loaded
-/// (maps created), no program loaded yet.
+/// The object with this configuration's constants (`Config::globals`) and
+/// map sizes, loaded (maps created), no program loaded yet.
 fn open_object(
-    cfg: &ProbeConfig,
+    cfg: &Config,
+    policy: &policy::PolicyConfig,
     btf: &Btf,
     kernel: &crate::probes::kernel::Kernel,
 ) -> Result<Ebpf, ProbeError> {
-    let interval_ns = cfg.interval.as_nanos() as u64;
+    let globals = cfg.globals(crate::settings::Found {
+        cong_state_tracepoint: kernel.cong_state_tracepoint,
+        policy_nrules: policy.rules.len() as u32,
+        drwa_armed: policy.drwa_armed,
+    });
     let mut loader = EbpfLoader::new();
-    if let Some(pin) = &cfg.policy.saved_pin {
+    if let Some(pin) = &policy.saved_pin {
         // A map a daemon that did not stop left there is reused.
         loader.map_pin_path(policy::SAVED_MAP, pin.as_path());
     }
+    loader.btf(Some(btf));
+    globals.apply(&mut loader);
     loader
-        .btf(Some(btf))
-        .override_global("sample_interval_ns", &interval_ns, true)
-        .override_global("sampling_adaptive", &(cfg.sampling_adaptive as u32), true)
-        .override_global("map_capacity", &(cfg.map_capacity as u64), true)
-        .override_global("floor_window_s", &cfg.floor_window_s, true)
-        .override_global("floor_prefix_v4", &(cfg.floor_prefix_v4 as u32), true)
-        .override_global("floor_prefix_v6", &(cfg.floor_prefix_v6 as u32), true)
-        .override_global("floor_infer_on", &(cfg.floor_infer as u32), true)
-        .override_global("floors_on", &(cfg.floors as u32), true)
-        .override_global("bloat_threshold_us", &cfg.bloat_threshold_us, true)
-        .override_global(
-            "ca_state_from_sock",
-            &(!kernel.cong_state_tracepoint as u32),
-            true,
+        .map_max_entries(abi::map::FLOORS, cfg.floor_entries)
+        .map_max_entries(
+            abi::map::PREFIX_FLOORS,
+            prefix_floor_entries(cfg.floor_entries),
         )
-        .override_global("policy_nrules", &(cfg.policy.rules.len() as u32), true)
-        .override_global("drwa_armed", &(cfg.policy.drwa_armed as u32), true)
-        .override_global("drwa_lambda_x256", &cfg.policy.drwa_lambda_x256, true)
-        .override_global("drwa_min_bytes", &cfg.policy.drwa_min_bytes, true)
-        .map_max_entries("floors", cfg.floor_entries)
-        .map_max_entries("prefix_floors", prefix_floor_entries(cfg.floor_entries))
-        .map_max_entries("svc_stats", cfg.service_entries)
-        .map_max_entries("dump", cfg.map_capacity + DUMP_SLACK)
+        .map_max_entries(abi::map::SVC_STATS, cfg.service_entries)
+        .map_max_entries(abi::map::DUMP, cfg.map_capacity + DUMP_SLACK)
         .load(OBJECT)
         .map_err(|e| ProbeError::Object(errstr(e)))
 }
@@ -589,12 +557,12 @@ fn attach_tracepoints(
 fn attach_policy(
     ebpf: &mut Ebpf,
     btf: &Btf,
-    cfg: &ProbeConfig,
+    cfg: &policy::PolicyConfig,
 ) -> Result<(policy::PolicyMaps, Option<String>), ProbeError> {
-    let mut policy_maps = policy::PolicyMaps::load(ebpf, &cfg.policy)?;
-    if cfg.policy.drwa_armed || cfg.policy.saved_pin.is_some() {
+    let mut policy_maps = policy::PolicyMaps::load(ebpf, cfg)?;
+    if cfg.drwa_armed || cfg.saved_pin.is_some() {
         let it = iter_link(ebpf, btf, "restore_windows", "tcp", None)?;
-        policy_maps.set_restore(it, cfg.policy.saved_pin.clone())?;
+        policy_maps.set_restore(it, cfg.saved_pin.clone())?;
         // What a daemon that did not stop left clamped goes back before
         // this one's program sees a socket.
         let recovered = policy_maps.give_back_left();
@@ -606,7 +574,7 @@ fn attach_policy(
     }
     let sockops_error = attach_sock_ops(ebpf).err();
     if let Some(e) = &sockops_error {
-        if !cfg.policy.rules.is_empty() || cfg.policy.drwa_armed {
+        if !cfg.rules.is_empty() || cfg.drwa_armed {
             // Without the program no rule and no DRWA would act: refuse.
             return Err(ProbeError::Attach {
                 name: "sock_ops",
@@ -622,12 +590,15 @@ impl Probes {
     /// Every probe loaded and attached, one helper per kind (object,
     /// tracepoints, policy and sock_ops, iterators); what stays is taking
     /// the maps into the struct's fields, a line each.
-    pub fn load(cfg: &ProbeConfig) -> Result<Probes, ProbeError> {
+    pub fn load(
+        cfg: &Config,
+        policy_cfg: &policy::PolicyConfig,
+    ) -> Result<(Probes, SocketReads), ProbeError> {
         preflight()?;
         let btf = Btf::from_sys_fs().map_err(|_| ProbeError::NoBtf)?;
         crate::probes::kernel::check_core(&btf)?;
         let kernel = crate::probes::kernel::Kernel::detect(&btf);
-        let mut ebpf = open_object(cfg, &btf, &kernel)?;
+        let mut ebpf = open_object(cfg, policy_cfg, &btf, &kernel)?;
         let stats_fd = if cfg.bpf_stats {
             Some(
                 aya::sys::enable_stats(aya::sys::Stats::RunTime).map_err(|e| {
@@ -639,15 +610,15 @@ impl Probes {
         };
         attach_tracepoints(&mut ebpf, &btf, &kernel)?;
 
-        let ring: RingBuf<MapData> = take_map(&mut ebpf, "samples")?;
-        let Map::SkStorage(socks) = take_raw(&mut ebpf, "socks")? else {
+        let ring: RingBuf<MapData> = take_map(&mut ebpf, abi::map::SAMPLES)?;
+        let Map::SkStorage(socks) = take_raw(&mut ebpf, abi::map::SOCKS)? else {
             return Err(ProbeError::Object("map socks is not socket storage".into()));
         };
         let mut svc_stats: BpfHashMap<MapData, BloatdSvcKey, BloatdSvcStats> =
-            take_map(&mut ebpf, "svc_stats")?;
+            take_map(&mut ebpf, abi::map::SVC_STATS)?;
         make_overflow_entries(&mut svc_stats)?;
         let mut floor_maps = Vec::new();
-        for name in ["floors", "prefix_floors"] {
+        for name in [abi::map::FLOORS, abi::map::PREFIX_FLOORS] {
             let Map::LruHashMap(m) = take_raw(&mut ebpf, name)? else {
                 return Err(ProbeError::Object(format!("map {name} is not an LRU hash")));
             };
@@ -655,9 +626,9 @@ impl Probes {
         }
         let [floors_map, prefix_floors_map]: [MapData; 2] =
             floor_maps.try_into().expect("two floor maps");
-        let (policy_maps, sockops_error) = attach_policy(&mut ebpf, &btf, cfg)?;
+        let (policy_maps, sockops_error) = attach_policy(&mut ebpf, &btf, policy_cfg)?;
 
-        let Map::Array(dump_map) = take_raw(&mut ebpf, "dump")? else {
+        let Map::Array(dump_map) = take_raw(&mut ebpf, abi::map::DUMP)? else {
             return Err(ProbeError::Object("map dump is not an array".into()));
         };
         let slots = Slots::new(
@@ -686,17 +657,10 @@ impl Probes {
             }
         };
 
-        let mut probes = Probes {
-            stats: take_map(&mut ebpf, "stats")?,
-            cc_stats: take_map(&mut ebpf, "cc_stats")?,
-            sock_counts: take_map(&mut ebpf, "sock_counts")?,
-            cc_names: take_map(&mut ebpf, "cc_names")?,
-            watch: take_map(&mut ebpf, "watch")?,
-            control: take_map(&mut ebpf, "control")?,
-            netns_seen: take_map(&mut ebpf, "netns_seen")?,
-            sampler: take_map(&mut ebpf, "sampler")?,
-            hot: take_map(&mut ebpf, "hot")?,
-            ebpf,
+        let reads = SocketReads {
+            watch: take_map(&mut ebpf, abi::map::WATCH)?,
+            control: take_map(&mut ebpf, abi::map::CONTROL)?,
+            netns_seen: take_map(&mut ebpf, abi::map::NETNS_SEEN)?,
             ring,
             dump,
             slots,
@@ -704,18 +668,28 @@ impl Probes {
             _socks: socks,
             netns: netns::Finder::default(),
             reach,
+            watched: HashSet::new(),
+        };
+        let mut probes = Probes {
+            stats: take_map(&mut ebpf, abi::map::STATS)?,
+            cc_stats: take_map(&mut ebpf, abi::map::CC_STATS)?,
+            sock_counts: take_map(&mut ebpf, abi::map::SOCK_COUNTS)?,
+            cc_names: take_map(&mut ebpf, abi::map::CC_NAMES)?,
+            sampler: take_map(&mut ebpf, abi::map::SAMPLER)?,
+            hot: take_map(&mut ebpf, abi::map::HOT)?,
+            ebpf,
+            reach,
             floors: [floors_map, prefix_floors_map],
             sockops_error,
             kernel,
-            svc_stats,
+            svc_stats: Mutex::new(svc_stats),
             service_entries: cfg.service_entries,
-            watched: HashSet::new(),
             map_capacity: cfg.map_capacity,
             _stats_fd: stats_fd,
-            policy: policy_maps,
+            policy: Mutex::new(policy_maps),
         };
         probes.seed(&btf)?;
-        Ok(probes)
+        Ok((probes, reads))
     }
 
     /// `bloatd stop` with no daemon running: give back the windows a daemon
@@ -813,8 +787,9 @@ impl Probes {
             })?;
         Ok(())
     }
+}
 
-    /// Hand every record waiting in the ring buffer to `f`.
+impl SocketReads {
     /// Hand every sample waiting in the ring buffer (watched sockets only)
     /// to `f`.
     pub fn drain(&mut self, mut f: impl FnMut(&BloatdSample)) {
@@ -848,92 +823,6 @@ impl Probes {
             map: "control",
             detail: errstr(e),
         })
-    }
-
-    /// Adaptive sampling as the probes run it: every CPU's state, and the
-    /// sockets sampled every interval now.
-    pub fn sampler(&self) -> Result<SamplerState, ProbeError> {
-        let err = |map, e| ProbeError::Map {
-            map,
-            detail: errstr(e),
-        };
-        let cpus = self
-            .sampler
-            .get(&0, 0)
-            .map_err(|e| err("sampler", e))?
-            .iter()
-            .copied()
-            .collect();
-        let hot = self.hot.get(&0, 0).map_err(|e| err("hot", e))?[0];
-        Ok(SamplerState { cpus, hot })
-    }
-
-    /// The kernel's statistics by congestion control: (name, its entry
-    /// summed over CPUs). Indexes that carry the same name (two CPUs met a
-    /// new name at once) are summed into one.
-    pub fn cc_stats(&self) -> Result<Vec<(String, BloatdCcStats)>, ProbeError> {
-        let err = |map, e| ProbeError::Map {
-            map,
-            detail: errstr(e),
-        };
-        let mut out: Vec<(String, BloatdCcStats)> = Vec::new();
-        for idx in 0..abi::limits::CC_MAX {
-            let name = if idx == abi::limits::CC_MAX - 1 {
-                "other".to_string()
-            } else {
-                let raw = self.cc_names.get(&idx, 0).map_err(|e| err("cc_names", e))?;
-                crate::text::cstr(&raw)
-            };
-            if name.is_empty() {
-                continue;
-            }
-            let per_cpu = self.cc_stats.get(&idx, 0).map_err(|e| err("cc_stats", e))?;
-            let slot = match out.iter().position(|(n, _)| *n == name) {
-                Some(i) => i,
-                None => {
-                    out.push((name, BloatdCcStats::default()));
-                    out.len() - 1
-                }
-            };
-            for cpu in per_cpu.iter() {
-                merge_cc_stats(&mut out[slot].1, cpu);
-            }
-        }
-        Ok(out)
-    }
-
-    /// Every per-service histogram the kernel keeps now, and its bound.
-    pub fn svc_stats(&self) -> (Vec<(BloatdSvcKey, BloatdSvcStats)>, u32) {
-        let entries = self.svc_stats.iter().filter_map(Result::ok).collect();
-        (entries, self.service_entries)
-    }
-
-    /// Delete per-service histograms whose counts were folded (idle
-    /// cgroups); returns those deleted.
-    pub fn svc_delete(&mut self, keys: &[BloatdSvcKey]) -> Vec<BloatdSvcKey> {
-        keys.iter()
-            .filter(|k| self.svc_stats.remove(k).is_ok())
-            .copied()
-            .collect()
-    }
-
-    /// Records alive now by congestion control index, role and state.
-    pub fn sock_counts(&self) -> Result<BloatdSockCounts, ProbeError> {
-        self.sock_counts.get(&0, 0).map_err(|e| ProbeError::Map {
-            map: "sock_counts",
-            detail: errstr(e),
-        })
-    }
-
-    /// The name behind a congestion control index of `sock_counts`.
-    pub fn cc_name(&self, idx: u32) -> String {
-        if idx == abi::limits::CC_MAX - 1 {
-            return "other".into();
-        }
-        self.cc_names
-            .get(&idx, 0)
-            .map(|raw| crate::text::cstr(&raw))
-            .unwrap_or_default()
     }
 
     /// Every socket record, refreshed from its socket as it is read, in
@@ -992,109 +881,5 @@ impl Probes {
             let _ = self.netns_seen.remove(&ino);
         }
         result
-    }
-
-    pub fn map_capacity(&self) -> u32 {
-        self.map_capacity
-    }
-
-    /// Every path floor the kernel keeps (peers and prefixes), in batches
-    /// of each table.
-    pub fn floors(&self) -> Result<Vec<(BloatdPathKey, BloatdFloor)>, ProbeError> {
-        let mut out = Vec::new();
-        for m in &self.floors {
-            out.extend(
-                map_iter::hash_entries::<BloatdPathKey, BloatdFloor>(m.fd().as_fd(), 4096)
-                    .map_err(|e| ProbeError::Map {
-                        map: "floors",
-                        detail: e.to_string(),
-                    })?,
-            );
-        }
-        Ok(out)
-    }
-
-    /// How many floors the kernel keeps now, peers and prefixes.
-    pub fn floors_count(&self) -> Result<u64, ProbeError> {
-        Ok(self.floors()?.len() as u64)
-    }
-
-    /// How reads reach other network namespaces, as a part `bloatd
-    /// status`, top and /metrics show.
-    pub fn netns_feature(&self) -> bloatd_model::Feature {
-        use bloatd_model::FeatureState::{Fallback, Off, On};
-        let (state, detail) = match self.reach {
-            NetnsReach::OneWalk => (On, "the sockets of every network namespace in one walk of the socket storage map"),
-            NetnsReach::Entering => (Fallback, "this kernel refuses map-element iterators: each read enters every network namespace with sockets (setns, CAP_SYS_ADMIN)"),
-            NetnsReach::OwnOnly => (Off, "this kernel refuses map-element iterators and bloatd lacks CAP_SYS_ADMIN to enter network namespaces: sockets of other namespaces count in /metrics but sockets, top and paths list only bloatd's own namespace"),
-        };
-        bloatd_model::Feature {
-            name: "netns_read".into(),
-            state,
-            detail: detail.into(),
-        }
-    }
-
-    /// Why the sock_ops program is not attached, if it is not.
-    pub fn sockops_error(&self) -> Option<&str> {
-        self.sockops_error.as_deref()
-    }
-
-    /// What the kernel offers beyond the core, as detected at load.
-    pub fn kernel(&self) -> &crate::probes::kernel::Kernel {
-        &self.kernel
-    }
-
-    /// The tracepoint programs attached.
-    pub fn tracepoints(&self) -> impl Iterator<Item = &'static str> + '_ {
-        TRACEPOINTS.into_iter().filter(|&tp| {
-            tp != crate::probes::kernel::CONG_STATE_TRACEPOINT || self.kernel.cong_state_tracepoint
-        })
-    }
-
-    /// Probe counters summed over CPUs.
-    pub fn counters(&self) -> Result<Counters, ProbeError> {
-        let mut out = [0u64; stat::MAX as usize];
-        // tcp_probe's events are counted in the sampler's state (one
-        // per-CPU lookup a segment).
-        out[stat::PROBE as usize] = self.sampler()?.cpus.iter().map(|c| c.events).sum();
-        for (i, slot) in out.iter_mut().enumerate() {
-            let per_cpu = self
-                .stats
-                .get(&(i as u32), 0)
-                .map_err(|e| ProbeError::Map {
-                    map: "stats",
-                    detail: errstr(e),
-                })?;
-            *slot += per_cpu.iter().sum::<u64>();
-        }
-        Ok(Counters(out))
-    }
-
-    /// (tp, run_time_ns, run_count) from the kernel's BPF statistics;
-    /// zeros unless kernel.bpf_stats_enabled is on.
-    pub fn run_stats(&self) -> Vec<(&'static str, u64, u64)> {
-        let mut runs: Vec<(&'static str, u64, u64)> = self
-            .tracepoints()
-            .filter_map(|tp| {
-                let prog: &BtfTracePoint = self.ebpf.program(tp)?.try_into().ok()?;
-                let info = prog.info().ok()?;
-                Some((tp, info.run_time().as_nanos() as u64, info.run_count()))
-            })
-            .collect();
-        if self.sockops_error.is_none() {
-            let prog: Option<&SockOps> = self
-                .ebpf
-                .program("sock_ops")
-                .and_then(|p| p.try_into().ok());
-            if let Some(info) = prog.and_then(|p| p.info().ok()) {
-                runs.push((
-                    "sock_ops",
-                    info.run_time().as_nanos() as u64,
-                    info.run_count(),
-                ));
-            }
-        }
-        runs
     }
 }

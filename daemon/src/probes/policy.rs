@@ -37,8 +37,6 @@ pub struct PolicyConfig {
     pub drwa_armed: bool,
     /// DRWA switched on at start.
     pub drwa_on: bool,
-    pub drwa_lambda_x256: u32,
-    pub drwa_min_bytes: u64,
     /// Where `drwa_saved` is pinned (reused if a daemon left it there);
     /// None: not pinned (DRWA disabled and nothing left, or no bpffs).
     pub saved_pin: Option<PathBuf>,
@@ -93,7 +91,7 @@ fn is_bpffs(dir: &Path) -> bool {
 pub fn prepare_pin(pin: &Path) -> Result<(), String> {
     let root = Path::new(BPFFS);
     if !is_bpffs(root) {
-        let c = |s: &str| std::ffi::CString::new(s).unwrap();
+        let c = |s: &str| std::ffi::CString::new(s).expect("a constant without NUL");
         // SAFETY: plain mount(2) with valid strings.
         let r = unsafe {
             libc::mount(

@@ -54,8 +54,8 @@ fn bench_dir(name: &str) -> PathBuf {
 fn path_sockets(i: u32, queue_ms: u32, bytes: u64) -> [Socket; 2] {
     let peer = IpAddr::from([10, (i >> 8) as u8, i as u8, 2]);
     [0u64, 1].map(|k| {
-        let mut s = crate::fixtures::sending(
-            crate::fixtures::socket(2 * i as u64 + k + 1),
+        let mut s = bloatd_model::fixtures::sending(
+            bloatd_model::fixtures::socket(2 * i as u64 + k + 1),
             20_000,
             queue_ms * 1000,
         );

@@ -916,7 +916,7 @@ impl Followed {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::fixtures;
+    use bloatd_model::fixtures;
 
     const T0: u64 = 1_763_683_200_000; // a whole minute
 

@@ -69,23 +69,27 @@ pub fn capacity(series: &[PathPoint]) -> Vec<Second> {
         .iter()
         .map(|&(rate, q)| (q >= SATURATED_QUEUE_US && rate > 0).then_some(rate))
         .collect();
-    let known: Vec<usize> = (0..grid.len()).filter(|&i| measured[i].is_some()).collect();
+    // The measured seconds: (second, capacity).
+    let known: Vec<(usize, u64)> = measured
+        .iter()
+        .enumerate()
+        .filter_map(|(i, c)| c.map(|c| (i, c)))
+        .collect();
     grid.iter()
         .enumerate()
         .map(|(i, &(delivered, queue_us))| {
             let (capacity, source) = match measured[i] {
                 Some(c) => (c, "measured"),
                 None => {
-                    let before = known.iter().rev().find(|&&k| k < i);
-                    let after = known.iter().find(|&&k| k > i);
+                    let before = known.iter().rev().find(|&&(k, _)| k < i);
+                    let after = known.iter().find(|&&(k, _)| k > i);
                     match (before, after) {
-                        (Some(&a), Some(&b)) => {
-                            let (ca, cb) =
-                                (measured[a].unwrap() as f64, measured[b].unwrap() as f64);
+                        (Some(&(a, ca)), Some(&(b, cb))) => {
+                            let (ca, cb) = (ca as f64, cb as f64);
                             let f = (i - a) as f64 / (b - a) as f64;
                             ((ca + (cb - ca) * f) as u64, "interpolated")
                         }
-                        (Some(&k), None) | (None, Some(&k)) => (measured[k].unwrap(), "held"),
+                        (Some(&(_, c)), None) | (None, Some(&(_, c))) => (c, "held"),
                         (None, None) => (delivered, "held"),
                     }
                 }

@@ -924,8 +924,11 @@ mod tests {
     }
 
     fn bulk(cookie: u64, queue_ms: u32, acked: u64) -> Socket {
-        let mut s =
-            crate::fixtures::sending(crate::fixtures::socket(cookie), 80_000, queue_ms * 1000);
+        let mut s = bloatd_model::fixtures::sending(
+            bloatd_model::fixtures::socket(cookie),
+            80_000,
+            queue_ms * 1000,
+        );
         s.remote_addr = "10.9.2.2".parse().unwrap();
         s.interface = "eth0".into();
         s.bytes_acked = acked;

@@ -5,7 +5,7 @@
 //! `bloatd history`, the API's `/v1/incidents` and `/v1/history`, the
 //! dashboard's history view (H), `bloatd_episodes_total`.
 //!
-//! Three hops, as everywhere in bloatd: the engine's reads (core.rs hands
+//! Three hops, as everywhere in bloatd: the engine's reads (engine/mod.rs hands
 //! each read's sockets to the [`Seam`], at most one a second, never
 //! waiting: a full queue drops the read), the [`episodes`] detector on the
 //! recorder's own thread (paths and services at or above
@@ -44,7 +44,7 @@ use std::collections::{HashMap, VecDeque};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{Receiver, SyncSender, TrySendError};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 /// Points and rows held in memory while the journal cannot be written.
@@ -98,7 +98,7 @@ pub struct Settings {
 }
 
 impl Settings {
-    pub fn of(cfg: &crate::config::Config) -> Settings {
+    pub fn of(cfg: &crate::settings::Config) -> Settings {
         Settings {
             state_dir: cfg.state_dir.clone(),
             bounds: Bounds {
@@ -123,7 +123,7 @@ impl Settings {
 /// so the journal's files take that group): before the capabilities go,
 /// since giving a directory a group takes CAP_CHOWN. Err: the line to log;
 /// bloatd records in memory then.
-pub fn prepare(cfg: &crate::config::Config) -> Result<(), String> {
+pub fn prepare(cfg: &crate::settings::Config) -> Result<(), String> {
     crate::rundir::RunDir::prepare_kind(
         &cfg.state_dir,
         cfg.api_gid().map(|(_, g)| g),
@@ -267,7 +267,8 @@ impl Recorder {
         Seam {
             tx: self.tx.clone(),
             shared: self.shared.clone(),
-            last_fed: None,
+            last_fed: Mutex::new(None),
+            last_check: Mutex::new(None),
         }
     }
 
@@ -314,7 +315,10 @@ impl Recorder {
 pub struct Seam {
     tx: SyncSender<Msg>,
     shared: Arc<Shared>,
-    last_fed: Option<Instant>,
+    /// The engine's read last fed (its count).
+    last_fed: Mutex<Option<u64>>,
+    /// When the engine last looked at the schedule.
+    last_check: Mutex<Option<Instant>>,
 }
 
 impl Seam {
@@ -338,7 +342,7 @@ impl Seam {
         } else {
             ("quiet", QUIET_SHARE, QUIET_MAX_AGE)
         };
-        let due = crate::core::read_due(age, cost, FEED_EVERY, share, max_age);
+        let due = crate::engine::reader::due(age, cost, FEED_EVERY, share, max_age);
         if due {
             tracing::debug!(
                 "a read for the flight recorder: {why}; the last {:.1} s ago, it and the recorder cost {:.1} ms",
@@ -349,17 +353,32 @@ impl Seam {
         due
     }
 
-    /// Whether a read made now should go to the recorder.
-    pub fn wants(&self) -> bool {
-        self.last_fed
-            .is_none_or(|t| t.elapsed() + Duration::from_millis(50) >= FEED_EVERY)
+    /// Whether to look at the schedule now: at most once a second.
+    pub fn check_due(&self) -> bool {
+        let mut last = self
+            .last_check
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if last.is_some_and(|t| t.elapsed() < FEED_EVERY) {
+            return false;
+        }
+        *last = Some(Instant::now());
+        true
     }
 
-    /// Hand a read over; never waits (a recorder behind, on a slow disk,
-    /// misses it: counted).
-    pub fn feed(&mut self, feed: Feed) {
+    /// Whether the engine's read number `read` is one not fed yet.
+    pub fn wants(&self, read: u64) -> bool {
+        self.last_fed
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .is_none_or(|r| r != read)
+    }
+
+    /// Hand the engine's read number `read` over; never waits (a recorder
+    /// behind, on a slow disk, misses it: counted).
+    pub fn feed(&self, read: u64, feed: Feed) {
         match self.tx.try_send(Msg::Feed(feed)) {
-            Ok(()) => self.last_fed = Some(Instant::now()),
+            Ok(()) => *self.last_fed.lock().unwrap_or_else(PoisonError::into_inner) = Some(read),
             Err(TrySendError::Full(_)) => {
                 self.shared.feeds_dropped.fetch_add(1, Ordering::Relaxed);
             }
@@ -369,7 +388,13 @@ impl Seam {
 
     /// The episodes open now.
     pub fn open(&self) -> Vec<Episode> {
-        self.shared.live.lock().unwrap().open.as_ref().clone()
+        self.shared
+            .live
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .open
+            .as_ref()
+            .clone()
     }
 
     /// Episodes opened since start and open now, by kind (path, service).
@@ -380,7 +405,12 @@ impl Seam {
 
     /// The journal as a part of bloatd (`status`, /metrics, top).
     pub fn feature(&self) -> Feature {
-        self.shared.live.lock().unwrap().feature.clone()
+        self.shared
+            .live
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .feature
+            .clone()
     }
 }
 
@@ -435,11 +465,19 @@ impl Writer {
         // Stopped, or the engine went away.
         let now = crate::clock::Clock::now().unix_ms;
         let writes = {
-            let mut rec = self.shared.rec.lock().unwrap();
+            let mut rec = self
+                .shared
+                .rec
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
             rec.detector.finish(now)
         };
         self.log_closed(&writes);
-        self.shared.rec.lock().unwrap().hold(writes);
+        self.shared
+            .rec
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .hold(writes);
         self.down = self.down.take().map(|(why, _)| (why, 0));
         self.flush(now);
         if let Some(j) = self.journal.take() {
@@ -450,7 +488,11 @@ impl Writer {
     /// One read through the detector.
     fn take(&mut self, f: &Feed) {
         let writes = {
-            let mut rec = self.shared.rec.lock().unwrap();
+            let mut rec = self
+                .shared
+                .rec
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
             let writes =
                 rec.detector
                     .observe(f.t_ms, &f.sockets, f.policy.as_ref(), &gateway::lookup);
@@ -464,7 +506,11 @@ impl Writer {
                 self.shared.open[i].store(*n, Ordering::Relaxed);
             }
             let list = Arc::new(rec.detector.open());
-            self.shared.live.lock().unwrap().open = list;
+            self.shared
+                .live
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .open = list;
             rec.hold(writes.clone());
             if rec.dropped > 0 && !self.dropped_warned {
                 self.dropped_warned = true;
@@ -522,14 +568,23 @@ impl Writer {
         };
         let mut written = 0usize;
         loop {
-            let batch = self.shared.rec.lock().unwrap().take(CHUNK_WEIGHT);
+            let batch = self
+                .shared
+                .rec
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .take(CHUNK_WEIGHT);
             if batch.is_empty() {
                 break;
             }
             match j.write(&batch, now) {
                 Ok(()) => written += batch.len(),
                 Err(e) => {
-                    self.shared.rec.lock().unwrap().put_back(batch);
+                    self.shared
+                        .rec
+                        .lock()
+                        .unwrap_or_else(PoisonError::into_inner)
+                        .put_back(batch);
                     self.fail(e, now);
                     return;
                 }
@@ -576,9 +631,9 @@ impl Writer {
                 self.renumber(j.next_id());
                 self.publish_feature(FeatureState::On, j.path().display().to_string());
                 self.journal = Some(j);
-                if self.down.is_some() {
+                if let Some((why, _)) = self.down.take() {
                     // `flush` says it is writable again once it wrote.
-                    self.down = Some((self.down.take().unwrap().0, 0));
+                    self.down = Some((why, 0));
                 }
             }
             Err(e) => self.fail(e, now),
@@ -588,7 +643,11 @@ impl Writer {
     /// Ids below the journal's next one (given while it could not be
     /// read) move above it.
     fn renumber(&mut self, next: u64) {
-        let mut rec = self.shared.rec.lock().unwrap();
+        let mut rec = self
+            .shared
+            .rec
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
         let mut ids: Vec<u64> = rec
             .pending
             .iter()
@@ -622,7 +681,11 @@ impl Writer {
     }
 
     fn publish_feature(&self, state: FeatureState, detail: String) {
-        let mut live = self.shared.live.lock().unwrap();
+        let mut live = self
+            .shared
+            .live
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
         if live.feature.state != state || live.feature.detail != detail {
             live.feature = feature(state, detail);
         }
@@ -671,7 +734,11 @@ impl Reader {
                 by_id.insert(e.id, e);
             }
         }
-        let rec = self.shared.rec.lock().unwrap();
+        let rec = self
+            .shared
+            .rec
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
         for w in &rec.pending {
             if let Write::Episode(r) = w {
                 by_id.insert(r.episode.id, r.episode.clone());
@@ -691,7 +758,14 @@ impl Reader {
     }
 
     pub fn incident(&self, id: u64) -> Result<EpisodeDetail, ReadError> {
-        if let Some(d) = self.shared.rec.lock().unwrap().detector.detail(id) {
+        if let Some(d) = self
+            .shared
+            .rec
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .detector
+            .detail(id)
+        {
             return Ok(d);
         }
         let mut d = match self.disk() {
@@ -699,7 +773,11 @@ impl Reader {
             None => None,
         };
         // What waits for the journal is newer than what it has.
-        let rec = self.shared.rec.lock().unwrap();
+        let rec = self
+            .shared
+            .rec
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
         for w in rec.pending.iter().filter(|w| w.episode_id() == Some(id)) {
             match w {
                 Write::Episode(r) => {
@@ -751,7 +829,13 @@ impl Reader {
             None => Vec::new(),
         };
         let mut held: Vec<MinuteRow> = Vec::new();
-        for w in &self.shared.rec.lock().unwrap().pending {
+        for w in &self
+            .shared
+            .rec
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .pending
+        {
             if let Write::Minutes(m) = w {
                 held.extend(m.iter().filter(|m| m.t_ms >= since_ms).cloned());
             }

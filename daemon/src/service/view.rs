@@ -147,7 +147,7 @@ pub fn once_per_flow<'a, 'b>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::fixtures;
+    use bloatd_model::fixtures;
 
     /// A sender of `service` with a floor, a queue and an unsent backlog.
     fn sock(cookie: u64, service: &str, queue_ms: u32, unsent_ms: u32) -> Socket {

@@ -26,16 +26,16 @@ mod table;
 #[cfg(test)]
 mod tests;
 
-pub use bloatd_model::filter::Filter;
-pub use bloatd_model::select::{select_rows, summarize};
-pub use bloatd_model::sort::SortKey;
 pub use filter::FilterPrompt;
 pub use history::{History, HISTORY_WINDOW_MS};
 pub use incidents::{Incidents, REFRESH_MS as HISTORY_REFRESH_MS, TIMELINE_MS};
 pub use notices::{Event, Notice, MAX_NOTICES, NOTICE_COOLDOWN_MS, NOTICE_TTL_MS};
 
+use bloatd_model::filter::Filter;
 use bloatd_model::journal::{Episode, EpisodeDetail, MinuteRow};
-pub use bloatd_model::{CcDelay, HostSummary, SnapshotRequest};
+use bloatd_model::select::summarize;
+use bloatd_model::sort::SortKey;
+use bloatd_model::{HostSummary, SnapshotRequest};
 use bloatd_model::{Snapshot, Socket};
 use history::Histories;
 use notices::Notices;
@@ -171,42 +171,7 @@ impl App {
         }
     }
 
-    /// Clock times on screen in the zone `offset_s` from UTC (the run loop
-    /// finds the local one).
-    pub fn set_utc_offset(&mut self, offset_s: i64) {
-        self.utc_offset_s = offset_s;
-    }
-
-    /// The flight recorder's last hours, since when, if they are due (the
-    /// history view is on screen).
-    pub fn history_request(&self) -> Option<u64> {
-        matches!(self.view, View::History | View::Episode)
-            .then(|| self.incidents.request(self.now_ms))
-            .flatten()
-    }
-
-    pub fn apply_history(
-        &mut self,
-        answer: Result<(Vec<MinuteRow>, Vec<Episode>), String>,
-        now_ms: u64,
-    ) {
-        self.now_ms = self.now_ms.max(now_ms);
-        self.incidents.apply(answer, now_ms);
-    }
-
-    /// The episode opened, if it is due.
-    pub fn episode_request(&self) -> Option<u64> {
-        (self.view == View::Episode)
-            .then(|| self.incidents.detail_request(self.now_ms))
-            .flatten()
-    }
-
-    pub fn apply_episode(&mut self, answer: Result<EpisodeDetail, String>, now_ms: u64) {
-        self.now_ms = self.now_ms.max(now_ms);
-        self.incidents.apply_detail(answer, now_ms);
-    }
-
-    // ----- inputs -----
+    // Inputs.
 
     /// Takes a new snapshot from the source. `now_ms` is the app's clock
     /// (Unix milliseconds in the run loop), used for notice expiry.
@@ -418,9 +383,10 @@ impl App {
     pub fn set_filter(&mut self, filter: Filter) {
         self.table.set_filter(&self.snapshot.sockets, filter);
     }
+}
 
-    // ----- reads -----
-
+/// What the rendering reads: the view's state, never changed by a read.
+impl App {
     /// What the run loop should ask the source for: the time series of the
     /// socket on screen, samples after the newest one already held.
     pub fn series_request(&self) -> (Option<u64>, u64) {
@@ -558,9 +524,10 @@ impl App {
     pub fn visible(&self) -> impl Iterator<Item = &Socket> + '_ {
         self.table.visible(&self.snapshot.sockets)
     }
+}
 
-    // ----- internals -----
-
+/// The selection and the detail socket, kept consistent with the rows.
+impl App {
     fn move_selection(&mut self, delta: isize) {
         if self.view == View::History {
             self.incidents.select(delta);
@@ -604,5 +571,44 @@ impl App {
             }
             None => detail.closed = true,
         }
+    }
+}
+
+/// The flight recorder's history view: what it asks the source, what
+/// it takes from it.
+impl App {
+    /// Clock times on screen in the zone `offset_s` from UTC (the run loop
+    /// finds the local one).
+    pub fn set_utc_offset(&mut self, offset_s: i64) {
+        self.utc_offset_s = offset_s;
+    }
+
+    /// The flight recorder's last hours, since when, if they are due (the
+    /// history view is on screen).
+    pub fn history_request(&self) -> Option<u64> {
+        matches!(self.view, View::History | View::Episode)
+            .then(|| self.incidents.request(self.now_ms))
+            .flatten()
+    }
+
+    pub fn apply_history(
+        &mut self,
+        answer: Result<(Vec<MinuteRow>, Vec<Episode>), String>,
+        now_ms: u64,
+    ) {
+        self.now_ms = self.now_ms.max(now_ms);
+        self.incidents.apply(answer, now_ms);
+    }
+
+    /// The episode opened, if it is due.
+    pub fn episode_request(&self) -> Option<u64> {
+        (self.view == View::Episode)
+            .then(|| self.incidents.detail_request(self.now_ms))
+            .flatten()
+    }
+
+    pub fn apply_episode(&mut self, answer: Result<EpisodeDetail, String>, now_ms: u64) {
+        self.now_ms = self.now_ms.max(now_ms);
+        self.incidents.apply_detail(answer, now_ms);
     }
 }

@@ -2,7 +2,8 @@
 
 use super::history::MAX_HISTORIES;
 use super::*;
-use bloatd_model::{Health, Role, Sample, Series};
+use bloatd_model::select::select_rows;
+use bloatd_model::{CcDelay, Health, Role, Sample, Series};
 
 use crate::tests::fixtures;
 

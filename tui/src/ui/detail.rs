@@ -7,7 +7,7 @@ use super::table::ca_short;
 use super::{BLOATED, BLOAT_MARKER, DIM, GOOD, TITLE, WARN};
 use crate::app::App;
 use bloatd_model::format;
-use bloatd_model::{CcState, Role, Sample, Socket};
+use bloatd_model::{BloatThreshold, CcValue, Role, Sample, Socket};
 use ratatui::buffer::Buffer;
 use ratatui::layout::{Constraint, Layout, Rect};
 use ratatui::style::Style;
@@ -36,9 +36,9 @@ pub(super) fn render_detail(app: &App, area: Rect, buf: &mut Buffer) {
 /// narrow terminal leaves out what the charts or the table already show
 /// elsewhere (netns, mss, delivery rate, byte counts).
 fn detail_lines(app: &App, s: &Socket, closed: bool, width: usize) -> Vec<Line<'static>> {
-    let threshold_us = app.snapshot().bloat_threshold_us;
-    let bloated = s.is_bloated(threshold_us);
-    let fields = number_fields(s, threshold_us, bloated, width >= 100);
+    let threshold = app.snapshot().bloat_threshold();
+    let bloated = threshold.reached_by(s.view_queue_delay_us());
+    let fields = number_fields(s, threshold, bloated, width >= 100);
     let mut lines = flow(identity(s, bloated, closed), fields, width);
     lines.extend(flow(Vec::new(), cc_state_fields(s), width));
     let policy = policy_fields(s);
@@ -82,7 +82,7 @@ fn text(t: String) -> Vec<Span<'static>> {
 /// terminal leaves out.
 fn number_fields(
     s: &Socket,
-    threshold_us: u32,
+    threshold: BloatThreshold,
     bloated: bool,
     wide: bool,
 ) -> Vec<Vec<Span<'static>>> {
@@ -119,7 +119,7 @@ fn number_fields(
         s.ssthresh.map_or_else(|| "∞".into(), |v| v.to_string())
     )));
     fields.push(text(format!("inflight {}", s.inflight)));
-    fields.extend(unsent_field(s, threshold_us));
+    fields.extend(unsent_field(s, threshold));
     if wide {
         fields.push(text(format!("mss {}", s.mss)));
     }
@@ -157,7 +157,7 @@ fn queue_field(s: &Socket, bloated: bool) -> Vec<Span<'static>> {
 
 /// A sender's unsent bytes, if any: the queue it keeps in its own socket.
 /// An upload's bloat often sits there, where the RTT cannot see it.
-fn unsent_field(s: &Socket, threshold_us: u32) -> Option<Vec<Span<'static>>> {
+fn unsent_field(s: &Socket, threshold: BloatThreshold) -> Option<Vec<Span<'static>>> {
     if s.role != Role::Sender || s.unsent_bytes == 0 {
         return None;
     }
@@ -165,7 +165,7 @@ fn unsent_field(s: &Socket, threshold_us: u32) -> Option<Vec<Span<'static>>> {
     if s.unsent_delay_us > 0 {
         unsent.push_str(&format!(" ({})", ms(s.unsent_delay_us)));
     }
-    let style = if s.unsent_delay_us >= threshold_us {
+    let style = if threshold.reached_by(s.unsent_delay_us) {
         BLOATED
     } else {
         Style::new()
@@ -218,9 +218,10 @@ fn policy_fields(s: &Socket) -> Vec<Vec<Span<'static>>> {
                 format::bytes(d.rcvd_per_rtt_bytes as u64)
             ))]);
             fields.push(vec![Span::raw(format!(
-                "RTT {} min {} · {} rounds{}",
+                "RTT {} min {} ({}) · {} rounds{}",
                 ms(d.rtt_us),
                 ms(d.min_rtt_us),
+                d.min_rtt_from(),
                 d.rounds,
                 if d.held > 0 {
                     format!(" · {} cuts taken back", d.held)
@@ -233,79 +234,52 @@ fn policy_fields(s: &Socket) -> Vec<Vec<Span<'static>>> {
     fields
 }
 
-/// The congestion control's own state: Westwood+ BWE and pipe (cwnd far
-/// above the pipe is the papers' "fat pipe"), CUBIC W_max, K and HyStart.
+/// The congestion control's own state (`CcState::parts`): Westwood+ BWE
+/// and pipe (cwnd far above the pipe is the papers' "fat pipe"), CUBIC
+/// W_max, K and HyStart.
 fn cc_state_fields(s: &Socket) -> Vec<Vec<Span<'static>>> {
-    match &s.cc_state {
-        Some(CcState::Westwood {
-            bwe_bytes_per_s,
-            min_rtt_us,
-            pipe_segments,
-            ..
-        }) => {
-            let mut fields = vec![
-                vec![
-                    Span::styled("Westwood+", TITLE),
-                    Span::raw(format!(
-                        " BWE {}",
-                        format::rate(bwe_bytes_per_s.saturating_mul(8))
-                    )),
-                ],
-                vec![Span::raw(format!("RTTmin {}", ms(*min_rtt_us)))],
-                vec![Span::raw(format!("pipe {pipe_segments} seg"))],
-            ];
-            if *pipe_segments > 0 {
-                let ratio = s.cwnd as f64 / *pipe_segments as f64;
-                // More than twice the pipe in the window: the surplus can
-                // only sit in a queue.
-                let fat = ratio >= 2.0;
-                let mut field = vec![Span::styled(
-                    format!("cwnd {} pipe", format::ratio(ratio)),
-                    if fat { BLOATED } else { Style::new() },
-                )];
-                if fat {
-                    field.push(Span::styled(": fat pipe", BLOATED));
-                }
-                fields.push(field);
-            }
-            fields
-        }
-        Some(CcState::Cubic {
-            w_max_segments,
-            k_ms,
-            epoch_age_ms,
-            min_rtt_us,
-            hystart_round,
-            hystart_found,
-            ..
-        }) => vec![
-            vec![
-                Span::styled("CUBIC", TITLE),
-                Span::raw(format!(" W_max {w_max_segments} seg")),
-            ],
-            vec![Span::raw(format!("K {}", format::ms(*k_ms as u64 * 1000)))],
-            vec![Span::raw(match epoch_age_ms {
-                Some(age) => format!("epoch {}", format::ms(*age as u64 * 1000)),
-                None => "no epoch".into(),
-            })],
-            vec![Span::raw(format!("delay_min {}", ms(*min_rtt_us)))],
-            vec![Span::raw(format!(
-                "HyStart round {hystart_round} {}",
-                if *hystart_found {
-                    "exit found"
-                } else {
-                    "searching"
-                }
-            ))],
-        ],
-        None => vec![vec![Span::styled(
+    let Some(state) = &s.cc_state else {
+        return vec![vec![Span::styled(
             format!(
                 "{}: no exported state (bloatd_westwood and bloatd_cubic export theirs)",
                 s.cc
             ),
             DIM,
-        )]],
+        )]];
+    };
+    let mut fields: Vec<Vec<Span<'static>>> = state
+        .parts(Some(s.cwnd))
+        .into_iter()
+        .map(|p| {
+            let text = match p.value {
+                CcValue::Rate(bps) => format!("{} {}", p.label, format::rate(bps)),
+                CcValue::Rtt(us) => format!("{} {}", p.label, ms(us)),
+                CcValue::Millis(m) => format!("{} {}", p.label, format::ms(m as u64 * 1000)),
+                CcValue::Segments(n) => format!("{} {n} seg", p.label),
+                CcValue::PipeRatio(r) => format!("{} {} pipe", p.label, format::ratio(r)),
+                CcValue::Round { n, found } => format!(
+                    "{} round {n} {}",
+                    p.label,
+                    if found { "exit found" } else { "searching" }
+                ),
+                CcValue::Absent => format!("no {}", p.label),
+            };
+            match p.alarm {
+                Some(why) => vec![
+                    Span::styled(text, BLOATED),
+                    Span::styled(format!(": {why}"), BLOATED),
+                ],
+                None => vec![Span::raw(text)],
+            }
+        })
+        .collect();
+    if let Some(first) = fields.first_mut() {
+        if let Some(Span { content, .. }) = first.first_mut() {
+            *content = format!(" {content}").into();
+        }
+        first.insert(0, Span::styled(state.title(), TITLE));
     }
+    fields
 }
 
 /// Lays `fields` out after `first` in lines of at most `width` columns,

@@ -4,9 +4,11 @@
 //! health, and the newest notices.
 
 use super::{BLOATED, DIM, GOOD, TITLE, WARN};
-use crate::app::{App, CcDelay, Event, Link, Notice, SortKey};
+use crate::app::{App, Event, Link, Notice};
 use bloatd_model::format;
-use bloatd_model::FeatureState;
+use bloatd_model::sort::SortKey;
+use bloatd_model::CcDelay;
+use bloatd_model::{BloatThreshold, FeatureState};
 use ratatui::buffer::Buffer;
 use ratatui::layout::Rect;
 use ratatui::style::{Modifier, Style};
@@ -32,7 +34,7 @@ fn sep() -> Span<'static> {
 fn status_line(app: &App) -> Vec<Span<'static>> {
     let snap = app.snapshot();
     let summary = app.summary();
-    let threshold_us = snap.bloat_threshold_us;
+    let threshold = snap.bloat_threshold();
     let mode = if snap.health.mode.is_empty() {
         "?"
     } else {
@@ -53,14 +55,14 @@ fn status_line(app: &App) -> Vec<Span<'static>> {
         format!("{} bloated", summary.bloated),
         bloated_style,
     ));
-    if threshold_us > 0 {
+    if threshold.0 > 0 {
         status.push(Span::styled(
-            format!(" (≥{})", format::ms(threshold_us as u64)),
+            format!(" (≥{})", format::ms(threshold.0 as u64)),
             DIM,
         ));
     }
     status.push(sep());
-    let worst_style = if threshold_us > 0 && summary.worst_queue_delay_us >= threshold_us {
+    let worst_style = if threshold.reached_by(summary.worst_queue_delay_us) {
         BLOATED
     } else {
         Style::new()
@@ -117,14 +119,14 @@ fn policy_spans(app: &App) -> Vec<Span<'static>> {
 /// Line 2: the queueing-delay distribution per congestion control.
 fn distribution_line(app: &App) -> Vec<Span<'static>> {
     let summary = app.summary();
-    let threshold_us = app.snapshot().bloat_threshold_us;
+    let threshold = app.snapshot().bloat_threshold();
     let mut dist = vec![Span::styled(" qdelay p50/p90/max", DIM)];
     if summary.per_cc.is_empty() {
         dist.push(Span::styled(": no RTT measurements yet", DIM));
     }
     for cc in &summary.per_cc {
         dist.push(Span::raw("  "));
-        dist.extend(cc_distribution(cc, threshold_us));
+        dist.extend(cc_distribution(cc, threshold));
     }
     dist
 }
@@ -233,8 +235,8 @@ fn notice_lines_of(app: &App, room: usize) -> Vec<Line<'static>> {
     lines
 }
 
-fn cc_distribution(cc: &CcDelay, threshold_us: u32) -> Vec<Span<'static>> {
-    let max_style = if threshold_us > 0 && cc.max_us >= threshold_us {
+fn cc_distribution(cc: &CcDelay, threshold: BloatThreshold) -> Vec<Span<'static>> {
+    let max_style = if threshold.reached_by(cc.max_us) {
         BLOATED
     } else {
         Style::new()

@@ -51,7 +51,7 @@ fn cells(p: &NetPath) -> Vec<String> {
 
 pub(super) fn render_paths(app: &App, area: Rect, buf: &mut Buffer) {
     let paths = &app.snapshot().paths;
-    let threshold_us = app.snapshot().bloat_threshold_us;
+    let threshold = app.snapshot().bloat_threshold();
     // The first snapshot with paths comes at the next refresh.
     let empty = if app.snapshot().sockets.is_empty() {
         "no TCP paths"
@@ -63,10 +63,7 @@ pub(super) fn render_paths(app: &App, area: Rect, buf: &mut Buffer) {
             columns: &COLUMNS,
             rows: paths
                 .iter()
-                .map(|p| {
-                    let bloated = threshold_us > 0 && p.queue_delay_p50_us >= threshold_us;
-                    (cells(p), bloated)
-                })
+                .map(|p| (cells(p), threshold.reached_by(p.queue_delay_p50_us)))
                 .collect(),
             sentence: worst_path_sentence(paths),
             calm: "no path holds a queue of 60 ms or more",

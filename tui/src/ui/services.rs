@@ -50,7 +50,7 @@ fn cells(s: &ServiceView) -> Vec<String> {
 
 pub(super) fn render_services(app: &App, area: Rect, buf: &mut Buffer) {
     let services = &app.snapshot().services;
-    let threshold_us = app.snapshot().bloat_threshold_us;
+    let threshold = app.snapshot().bloat_threshold();
     let empty = if app.snapshot().sockets.is_empty() {
         "no TCP sockets"
     } else {
@@ -63,7 +63,7 @@ pub(super) fn render_services(app: &App, area: Rect, buf: &mut Buffer) {
                 .iter()
                 .map(|s| {
                     let worst = s.queue_delay_p50_us.max(s.unsent_delay_p50_us);
-                    (cells(s), threshold_us > 0 && worst >= threshold_us)
+                    (cells(s), threshold.reached_by(worst))
                 })
                 .collect(),
             sentence: worst_service_sentence(services),

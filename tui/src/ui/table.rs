@@ -3,8 +3,9 @@
 
 use super::header::sort_arrow;
 use super::{centered_message, BLOATED, BLOAT_MARKER, DIM, TITLE};
-use crate::app::{App, SortKey};
+use crate::app::App;
 use bloatd_model::format;
+use bloatd_model::sort::SortKey;
 use bloatd_model::{CaState, Socket};
 use ratatui::buffer::Buffer;
 use ratatui::layout::{Alignment, Constraint, Rect};

@@ -1,11 +1,9 @@
-//! Test fixtures: hosts and sockets built in code, deterministic (fixed
-//! times, no randomness but a fixed-seed generator for the large host).
-//!
-//! Shared by the integration tests (`mod common;`) and the crate's own unit
-//! tests (included by path).
-#![allow(dead_code)]
+//! Test fixtures (feature `fixtures`): hosts and sockets built in code,
+//! deterministic (fixed times, no randomness but a fixed-seed generator for
+//! the large host). For the tests, benches and the demo of the daemon and
+//! the dashboard (their dev-dependency turns the feature on).
 
-use bloatd_model::{
+use crate::{
     CaState, CcState, FloorSource, Health, NetPath, Role, Sample, Series, ServiceView, Snapshot,
     Socket,
 };
@@ -284,9 +282,9 @@ pub fn cubic_download_host() -> Snapshot {
     let mut dns = receiving(socket(104), 18_000, 2_400);
     dns.comm = Some("firefox-esr".into());
     dns.cc = "cubic".into();
-    dns.remote_addr = "2a00:1450:4001:82b::200e".parse().unwrap();
+    dns.remote_addr = "2a00:1450:4001:82b::200e".parse().expect("an IPv6 literal");
     dns.remote_port = 443;
-    dns.local_addr = "2001:db8::23".parse().unwrap();
+    dns.local_addr = "2001:db8::23".parse().expect("an IPv6 literal");
     dns.throughput_bps = 212_000;
     dns.ca_state = CaState::Disorder;
     dns.retrans = 2;
@@ -467,8 +465,8 @@ pub fn many_sockets(n: usize, seed: u64) -> Snapshot {
 /// The flight recorder's episode on the laptop's cellular link: the path
 /// to 93.184.215.0/24 held 420 ms of queue for 38 s, from 23:10:05 the
 /// evening before the snapshots (T0_MS is midnight).
-pub fn cubic_download_episode() -> bloatd_model::journal::EpisodeDetail {
-    use bloatd_model::journal::*;
+pub fn cubic_download_episode() -> crate::journal::EpisodeDetail {
+    use crate::journal::*;
     let start = T0_MS - 50 * 60_000 + 5_000;
     let series: Vec<PathPoint> = (0..=40u64)
         .map(|i| {
@@ -495,8 +493,8 @@ pub fn cubic_download_episode() -> bloatd_model::journal::EpisodeDetail {
         service: "session-2.scope".into(),
         cc: "cubic".into(),
         role: Role::Receiver,
-        local: "192.168.1.23:51234".parse().unwrap(),
-        remote: "93.184.215.14:443".parse().unwrap(),
+        local: "192.168.1.23:51234".parse().expect("an address literal"),
+        remote: "93.184.215.14:443".parse().expect("an address literal"),
         netns: 4026531840,
         bytes,
         retrans: 3,
@@ -566,11 +564,8 @@ pub fn cubic_download_episode() -> bloatd_model::journal::EpisodeDetail {
 /// The last hours of the recorder: the worst path's queue each minute
 /// (quiet, then the download's episode at 23:10) and two episodes, the
 /// newest (a service's, still open) first.
-pub fn recorder_history() -> (
-    Vec<bloatd_model::journal::MinuteRow>,
-    Vec<bloatd_model::journal::Episode>,
-) {
-    use bloatd_model::journal::*;
+pub fn recorder_history() -> (Vec<crate::journal::MinuteRow>, Vec<crate::journal::Episode>) {
+    use crate::journal::*;
     let minutes = (0..360u64)
         .map(|i| {
             let t_ms = T0_MS - (360 - i) * 60_000;

@@ -149,6 +149,8 @@ pub fn socket_policy(rec: &BloatdSock, names: &[String]) -> Option<SocketPolicy>
                     rcvd_per_rtt_bytes: p.drwa_rcvd_rtt,
                     rtt_us: p.drwa_rtt_us,
                     min_rtt_us: p.drwa_base_us,
+                    min_rtt_source: crate::tracker::floor_source_of(p.drwa_base_src as u32),
+                    held_rounds_left: p.drwa_retry,
                     rounds: p.drwa_rounds,
                     held: p.drwa_held,
                 }
@@ -185,11 +187,6 @@ pub fn policy_counts(c: &BloatdPolicyCounts) -> PolicyCounts {
         notsent_lowat_set_total: total(policy_count::LOWAT_SET),
         notsent_lowat_failed_total: total(policy_count::LOWAT_FAILED),
     }
-}
-
-/// DRWA's lambda as the kernel takes it (8 fraction bits).
-pub fn lambda_x256(lambda: f64) -> u32 {
-    (lambda * 256.0).round() as u32
 }
 
 /// C functions of bpf/policy.h compiled for the host
@@ -384,6 +381,7 @@ mod tests {
         steps: usize,
         base_us: impl Fn(usize) -> f64,
         drwa: Option<(&mut BloatdPolicySock, u32)>,
+        floor: (u32, u32),
     ) -> Vec<(f64, f64)> {
         let mut out = Vec::new();
         let mut clamp = 0u32;
@@ -418,6 +416,8 @@ mod tests {
                     min_bytes: 2_896,
                     resolution_us: 0,
                     lambda_x256: lambda,
+                    floor_us: floor.0,
+                    floor_src: floor.1,
                     ..Default::default()
                 };
                 // SAFETY: pure C.
@@ -456,10 +456,10 @@ mod tests {
             buffer: 1.5e6,
             cwnd: 14_480.0,
         };
-        let off = run_flow(&mut link(), 200, base, None);
+        let off = run_flow(&mut link(), 200, base, None, (0, 0));
         for lambda in [512, LAMBDA3] {
             let mut p = BloatdPolicySock::default();
-            let on = run_flow(&mut link(), 200, base, Some((&mut p, lambda)));
+            let on = run_flow(&mut link(), 200, base, Some((&mut p, lambda)), (0, 0));
             let (g_on, g_off) = (goodput_for(&on, 100, 16.0), goodput_for(&off, 100, 16.0));
             assert!(
                 g_on >= 0.9 * g_off,
@@ -487,12 +487,185 @@ mod tests {
             drwa_min_us: 80_000,
             ..Default::default()
         };
-        let on = run_flow(&mut link, 60, |_| 80_000.0, Some((&mut p, LAMBDA3)));
+        let on = run_flow(&mut link, 60, |_| 80_000.0, Some((&mut p, LAMBDA3)), (0, 0));
         let last = &on[40..];
         let rtt = last.iter().map(|r| r.1).sum::<f64>() / last.len() as f64;
         assert!(rtt <= 0.25, "RTT settles near lambda x 80 ms: {rtt}");
         assert!(goodput(last) >= 0.95 * 2e6, "the link stays full");
         assert_eq!(p.drwa_held, 0, "no cut was taken back");
+    }
+
+    #[test]
+    fn rtt_min_is_the_lowest_of_its_own_minimum_and_the_paths_floor() {
+        use crate::probes::abi::floor_source;
+        // A web fetch opened behind a 1.25 s standing queue on a 150 ms
+        // path: its own minimum is the queue, the path's floor (learned by
+        // the download before the queue formed) is not.
+        let mut p = BloatdPolicySock {
+            drwa_min_us: 1_400_000,
+            ..Default::default()
+        };
+        let m = DrwaMeasure {
+            rcvd: 13_000,
+            dur_us: 1_400_000,
+            rtt_us: 1_400_000,
+            low_us: 1_400_000,
+            min_bytes: 2_896,
+            lambda_x256: LAMBDA3,
+            floor_us: 150_000,
+            floor_src: floor_source::PEER,
+            ..Default::default()
+        };
+        // SAFETY: pure C.
+        let w = unsafe { c::bloatd_drwa_round(&mut p, &m, 20_000) };
+        assert_eq!(
+            (p.drwa_base_us, p.drwa_base_src as u32),
+            (150_000, floor_source::PEER)
+        );
+        // lambda x 150 ms x 9.3 kB/s: it cuts, where its own minimum (a
+        // target of 4.2 s) would not have.
+        assert_eq!(w, 4_176);
+        // A floor above its own minimum is not taken.
+        let mut p = BloatdPolicySock {
+            drwa_min_us: 100_000,
+            ..Default::default()
+        };
+        // SAFETY: pure C.
+        unsafe { c::bloatd_drwa_round(&mut p, &m, 20_000) };
+        assert_eq!(
+            (p.drwa_base_us, p.drwa_base_src as u32),
+            (100_000, floor_source::SOCKET)
+        );
+    }
+
+    #[test]
+    fn a_share_given_to_a_receiver_drwa_cuts_too_is_no_cut_to_take_back() {
+        use crate::probes::abi::floor_source;
+        // 3g: 150 kbit/s (18.75 kB/s), 150 ms, a full 28 kB buffer (1.5 s).
+        // A download and a web fetch share the link; the fetch's slow
+        // start takes the download's share and holds the queue.
+        let round = |p: &mut BloatdPolicySock, rcvd: u64, link: u64, prev: u32| {
+            let m = DrwaMeasure {
+                rcvd,
+                path_rcvd: link,
+                dur_us: 1_500_000,
+                rtt_us: 1_500_000,
+                low_us: 1_500_000,
+                min_bytes: 2_896,
+                lambda_x256: LAMBDA3,
+                floor_us: 150_000,
+                floor_src: floor_source::PEER,
+                ..Default::default()
+            };
+            // SAFETY: pure C.
+            unsafe { c::bloatd_drwa_round(p, &m, prev) }
+        };
+        let mut p = BloatdPolicySock {
+            drwa_min_us: 150_000,
+            ..Default::default()
+        };
+        let w = round(&mut p, 20_000, 28_000, 28_000);
+        assert_eq!(w, 6_000, "lambda x 150 ms x 13.3 kB/s");
+        // Its rate halves, the link's does not: cut on.
+        let w = round(&mut p, 10_000, 28_000, w);
+        assert_eq!((p.drwa_held, w), (0, 3_000));
+        // The link's rate falls with its own (the path got longer, or a
+        // flow DRWA does not cut took it): taken back.
+        round(&mut p, 10_000, 14_000, w);
+        assert_eq!(p.drwa_held, 1);
+        // Not known (no route, the slot another link's): as before.
+        let mut q = BloatdPolicySock {
+            drwa_min_us: 150_000,
+            ..Default::default()
+        };
+        let w = round(&mut q, 20_000, 0, 28_000);
+        round(&mut q, 10_000, 0, w);
+        assert_eq!(q.drwa_held, 1);
+    }
+
+    #[test]
+    fn a_round_with_a_loss_in_it_takes_nothing_back() {
+        // 3g, the download alone over a full 28 kB buffer: its slow start
+        // overflowed it, and the round behind the loss delivered half.
+        let round = |p: &mut BloatdPolicySock, rcvd: u64, holes: u32, prev: u32| {
+            let m = DrwaMeasure {
+                rcvd,
+                dur_us: 1_500_000,
+                rtt_us: 1_500_000,
+                low_us: 1_500_000,
+                min_bytes: 2_896,
+                lambda_x256: LAMBDA3,
+                holes,
+                ..Default::default()
+            };
+            // SAFETY: pure C.
+            unsafe { c::bloatd_drwa_round(p, &m, prev) }
+        };
+        let mut p = BloatdPolicySock {
+            drwa_min_us: 150_000,
+            ..Default::default()
+        };
+        let w = round(&mut p, 28_000, 0, 0);
+        assert_eq!(w, 8_400, "lambda x 150 ms x 18.7 kB/s");
+        let w2 = round(&mut p, 14_000, 5, w);
+        assert_eq!(p.drwa_held, 0, "a round with holes judges nothing");
+        // The cut is measured against the best recent rate (an eighth
+        // forgotten), not the stalled one, and never raises the clamp.
+        assert_eq!(w2, 7_347);
+        // Without the holes the same round was a cut taken back.
+        let mut q = BloatdPolicySock {
+            drwa_min_us: 150_000,
+            ..Default::default()
+        };
+        let w = round(&mut q, 28_000, 0, 0);
+        round(&mut q, 14_000, 0, w);
+        assert_eq!(q.drwa_held, 1);
+    }
+
+    #[test]
+    fn a_floor_below_the_path_is_taken_back_as_a_stale_minimum_is() {
+        use crate::probes::abi::floor_source;
+        // 8 Mbit/s, 1.5 MB, the path 200 ms from the start; the floor 40 ms
+        // (a prefix's, or one inferred wrong: issue 18's cases 2 and 3),
+        // and 40 ms through the path's change (the floor's window keeps it:
+        // case 1).
+        let link = || Link {
+            rate: 1e6,
+            buffer: 1.5e6,
+            cwnd: 14_480.0,
+        };
+        for (case, base) in [
+            (
+                "a floor below the path",
+                (|_| 200_000.0) as fn(usize) -> f64,
+            ),
+            (
+                "the path grew",
+                |s| if s < 100 { 40_000.0 } else { 200_000.0 },
+            ),
+        ] {
+            let off = run_flow(&mut link(), 200, base, None, (0, 0));
+            for src in [
+                floor_source::PREFIX,
+                floor_source::INFERRED,
+                floor_source::PEER,
+            ] {
+                let mut p = BloatdPolicySock::default();
+                let on = run_flow(
+                    &mut link(),
+                    200,
+                    base,
+                    Some((&mut p, LAMBDA3)),
+                    (40_000, src),
+                );
+                let (g_on, g_off) = (goodput_for(&on, 100, 16.0), goodput_for(&off, 100, 16.0));
+                assert!(
+                    g_on >= 0.9 * g_off,
+                    "{case}, floor source {src}: {g_on:.0} B/s with DRWA against {g_off:.0}"
+                );
+                assert!(p.drwa_held >= 1, "{case}: the cut was taken back");
+            }
+        }
     }
 
     #[test]
@@ -507,6 +680,11 @@ mod tests {
         assert_eq!(w1, 72_000, "the paper cuts: 3 x 40 / 200");
         let w2 = round(&mut p, 72_000, 200_000, 200_000, w1);
         assert_eq!((p.drwa_held, p.drwa_base_us), (1, 200_000));
+        // Held: no floor's source (DRWA_BASE_HELD), the view says so.
+        assert_eq!(
+            crate::tracker::floor_source_of(p.drwa_base_src as u32),
+            None
+        );
         // Held at the RTT it has, the window back to what carried the best
         // recent rate (600 kB/s, an eighth forgotten): 3 x 0.2 s x 525 kB/s.
         assert_eq!(w2, 315_000, "the cut taken back");
@@ -588,6 +766,36 @@ mod tests {
             c::bloatd_drwa_give_back(&sv, 400_000, 128)
         };
         assert!(back <= 30_000, "the application's 30000 raised to {back}");
+    }
+
+    #[test]
+    fn an_applications_clamp_set_back_after_autotuning_is_the_applications() {
+        // DRWA holds the window at the application's 32 kB ceiling, so its
+        // own clamp is 32768 too; autotuning grows the buffer (its clamp
+        // becomes 400 kB) and the application sets its 32768 again before
+        // DRWA's next round: the same value as DRWA's, the buffer not.
+        let mut sv = BloatdDrwaSaved {
+            orig_clamp: 32_768,
+            orig_rcvbuf: 400_000,
+            clamp: 32_768,
+            rcvbuf: 400_000,
+        };
+        // SAFETY: pure C over a plain struct.
+        let back = unsafe {
+            c::bloatd_drwa_saw_clamp(&mut sv, 32_768, 800_000, 128);
+            c::bloatd_drwa_give_back(&sv, 800_000, 128)
+        };
+        assert_eq!(back, 32_768, "the grown buffer's 400 kB became the ceiling");
+        // DRWA's own clamp with the buffer as it was stays DRWA's.
+        let mut sv = BloatdDrwaSaved {
+            orig_clamp: 100_000,
+            orig_rcvbuf: 200_000,
+            clamp: 50_000,
+            rcvbuf: 200_000,
+        };
+        // SAFETY: as above.
+        unsafe { c::bloatd_drwa_saw_clamp(&mut sv, 50_000, 200_000, 128) };
+        assert_eq!(sv.orig_clamp, 100_000);
     }
 
     #[test]
