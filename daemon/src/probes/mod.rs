@@ -22,7 +22,7 @@ pub mod kernel;
 mod map_iter;
 #[cfg(test)]
 mod merge_tests;
-mod netns;
+pub(crate) mod netns;
 pub mod policy;
 #[cfg(test)]
 mod sampler_tests;

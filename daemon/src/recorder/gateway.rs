@@ -69,8 +69,15 @@ fn ns_inode(link: &str) -> Option<u32> {
     std::fs::metadata(link).ok().map(|m| m.ino() as u32)
 }
 
-/// The gateway of `path` as its namespace routes it now, best effort.
+/// The gateway of `path` as its namespace routes it now, best effort
+/// (once an episode opens). Another process's namespace link and route
+/// table take CAP_SYS_PTRACE where it holds more capabilities than bloatd
+/// kept (caps.rs): read on a short-lived thread with the kept ones raised.
 pub fn lookup(path: &EpisodePath, pid: Option<u32>) -> Option<IpAddr> {
+    crate::probes::netns::on_own_thread(|| lookup_here(path, pid)).flatten()
+}
+
+fn lookup_here(path: &EpisodePath, pid: Option<u32>) -> Option<IpAddr> {
     let proc_dir = match pid {
         Some(p) if ns_inode(&format!("/proc/{p}/ns/net")) == Some(path.netns) => {
             format!("/proc/{p}/net")
