@@ -12,8 +12,9 @@
 //!   nearest one at the ends ("held"), never below the delivery.
 //! - `capacity.csv`: each second's delivery, capacity and which of the
 //!   three it is.
-//! - `replay.json`: the base RTT (the path's floor), the buffer (the peak
-//!   queue times the median measured capacity), the flow mix (bulk flows
+//! - `replay.json`: the base RTT (the path's floor), the buffer (the most
+//!   bytes the queue held in a second: its median queue times that
+//!   second's capacity), the flow mix (bulk flows
 //!   and short ones, by bytes), and what was recorded, for comparison.
 //! - `episode.json`: the episode as `bloatd incident ID --json` gives it.
 
@@ -183,6 +184,19 @@ fn write(dir: &Path, name: &str, text: &str) -> std::io::Result<()> {
     std::fs::write(dir.join(name), text)
 }
 
+/// The bottleneck's buffer: the most bytes its queue held, each second's
+/// median queue times that second's capacity (a queue in time drains at
+/// the link's rate then: on a link whose rate varies, the peak queue times
+/// a typical rate counts the bytes of a slow second at a fast rate; the
+/// lab's 1 MB LTE buffer came out 2.0 MB that way).
+fn buffer_of(seconds: &[Second]) -> u64 {
+    seconds
+        .iter()
+        .map(|s| (s.queue_us as u128 * s.capacity_bps as u128 / 8_000_000) as u64)
+        .max()
+        .unwrap_or(0)
+}
+
 /// Write the bundle of `d` into `dir` (created if missing).
 pub fn export(d: &EpisodeDetail, dir: &Path) -> anyhow::Result<Exported> {
     let e = &d.episode;
@@ -208,7 +222,7 @@ pub fn export(d: &EpisodeDetail, dir: &Path) -> anyhow::Result<Exported> {
         all[all.len() / 2]
     });
     let mean = seconds.iter().map(|s| s.capacity_bps).sum::<u64>() / seconds.len() as u64;
-    let buffer_bytes = (e.queue_peak_us as u128 * median_measured as u128 / 8_000_000) as u64;
+    let buffer_bytes = buffer_of(&seconds);
     let total: u64 = d.flows.iter().map(|f| f.bytes).sum::<u64>().max(1);
     let flows: Vec<FlowMix> = d
         .flows
@@ -240,10 +254,10 @@ pub fn export(d: &EpisodeDetail, dir: &Path) -> anyhow::Result<Exported> {
         seconds.len(),
         SATURATED_QUEUE_US / 1000
     )];
-    notes.push(format!(
-        "buffer: the peak queue ({} ms) times the median measured capacity",
-        e.queue_peak_us / 1000
-    ));
+    notes.push(
+        "buffer: the most bytes the path's median queue held in a second (its queue times that second's capacity)"
+            .to_string(),
+    );
     notes.push("base RTT: the path's floor; the uplink is constant (not recorded)".to_string());
     if measured.is_empty() {
         notes.push("no second was saturated: the capacity is only a lower bound".into());
@@ -359,5 +373,25 @@ mod tests {
         assert_eq!((per(0), per(1)), (100, 200));
         assert_eq!(*ms.last().unwrap(), 3000, "the period is the span");
         assert!(per(2) == 50 || per(2) == 51);
+    }
+
+    #[test]
+    fn the_buffer_is_the_most_bytes_a_second_queued() {
+        // 900 ms at 8 Mbit/s (a slow second) holds 900 kB; 300 ms at
+        // 24 Mbit/s 900 kB too; the peak queue times the median rate
+        // (16 Mbit/s) would say 1.8 MB.
+        let secs: Vec<Second> = [(8_000_000u64, 900u32), (16_000_000, 400), (24_000_000, 300)]
+            .iter()
+            .enumerate()
+            .map(|(i, &(c, q))| Second {
+                t_s: i as u32,
+                delivered_bps: c,
+                capacity_bps: c,
+                source: "measured",
+                queue_us: q * 1000,
+            })
+            .collect();
+        assert_eq!(buffer_of(&secs), 900_000);
+        assert_eq!(buffer_of(&[]), 0);
     }
 }
