@@ -5,7 +5,7 @@ helped (issue 32).
 bottleneck's capacity as a Mahimahi trace (trace.down, estimated from the
 episode's delivery rates: measured where the link was saturated, estimated
 elsewhere, capacity.csv says which), the path's floor as base RTT, the buffer
-(peak queue x capacity) and the flow mix (replay.json). This reproduces it on
+(the most bytes a second's queue held) and the flow mix (replay.json). This reproduces it on
 the lab's trace-driven link (topo.sh --trace) and runs the bulk flows in arms:
 
     cubic            CUBIC, as recorded: the reference
