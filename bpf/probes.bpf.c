@@ -375,24 +375,34 @@ static __always_inline void sock_queues(struct bloatd_sock *s)
  * higher ones while the application has unread data, so it under-reports a
  * queue.
  *
- * tcp_probe runs before the stack parses this segment, so it reads what the
- * stack parsed of the previous one: its echo (rx_opt.rcv_tsecr, already
- * less tsoffset) and the TCP clock of its processing (tcp_mstamp). Plain
- * loads: no copy of the header, no clock read. Each new echo is one sample;
- * later segments of a burst echo the same value and would add the sender's
- * own pacing, so only the first counts, as in the kernel. The interval's
- * RTT is the lowest of its samples (sock_interval): an application-limited
- * sender echoes an ACK it received long before it had more to send, which
- * can only make a sample longer, never shorter.
+ * Each sample is the segment under the probe, whole: the echo its own
+ * header carries (tcp_probe runs before the stack parses it) against the
+ * time it arrived (the clock, read once the echo is known to be new). It
+ * asks nothing of the record, so a random look (sampler.h) measures a
+ * segment exactly as exact mode does, and the statistics of the two modes
+ * differ only in which segments they look at. (Read from the previous
+ * segment's parse, rx_opt, against the stack's last clock refresh, as
+ * first built, the sample needed the record's previous look to bound when
+ * that segment was processed: seconds before a random look, so no look
+ * ever measured, and a cold receiver kept a stale RTT for the rest of its
+ * life, or none.)
  *
- * The clock is the stack's last refresh: the previous segment's
- * processing, or anything the socket sent since. A request/response
- * client (Prometheus scraping every second) sends its request a second
- * after the last response segment and reads that segment's echo against
- * the request's time: a second of "queue" on loopback. The previous
- * probe's clock bounds the segment's processing time from below, so a
- * sample counts only when the two bounds are close: the gap between
- * segments at most a quarter of the sample (gap_us).
+ * Two rules keep the samples that measure the path:
+ * - Each echo once: later segments of a burst echo the same value and
+ *   would add the sender's own pacing; the segment counts only when its
+ *   echo differs from the previous segment's (rx_opt.rcv_tsecr, already
+ *   less tsoffset), as in the kernel.
+ * - The sender was sending: it sent this segment within a quarter of the
+ *   sample after the one before (its TSval clock: rx_opt.rcv_tsval). An
+ *   application-limited sender echoes the last ACK it got before it had
+ *   more to send, a sample as long as its pause: 100 ms between the
+ *   messages of a chatty client read as 100 ms of queue on loopback, and a
+ *   Prometheus scrape's request, a second after the last response, as a
+ *   second. Its TSval moved by the pause. A peer's tick is taken as 1 ms
+ *   (Linux, and the RFC's lower bound) unless both ends agreed on
+ *   microseconds: a coarser clock passes more, never fewer.
+ * The interval's RTT is the lowest of its samples (sock_interval): what
+ * still passes can only be longer than the path, never shorter.
  */
 /* Whether the connection agreed on microsecond TCP timestamps (Linux 6.7,
  * tcp_usec_ts). Before 6.7 the field does not exist and every connection
@@ -417,31 +427,61 @@ static __always_inline __u32 rcv_ts_rtt_bound(__u32 ticks, __u32 tick_us)
 	return ticks * tick_us;
 }
 
-/* One receiver RTT sample: the TCP clock of the last segment processed
- * against the timestamp it echoed (0: no usable sample). */
-static __always_inline __u32 rcv_ts_rtt_us(const struct tcp_sock *tp, __u32 tsecr)
+/* An echo `tsecr` (less tsoffset) against our TCP clock at `now_us`
+ * (0: no usable sample). */
+static __always_inline __u32 rcv_ts_rtt_at(const struct tcp_sock *tp, __u32 tsecr, __u64 now_us)
 {
-	__u64 mstamp = tp->tcp_mstamp;
 	__u32 now_ts;
 
 	if (tcp_usec_ts(tp))
-		return rcv_ts_rtt_bound((__u32)mstamp - tsecr, 1);
-	now_ts = mstamp / 1000;
+		return rcv_ts_rtt_bound((__u32)now_us - tsecr, 1);
+	now_ts = now_us / 1000;
 	/* Millisecond clock: a sub-millisecond RTT reads 0. */
 	if (now_ts == tsecr)
 		return 500;
 	return rcv_ts_rtt_bound(now_ts - tsecr, 1000);
 }
 
-static __always_inline void measure_rcv_rtt(struct bloatd_sock *s, const struct tcp_sock *tp,
-					    __u64 gap_us)
+/* One receiver RTT sample: the TCP clock of the last segment processed
+ * against the timestamp it echoed (0: no usable sample). */
+static __always_inline __u32 rcv_ts_rtt_us(const struct tcp_sock *tp, __u32 tsecr)
 {
-	__u32 tsecr = tp->rx_opt.rcv_tsecr, rtt_us;
+	return rcv_ts_rtt_at(tp, tsecr, tp->tcp_mstamp);
+}
 
-	if (!tsecr || tsecr == s->rcv_last_tsecr)
+/* The timestamps of the segment under the probe, from its header (data at
+ * the TCP header in tcp_rcv_established): the option where Linux and
+ * RFC 7323's appendix A put it, first and aligned (NOP, NOP, kind 8,
+ * length 10). 0: not there. */
+static __always_inline int seg_timestamps(const struct sk_buff *skb, __u32 *tsval, __u32 *tsecr)
+{
+	__u32 w[5];	/* header bytes 12-31: data offset, flags, window, ..., the option */
+
+	if (bpf_probe_read_kernel(w, sizeof(w), skb->data + 12))
+		return 0;
+	if ((w[0] & 0xff) >> 4 < 8 || w[2] != bpf_htonl(0x0101080a))
+		return 0;
+	*tsval = bpf_ntohl(w[3]);
+	*tsecr = bpf_ntohl(w[4]);
+	return 1;
+}
+
+static __always_inline void measure_rcv_rtt(struct bloatd_sock *s, const struct tcp_sock *tp,
+					    const struct sk_buff *skb)
+{
+	__u32 tsval, tsecr, rtt_us, ticks;
+	__u64 gap_us;
+
+	if (!seg_timestamps(skb, &tsval, &tsecr) || !tsecr)
 		return;
-	s->rcv_last_tsecr = tsecr;
-	rtt_us = rcv_ts_rtt_us(tp, tsecr);
+	tsecr -= tp->tsoffset;
+	if (tsecr == tp->rx_opt.rcv_tsecr)
+		return;
+	ticks = tsval - tp->rx_opt.rcv_tsval;
+	if ((__s32)ticks < 0)
+		return;	/* reordered: it echoes an older ACK */
+	rtt_us = rcv_ts_rtt_at(tp, tsecr, bpf_ktime_get_ns() / 1000);
+	gap_us = (__u64)ticks * (tcp_usec_ts(tp) ? 1 : 1000);
 	if (!rtt_us || gap_us * 4 > rtt_us)
 		return;
 	if (!s->rcv_ts_min_us || rtt_us < s->rcv_ts_min_us)
@@ -511,25 +551,48 @@ static __always_inline __u32 sock_queue_us(const struct bloatd_sock *s)
 }
 
 /*
- * A sample into the statistics, where the Prometheus histograms read it:
- * per-CPU counters, no lock, no record to user space. Only intervals in
- * which the socket carried data count: an idle socket keeps a stale srtt.
- * `k`: the observations this sample stands for (1 in exact mode; under
- * adaptive sampling the intervals of traffic it carries, sampler.h), each
- * counted at this sample's values.
+ * Whether this sample measured the socket's side of the transfer: data
+ * moved in the interval it closes (an idle socket keeps a stale srtt), its
+ * role is known, it has a floor, and an RTT of this interval on its side:
+ * a sender's srtt; a receiver's echo sample taken in the interval (with
+ * timestamps: its echoes pass in some of its segments only) or the
+ * kernel's estimate (without). A sample that did not leaves the
+ * socket-time its record holds to the next one that does (sampler_count).
  */
-static __always_inline void sock_stats(struct bloatd_sock *s, __u64 now_ns, __u32 k)
+static __always_inline int sock_measured(const struct bloatd_sock *s)
+{
+	if (!(s->flags & BLOATD_F_ACTIVE) || s->role == BLOATD_ROLE_UNKNOWN || !s->floor_us)
+		return 0;
+	if (s->role != BLOATD_ROLE_RECEIVER)
+		return s->srtt_us != 0;
+	if (s->flags & BLOATD_F_TIMESTAMPS)
+		return (s->flags & BLOATD_F_RCV_FRESH) != 0;
+	return s->rcv_rtt_us != 0;
+}
+
+/*
+ * A sample into the statistics, where the Prometheus histograms read it:
+ * per-CPU counters, no lock, no record to user space. Once measured
+ * (sock_measured), the sample counts the whole intervals of socket-time
+ * its record holds (1 an interval in exact mode and for hot sockets; under
+ * adaptive sampling the intervals of traffic it stands for, sampler.h),
+ * each at this sample's values; `last`: the record's last word, which
+ * counts its fraction too (sampler_take_last).
+ */
+static __always_inline void sock_stats(struct bloatd_sock *s, __u64 now_ns, int last)
 {
 	struct bloatd_role_stats *r = role_stats(s);
-	__u32 rx = s->role == BLOATD_ROLE_RECEIVER, rtt, queue, queue_b, rtt_b, sec, slot;
+	__u32 rx = s->role == BLOATD_ROLE_RECEIVER, rtt, queue, queue_b, rtt_b, sec, slot, k;
+	int measured = sock_measured(s);
 
 	if (!r)
 		return;
 	stats_retrans(s, r);
-	rtt = rx ? sock_rcv_rtt_us(s) : s->srtt_us;
-	/* A socket without an RTT on its side yet has nothing to say. */
-	if (!(s->flags & BLOATD_F_ACTIVE) || s->role == BLOATD_ROLE_UNKNOWN || !rtt || !s->floor_us)
+	k = sampler_count(&s->pending_ns, sample_interval_ns, measured, last,
+			  last ? bpf_get_prandom_u32() : 0);
+	if (!measured)
 		return;
+	rtt = rx ? sock_rcv_rtt_us(s) : s->srtt_us;
 	queue = sock_queue_us(s);
 	queue_b = delay_bucket(queue);
 	rtt_b = delay_bucket(rtt);
@@ -750,7 +813,9 @@ static __always_inline void sock_interval(struct bloatd_sock *s, const struct tc
 	if (s->rcv_ts_min_us) {
 		s->rcv_ts_rtt_us = s->rcv_ts_min_us;
 		s->rcv_ts_min_us = 0;
-		s->flags |= BLOATD_F_RCV_TS;
+		s->flags |= BLOATD_F_RCV_TS | BLOATD_F_RCV_FRESH;
+	} else {
+		s->flags &= ~BLOATD_F_RCV_FRESH;
 	}
 	s->prev_acked = s->bytes_acked;
 	s->prev_received = s->bytes_received;
@@ -872,7 +937,7 @@ static __always_inline void sock_sample(struct bloatd_sock *s, const struct tcp_
 			bottleneck_publish(s, s->queue_delay_us, now_ns);
 		}
 	}
-	sock_stats(s, now_ns, sampler_take(&s->pending_ns, sample_interval_ns));
+	sock_stats(s, now_ns, 0);
 	sock_account(s, 0);
 	watched = sock_stream(s);
 	sock_hotness(s, tp, now_ns, watched);
@@ -892,10 +957,9 @@ static __always_inline void sock_sample(struct bloatd_sock *s, const struct tcp_
  * a socket with one segment per tick or fewer, every time (README,
  * "Overhead"). What a passed-over segment would have done waits for the
  * next tick: a due sample (at most a tick late), and the receiver RTT
- * sample of its echo: at line rate the interval's lowest comes from one
- * echo per tick (the last segment's of the tick before, later than the
- * first segment that carried the same echo by as long as the sender kept
- * echoing it: about a millisecond while it follows our ACKs).
+ * sample of its echo: at line rate the interval's lowest comes from the
+ * first segment of each tick, when it is the first to carry its echo
+ * (measure_rcv_rtt).
  */
 static __always_inline int probe_passes_over(const struct tcp_sock *tp,
 					     const struct sk_buff *skb)
@@ -917,9 +981,6 @@ static __always_inline int probe_passes_over(const struct tcp_sock *tp,
  */
 #define SAMPLER_LOOK_ALL 1
 #define SAMPLER_LOOK_RANDOM 2
-
-/* Whether every segment of the socket is looked at: exact mode, the clock
- * not calibrated yet, or a hot socket's slot (or one sharing it). */
 
 /* Whether every segment of the socket is looked at: exact mode, the clock
  * not calibrated yet, a hot socket's slot (or one sharing it), or a path a
@@ -963,43 +1024,46 @@ static __always_inline int sampler_look(const struct sock *sk, struct bloatd_sam
 	return sampler_draw(&c->rng, c->shift) ? SAMPLER_LOOK_RANDOM : 0;
 }
 
-/* The weight of a random look: the gap since the socket's previous
- * segment, as the kernel stamped it (the ACK's rcv_tstamp, the data's
- * lrcvtime: this probe runs before either is written for this segment). */
-static __always_inline __u64 sampler_look_weight_of(const struct tcp_sock *tp,
-						    const struct bloatd_sampler_cpu *c)
+/* The tick of the socket's previous segment, as the kernel stamped it
+ * (the ACK's rcv_tstamp, the data's lrcvtime: this probe runs before
+ * either is written for this segment). */
+static __always_inline __u32 sock_prev_j(const struct tcp_sock *tp)
 {
-	__u32 now = bpf_jiffies64(), ack = tp->rcv_tstamp, data = tp->inet_conn.icsk_ack.lrcvtime;
-	__u32 prev = (__s32)(data - ack) > 0 ? data : ack;
+	__u32 ack = tp->rcv_tstamp, data = tp->inet_conn.icsk_ack.lrcvtime;
 
-	return sampler_look_weight((__s32)(now - prev) > 0 ? now - prev : 0, c->interval_j,
-				   sample_interval_ns, c->shift);
+	return (__s32)(data - ack) > 0 ? data : ack;
 }
 
 /* The record's clock moves to this segment; `seen`: the record sees every
- * segment (exact mode, a hot socket), so the socket-time since its previous
- * one is counted here (sampler.h). A record made just now has none. */
-static __always_inline void sock_update(struct bloatd_sock *s, __u64 now_ns, int seen)
+ * segment (exact mode, a hot socket), so the socket-time since its
+ * previous one is counted here (sampler_seen_weight). A record made just
+ * now has none. */
+static __always_inline void sock_update(struct bloatd_sock *s, const struct tcp_sock *tp,
+					__u64 now_ns, int seen)
 {
-	if (seen && s->update_ns)
-		s->pending_ns += sampler_time_weight(now_ns - s->update_ns, sample_interval_ns);
+	__u32 now_j = bpf_jiffies64();
+
+	if (seen)
+		s->pending_ns += sampler_seen_weight(sock_prev_j(tp), s->update_j, now_j,
+						     s->update_ns ? now_ns - s->update_ns : 0,
+						     interval_jiffies, sample_interval_ns);
 	s->update_ns = now_ns;
+	s->update_j = now_j;
 }
 
 /* The socket's record, made if it has none yet (tcp_probe fires only in
- * ESTABLISHED: tcp_rcv_established); its receiver RTT echo measured. */
+ * ESTABLISHED: tcp_rcv_established); the receiver RTT of a data segment
+ * measured. */
 static __always_inline struct bloatd_sock *probe_record(struct sock *sk, struct tcp_sock *tp,
-							int seen)
+							const struct sk_buff *skb, int seen)
 {
 	struct bloatd_sock *s = bpf_sk_storage_get(&socks, sk, 0, 0);
-	__u64 now_ns;
 
 	if (!s && !(s = sock_create(sk, tp, bpf_get_socket_cookie(sk))))
 		return NULL;
-	now_ns = tcp_clock_ns(tp);
-	if (s->flags & BLOATD_F_TIMESTAMPS)
-		measure_rcv_rtt(s, tp, (now_ns - s->update_ns) / 1000);
-	sock_update(s, now_ns, seen);
+	if ((s->flags & BLOATD_F_TIMESTAMPS) && skb->len > tp->tcp_header_len)
+		measure_rcv_rtt(s, tp, skb);
+	sock_update(s, tp, tcp_clock_ns(tp), seen);
 	return s;
 }
 
@@ -1015,16 +1079,18 @@ static __always_inline int sample_due(const struct bloatd_sock *s)
  * CPU's average, from which the odds of the next look follow.
  */
 static __always_inline void probe_look(struct sock *sk, struct tcp_sock *tp,
-				       struct bloatd_sampler_cpu *c)
+				       const struct sk_buff *skb, struct bloatd_sampler_cpu *c)
 {
 	/* Timed when looks are rare; when they are most segments, one in 8
 	 * (two clock reads are most of what a look at a hot line costs). */
 	int timed = c->shift >= 3 || !(c->looks & 7);
 	__u64 t0 = timed ? bpf_ktime_get_ns() : 0;
-	struct bloatd_sock *s = probe_record(sk, tp, 0);
+	struct bloatd_sock *s = probe_record(sk, tp, skb, 0);
 
 	if (s) {
-		s->pending_ns += sampler_look_weight_of(tp, c);
+		/* The segment's own gap: its record's clock just moved to it. */
+		s->pending_ns += sampler_look_weight(sampler_gap_j(sock_prev_j(tp), s->update_j),
+						     c->interval_j, sample_interval_ns, c->shift);
 		if (sample_due(s))
 			sock_sample(s, tp);
 	}
@@ -1055,12 +1121,12 @@ int BPF_PROG(tcp_probe, struct sock *sk, const struct sk_buff *skb)
 	if (look == SAMPLER_LOOK_RANDOM) {
 		/* Never passed over: its weight stands for the segments
 		 * skipped around it. */
-		probe_look(sk, tp, c);
+		probe_look(sk, tp, skb, c);
 		return 0;
 	}
 	if (probe_passes_over(tp, skb))
 		return 0;
-	s = probe_record(sk, tp, 1);
+	s = probe_record(sk, tp, skb, 1);
 	if (s && sample_due(s))
 		sock_sample(s, tp);
 	return 0;
@@ -1079,7 +1145,7 @@ static __always_inline struct bloatd_sock *sock_event(struct sock *sk)
 		return NULL;
 	sock_fill(s, tp);
 	/* A retransmission or a change of state is traffic too. */
-	sock_update(s, tcp_clock_ns(tp), sampler_sees_all(sk, interval_jiffies));
+	sock_update(s, tp, tcp_clock_ns(tp), sampler_sees_all(sk, interval_jiffies));
 	return s;
 }
 
@@ -1166,9 +1232,8 @@ int BPF_PROG(inet_sock_set_state, const struct sock *csk, const int oldstate,
 	sock_interval(s, tp, now_ns);
 	floor_refresh(s, sk, now_ns);
 	sock_queues(s);
-	sock_update(s, tcp_clock_ns(tp), 1);
-	sock_stats(s, now_ns, sampler_take_last(&s->pending_ns, sample_interval_ns,
-						 bpf_get_prandom_u32()));
+	sock_update(s, tp, tcp_clock_ns(tp), 1);
+	sock_stats(s, now_ns, 1);
 	sock_cool(s);
 	sock_account(s, 1);
 	policy_forget(s);
@@ -1238,7 +1303,7 @@ int sock_ops(struct bpf_sock_ops *skops)
 	s = bpf_sk_storage_get(&socks, sk, 0, 0);
 	if (!s)
 		return 1;
-	sock_update(s, tcp_clock_ns(tp), 1);
+	sock_update(s, tp, tcp_clock_ns(tp), 1);
 	s->state = skops->state;
 	if (sample_due(s))
 		sock_sample(s, tp);
@@ -1274,7 +1339,10 @@ int seed_sockets(struct bpf_iter__tcp *ctx)
 		goto owner;
 	sock_fill(s, tp);
 	s->state = skc->skc_state;
+	/* As if it had seen the socket's last segment: the TCP clock of the
+	 * stack's last refresh, in that segment's tick. */
 	s->update_ns = tcp_clock_ns(tp);
+	s->update_j = sock_prev_j(tp);
 	floor_refresh(s, (const struct sock *)tp, bpf_ktime_get_ns());
 	sock_queues(s);
 owner:
