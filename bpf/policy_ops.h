@@ -596,6 +596,11 @@ static __always_inline void drwa_round_close(struct bpf_sock_ops *skops, struct 
 		return;
 	slot = sc->depth;
 	sc->depth = slot + 1;
+	/* The index masked where it is used: clang drops the mask, knowing
+	 * depth <= 1, and keeps the check on a copy whose bound 6.1's
+	 * verifier does not carry to the spilled original ("R0 unbounded
+	 * memory access": sock_ops refused, no policy, no DRWA). */
+	barrier_var(slot);
 	mp = &sc->m[slot & 1];
 	__builtin_memset(mp, 0, sizeof(*mp));
 	rcvd = tp->bytes_received - p->drwa_round_rcvd;
