@@ -11,7 +11,9 @@
 #ifndef BLOATD_H
 #define BLOATD_H
 
-#ifndef __VMLINUX_H__
+#ifdef __bpf__
+#include "vmlinux.h"	/* __u32 and the like, as every BPF object has them */
+#else
 #include <linux/types.h>
 #endif
 

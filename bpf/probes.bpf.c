@@ -57,6 +57,10 @@
 #include "sampler.h"
 #include "probes_state.h"
 #include "service_ops.h"
+#include "sock_record.h"
+#include "rcv_rtt.h"
+#include "floor_path.h"
+#include "policy_ops.h"
 
 
 /*
@@ -69,124 +73,6 @@
 static __always_inline __u64 tcp_clock_ns(const struct tcp_sock *tp)
 {
 	return tp->tcp_mstamp * 1000;
-}
-
-/* Who the socket is: set when its record is created and when it becomes
- * ESTABLISHED (at SYN_SENT the local port is not bound yet). */
-static __always_inline void sock_identity(struct bloatd_sock *s,
-					  const struct sock_common *skc)
-{
-	s->family = skc->skc_family;
-	s->sport = skc->skc_num;
-	s->dport = bpf_ntohs(skc->skc_dport);
-	s->netns = skc->skc_net.net->ns.inum;
-	if (s->family == AF_INET6) {
-		__builtin_memcpy(s->saddr, &skc->skc_v6_rcv_saddr, 16);
-		__builtin_memcpy(s->daddr, &skc->skc_v6_daddr, 16);
-	} else {
-		__builtin_memcpy(s->saddr, &skc->skc_rcv_saddr, 4);
-		__builtin_memcpy(s->daddr, &skc->skc_daddr, 4);
-	}
-}
-
-/* The route the socket leaves by: egress interface and gateway. */
-static __always_inline void sock_route(struct bloatd_sock *s, const struct sock *sk)
-{
-	struct dst_entry *dst = sk->sk_dst_cache;
-	struct net_device *dev;
-	__u32 gw[4] = {};
-
-	if (!dst)
-		return;
-	dev = dst->dev;
-	if (!dev)
-		return;
-	/* Read again every second (floor_refresh): the name only if it moved. */
-	if (dev->ifindex != s->ifindex || !s->ifname[0]) {
-		s->ifindex = dev->ifindex;
-		bpf_probe_read_kernel_str(s->ifname, sizeof(s->ifname), dev->name);
-	}
-	/* The route's family, not the socket's: a dual-stack socket talking to
-	 * an IPv4 peer (::ffff:a.b.c.d) is routed by IPv4. */
-	if (BPF_CORE_READ(dst, ops, family) == AF_INET6) {
-		BPF_CORE_READ_INTO(&gw, (struct rt6_info *)dst, rt6i_gateway);
-	} else if (BPF_CORE_READ((struct rtable *)dst, rt_gw_family) == AF_INET) {
-		gw[0] = BPF_CORE_READ((struct rtable *)dst, rt_gw4);
-	} else if (BPF_CORE_READ((struct rtable *)dst, rt_gw_family) == AF_INET6) {
-		BPF_CORE_READ_INTO(&gw, (struct rtable *)dst, rt_gw6);
-	}
-	s->route_id = floor_route_id(s->ifindex, gw);
-}
-
-/*
- * The index of a congestion control in the statistics, by name: the first
- * BLOATD_CC_MAX - 1 names get one each, any further name the last ("other").
- * Two CPUs meeting a new name at once may both take an index; the daemon
- * sums indexes that carry the same name.
- */
-static __always_inline __u8 cc_index_of(const char *name)
-{
-	char key[BLOATD_CC_LEN];
-	__u32 *found, idx;
-
-	__builtin_memcpy(key, name, sizeof(key));
-	found = bpf_map_lookup_elem(&cc_index, key);
-	if (found)
-		return *found;
-	idx = __sync_fetch_and_add(&next_cc, 1);
-	if (idx >= BLOATD_CC_MAX - 1)
-		idx = BLOATD_CC_MAX - 1;
-	else
-		bpf_map_update_elem(&cc_names, &idx, key, BPF_ANY);
-	bpf_map_update_elem(&cc_index, key, &idx, BPF_NOEXIST);
-	return idx;
-}
-
-/*
- * The live numbers, exactly as tcp_get_info() derives them for `ss -ti`, so
- * the kernel's own view is the oracle for every field. Read without the
- * socket's lock (the iterator): counters can be mid-update, so inflight is
- * clamped instead of wrapping.
- */
-static __always_inline void sock_fill(struct bloatd_sock *s,
-				      const struct tcp_sock *tp)
-{
-	const struct tcp_congestion_ops *ops = tp->inet_conn.icsk_ca_ops;
-	__u32 out = tp->packets_out, left = tp->sacked_out + tp->lost_out;
-	__u32 min_rtt = tp->rtt_min.s[0].v, write_seq = tp->write_seq;
-	__u32 snd_nxt = tp->snd_nxt;
-
-	s->cwnd = tp->snd_cwnd;
-	s->ssthresh = tp->snd_ssthresh;
-	s->inflight = (out > left ? out - left : 0) + tp->retrans_out;
-	s->mss = tp->mss_cache;
-	s->srtt_us = tp->srtt_us >> 3;
-	/* ~0U until the first RTT sample. */
-	s->min_rtt_us = min_rtt == ~0U ? 0 : min_rtt;
-	s->total_retrans = tp->total_retrans;
-	s->lost = tp->lost;
-	s->rate_delivered = tp->rate_delivered;
-	s->rate_interval_us = tp->rate_interval_us;
-	s->bytes_acked = tp->bytes_acked;
-	s->bytes_received = tp->bytes_received;
-	s->rcv_rtt_us = tp->rcv_rtt_est.rtt_us >> 3;
-	s->unsent_bytes = (__s32)(write_seq - snd_nxt) > 0 ? write_seq - snd_nxt : 0;
-	if (ca_state_from_sock)
-		s->ca_state = BPF_CORE_READ_BITFIELD_PROBED(&tp->inet_conn, icsk_ca_state);
-	/* The stack sizes every header by whether timestamps were agreed
-	 * (20 bytes, or 32 with the aligned option): a plain field, where the
-	 * tstamp_ok bitfield read back set on connections without them. */
-	if (tp->tcp_header_len > 20)
-		s->flags |= BLOATD_F_TIMESTAMPS;
-	else
-		s->flags &= ~BLOATD_F_TIMESTAMPS;
-	/* The name is read only when the ops change (setsockopt, sockops). */
-	if ((__u64)ops != s->ca_ops) {
-		s->ca_ops = (__u64)ops;
-		__builtin_memset(s->cc, 0, sizeof(s->cc));
-		bpf_probe_read_kernel_str(s->cc, sizeof(s->cc), ops->name);
-		s->cc_idx = cc_index_of(s->cc);
-	}
 }
 
 static __always_inline struct bloatd_bottleneck *bottleneck_slot(const struct bloatd_sock *s)
@@ -281,8 +167,6 @@ static __always_inline void floor_env_count(void *env, __u32 stat)
 	stat_inc(stat);
 }
 
-#include "floor_path.h"
-
 /*
  * Feed the socket's minimum into its path's floors and read back the floor
  * its queueing delay is measured against (floor_path.h); `moved`: its route
@@ -365,127 +249,6 @@ static __always_inline void sock_queues(struct bloatd_sock *s)
 	rcv_rtt = sock_rcv_rtt_us(s);
 	s->rcv_queue_delay_us = rcv_rtt > s->floor_us && s->floor_us ?
 				rcv_rtt - s->floor_us : 0;
-}
-
-/*
- * A receiver's RTT from the timestamps the sender echoes on its data (TSecr
- * against our own TSval clock), as ePPing and the kernel's
- * tcp_rcv_rtt_measure_ts do. The kernel's own estimate (rcv_rtt_est) serves
- * receive-buffer autotuning: it takes any lower sample at once and ignores
- * higher ones while the application has unread data, so it under-reports a
- * queue.
- *
- * Each sample is the segment under the probe, whole: the echo its own
- * header carries (tcp_probe runs before the stack parses it) against the
- * time it arrived (the clock, read once the echo is known to be new). It
- * asks nothing of the record, so a random look (sampler.h) measures a
- * segment exactly as exact mode does, and the statistics of the two modes
- * differ only in which segments they look at. (Read from the previous
- * segment's parse, rx_opt, against the stack's last clock refresh, as
- * first built, the sample needed the record's previous look to bound when
- * that segment was processed: seconds before a random look, so no look
- * ever measured, and a cold receiver kept a stale RTT for the rest of its
- * life, or none.)
- *
- * Two rules keep the samples that measure the path:
- * - Each echo once: later segments of a burst echo the same value and
- *   would add the sender's own pacing; the segment counts only when its
- *   echo differs from the previous segment's (rx_opt.rcv_tsecr, already
- *   less tsoffset), as in the kernel.
- * - The sender was sending: it sent this segment within a quarter of the
- *   sample after the one before (its TSval clock: rx_opt.rcv_tsval). An
- *   application-limited sender echoes the last ACK it got before it had
- *   more to send, a sample as long as its pause: 100 ms between the
- *   messages of a chatty client read as 100 ms of queue on loopback, and a
- *   Prometheus scrape's request, a second after the last response, as a
- *   second. Its TSval moved by the pause. A peer's tick is taken as 1 ms
- *   (Linux, and the RFC's lower bound) unless both ends agreed on
- *   microseconds: a coarser clock passes more, never fewer.
- * The interval's RTT is the lowest of its samples (sock_interval): what
- * still passes can only be longer than the path, never shorter.
- */
-/* Whether the connection agreed on microsecond TCP timestamps (Linux 6.7,
- * tcp_usec_ts). Before 6.7 the field does not exist and every connection
- * stamps with the millisecond clock: the existence check makes the read
- * dead code the verifier never sees there. */
-static __always_inline int tcp_usec_ts(const struct tcp_sock *tp)
-{
-	if (!bpf_core_field_exists(tp->tcp_usec_ts))
-		return 0;
-	return BPF_CORE_READ_BITFIELD_PROBED(tp, tcp_usec_ts);
-}
-
-/* A timestamp difference in clock ticks of `tick_us` as an RTT sample:
- * bounded in ticks first, then converted, so an echo older than the bound
- * is refused whatever its age. (Multiplied first, a millisecond difference
- * wraps 32 bits past ~71.6 minutes, and 1.4% of such echoes land in the
- * accepted range: an hour-old echo read as a few milliseconds.) 0: none. */
-static __always_inline __u32 rcv_ts_rtt_bound(__u32 ticks, __u32 tick_us)
-{
-	if ((__s32)ticks <= 0 || ticks > RCV_TS_RTT_MAX_US / tick_us)
-		return 0;
-	return ticks * tick_us;
-}
-
-/* An echo `tsecr` (less tsoffset) against our TCP clock at `now_us`
- * (0: no usable sample). */
-static __always_inline __u32 rcv_ts_rtt_at(const struct tcp_sock *tp, __u32 tsecr, __u64 now_us)
-{
-	__u32 now_ts;
-
-	if (tcp_usec_ts(tp))
-		return rcv_ts_rtt_bound((__u32)now_us - tsecr, 1);
-	now_ts = now_us / 1000;
-	/* Millisecond clock: a sub-millisecond RTT reads 0. */
-	if (now_ts == tsecr)
-		return 500;
-	return rcv_ts_rtt_bound(now_ts - tsecr, 1000);
-}
-
-/* One receiver RTT sample: the TCP clock of the last segment processed
- * against the timestamp it echoed (0: no usable sample). */
-static __always_inline __u32 rcv_ts_rtt_us(const struct tcp_sock *tp, __u32 tsecr)
-{
-	return rcv_ts_rtt_at(tp, tsecr, tp->tcp_mstamp);
-}
-
-/* The timestamps of the segment under the probe, from its header (data at
- * the TCP header in tcp_rcv_established): the option where Linux and
- * RFC 7323's appendix A put it, first and aligned (NOP, NOP, kind 8,
- * length 10). 0: not there. */
-static __always_inline int seg_timestamps(const struct sk_buff *skb, __u32 *tsval, __u32 *tsecr)
-{
-	__u32 w[5];	/* header bytes 12-31: data offset, flags, window, ..., the option */
-
-	if (bpf_probe_read_kernel(w, sizeof(w), skb->data + 12))
-		return 0;
-	if ((w[0] & 0xff) >> 4 < 8 || w[2] != bpf_htonl(0x0101080a))
-		return 0;
-	*tsval = bpf_ntohl(w[3]);
-	*tsecr = bpf_ntohl(w[4]);
-	return 1;
-}
-
-static __always_inline void measure_rcv_rtt(struct bloatd_sock *s, const struct tcp_sock *tp,
-					    const struct sk_buff *skb)
-{
-	__u32 tsval, tsecr, rtt_us, ticks;
-	__u64 gap_us;
-
-	if (!seg_timestamps(skb, &tsval, &tsecr) || !tsecr)
-		return;
-	tsecr -= tp->tsoffset;
-	if (tsecr == tp->rx_opt.rcv_tsecr)
-		return;
-	ticks = tsval - tp->rx_opt.rcv_tsval;
-	if ((__s32)ticks < 0)
-		return;	/* reordered: it echoes an older ACK */
-	rtt_us = rcv_ts_rtt_at(tp, tsecr, bpf_ktime_get_ns() / 1000);
-	gap_us = (__u64)ticks * (tcp_usec_ts(tp) ? 1 : 1000);
-	if (!rtt_us || gap_us * 4 > rtt_us)
-		return;
-	if (!s->rcv_ts_min_us || rtt_us < s->rcv_ts_min_us)
-		s->rcv_ts_min_us = rtt_us;
 }
 
 /* A watched socket's point of its series goes to the daemon. Returns
@@ -622,103 +385,6 @@ static __always_inline void sock_stats(struct bloatd_sock *s, __u64 now_ns, int 
 			r->bloated[slot]++;
 		}
 	}
-}
-
-/* Add `d` to slot `slot` (1-based, 0 = none) of `sock_counts`. */
-static __always_inline void counts_add(struct bloatd_sock_counts *c, __u32 slot, __s64 d)
-{
-	__u32 idx = slot - 1;
-
-	if (!slot || idx >= BLOATD_CC_MAX * 2 * BLOATD_STATES)
-		return;
-	/* The verifier must see the bound on the register that indexes. */
-	barrier_var(idx);
-	if (idx >= BLOATD_CC_MAX * 2 * BLOATD_STATES)
-		return;
-	__sync_fetch_and_add(&((__s64 *)c->n)[idx], d);
-}
-
-/*
- * Keep `sock_counts` true: the record counts in one (cc, role, state) slot
- * at a time; `counted` says which. gone: the record is about to go.
- */
-static __always_inline void sock_account(struct bloatd_sock *s, int gone)
-{
-	struct bloatd_sock_counts *c;
-	__u32 zero = 0, cc = s->cc_idx < BLOATD_CC_MAX ? s->cc_idx : BLOATD_CC_MAX - 1;
-	__u32 state = s->state < BLOATD_STATES ? s->state : 0;
-	__u32 slot = gone ? 0 : (cc * 2 + (s->role == BLOATD_ROLE_RECEIVER)) * BLOATD_STATES + state + 1;
-	__u32 old = s->counted;
-
-	if (slot == old)
-		return;
-	c = bpf_map_lookup_elem(&sock_counts, &zero);
-	if (!c)
-		return;
-	counts_add(c, old, -1);
-	counts_add(c, slot, 1);
-	s->counted = slot;
-}
-
-/*
- * Start the next interval from what the socket has done so far: the
- * handshake (a SYN acknowledged counts as one byte) and any history from
- * before bloatd saw the socket are nobody's role and no sample.
- */
-static __always_inline void sock_interval_start(struct bloatd_sock *s, const struct tcp_sock *tp,
-						__u64 now_ns)
-{
-	s->prev_acked = s->bytes_acked;
-	s->prev_received = s->bytes_received;
-	s->prev_delivered = tp->delivered;
-	s->prev_segs_in = tp->data_segs_in;
-	s->prev_sacked = tp->sacked_out;
-	s->prev_ooopack = tp->rcv_ooopack;
-	s->prev_tsval = tp->rx_opt.rcv_tsval;
-	s->sample_ns = now_ns;
-}
-
-/*
- * A new record, born when a connection starts (SYN_SENT, ESTABLISHED) or at
- * its first segment in ESTABLISHED; never from the tail events of a closing
- * socket, which would leave a record nobody deletes. The caller gives the
- * socket's cookie: tracing programs and sock_ops ask for it with different
- * arguments.
- */
-static __always_inline struct bloatd_sock *sock_create(struct sock *sk,
-							const struct tcp_sock *tp,
-							__u64 cookie)
-{
-	struct bloatd_sock *s;
-
-	/* Reserve a place first: checking and then creating would let every
-	 * CPU pass the check at once and overshoot the bound. */
-	if (__sync_fetch_and_add(&live_socks, 1) >= map_capacity) {
-		__sync_fetch_and_add(&live_socks, -1);
-		sock_refused(sk);
-		return NULL;
-	}
-	s = bpf_sk_storage_get(&socks, sk, 0, BPF_SK_STORAGE_GET_F_CREATE);
-	if (!s || s->cookie) {
-		__sync_fetch_and_add(&live_socks, -1);
-		if (!s)
-			sock_refused(sk);	/* out of memory */
-		return s;
-	}
-	stat_inc(BLOATD_STAT_CREATED);
-	s->cookie = cookie;
-	sock_service(s, sk);
-	sock_identity(s, &sk->__sk_common);
-	if (!bpf_map_lookup_elem(&netns_seen, &s->netns))
-		bpf_map_update_elem(&netns_seen, &s->netns, &s->netns, BPF_NOEXIST);
-	sock_route(s, sk);
-	s->state = sk->__sk_common.skc_state;
-	s->ca_state = BPF_CORE_READ_BITFIELD_PROBED(&tp->inet_conn, icsk_ca_state);
-	sock_fill(s, tp);
-	s->prev_retrans = s->total_retrans;	/* history before bloatd is not new */
-	sock_interval_start(s, tp, bpf_ktime_get_ns());
-	sock_account(s, 0);
-	return s;
 }
 
 /*
@@ -942,8 +608,6 @@ static __always_inline void sock_sample(struct bloatd_sock *s, const struct tcp_
 	watched = sock_stream(s);
 	sock_hotness(s, tp, now_ns, watched);
 }
-
-#include "policy_ops.h"
 
 /*
  * Whether a segment can pass without bloatd's record: the socket already

@@ -50,7 +50,9 @@
 #ifndef BLOATD_SAMPLER_H
 #define BLOATD_SAMPLER_H
 
-#ifndef __VMLINUX_H__
+#ifdef __bpf__
+#include "vmlinux.h"	/* __u32 and the like, as every BPF object has them */
+#else
 #include <linux/types.h>
 #endif
 
