@@ -65,8 +65,8 @@ integration-test:
 ## vm-test: the kernel tier on every kernel of the matrix; writes
 ## target/vm/table.md and README's "Supported kernels" table
 ## (one kernel: sudo scripts/vm/run.sh 6.1)
-vm-test:
-	scripts/vm/run.sh
+vm-test: release
+	BLOATD_BIN=$(CURDIR)/target/release-dist/bloatd scripts/vm/run.sh
 
 ## bench: probe cost, daemon CPU, throughput ratios, this build beside the
 ## previous one (BLOATD_BASELINE=BIN, else HEAD~1 built; not a test)

@@ -11,7 +11,9 @@
 #ifndef BLOATD_H
 #define BLOATD_H
 
-#ifndef __VMLINUX_H__
+#ifdef __bpf__
+#include "vmlinux.h"	/* __u32 and the like, as every BPF object has them */
+#else
 #include <linux/types.h>
 #endif
 
@@ -157,6 +159,8 @@ enum bloatd_flag {
 	BLOATD_F_OFO = 0x8,		/* data waited out of order at the last sample */
 	BLOATD_F_HOT = 0x10,		/* counted in `hot_slots`: sampled every interval
 					 * (adaptive sampling, probes.bpf.c) */
+	BLOATD_F_RCV_FRESH = 0x20,	/* the interval this sample closes measured
+					 * rcv_ts_rtt_us (not carried from an earlier one) */
 };
 
 /* Counters in the per-CPU `stats` array. */
@@ -200,7 +204,7 @@ struct bloatd_sock {
 	__u64 update_ns;	/* TCP clock of the last probe write */
 	__u64 sample_ns;	/* CLOCK_MONOTONIC of the last sample */
 	__u32 rcv_ts_min_us;	/* the lowest sample of the interval under way, 0 none yet */
-	__u32 rcv_last_tsecr;	/* the last echoed timestamp measured */
+	__u32 update_j;		/* jiffies of the last probe write (sampler_seen_weight) */
 	__u8 flags;		/* enum bloatd_flag bits */
 	__u8 pad_hot[7];
 	__u64 pending_ns;	/* socket-time not yet counted in the statistics

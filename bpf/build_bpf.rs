@@ -85,45 +85,123 @@ mod bpf_build {
             .expect("bpf/bloatd.h above the crate")
     }
 
-    /// Compile one `*.bpf.c` into a BPF object with CO-RE relocations and BTF.
-    pub fn compile(src: &Path, out: &Path, extra_includes: &[&Path]) {
-        println!("cargo:rerun-if-changed={}", src.display());
-        let bpf = bpf_dir();
-        // Every header of bpf/ (a new one must not be forgotten here).
-        let mut deps: Vec<PathBuf> = std::fs::read_dir(&bpf)
+    /// Every header of bpf/, sorted (a new one is found, never listed).
+    fn headers(bpf: &Path) -> Vec<PathBuf> {
+        let mut found: Vec<PathBuf> = std::fs::read_dir(bpf)
             .expect("bpf/ readable")
             .filter_map(|e| e.ok().map(|e| e.path()))
             .filter(|p| p.extension().is_some_and(|x| x == "h"))
             .collect();
-        deps.push(bpf.join("build_bpf.rs"));
-        deps.sort();
-        for d in deps {
-            println!("cargo:rerun-if-changed={}", d.display());
-        }
-        let clang = clang();
-        let mut cmd = Command::new(&clang);
+        found.sort();
+        found
+    }
+
+    /// clang with the flags of every BPF object: one set for the objects
+    /// and for the check that each header stands alone (check_headers).
+    fn bpf_clang(extra_includes: &[&Path]) -> Command {
+        let mut cmd = Command::new(clang());
         cmd.args(["-g", "-O2", "-target", "bpf", "-mcpu=v3"])
             .arg(target_arch_define())
             .arg("-Wall")
             .arg("-Werror")
-            .arg(format!("-I{}", bpf.display()));
+            .arg(format!("-I{}", bpf_dir().display()));
         for inc in extra_includes {
             cmd.arg(format!("-I{}", inc.display()));
         }
-        cmd.arg("-c").arg(src).arg("-o").arg(out);
-        let status = match cmd.status() {
-            Ok(s) => s,
+        cmd
+    }
+
+    /// Start `cmd` (clang), with the fix named if clang is not there.
+    fn spawn_clang(cmd: &mut Command) -> std::process::Child {
+        let clang = clang();
+        match cmd.spawn() {
+            Ok(c) => c,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => panic!(
                 "{clang} not found: install the build dependencies with `sudo make deps` \
                  (or set BLOATD_CLANG to a clang >= 19)"
             ),
             Err(e) => panic!("running {clang}: {e}"),
-        };
+        }
+    }
+
+    /// Compile one `*.bpf.c` into a BPF object with CO-RE relocations and BTF.
+    pub fn compile(src: &Path, out: &Path, extra_includes: &[&Path]) {
+        println!("cargo:rerun-if-changed={}", src.display());
+        let bpf = bpf_dir();
+        let mut deps = headers(&bpf);
+        deps.push(bpf.join("build_bpf.rs"));
+        deps.sort();
+        for d in deps {
+            println!("cargo:rerun-if-changed={}", d.display());
+        }
+        let mut cmd = bpf_clang(extra_includes);
+        cmd.arg("-c").arg(src).arg("-o").arg(out);
+        let status = spawn_clang(&mut cmd).wait().unwrap();
         assert!(
             status.success(),
-            "{clang} failed to compile {}",
+            "{} failed to compile {}",
+            clang(),
             src.display()
         );
+    }
+
+    /// Every header of bpf/ compiled by itself: a file of one line that
+    /// includes only it, with the flags of the BPF objects; and the pure C
+    /// the host compiles too (a header that reaches no vmlinux.h there) also
+    /// as host C, with the warnings the host libraries are built with
+    /// (cc's -Wall -Wextra, as errors). A header that leans on what its
+    /// includer happened to include before it fails the build here, and so
+    /// `make lint`, naming the header. -Wno-undefined-internal: a header may
+    /// declare static functions its includer defines (floor_path.h's
+    /// environment); its includer's own build still requires them.
+    pub fn check_headers() {
+        let bpf = bpf_dir();
+        let dir = PathBuf::from(std::env::var("OUT_DIR").unwrap()).join("headers_alone");
+        std::fs::create_dir_all(&dir).unwrap();
+        let mut runs = Vec::new();
+        for h in headers(&bpf) {
+            let name = h.file_name().unwrap().to_str().unwrap().to_string();
+            if name == "vmlinux.h" {
+                continue;
+            }
+            let tu = dir.join(format!("{name}.c"));
+            std::fs::write(&tu, format!("#include \"{name}\"\n")).unwrap();
+            let mut cmd = bpf_clang(&[]);
+            cmd.args(["-Wno-undefined-internal", "-fsyntax-only"])
+                .arg(&tu);
+            runs.push((format!("{name} (BPF)"), spawn_clang(&mut cmd)));
+            if !reaches_vmlinux(&tu) {
+                let mut cmd = Command::new(clang());
+                cmd.args(["-Wall", "-Wextra", "-Werror", "-Wno-undefined-internal"])
+                    .arg(format!("-I{}", bpf.display()))
+                    .arg("-fsyntax-only")
+                    .arg(&tu);
+                runs.push((format!("{name} (host)"), spawn_clang(&mut cmd)));
+            }
+        }
+        let failed: Vec<String> = runs
+            .into_iter()
+            .filter_map(|(what, mut child)| (!child.wait().unwrap().success()).then_some(what))
+            .collect();
+        assert!(
+            failed.is_empty(),
+            "bpf/ headers that do not compile by themselves: {} (each must include \
+             what it uses; clang's errors above)",
+            failed.join(", ")
+        );
+    }
+
+    /// Whether a file reaches vmlinux.h on the host (a BPF-only header). One
+    /// the host cannot even preprocess is taken as host C, so the host's
+    /// compile shows why.
+    fn reaches_vmlinux(tu: &Path) -> bool {
+        let out = Command::new(clang())
+            .args(["-MM", "-MG"])
+            .arg(format!("-I{}", bpf_dir().display()))
+            .arg(tu)
+            .output()
+            .unwrap_or_else(|e| panic!("running {}: {e}", clang()));
+        out.status.success() && String::from_utf8_lossy(&out.stdout).contains("vmlinux.h")
     }
 
     /// Rust declarations of C types, generated from a BPF object's BTF (read

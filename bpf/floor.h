@@ -23,7 +23,9 @@
 #ifndef BLOATD_FLOOR_H
 #define BLOATD_FLOOR_H
 
-#ifndef __VMLINUX_H__
+#ifdef __bpf__
+#include "vmlinux.h"	/* __u32 and the like, as every BPF object has them */
+#else
 #include <linux/types.h>
 #endif
 

@@ -3,21 +3,25 @@
  * A path's floor, found and fed by one socket: which floor a socket's
  * queueing delay is measured against, and where it came from (floor.h).
  *
- * Pure C over four functions its includer defines before including it, so
+ * Pure C over four functions its includer defines (declared below), so
  * the probes run it on the kernel's maps and a unit test (root-free, on any
- * laptop) runs the very same code on a table of its own:
- *   struct bloatd_floor *floor_env_lookup(void *env, const struct bloatd_path_key *key,
- *                                         __u32 table);        enum bloatd_floor_table
- *   int floor_env_insert(void *env, const struct bloatd_path_key *key,
- *                        const struct bloatd_floor *f, __u32 table);   0: inserted
- * (`table` is a constant at every call: each inlined call reaches one map.)
- *   __u32 floor_env_infer(void *env, __u32 own_us);             bottleneck_infer
- *   void floor_env_count(void *env, __u32 stat);                enum bloatd_stat
+ * laptop) runs the very same code on a table of its own.
  */
 #ifndef BLOATD_FLOOR_PATH_H
 #define BLOATD_FLOOR_PATH_H
 
 #include "bloatd.h"
+
+/* The environment, defined by the includer (static, anywhere in its file):
+ * `table` is an enum bloatd_floor_table, a constant at every call (each
+ * inlined call reaches one map); insert returns 0 when it inserted; infer
+ * is bottleneck_infer; `stat` an enum bloatd_stat. */
+static struct bloatd_floor *floor_env_lookup(void *env, const struct bloatd_path_key *key,
+					     __u32 table);
+static int floor_env_insert(void *env, const struct bloatd_path_key *key,
+			    const struct bloatd_floor *f, __u32 table);
+static __u32 floor_env_infer(void *env, __u32 own_us);
+static void floor_env_count(void *env, __u32 stat);
 
 #define FLOOR_AF_INET 2
 #define FLOOR_AF_INET6 10

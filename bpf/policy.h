@@ -12,7 +12,9 @@
 #ifndef BLOATD_POLICY_H
 #define BLOATD_POLICY_H
 
-#ifndef __VMLINUX_H__
+#ifdef __bpf__
+#include "vmlinux.h"	/* __u32 and the like, as every BPF object has them */
+#else
 #include <linux/types.h>
 #endif
 

@@ -1,9 +1,9 @@
 /* SPDX-License-Identifier: GPL-2.0-only */
 /*
  * Acting on bloat, in the kernel: the part of the cgroup sock_ops program
- * (probes.bpf.c, `sock_ops`) that applies bloatd's policy. Included by
- * probes.bpf.c after the helpers it uses (the socket record, the TCP clock,
- * the receiver's RTT from echoed timestamps).
+ * (probes.bpf.c, `sock_ops`) that applies bloatd's policy. It uses the
+ * socket record (sock_record.h) and the receiver's RTT from echoed
+ * timestamps (rcv_rtt.h).
  *
  * Hooks, all callbacks of the one sock_ops program, asked for per socket:
  *   ACTIVE/PASSIVE_ESTABLISHED_CB  match the rules once: set the congestion
@@ -34,6 +34,10 @@
 #ifndef BLOATD_POLICY_OPS_H
 #define BLOATD_POLICY_OPS_H
 
+#include <bpf/bpf_endian.h>
+#include "probes_state.h"
+#include "sock_record.h"
+#include "rcv_rtt.h"
 #include "policy.h"
 
 #define SOL_TCP 6
@@ -596,6 +600,11 @@ static __always_inline void drwa_round_close(struct bpf_sock_ops *skops, struct 
 		return;
 	slot = sc->depth;
 	sc->depth = slot + 1;
+	/* The index masked where it is used: clang drops the mask, knowing
+	 * depth <= 1, and keeps the check on a copy whose bound 6.1's
+	 * verifier does not carry to the spilled original ("R0 unbounded
+	 * memory access": sock_ops refused, no policy, no DRWA). */
+	barrier_var(slot);
 	mp = &sc->m[slot & 1];
 	__builtin_memset(mp, 0, sizeof(*mp));
 	rcvd = tp->bytes_received - p->drwa_round_rcvd;

@@ -57,6 +57,10 @@
 #include "sampler.h"
 #include "probes_state.h"
 #include "service_ops.h"
+#include "sock_record.h"
+#include "rcv_rtt.h"
+#include "floor_path.h"
+#include "policy_ops.h"
 
 
 /*
@@ -69,124 +73,6 @@
 static __always_inline __u64 tcp_clock_ns(const struct tcp_sock *tp)
 {
 	return tp->tcp_mstamp * 1000;
-}
-
-/* Who the socket is: set when its record is created and when it becomes
- * ESTABLISHED (at SYN_SENT the local port is not bound yet). */
-static __always_inline void sock_identity(struct bloatd_sock *s,
-					  const struct sock_common *skc)
-{
-	s->family = skc->skc_family;
-	s->sport = skc->skc_num;
-	s->dport = bpf_ntohs(skc->skc_dport);
-	s->netns = skc->skc_net.net->ns.inum;
-	if (s->family == AF_INET6) {
-		__builtin_memcpy(s->saddr, &skc->skc_v6_rcv_saddr, 16);
-		__builtin_memcpy(s->daddr, &skc->skc_v6_daddr, 16);
-	} else {
-		__builtin_memcpy(s->saddr, &skc->skc_rcv_saddr, 4);
-		__builtin_memcpy(s->daddr, &skc->skc_daddr, 4);
-	}
-}
-
-/* The route the socket leaves by: egress interface and gateway. */
-static __always_inline void sock_route(struct bloatd_sock *s, const struct sock *sk)
-{
-	struct dst_entry *dst = sk->sk_dst_cache;
-	struct net_device *dev;
-	__u32 gw[4] = {};
-
-	if (!dst)
-		return;
-	dev = dst->dev;
-	if (!dev)
-		return;
-	/* Read again every second (floor_refresh): the name only if it moved. */
-	if (dev->ifindex != s->ifindex || !s->ifname[0]) {
-		s->ifindex = dev->ifindex;
-		bpf_probe_read_kernel_str(s->ifname, sizeof(s->ifname), dev->name);
-	}
-	/* The route's family, not the socket's: a dual-stack socket talking to
-	 * an IPv4 peer (::ffff:a.b.c.d) is routed by IPv4. */
-	if (BPF_CORE_READ(dst, ops, family) == AF_INET6) {
-		BPF_CORE_READ_INTO(&gw, (struct rt6_info *)dst, rt6i_gateway);
-	} else if (BPF_CORE_READ((struct rtable *)dst, rt_gw_family) == AF_INET) {
-		gw[0] = BPF_CORE_READ((struct rtable *)dst, rt_gw4);
-	} else if (BPF_CORE_READ((struct rtable *)dst, rt_gw_family) == AF_INET6) {
-		BPF_CORE_READ_INTO(&gw, (struct rtable *)dst, rt_gw6);
-	}
-	s->route_id = floor_route_id(s->ifindex, gw);
-}
-
-/*
- * The index of a congestion control in the statistics, by name: the first
- * BLOATD_CC_MAX - 1 names get one each, any further name the last ("other").
- * Two CPUs meeting a new name at once may both take an index; the daemon
- * sums indexes that carry the same name.
- */
-static __always_inline __u8 cc_index_of(const char *name)
-{
-	char key[BLOATD_CC_LEN];
-	__u32 *found, idx;
-
-	__builtin_memcpy(key, name, sizeof(key));
-	found = bpf_map_lookup_elem(&cc_index, key);
-	if (found)
-		return *found;
-	idx = __sync_fetch_and_add(&next_cc, 1);
-	if (idx >= BLOATD_CC_MAX - 1)
-		idx = BLOATD_CC_MAX - 1;
-	else
-		bpf_map_update_elem(&cc_names, &idx, key, BPF_ANY);
-	bpf_map_update_elem(&cc_index, key, &idx, BPF_NOEXIST);
-	return idx;
-}
-
-/*
- * The live numbers, exactly as tcp_get_info() derives them for `ss -ti`, so
- * the kernel's own view is the oracle for every field. Read without the
- * socket's lock (the iterator): counters can be mid-update, so inflight is
- * clamped instead of wrapping.
- */
-static __always_inline void sock_fill(struct bloatd_sock *s,
-				      const struct tcp_sock *tp)
-{
-	const struct tcp_congestion_ops *ops = tp->inet_conn.icsk_ca_ops;
-	__u32 out = tp->packets_out, left = tp->sacked_out + tp->lost_out;
-	__u32 min_rtt = tp->rtt_min.s[0].v, write_seq = tp->write_seq;
-	__u32 snd_nxt = tp->snd_nxt;
-
-	s->cwnd = tp->snd_cwnd;
-	s->ssthresh = tp->snd_ssthresh;
-	s->inflight = (out > left ? out - left : 0) + tp->retrans_out;
-	s->mss = tp->mss_cache;
-	s->srtt_us = tp->srtt_us >> 3;
-	/* ~0U until the first RTT sample. */
-	s->min_rtt_us = min_rtt == ~0U ? 0 : min_rtt;
-	s->total_retrans = tp->total_retrans;
-	s->lost = tp->lost;
-	s->rate_delivered = tp->rate_delivered;
-	s->rate_interval_us = tp->rate_interval_us;
-	s->bytes_acked = tp->bytes_acked;
-	s->bytes_received = tp->bytes_received;
-	s->rcv_rtt_us = tp->rcv_rtt_est.rtt_us >> 3;
-	s->unsent_bytes = (__s32)(write_seq - snd_nxt) > 0 ? write_seq - snd_nxt : 0;
-	if (ca_state_from_sock)
-		s->ca_state = BPF_CORE_READ_BITFIELD_PROBED(&tp->inet_conn, icsk_ca_state);
-	/* The stack sizes every header by whether timestamps were agreed
-	 * (20 bytes, or 32 with the aligned option): a plain field, where the
-	 * tstamp_ok bitfield read back set on connections without them. */
-	if (tp->tcp_header_len > 20)
-		s->flags |= BLOATD_F_TIMESTAMPS;
-	else
-		s->flags &= ~BLOATD_F_TIMESTAMPS;
-	/* The name is read only when the ops change (setsockopt, sockops). */
-	if ((__u64)ops != s->ca_ops) {
-		s->ca_ops = (__u64)ops;
-		__builtin_memset(s->cc, 0, sizeof(s->cc));
-		bpf_probe_read_kernel_str(s->cc, sizeof(s->cc), ops->name);
-		s->cc_idx = cc_index_of(s->cc);
-	}
 }
 
 static __always_inline struct bloatd_bottleneck *bottleneck_slot(const struct bloatd_sock *s)
@@ -281,8 +167,6 @@ static __always_inline void floor_env_count(void *env, __u32 stat)
 	stat_inc(stat);
 }
 
-#include "floor_path.h"
-
 /*
  * Feed the socket's minimum into its path's floors and read back the floor
  * its queueing delay is measured against (floor_path.h); `moved`: its route
@@ -367,87 +251,6 @@ static __always_inline void sock_queues(struct bloatd_sock *s)
 				rcv_rtt - s->floor_us : 0;
 }
 
-/*
- * A receiver's RTT from the timestamps the sender echoes on its data (TSecr
- * against our own TSval clock), as ePPing and the kernel's
- * tcp_rcv_rtt_measure_ts do. The kernel's own estimate (rcv_rtt_est) serves
- * receive-buffer autotuning: it takes any lower sample at once and ignores
- * higher ones while the application has unread data, so it under-reports a
- * queue.
- *
- * tcp_probe runs before the stack parses this segment, so it reads what the
- * stack parsed of the previous one: its echo (rx_opt.rcv_tsecr, already
- * less tsoffset) and the TCP clock of its processing (tcp_mstamp). Plain
- * loads: no copy of the header, no clock read. Each new echo is one sample;
- * later segments of a burst echo the same value and would add the sender's
- * own pacing, so only the first counts, as in the kernel. The interval's
- * RTT is the lowest of its samples (sock_interval): an application-limited
- * sender echoes an ACK it received long before it had more to send, which
- * can only make a sample longer, never shorter.
- *
- * The clock is the stack's last refresh: the previous segment's
- * processing, or anything the socket sent since. A request/response
- * client (Prometheus scraping every second) sends its request a second
- * after the last response segment and reads that segment's echo against
- * the request's time: a second of "queue" on loopback. The previous
- * probe's clock bounds the segment's processing time from below, so a
- * sample counts only when the two bounds are close: the gap between
- * segments at most a quarter of the sample (gap_us).
- */
-/* Whether the connection agreed on microsecond TCP timestamps (Linux 6.7,
- * tcp_usec_ts). Before 6.7 the field does not exist and every connection
- * stamps with the millisecond clock: the existence check makes the read
- * dead code the verifier never sees there. */
-static __always_inline int tcp_usec_ts(const struct tcp_sock *tp)
-{
-	if (!bpf_core_field_exists(tp->tcp_usec_ts))
-		return 0;
-	return BPF_CORE_READ_BITFIELD_PROBED(tp, tcp_usec_ts);
-}
-
-/* A timestamp difference in clock ticks of `tick_us` as an RTT sample:
- * bounded in ticks first, then converted, so an echo older than the bound
- * is refused whatever its age. (Multiplied first, a millisecond difference
- * wraps 32 bits past ~71.6 minutes, and 1.4% of such echoes land in the
- * accepted range: an hour-old echo read as a few milliseconds.) 0: none. */
-static __always_inline __u32 rcv_ts_rtt_bound(__u32 ticks, __u32 tick_us)
-{
-	if ((__s32)ticks <= 0 || ticks > RCV_TS_RTT_MAX_US / tick_us)
-		return 0;
-	return ticks * tick_us;
-}
-
-/* One receiver RTT sample: the TCP clock of the last segment processed
- * against the timestamp it echoed (0: no usable sample). */
-static __always_inline __u32 rcv_ts_rtt_us(const struct tcp_sock *tp, __u32 tsecr)
-{
-	__u64 mstamp = tp->tcp_mstamp;
-	__u32 now_ts;
-
-	if (tcp_usec_ts(tp))
-		return rcv_ts_rtt_bound((__u32)mstamp - tsecr, 1);
-	now_ts = mstamp / 1000;
-	/* Millisecond clock: a sub-millisecond RTT reads 0. */
-	if (now_ts == tsecr)
-		return 500;
-	return rcv_ts_rtt_bound(now_ts - tsecr, 1000);
-}
-
-static __always_inline void measure_rcv_rtt(struct bloatd_sock *s, const struct tcp_sock *tp,
-					    __u64 gap_us)
-{
-	__u32 tsecr = tp->rx_opt.rcv_tsecr, rtt_us;
-
-	if (!tsecr || tsecr == s->rcv_last_tsecr)
-		return;
-	s->rcv_last_tsecr = tsecr;
-	rtt_us = rcv_ts_rtt_us(tp, tsecr);
-	if (!rtt_us || gap_us * 4 > rtt_us)
-		return;
-	if (!s->rcv_ts_min_us || rtt_us < s->rcv_ts_min_us)
-		s->rcv_ts_min_us = rtt_us;
-}
-
 /* A watched socket's point of its series goes to the daemon. Returns
  * whether the socket is watched. */
 static __always_inline int sock_stream(const struct bloatd_sock *s)
@@ -511,25 +314,48 @@ static __always_inline __u32 sock_queue_us(const struct bloatd_sock *s)
 }
 
 /*
- * A sample into the statistics, where the Prometheus histograms read it:
- * per-CPU counters, no lock, no record to user space. Only intervals in
- * which the socket carried data count: an idle socket keeps a stale srtt.
- * `k`: the observations this sample stands for (1 in exact mode; under
- * adaptive sampling the intervals of traffic it carries, sampler.h), each
- * counted at this sample's values.
+ * Whether this sample measured the socket's side of the transfer: data
+ * moved in the interval it closes (an idle socket keeps a stale srtt), its
+ * role is known, it has a floor, and an RTT of this interval on its side:
+ * a sender's srtt; a receiver's echo sample taken in the interval (with
+ * timestamps: its echoes pass in some of its segments only) or the
+ * kernel's estimate (without). A sample that did not leaves the
+ * socket-time its record holds to the next one that does (sampler_count).
  */
-static __always_inline void sock_stats(struct bloatd_sock *s, __u64 now_ns, __u32 k)
+static __always_inline int sock_measured(const struct bloatd_sock *s)
+{
+	if (!(s->flags & BLOATD_F_ACTIVE) || s->role == BLOATD_ROLE_UNKNOWN || !s->floor_us)
+		return 0;
+	if (s->role != BLOATD_ROLE_RECEIVER)
+		return s->srtt_us != 0;
+	if (s->flags & BLOATD_F_TIMESTAMPS)
+		return (s->flags & BLOATD_F_RCV_FRESH) != 0;
+	return s->rcv_rtt_us != 0;
+}
+
+/*
+ * A sample into the statistics, where the Prometheus histograms read it:
+ * per-CPU counters, no lock, no record to user space. Once measured
+ * (sock_measured), the sample counts the whole intervals of socket-time
+ * its record holds (1 an interval in exact mode and for hot sockets; under
+ * adaptive sampling the intervals of traffic it stands for, sampler.h),
+ * each at this sample's values; `last`: the record's last word, which
+ * counts its fraction too (sampler_take_last).
+ */
+static __always_inline void sock_stats(struct bloatd_sock *s, __u64 now_ns, int last)
 {
 	struct bloatd_role_stats *r = role_stats(s);
-	__u32 rx = s->role == BLOATD_ROLE_RECEIVER, rtt, queue, queue_b, rtt_b, sec, slot;
+	__u32 rx = s->role == BLOATD_ROLE_RECEIVER, rtt, queue, queue_b, rtt_b, sec, slot, k;
+	int measured = sock_measured(s);
 
 	if (!r)
 		return;
 	stats_retrans(s, r);
-	rtt = rx ? sock_rcv_rtt_us(s) : s->srtt_us;
-	/* A socket without an RTT on its side yet has nothing to say. */
-	if (!(s->flags & BLOATD_F_ACTIVE) || s->role == BLOATD_ROLE_UNKNOWN || !rtt || !s->floor_us)
+	k = sampler_count(&s->pending_ns, sample_interval_ns, measured, last,
+			  last ? bpf_get_prandom_u32() : 0);
+	if (!measured)
 		return;
+	rtt = rx ? sock_rcv_rtt_us(s) : s->srtt_us;
 	queue = sock_queue_us(s);
 	queue_b = delay_bucket(queue);
 	rtt_b = delay_bucket(rtt);
@@ -559,103 +385,6 @@ static __always_inline void sock_stats(struct bloatd_sock *s, __u64 now_ns, __u3
 			r->bloated[slot]++;
 		}
 	}
-}
-
-/* Add `d` to slot `slot` (1-based, 0 = none) of `sock_counts`. */
-static __always_inline void counts_add(struct bloatd_sock_counts *c, __u32 slot, __s64 d)
-{
-	__u32 idx = slot - 1;
-
-	if (!slot || idx >= BLOATD_CC_MAX * 2 * BLOATD_STATES)
-		return;
-	/* The verifier must see the bound on the register that indexes. */
-	barrier_var(idx);
-	if (idx >= BLOATD_CC_MAX * 2 * BLOATD_STATES)
-		return;
-	__sync_fetch_and_add(&((__s64 *)c->n)[idx], d);
-}
-
-/*
- * Keep `sock_counts` true: the record counts in one (cc, role, state) slot
- * at a time; `counted` says which. gone: the record is about to go.
- */
-static __always_inline void sock_account(struct bloatd_sock *s, int gone)
-{
-	struct bloatd_sock_counts *c;
-	__u32 zero = 0, cc = s->cc_idx < BLOATD_CC_MAX ? s->cc_idx : BLOATD_CC_MAX - 1;
-	__u32 state = s->state < BLOATD_STATES ? s->state : 0;
-	__u32 slot = gone ? 0 : (cc * 2 + (s->role == BLOATD_ROLE_RECEIVER)) * BLOATD_STATES + state + 1;
-	__u32 old = s->counted;
-
-	if (slot == old)
-		return;
-	c = bpf_map_lookup_elem(&sock_counts, &zero);
-	if (!c)
-		return;
-	counts_add(c, old, -1);
-	counts_add(c, slot, 1);
-	s->counted = slot;
-}
-
-/*
- * Start the next interval from what the socket has done so far: the
- * handshake (a SYN acknowledged counts as one byte) and any history from
- * before bloatd saw the socket are nobody's role and no sample.
- */
-static __always_inline void sock_interval_start(struct bloatd_sock *s, const struct tcp_sock *tp,
-						__u64 now_ns)
-{
-	s->prev_acked = s->bytes_acked;
-	s->prev_received = s->bytes_received;
-	s->prev_delivered = tp->delivered;
-	s->prev_segs_in = tp->data_segs_in;
-	s->prev_sacked = tp->sacked_out;
-	s->prev_ooopack = tp->rcv_ooopack;
-	s->prev_tsval = tp->rx_opt.rcv_tsval;
-	s->sample_ns = now_ns;
-}
-
-/*
- * A new record, born when a connection starts (SYN_SENT, ESTABLISHED) or at
- * its first segment in ESTABLISHED; never from the tail events of a closing
- * socket, which would leave a record nobody deletes. The caller gives the
- * socket's cookie: tracing programs and sock_ops ask for it with different
- * arguments.
- */
-static __always_inline struct bloatd_sock *sock_create(struct sock *sk,
-							const struct tcp_sock *tp,
-							__u64 cookie)
-{
-	struct bloatd_sock *s;
-
-	/* Reserve a place first: checking and then creating would let every
-	 * CPU pass the check at once and overshoot the bound. */
-	if (__sync_fetch_and_add(&live_socks, 1) >= map_capacity) {
-		__sync_fetch_and_add(&live_socks, -1);
-		sock_refused(sk);
-		return NULL;
-	}
-	s = bpf_sk_storage_get(&socks, sk, 0, BPF_SK_STORAGE_GET_F_CREATE);
-	if (!s || s->cookie) {
-		__sync_fetch_and_add(&live_socks, -1);
-		if (!s)
-			sock_refused(sk);	/* out of memory */
-		return s;
-	}
-	stat_inc(BLOATD_STAT_CREATED);
-	s->cookie = cookie;
-	sock_service(s, sk);
-	sock_identity(s, &sk->__sk_common);
-	if (!bpf_map_lookup_elem(&netns_seen, &s->netns))
-		bpf_map_update_elem(&netns_seen, &s->netns, &s->netns, BPF_NOEXIST);
-	sock_route(s, sk);
-	s->state = sk->__sk_common.skc_state;
-	s->ca_state = BPF_CORE_READ_BITFIELD_PROBED(&tp->inet_conn, icsk_ca_state);
-	sock_fill(s, tp);
-	s->prev_retrans = s->total_retrans;	/* history before bloatd is not new */
-	sock_interval_start(s, tp, bpf_ktime_get_ns());
-	sock_account(s, 0);
-	return s;
 }
 
 /*
@@ -750,7 +479,9 @@ static __always_inline void sock_interval(struct bloatd_sock *s, const struct tc
 	if (s->rcv_ts_min_us) {
 		s->rcv_ts_rtt_us = s->rcv_ts_min_us;
 		s->rcv_ts_min_us = 0;
-		s->flags |= BLOATD_F_RCV_TS;
+		s->flags |= BLOATD_F_RCV_TS | BLOATD_F_RCV_FRESH;
+	} else {
+		s->flags &= ~BLOATD_F_RCV_FRESH;
 	}
 	s->prev_acked = s->bytes_acked;
 	s->prev_received = s->bytes_received;
@@ -872,13 +603,11 @@ static __always_inline void sock_sample(struct bloatd_sock *s, const struct tcp_
 			bottleneck_publish(s, s->queue_delay_us, now_ns);
 		}
 	}
-	sock_stats(s, now_ns, sampler_take(&s->pending_ns, sample_interval_ns));
+	sock_stats(s, now_ns, 0);
 	sock_account(s, 0);
 	watched = sock_stream(s);
 	sock_hotness(s, tp, now_ns, watched);
 }
-
-#include "policy_ops.h"
 
 /*
  * Whether a segment can pass without bloatd's record: the socket already
@@ -892,10 +621,9 @@ static __always_inline void sock_sample(struct bloatd_sock *s, const struct tcp_
  * a socket with one segment per tick or fewer, every time (README,
  * "Overhead"). What a passed-over segment would have done waits for the
  * next tick: a due sample (at most a tick late), and the receiver RTT
- * sample of its echo: at line rate the interval's lowest comes from one
- * echo per tick (the last segment's of the tick before, later than the
- * first segment that carried the same echo by as long as the sender kept
- * echoing it: about a millisecond while it follows our ACKs).
+ * sample of its echo: at line rate the interval's lowest comes from the
+ * first segment of each tick, when it is the first to carry its echo
+ * (measure_rcv_rtt).
  */
 static __always_inline int probe_passes_over(const struct tcp_sock *tp,
 					     const struct sk_buff *skb)
@@ -917,9 +645,6 @@ static __always_inline int probe_passes_over(const struct tcp_sock *tp,
  */
 #define SAMPLER_LOOK_ALL 1
 #define SAMPLER_LOOK_RANDOM 2
-
-/* Whether every segment of the socket is looked at: exact mode, the clock
- * not calibrated yet, or a hot socket's slot (or one sharing it). */
 
 /* Whether every segment of the socket is looked at: exact mode, the clock
  * not calibrated yet, a hot socket's slot (or one sharing it), or a path a
@@ -963,43 +688,46 @@ static __always_inline int sampler_look(const struct sock *sk, struct bloatd_sam
 	return sampler_draw(&c->rng, c->shift) ? SAMPLER_LOOK_RANDOM : 0;
 }
 
-/* The weight of a random look: the gap since the socket's previous
- * segment, as the kernel stamped it (the ACK's rcv_tstamp, the data's
- * lrcvtime: this probe runs before either is written for this segment). */
-static __always_inline __u64 sampler_look_weight_of(const struct tcp_sock *tp,
-						    const struct bloatd_sampler_cpu *c)
+/* The tick of the socket's previous segment, as the kernel stamped it
+ * (the ACK's rcv_tstamp, the data's lrcvtime: this probe runs before
+ * either is written for this segment). */
+static __always_inline __u32 sock_prev_j(const struct tcp_sock *tp)
 {
-	__u32 now = bpf_jiffies64(), ack = tp->rcv_tstamp, data = tp->inet_conn.icsk_ack.lrcvtime;
-	__u32 prev = (__s32)(data - ack) > 0 ? data : ack;
+	__u32 ack = tp->rcv_tstamp, data = tp->inet_conn.icsk_ack.lrcvtime;
 
-	return sampler_look_weight((__s32)(now - prev) > 0 ? now - prev : 0, c->interval_j,
-				   sample_interval_ns, c->shift);
+	return (__s32)(data - ack) > 0 ? data : ack;
 }
 
 /* The record's clock moves to this segment; `seen`: the record sees every
- * segment (exact mode, a hot socket), so the socket-time since its previous
- * one is counted here (sampler.h). A record made just now has none. */
-static __always_inline void sock_update(struct bloatd_sock *s, __u64 now_ns, int seen)
+ * segment (exact mode, a hot socket), so the socket-time since its
+ * previous one is counted here (sampler_seen_weight). A record made just
+ * now has none. */
+static __always_inline void sock_update(struct bloatd_sock *s, const struct tcp_sock *tp,
+					__u64 now_ns, int seen)
 {
-	if (seen && s->update_ns)
-		s->pending_ns += sampler_time_weight(now_ns - s->update_ns, sample_interval_ns);
+	__u32 now_j = bpf_jiffies64();
+
+	if (seen)
+		s->pending_ns += sampler_seen_weight(sock_prev_j(tp), s->update_j, now_j,
+						     s->update_ns ? now_ns - s->update_ns : 0,
+						     interval_jiffies, sample_interval_ns);
 	s->update_ns = now_ns;
+	s->update_j = now_j;
 }
 
 /* The socket's record, made if it has none yet (tcp_probe fires only in
- * ESTABLISHED: tcp_rcv_established); its receiver RTT echo measured. */
+ * ESTABLISHED: tcp_rcv_established); the receiver RTT of a data segment
+ * measured. */
 static __always_inline struct bloatd_sock *probe_record(struct sock *sk, struct tcp_sock *tp,
-							int seen)
+							const struct sk_buff *skb, int seen)
 {
 	struct bloatd_sock *s = bpf_sk_storage_get(&socks, sk, 0, 0);
-	__u64 now_ns;
 
 	if (!s && !(s = sock_create(sk, tp, bpf_get_socket_cookie(sk))))
 		return NULL;
-	now_ns = tcp_clock_ns(tp);
-	if (s->flags & BLOATD_F_TIMESTAMPS)
-		measure_rcv_rtt(s, tp, (now_ns - s->update_ns) / 1000);
-	sock_update(s, now_ns, seen);
+	if ((s->flags & BLOATD_F_TIMESTAMPS) && skb->len > tp->tcp_header_len)
+		measure_rcv_rtt(s, tp, skb);
+	sock_update(s, tp, tcp_clock_ns(tp), seen);
 	return s;
 }
 
@@ -1015,16 +743,18 @@ static __always_inline int sample_due(const struct bloatd_sock *s)
  * CPU's average, from which the odds of the next look follow.
  */
 static __always_inline void probe_look(struct sock *sk, struct tcp_sock *tp,
-				       struct bloatd_sampler_cpu *c)
+				       const struct sk_buff *skb, struct bloatd_sampler_cpu *c)
 {
 	/* Timed when looks are rare; when they are most segments, one in 8
 	 * (two clock reads are most of what a look at a hot line costs). */
 	int timed = c->shift >= 3 || !(c->looks & 7);
 	__u64 t0 = timed ? bpf_ktime_get_ns() : 0;
-	struct bloatd_sock *s = probe_record(sk, tp, 0);
+	struct bloatd_sock *s = probe_record(sk, tp, skb, 0);
 
 	if (s) {
-		s->pending_ns += sampler_look_weight_of(tp, c);
+		/* The segment's own gap: its record's clock just moved to it. */
+		s->pending_ns += sampler_look_weight(sampler_gap_j(sock_prev_j(tp), s->update_j),
+						     c->interval_j, sample_interval_ns, c->shift);
 		if (sample_due(s))
 			sock_sample(s, tp);
 	}
@@ -1055,12 +785,12 @@ int BPF_PROG(tcp_probe, struct sock *sk, const struct sk_buff *skb)
 	if (look == SAMPLER_LOOK_RANDOM) {
 		/* Never passed over: its weight stands for the segments
 		 * skipped around it. */
-		probe_look(sk, tp, c);
+		probe_look(sk, tp, skb, c);
 		return 0;
 	}
 	if (probe_passes_over(tp, skb))
 		return 0;
-	s = probe_record(sk, tp, 1);
+	s = probe_record(sk, tp, skb, 1);
 	if (s && sample_due(s))
 		sock_sample(s, tp);
 	return 0;
@@ -1079,7 +809,7 @@ static __always_inline struct bloatd_sock *sock_event(struct sock *sk)
 		return NULL;
 	sock_fill(s, tp);
 	/* A retransmission or a change of state is traffic too. */
-	sock_update(s, tcp_clock_ns(tp), sampler_sees_all(sk, interval_jiffies));
+	sock_update(s, tp, tcp_clock_ns(tp), sampler_sees_all(sk, interval_jiffies));
 	return s;
 }
 
@@ -1166,9 +896,8 @@ int BPF_PROG(inet_sock_set_state, const struct sock *csk, const int oldstate,
 	sock_interval(s, tp, now_ns);
 	floor_refresh(s, sk, now_ns);
 	sock_queues(s);
-	sock_update(s, tcp_clock_ns(tp), 1);
-	sock_stats(s, now_ns, sampler_take_last(&s->pending_ns, sample_interval_ns,
-						 bpf_get_prandom_u32()));
+	sock_update(s, tp, tcp_clock_ns(tp), 1);
+	sock_stats(s, now_ns, 1);
 	sock_cool(s);
 	sock_account(s, 1);
 	policy_forget(s);
@@ -1238,7 +967,7 @@ int sock_ops(struct bpf_sock_ops *skops)
 	s = bpf_sk_storage_get(&socks, sk, 0, 0);
 	if (!s)
 		return 1;
-	sock_update(s, tcp_clock_ns(tp), 1);
+	sock_update(s, tp, tcp_clock_ns(tp), 1);
 	s->state = skops->state;
 	if (sample_due(s))
 		sock_sample(s, tp);
@@ -1274,7 +1003,10 @@ int seed_sockets(struct bpf_iter__tcp *ctx)
 		goto owner;
 	sock_fill(s, tp);
 	s->state = skc->skc_state;
+	/* As if it had seen the socket's last segment: the TCP clock of the
+	 * stack's last refresh, in that segment's tick. */
 	s->update_ns = tcp_clock_ns(tp);
+	s->update_j = sock_prev_j(tp);
 	floor_refresh(s, (const struct sock *)tp, bpf_ktime_get_ns());
 	sock_queues(s);
 owner:

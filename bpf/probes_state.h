@@ -2,8 +2,9 @@
 /*
  * The probes' state: the constants the daemon sets before load, the
  * variables, the maps, and the two helpers every part counts with
- * (stat_inc, sock_refused). Included first by probes.bpf.c and by the
- * headers of its parts (service_ops.h), so each compiles by itself.
+ * (stat_inc, sock_refused). Included by probes.bpf.c and by the headers
+ * of its parts (service_ops.h, sock_record.h, rcv_rtt.h, policy_ops.h), so
+ * each compiles by itself.
  */
 #ifndef BLOATD_PROBES_STATE_H
 #define BLOATD_PROBES_STATE_H

@@ -22,10 +22,13 @@
  *   the segments each look stands for (Horvitz-Thompson: each segment is
  *   looked at with probability 2^-shift, so the expected sum is the
  *   socket-time exact mode counts). Weights add up in the record
- *   (`pending_ns`, nanoseconds of socket-time) and the next sample counts
- *   their whole part, the fraction carried to the one after: histograms
- *   stay unbiased in socket-time, bucket by bucket, because which segment
- *   is looked at is independent of its delay.
+ *   (`pending_ns`, nanoseconds of socket-time) and the next sample that
+ *   measured the socket's side counts their whole part, the fraction
+ *   carried to the one after (sampler_count): histograms stay unbiased in
+ *   socket-time, bucket by bucket, because which segment is looked at is
+ *   independent of its delay, and what a look measures (a receiver's echo,
+ *   probes.bpf.c) is the segment's own, not the record's. A seen segment
+ *   after unseen ones counts its own gap (sampler_seen_weight).
  * - Hot sockets keep exact mode's per-interval sampling, each sample one
  *   observation: bloated at their last sample, watched, acted on by the
  *   policy, or dense (a segment in most ticks of the kernel's clock). A
@@ -47,7 +50,9 @@
 #ifndef BLOATD_SAMPLER_H
 #define BLOATD_SAMPLER_H
 
-#ifndef __VMLINUX_H__
+#ifdef __bpf__
+#include "vmlinux.h"	/* __u32 and the like, as every BPF object has them */
+#else
 #include <linux/types.h>
 #endif
 
@@ -169,6 +174,36 @@ static __always_inline __u64 sampler_look_weight(__u32 gap_j, __u32 interval_j, 
 	return ((__u64)gap_j * interval_ns / interval_j) << shift;
 }
 
+/*
+ * The socket-time a segment the record sees adds (exact mode, a hot
+ * socket): the time since the record's previous write (`since_ns`, 0 for
+ * a record made at this one), while the record saw the socket's previous
+ * segment; where it did not (a random look's record, or one cold until
+ * now: the kernel stamped the previous segment, at `prev_j`, in a tick
+ * after the record's last write at `update_j`), this segment's own gap,
+ * `now_j - prev_j` ticks, which is what a look would add at odds 1: the
+ * segments it missed are counted by the looks that stood for them.
+ * Counted from the record's last write, a socket entering sees-all would
+ * add a whole interval for a gap of milliseconds at each hand-over.
+ * (Segments passed over in the tick of a seen one, probe_passes_over, leave
+ * the kernel's stamp in that tick: the record saw them.)
+ */
+/* Ticks from the socket's previous segment (`prev_j`) to this one. */
+static __always_inline __u32 sampler_gap_j(__u32 prev_j, __u32 now_j)
+{
+	return (__s32)(now_j - prev_j) > 0 ? now_j - prev_j : 0;
+}
+
+static __always_inline __u64 sampler_seen_weight(__u32 prev_j, __u32 update_j, __u32 now_j,
+						 __s64 since_ns, __u32 interval_j,
+						 __u64 interval_ns)
+{
+	if ((__s32)(prev_j - update_j) > 0)
+		return sampler_look_weight(sampler_gap_j(prev_j, now_j), interval_j, interval_ns,
+					   0);
+	return sampler_time_weight(since_ns, interval_ns);
+}
+
 /* A sample takes the whole intervals of socket-time its record holds, as
  * observations, and leaves the rest for the next one. */
 static __always_inline __u32 sampler_take(__u64 *pending_ns, __u64 interval_ns)
@@ -197,6 +232,30 @@ static __always_inline __u32 sampler_take_last(__u64 *pending_ns, __u64 interval
 	rest = *pending_ns - k * interval_ns;
 	*pending_ns = 0;
 	return k + ((((__u64)r * interval_ns) >> 32) < rest);
+}
+
+/*
+ * The observations a sample counts: none where it did not measure the
+ * socket's side of the transfer (`measured`: a receiver whose echoes all
+ * failed in the interval, a socket without an RTT yet), whose socket-time
+ * then waits in the record for the next sample that does; else the whole
+ * intervals its record holds, and at the record's last word (`last`) its
+ * fraction with that probability (`r`). So each stretch of a socket's
+ * traffic counts at the next measurement of it, in both modes, never at a
+ * stale one: a stale value would stand for its socket until the next
+ * passing measurement, which comes an interval later in exact mode and
+ * 2^shift looks later in adaptive mode for a cold socket, but at once for
+ * a hot (bloated) one, so the two modes would weigh a socket's values
+ * differently.
+ */
+static __always_inline __u32 sampler_count(__u64 *pending_ns, __u64 interval_ns, int measured,
+					   int last, __u32 r)
+{
+	if (!measured)
+		return 0;
+	if (last)
+		return sampler_take_last(pending_ns, interval_ns, r);
+	return sampler_take(pending_ns, interval_ns);
 }
 
 /*

@@ -11,7 +11,7 @@
  * the probe happens to interrupt. The daemon names it (a systemd unit, a
  * container, the cgroup's path: daemon/src/service.rs).
  *
- * Hooks (called from probes.bpf.c):
+ * Hooks (called from probes.bpf.c and sock_record.h):
  *   sock_create             sock_service(): the cgroup id, and the owner
  *                           the socket carries (an accepted connection).
  *   inet_sock_set_state to TCP_LISTEN  listen_owner(): listen() runs in the

@@ -9,6 +9,8 @@ use std::path::PathBuf;
 fn main() {
     let out = PathBuf::from(std::env::var("OUT_DIR").unwrap());
     let bpf = bpf_build::bpf_dir();
+    // Each header of bpf/ stands alone (the probes include them all at the top).
+    bpf_build::check_headers();
     let obj = out.join("probes.bpf.o");
     bpf_build::compile(&bpf.join("probes.bpf.c"), &obj, &[]);
     let abi = bpf_build::rust_types(

@@ -6,7 +6,7 @@
  * reading).
  * Only the tests reference it, so only they link it.
  */
-#include "floor.h"
+#include "floor_path.h"
 
 struct bloatd_floor *bloatd_test_floor_lookup(void *env, const struct bloatd_path_key *key,
 					      __u32 table);
@@ -36,8 +36,6 @@ static void floor_env_count(void *env, __u32 stat)
 {
 	bloatd_test_floor_count(env, stat);
 }
-
-#include "floor_path.h"
 
 __u32 bloatd_floor_path_refresh(void *env, const struct bloatd_floor_cfg *cfg,
 				const struct bloatd_floor_subject *s, __u32 now_s, __u32 *source)

@@ -39,3 +39,12 @@ __u32 bloatd_sampler_take_last(__u64 *pending_ns, __u64 interval_ns, __u32 r)
 {
 	return sampler_take_last(pending_ns, interval_ns, r);
 }
+__u64 bloatd_sampler_seen_weight(__u32 prev_j, __u32 update_j, __u32 now_j, __s64 since_ns,
+				 __u32 interval_j, __u64 interval_ns)
+{
+	return sampler_seen_weight(prev_j, update_j, now_j, since_ns, interval_j, interval_ns);
+}
+__u32 bloatd_sampler_count(__u64 *pending_ns, __u64 interval_ns, int measured, int last, __u32 r)
+{
+	return sampler_count(pending_ns, interval_ns, measured, last, r);
+}

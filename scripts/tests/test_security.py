@@ -478,7 +478,8 @@ class StalledClients(TestCase):
         pid = d.pid()
 
         def rss_mb():
-            return int(next(l.split()[1] for l in open(f"/proc/{pid}/status") if l.startswith("VmRSS:"))) / 1024
+            with open(f"/proc/{pid}/status") as st:
+                return int(next(l.split()[1] for l in st if l.startswith("VmRSS:"))) / 1024
         rss0, peak, slowest = rss_mb(), 0.0, 0.0
         stalled = []
         self.addCleanup(lambda: [s.close() for s in stalled])
@@ -531,7 +532,8 @@ class LoopingReader(TestCase):
         pid = d.pid()
 
         def cpu_s():
-            f = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+            with open(f"/proc/{pid}/stat") as st:
+                f = st.read().rsplit(")", 1)[1].split()
             return (int(f[11]) + int(f[12])) / os.sysconf("SC_CLK_TCK")
         stop_at = time.time() + 10
         answers = [0]

@@ -4,8 +4,8 @@
 # module requests pointed at the guest kernel's modules in the VM cache, the
 # kernel tier (kernel_tier.py), its results in /run/vm-out, and power off.
 # The kernel command line carries what the host decided: bloatd.modules=DIR
-# (the unpacked kernel package) and bloatd.args=... (kernel_tier.py's
-# arguments, commas for spaces).
+# (the unpacked kernel package), bloatd.bin=PATH (the binary under test)
+# and bloatd.args=... (kernel_tier.py's arguments, commas for spaces).
 export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin HOME=/tmp LANG=C.UTF-8
 OUT=/run/vm-out
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -48,6 +48,11 @@ for m in veth sch_tbf sch_ingress nfnetlink_queue xt_NFQUEUE nft_queue iptable_r
 done
 
 args=$(param args | tr ',' ' ')
+# The binary the host tested (scripts/vm/run.sh: BLOATD_BIN, the static
+# release binary under `make vm-test`).
+BLOATD_BIN=$(param bin)
+export BLOATD_BIN
+echo "guest: bloatd binary $BLOATD_BIN ($(file -b "$BLOATD_BIN" 2>/dev/null | cut -d, -f1-4))"
 # shellcheck disable=SC2086
 python3 "$HERE/kernel_tier.py" --out "$OUT" $args >"$OUT/tier.log" 2>&1
 finish $?

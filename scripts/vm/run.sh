@@ -41,7 +41,11 @@ if [[ $(id -u) -ne 0 ]]; then
 	echo "scripts/vm/run.sh: run as root (the kernel tier loads BPF and makes network namespaces)" >&2
 	exit 1
 fi
-[[ -x $REPO/target/release/bloatd ]] || { echo "vm: $REPO/target/release/bloatd missing: run \`make build\`" >&2; exit 1; }
+# The binary under test: BLOATD_BIN (`make vm-test` passes the static
+# release binary, target/release-dist/bloatd), else the build's.
+BIN=$(readlink -f "${BLOATD_BIN:-$REPO/target/release/bloatd}")
+[[ -x $BIN ]] || { echo "vm: $BIN missing: run \`make build\` (or \`make release\` for BLOATD_BIN)" >&2; exit 1; }
+export BLOATD_BIN=$BIN
 
 QEMU_PID=
 cleanup() {
@@ -106,7 +110,7 @@ run_vm() {
 	qemu-system-x86_64 -accel tcg,thread=multi -cpu max -smp "$SMP" -m "$MEM" \
 		-no-reboot -display none -monitor none -nic none \
 		-kernel "$kdir/boot/vmlinuz-$kver" -initrd "$kdir/initrd.img" \
-		-append "console=ttyS0 panic=-1 random.trust_cpu=on bloatd.guest=$HERE/guest.sh bloatd.modules=$kdir" \
+		-append "console=ttyS0 panic=-1 random.trust_cpu=on bloatd.guest=$HERE/guest.sh bloatd.modules=$kdir bloatd.bin=$BIN" \
 		-virtfs "local,path=/,mount_tag=root,security_model=none,readonly=on,multidevs=remap" \
 		-virtfs "local,path=$dir,mount_tag=out,security_model=none" \
 		-device virtio-rng-pci -serial "file:$dir/console.log" &

@@ -21,6 +21,21 @@ extern "C" {
     fn bloatd_sampler_take(pending_ns: *mut u64, interval_ns: u64) -> u32;
     fn bloatd_sampler_take_last(pending_ns: *mut u64, interval_ns: u64, r: u32) -> u32;
     fn bloatd_sampler_time_weight(gap_ns: i64, interval_ns: u64) -> u64;
+    fn bloatd_sampler_seen_weight(
+        prev_j: u32,
+        update_j: u32,
+        now_j: u32,
+        since_ns: i64,
+        interval_j: u32,
+        interval_ns: u64,
+    ) -> u64;
+    fn bloatd_sampler_count(
+        pending_ns: *mut u64,
+        interval_ns: u64,
+        measured: i32,
+        last: i32,
+        r: u32,
+    ) -> u32;
     fn bloatd_sampler_dense(d_segs: u32, d_jiffies: u32) -> i32;
     fn bloatd_sampler_hot(
         queue_us: u32,
@@ -180,6 +195,191 @@ fn a_busy_server_socket_counts_the_same_in_both_modes() {
     assert!(
         (adaptive / exact - 1.0).abs() < 0.02,
         "adaptive {adaptive} exact {exact}"
+    );
+}
+
+/// A small generator for the models below (the LCG the probes use).
+struct Lcg(u64);
+
+impl Lcg {
+    fn next(&mut self) -> f64 {
+        self.0 = self
+            .0
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        (self.0 >> 11) as f64 / (1u64 << 53) as f64
+    }
+}
+
+/// What a segment the record sees adds: the kernel stamped the socket's
+/// previous segment at tick `prev_j`, the record last wrote at `update_j`
+/// (`since_ms` before this segment), this one comes at `now_j`.
+fn seen(prev_j: u32, update_j: u32, now_j: u32, since_ms: i64) -> u64 {
+    unsafe { bloatd_sampler_seen_weight(prev_j, update_j, now_j, since_ms * 1_000_000, 100, IV) }
+}
+
+#[test]
+fn a_seen_segment_after_unseen_ones_adds_its_own_gap() {
+    // The record saw the previous segment (its tick is the record's last
+    // write, or before it): the time since, in the record's clock.
+    assert_eq!(seen(1000, 1000, 1030, 30), 30_000_000);
+    assert_eq!(seen(990, 1000, 1030, 30), 30_000_000);
+    assert_eq!(
+        seen(1000, 1000, 1030, 0),
+        0,
+        "a record made at this segment"
+    );
+    // Segments came after the record's last write (a look 2 s ago, or a
+    // cold stretch no look fell in): this segment's own gap.
+    assert_eq!(seen(2980, 1000, 3000, 2000), 20_000_000);
+    assert_eq!(seen(2500, 1000, 3000, 2000), IV);
+    // The tick counter wraps.
+    assert_eq!(seen(5, u32::MAX - 4, 25, 30), 20_000_000);
+}
+
+#[test]
+fn a_socket_moving_between_hot_and_cold_counts_its_socket_time() {
+    // Five segments an interval (20 ticks apart, HZ 1000), hot for three
+    // intervals (every segment seen), cold for three (one look in 16), over
+    // and over: a busy path's mark coming and going. Each seen segment
+    // after a cold stretch counts its own gap; counted from the record's
+    // last write (as first built), each such hand-over added up to a whole
+    // interval for 0.2.
+    let (interval_j, shift, n) = (100u32, 4u32, 600_000u64);
+    let run = |own_gap: bool| {
+        let (mut rng, mut pending, mut counted) = (5u64, 0u64, 0u64);
+        let mut update_j = 0u32;
+        for i in 1..=n {
+            let now_j = (i * 20) as u32;
+            let prev_j = now_j - 20;
+            if (now_j / 300).is_multiple_of(2) {
+                let since = (now_j - update_j) as i64;
+                pending += if own_gap {
+                    seen(prev_j, update_j, now_j, since)
+                } else {
+                    unsafe { bloatd_sampler_time_weight(since * 1_000_000, IV) }
+                };
+                update_j = now_j;
+            } else if unsafe { bloatd_sampler_draw(&mut rng, shift) } != 0 {
+                pending += weight(now_j - prev_j, interval_j, shift);
+                update_j = now_j;
+            }
+            counted += take(&mut pending);
+        }
+        counted as f64
+    };
+    let truth = n as f64 * 0.2;
+    let (now, before) = (run(true), run(false));
+    assert!((now / truth - 1.0).abs() < 0.02, "{now} against {truth}");
+    assert!(
+        before / truth > 1.1,
+        "from the record's last write: {before} against {truth}"
+    );
+}
+
+/// A busy server's receivers as the two modes count them: `sockets`
+/// sockets, a segment each interval (HZ 1000, a little jitter), whose echo
+/// gives a sample in `p` of its segments, bloated (150 ms) in `b` of those
+/// and 50 ms in the rest, independently. A socket is hot while its last
+/// measurement was bloated: then every segment is seen, as in exact mode;
+/// else one in 2^`shift` is looked at. Each segment seen or looked at
+/// closes a sample; `carry`: a sample without a measurement of its own
+/// leaves its socket-time to the next one (sampler_count), else it counts
+/// it at the socket's last measurement. Counted over the last half of the
+/// run (the first half settles what the records carry). Returns the
+/// observations and the share of them in the bloated bucket.
+fn receivers(adaptive: bool, carry: bool, sockets: u64, p: f64, b: f64, shift: u32) -> (f64, f64) {
+    let (interval_j, segments) = (100u32, 6_000);
+    let (mut all, mut bloated) = (0u64, 0u64);
+    for sock in 0..sockets {
+        let mut rng = Lcg(sock.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1);
+        let mut draw = sock + 17;
+        let (mut pending, mut last) = (0u64, None::<bool>);
+        let (mut now_j, mut update_j) = (0u32, 0u32);
+        for i in 0..segments {
+            let prev_j = now_j;
+            now_j += 95 + (rng.next() * 10.0) as u32;
+            let valid = rng.next() < p;
+            let value = rng.next() < b;
+            if !adaptive || last == Some(true) {
+                pending += seen(prev_j, update_j, now_j, (now_j - update_j) as i64);
+            } else if unsafe { bloatd_sampler_draw(&mut draw, shift) } != 0 {
+                pending += weight(now_j - prev_j, interval_j, shift);
+            } else {
+                continue;
+            }
+            update_j = now_j;
+            if valid {
+                last = Some(value);
+            }
+            let measured = if carry { valid } else { last.is_some() };
+            let k = unsafe { bloatd_sampler_count(&mut pending, IV, measured as i32, 0, 0) } as u64;
+            if i >= segments / 2 {
+                all += k;
+                if last == Some(true) {
+                    bloated += k;
+                }
+            }
+        }
+    }
+    (all as f64, bloated as f64 / all as f64)
+}
+
+#[test]
+fn receivers_measured_now_and_then_count_alike_in_both_modes() {
+    // One segment in ten gives a sample, 30% of them bloated: exact mode
+    // counts 30% of socket-time bloated. Counted at its next measurement,
+    // adaptive mode agrees; counted at its last one (as first built), a
+    // cold receiver's value stood for it 16 times longer than a hot one's,
+    // and the bloated share fell to a fraction.
+    let (sockets, p, b, shift) = (300, 0.1, 0.3, 4);
+    let (n_exact, s_exact) = receivers(false, true, sockets, p, b, shift);
+    let (n_adapt, s_adapt) = receivers(true, true, sockets, p, b, shift);
+    assert!((s_exact - b).abs() < 0.02, "exact: bloated share {s_exact}");
+    assert!(
+        (s_adapt - s_exact).abs() < 0.02,
+        "shares: {s_adapt} against {s_exact}"
+    );
+    assert!(
+        (n_adapt / n_exact - 1.0).abs() < 0.03,
+        "{n_adapt} against {n_exact}"
+    );
+    let (n_stale_e, s_stale_e) = receivers(false, false, sockets, p, b, shift);
+    let (n_stale_a, s_stale_a) = receivers(true, false, sockets, p, b, shift);
+    assert!((s_stale_e - b).abs() < 0.02, "stale, exact: {s_stale_e}");
+    assert!(
+        s_stale_e - s_stale_a > 0.1,
+        "stale: {s_stale_a} against {s_stale_e}"
+    );
+    assert!(
+        (n_stale_a / n_stale_e - 1.0).abs() < 0.03,
+        "{n_stale_a} against {n_stale_e}"
+    );
+}
+
+#[test]
+fn a_sample_that_did_not_measure_carries_its_socket_time() {
+    let count =
+        |p: &mut u64, measured, last, r| unsafe { bloatd_sampler_count(p, IV, measured, last, r) };
+    let mut p = 2 * IV + 5;
+    assert_eq!(count(&mut p, 0, 0, 0), 0);
+    assert_eq!(p, 2 * IV + 5, "carried whole");
+    p += IV;
+    assert_eq!(count(&mut p, 1, 0, 0), 3);
+    assert_eq!(p, 5);
+    p = IV / 2;
+    assert_eq!(
+        count(&mut p, 1, 1, u32::MAX),
+        0,
+        "the close: the fraction with its probability"
+    );
+    p = IV / 2;
+    assert_eq!(count(&mut p, 1, 1, 0), 1);
+    p = 3 * IV;
+    assert_eq!(
+        count(&mut p, 0, 1, 0),
+        0,
+        "a close without a measurement counts nothing"
     );
 }
 
