@@ -4,6 +4,7 @@
 //! nothing here reads every socket (the policy's list takes the views').
 
 use super::loaded::Loaded;
+use crate::error::Chain;
 use bloatd_model::api::{DrwaInfo, PolicyCounts, PolicyInfo, RuleInfo};
 use bloatd_model::policy::{DrwaMode, Rule};
 use bloatd_model::{PolicyState, Socket, SocketPolicy};
@@ -59,7 +60,9 @@ impl Control {
         if *drwa == DrwaMode::Disabled {
             return Err("DRWA is disabled in this bloatd: start it with --drwa=off (armed, switched on live) or --drwa, or drwa = \"off\" in the config".into());
         }
-        self.policy_maps().set_drwa(on).map_err(|e| e.to_string())?;
+        self.policy_maps()
+            .set_drwa(on)
+            .map_err(|e| Chain(&e).to_string())?;
         *drwa = if on { DrwaMode::On } else { DrwaMode::Off };
         tracing::info!("DRWA switched {} (asked by uid {uid})", drwa.as_str());
         Ok(())
@@ -81,7 +84,7 @@ impl Control {
         })?;
         self.policy_maps()
             .set_enabled(i as u32, enabled)
-            .map_err(|e| e.to_string())?;
+            .map_err(|e| Chain(&e).to_string())?;
         tracing::info!(
             "policy rule {name} {} (asked by uid {uid})",
             if enabled { "enabled" } else { "disabled" }
