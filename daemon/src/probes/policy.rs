@@ -89,7 +89,7 @@ fn is_bpffs(dir: &Path) -> bool {
 /// Make `pin`'s directory on bpffs, mounting the BPF file system at
 /// /sys/fs/bpf first where nothing is (systemd does at boot; a machine
 /// without it may have none). Err: why DRWA's clamps cannot be pinned.
-pub fn prepare_pin(pin: &Path) -> Result<(), String> {
+pub fn prepare_pin(pin: &Path) -> Result<(), PinError> {
     let root = Path::new(BPFFS);
     if !is_bpffs(root) {
         let c = |s: &str| std::ffi::CString::new(s).expect("a constant without NUL");
@@ -104,15 +104,24 @@ pub fn prepare_pin(pin: &Path) -> Result<(), String> {
             )
         };
         if r != 0 {
-            return Err(format!(
-                "no BPF file system at {BPFFS} and mounting one failed ({}): `mount -t bpf bpf {BPFFS}`",
-                std::io::Error::last_os_error()
-            ));
+            return Err(PinError::Mount(std::io::Error::last_os_error()));
         }
         tracing::info!("mounted the BPF file system at {BPFFS} (for DRWA's crash-safe state)");
     }
     let dir = pin.parent().unwrap_or(root);
-    std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))
+    std::fs::create_dir_all(dir).map_err(|e| PinError::Dir(dir.to_path_buf(), e))
+}
+
+/// Why DRWA's clamps cannot be pinned (then they are not crash-safe).
+#[derive(Debug, thiserror::Error)]
+pub enum PinError {
+    /// The errno sits inside the sentence: the fix comes after it.
+    #[error(
+        "no BPF file system at {BPFFS} and mounting one failed ({0}): `mount -t bpf bpf {BPFFS}`"
+    )]
+    Mount(std::io::Error),
+    #[error("{}", .0.display())]
+    Dir(PathBuf, #[source] std::io::Error),
 }
 
 /// Is the map pinned at `pin` one this bloatd can read: socket storage of
