@@ -104,4 +104,18 @@ mod tests {
             "BPF object: map socks is not socket storage"
         );
     }
+
+    /// A congestion control's io error reads once, by either printer
+    /// (before, `{:#}` printed "reading X: errno: errno").
+    #[test]
+    fn cc_io_error_prints_its_cause_once() {
+        let io = std::io::Error::from_raw_os_error(libc::EACCES);
+        let want = format!("reading tcp_available_congestion_control: {io}");
+        let e = bloatd_cc::CcError::Io {
+            what: "reading tcp_available_congestion_control".into(),
+            source: io,
+        };
+        assert_eq!(Chain(&e).to_string(), want);
+        assert_eq!(format!("{:#}", anyhow::Error::from(e)), want);
+    }
 }
