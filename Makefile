@@ -10,7 +10,7 @@ RULES  := daemon/dist/prometheus
 FLEET_CHECK := daemon/dist/kubernetes/check
 
 .PHONY: all deps build lint test unit-test kernel-test rules-test fleet-test integration-test vm-test bench docs \
-        install uninstall release deb image fleet-manifest vmlinux demo lab lab-quick delayline clean
+        install uninstall release deb image fleet-manifest vmlinux demo lab lab-quick delayline clean kernels-table
 
 all: build
 
@@ -24,7 +24,7 @@ build:
 	scripts/lab/delayline/build.sh >/dev/null
 
 ## test: everything CI runs: lint, unit tests, the fleet kit's checks, then
-## kernel integration tests, then the kernel matrix (Debian's 5.10, 6.1,
+## kernel integration tests, then the kernel matrix (5.10, 5.14, 5.15, 6.1,
 ## 6.12 in VMs, and this host's)
 test: deps build lint unit-test rules-test fleet-test kernel-test integration-test vm-test
 
@@ -63,10 +63,15 @@ integration-test:
 	scripts/tests/run.sh
 
 ## vm-test: the kernel tier on every kernel of the matrix; writes
-## target/vm/table.md and README's "Supported kernels" table
-## (one kernel: sudo scripts/vm/run.sh 6.1)
+## target/vm/table.md (one kernel: sudo scripts/vm/run.sh 6.1), with the
+## static release binary
 vm-test: release
 	BLOATD_BIN=$(CURDIR)/target/release-dist/bloatd scripts/vm/run.sh
+
+## kernels-table: README's "Supported kernels" table from the last full
+## matrix run (target/vm), if every kernel of it passed
+kernels-table:
+	$(PY) scripts/vm/table.py --results target/vm --readme README.md
 
 ## bench: probe cost, daemon CPU, throughput ratios, this build beside the
 ## previous one (BLOATD_BASELINE=BIN, else HEAD~1 built; not a test)

@@ -2,6 +2,7 @@
 //! start, their exported state in the view model, and the host's default
 //! congestion control, which `stop` puts back as it was.
 
+use crate::error::Chain;
 use bloatd_cc::{Algo, Registration};
 use bloatd_model::CcState;
 use std::collections::HashMap;
@@ -42,7 +43,7 @@ pub fn restore_left(dir: &crate::rundir::RunDir) -> Option<String> {
                         "restored the default congestion control {prev} (a bloatd that did not stop left {now})"
                     ),
                     Err(e) => format!(
-                        "cannot restore the default congestion control {prev} that a bloatd which did not stop changed to {now}: {e}"
+                        "cannot restore the default congestion control {prev} that a bloatd which did not stop changed to {now}: {}", Chain(&e)
                     ),
                 })
             }
@@ -116,7 +117,7 @@ impl CcSet {
             }
             Err(e) => match declined(&e) {
                 Some(why) => {
-                    tracing::warn!("congestion controls declined: {e}");
+                    tracing::warn!("congestion controls declined: {}", Chain(&e));
                     set.declined = Some(why);
                 }
                 None => return Err(e.into()),
@@ -158,7 +159,7 @@ impl CcSet {
         match r.states() {
             Ok(states) => states.into_iter().map(|(c, s)| (c, view(&s))).collect(),
             Err(e) => {
-                tracing::warn!("reading congestion control state: {e}");
+                tracing::warn!("reading congestion control state: {}", Chain(&e));
                 HashMap::new()
             }
         }
@@ -175,7 +176,7 @@ impl CcSet {
                 .map(|(a, n)| (a.name().to_string(), n))
                 .collect(),
             Err(e) => {
-                tracing::warn!("reading congestion control export failures: {e}");
+                tracing::warn!("reading congestion control export failures: {}", Chain(&e));
                 Vec::new()
             }
         }
@@ -188,7 +189,7 @@ impl CcSet {
         match r.westwood_cwnd_pipe_ratio() {
             Ok(h) => h,
             Err(e) => {
-                tracing::warn!("reading the cwnd/pipe histogram: {e}");
+                tracing::warn!("reading the cwnd/pipe histogram: {}", Chain(&e));
                 None
             }
         }
@@ -231,7 +232,10 @@ impl CcSet {
             match bloatd_cc::set_kernel_default(&prev) {
                 Ok(()) => tracing::info!("restored default congestion control {prev}"),
                 Err(e) => {
-                    tracing::warn!("could not restore default congestion control {prev}: {e}")
+                    tracing::warn!(
+                        "could not restore default congestion control {prev}: {}",
+                        Chain(&e)
+                    )
                 }
             }
         }

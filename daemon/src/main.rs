@@ -11,6 +11,7 @@ mod clock;
 mod cmd;
 mod config;
 mod engine;
+mod error;
 mod metrics;
 mod paths;
 mod policy;

@@ -12,6 +12,7 @@ use crate::engine::reader::{Asker, Reader, SeriesError};
 use crate::engine::scrape::Scraper;
 use crate::engine::worker;
 use crate::engine::Engine;
+use crate::error::Chain;
 use axum::extract::{FromRef, Path, Query, State};
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -249,7 +250,7 @@ fn act_routes() -> Router<Engine> {
                 |State(c): Controls, Actor(who): Actor, Json(req): Json<DrwaReq>| async move {
                     match c.set_drwa(req.on, who.uid) {
                         Ok(()) => Json(req).into_response(),
-                        Err(e) => error(StatusCode::CONFLICT, e),
+                        Err(e) => error(StatusCode::CONFLICT, Chain(&e).to_string()),
                     }
                 },
             ),
@@ -263,7 +264,7 @@ fn act_routes() -> Router<Engine> {
                  Json(req): Json<RuleReq>| async move {
                     match c.set_rule_enabled(&name, req.enabled, who.uid) {
                         Ok(()) => Json(req).into_response(),
-                        Err(e) => error(StatusCode::NOT_FOUND, e),
+                        Err(e) => error(StatusCode::NOT_FOUND, Chain(&e).to_string()),
                     }
                 },
             ),

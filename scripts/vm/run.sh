@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
 # The kernel matrix: bloatd's kernel tier (scripts/vm/kernel_tier.py) on
-# Debian's own kernels, each booted in a VM, and on the host's kernel.
+# the matrix's kernels (scripts/vm/kernels.sh), each booted in a VM, and on
+# the host's kernel.
 #
 #   sudo scripts/vm/run.sh             every kernel, then the feature x kernel
-#                                      table (target/vm/table.md) and README's
-#                                      "Supported kernels" section
-#   sudo scripts/vm/run.sh 6.1         one kernel (5.10, 6.1, 6.12 or host)
+#                                      table (target/vm/table.md; nothing
+#                                      tracked changes: `make kernels-table`
+#                                      puts it into README)
+#   sudo scripts/vm/run.sh 6.1         one kernel (5.10, 6.1, 6.12 or
+#                                      host)
 #
 # A VM: qemu with TCG (KVM on these machines only boots its own kernels),
 # the kernel and an initramfs from the VM cache (scripts/vm/kernels.sh,
@@ -174,10 +177,7 @@ for k in "${kernels[@]}"; do
 	one "$k" || failed+=("$k")
 done
 if ((all)); then
-	# README shows a matrix that passed; a failed run's table stays in target/vm
-	readme=()
-	((${#failed[@]})) || readme=(--readme "$REPO/README.md")
-	python3 "$HERE/table.py" --results "$OUT" "${readme[@]}" >"$OUT/table.md"
+	python3 "$HERE/table.py" --results "$OUT" >"$OUT/table.md"
 	cat "$OUT/table.md"
 fi
 if ((${#failed[@]})); then

@@ -1,15 +1,19 @@
 #!/usr/bin/env python3
 """The feature x kernel table of the kernel matrix (scripts/vm/run.sh), from
 each kernel's result.json (kernel_tier.py): markdown on stdout, and with
---readme the generated part of README's "Supported kernels" section
-(between its begin and end markers) replaced by it."""
+--readme (`make kernels-table`) the generated part of README's "Supported
+kernels" section (between its begin and end markers) replaced by it, when
+every kernel of the matrix ran and passed: README shows only a matrix that
+passed, and a test run changes nothing tracked."""
 
 import argparse
 import json
 import os
 import re
 
-BEGIN = "<!-- supported-kernels:begin (scripts/vm/run.sh writes this part) -->"
+BEGIN = "<!-- supported-kernels:begin (make kernels-table writes this part) -->"
+# What README's section had before `make kernels-table` wrote it.
+OLD_BEGIN = "<!-- supported-kernels:begin (scripts/vm/run.sh writes this part) -->"
 END = "<!-- supported-kernels:end -->"
 
 # Column order and what each kernel is.
@@ -64,7 +68,7 @@ def check_cell(r, names):
         bad = next(c for c in got if c["status"] == "fail")
         return f"**FAILED**: {bad['name']}"
     if all(c["status"] == "skip" for c in got):
-        return "no"
+        return "no: " + got[0]["detail"] if len(got) == 1 else "no"
     return "yes"
 
 
@@ -109,23 +113,48 @@ def table(results):
     return "\n".join(lines) + "\n\n" + "\n".join(notes) + "\n"
 
 
+def not_passed(results):
+    """Why the results in `results` are not a passing run of the whole
+    matrix: a kernel that did not run, or failed."""
+    rs = load(results)
+    why = []
+    for k, _ in KERNELS:
+        if k not in rs:
+            why.append(f"{k} did not run")
+        elif rs[k].get("exit") != 0:
+            bad = [c["name"] for c in rs[k]["checks"] if c["status"] == "fail"]
+            why.append(f"{k} failed ({', '.join(bad) or 'exit ' + str(rs[k].get('exit'))})")
+    return why
+
+
+def write_readme(readme, t):
+    with open(readme) as f:
+        text = f.read()
+    pat = re.compile("(?:" + re.escape(BEGIN) + "|" + re.escape(OLD_BEGIN) + ")" + r".*?" +
+                     re.escape(END), re.S)
+    if not pat.search(text):
+        raise SystemExit(f"{readme}: no {BEGIN} ... {END} section to fill")
+    new = pat.sub(lambda _: BEGIN + "\n" + t + END, text)
+    if new != text:
+        with open(readme, "w") as f:
+            f.write(new)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--results", required=True)
     ap.add_argument("--readme")
     a = ap.parse_args()
     t = table(a.results)
-    print(t, end="")
-    if a.readme:
-        with open(a.readme) as f:
-            text = f.read()
-        pat = re.compile(re.escape(BEGIN) + r".*?" + re.escape(END), re.S)
-        if not pat.search(text):
-            raise SystemExit(f"{a.readme}: no {BEGIN} ... {END} section to fill")
-        new = pat.sub(lambda _: BEGIN + "\n" + t + END, text)
-        if new != text:
-            with open(a.readme, "w") as f:
-                f.write(new)
+    if not a.readme:
+        print(t, end="")
+        return
+    why = not_passed(a.results)
+    if why:
+        raise SystemExit(f"{a.readme} unchanged: the last matrix run in {a.results} did not pass on "
+                         f"every kernel ({'; '.join(why)}): `sudo make vm-test` first")
+    write_readme(a.readme, t)
+    print(f"{a.readme}: the supported-kernels table of the run in {a.results}")
 
 
 if __name__ == "__main__":

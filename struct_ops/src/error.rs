@@ -69,11 +69,21 @@ pub enum CcError {
     )]
     ReadOnlySysctl,
 
-    #[error("{what}: {source}")]
+    /// `what` failed; the errno is the source (printed after it by a
+    /// printer of the chain, as anyhow's `{:#}`).
+    #[error("{what}")]
     Io {
         what: String,
         #[source]
         source: io::Error,
+    },
+
+    /// `what` failed in libbpf; its error is the source.
+    #[error("{what}")]
+    Bpf {
+        what: &'static str,
+        #[source]
+        source: libbpf_rs::Error,
     },
 }
 

@@ -150,11 +150,9 @@ impl Registration {
                 let per_cpu = l
                     .failures
                     .lookup_percpu(&0u32.to_ne_bytes(), MapFlags::ANY)
-                    .map_err(|e| {
-                        CcError::io(
-                            "reading export_failures",
-                            std::io::Error::other(e.to_string()),
-                        )
+                    .map_err(|source| CcError::Bpf {
+                        what: "reading export_failures",
+                        source,
                     })?
                     .unwrap_or_default();
                 let n = per_cpu
@@ -182,11 +180,9 @@ impl Registration {
             .expect("bloatd_westwood has cwnd_pipe_ratio");
         let per_cpu = ratio
             .lookup_percpu(&0u32.to_ne_bytes(), MapFlags::ANY)
-            .map_err(|e| {
-                CcError::io(
-                    "reading cwnd_pipe_ratio",
-                    std::io::Error::other(e.to_string()),
-                )
+            .map_err(|source| CcError::Bpf {
+                what: "reading cwnd_pipe_ratio",
+                source,
             })?
             .unwrap_or_default();
         let size = std::mem::size_of::<RawRatioHist>();

@@ -142,8 +142,9 @@ fn give_back_left(cfg: &Config) {
             pin.display()
         ),
         Err(e) => eprintln!(
-            "bloatd: cannot give back the DRWA window clamps pinned at {}: {e}",
-            pin.display()
+            "bloatd: cannot give back the DRWA window clamps pinned at {}: {}",
+            pin.display(),
+            crate::error::Chain(&e)
         ),
     }
 }

@@ -102,7 +102,10 @@ impl Source for Backend {
                 ClientError::Status { body, .. } => body,
                 e => e.to_string(),
             }),
-            Backend::Embedded(engine) => engine.control.set_drwa(on, me().uid),
+            Backend::Embedded(engine) => engine
+                .control
+                .set_drwa(on, me().uid)
+                .map_err(|e| crate::error::Chain(&e).to_string()),
         }
     }
 }

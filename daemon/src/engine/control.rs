@@ -3,7 +3,26 @@
 //! the views and /metrics show it. Each switch is a map write or a sysctl;
 //! nothing here reads every socket (the policy's list takes the views').
 
+/// Why a switch asked for live (DRWA, a rule) was not made.
+#[derive(Debug, thiserror::Error)]
+pub enum ControlError {
+    #[error("DRWA is disabled in this bloatd: start it with --drwa=off (armed, switched on live) or --drwa, or drwa = \"off\" in the config")]
+    DrwaDisabled,
+    #[error("no policy rule named '{name}' (rules: {rules})")]
+    NoRule { name: String, rules: String },
+    /// The kernel's map refused the write (boxed: aya's errors are large).
+    #[error(transparent)]
+    Kernel(Box<ProbeError>),
+}
+
+impl From<ProbeError> for ControlError {
+    fn from(e: ProbeError) -> ControlError {
+        ControlError::Kernel(Box::new(e))
+    }
+}
+
 use super::loaded::Loaded;
+use crate::probes::ProbeError;
 use bloatd_model::api::{DrwaInfo, PolicyCounts, PolicyInfo, RuleInfo};
 use bloatd_model::policy::{DrwaMode, Rule};
 use bloatd_model::{PolicyState, Socket, SocketPolicy};
@@ -54,12 +73,12 @@ impl Control {
 
     /// DRWA on or off, live, as user `uid` asked. Err: DRWA was not armed
     /// at start.
-    pub fn set_drwa(&self, on: bool, uid: u32) -> Result<(), String> {
+    pub fn set_drwa(&self, on: bool, uid: u32) -> Result<(), ControlError> {
         let mut drwa = self.drwa.lock().unwrap_or_else(PoisonError::into_inner);
         if *drwa == DrwaMode::Disabled {
-            return Err("DRWA is disabled in this bloatd: start it with --drwa=off (armed, switched on live) or --drwa, or drwa = \"off\" in the config".into());
+            return Err(ControlError::DrwaDisabled);
         }
-        self.policy_maps().set_drwa(on).map_err(|e| e.to_string())?;
+        self.policy_maps().set_drwa(on)?;
         *drwa = if on { DrwaMode::On } else { DrwaMode::Off };
         tracing::info!("DRWA switched {} (asked by uid {uid})", drwa.as_str());
         Ok(())
@@ -67,21 +86,25 @@ impl Control {
 
     /// A rule on or off, live, as user `uid` asked. Err: no rule of that
     /// name.
-    pub fn set_rule_enabled(&self, name: &str, enabled: bool, uid: u32) -> Result<(), String> {
-        let i = self.names.iter().position(|n| n == name).ok_or_else(|| {
-            format!(
-                "no policy rule named '{}' (rules: {})",
-                crate::text::printable(name),
-                if self.names.is_empty() {
+    pub fn set_rule_enabled(
+        &self,
+        name: &str,
+        enabled: bool,
+        uid: u32,
+    ) -> Result<(), ControlError> {
+        let i = self
+            .names
+            .iter()
+            .position(|n| n == name)
+            .ok_or_else(|| ControlError::NoRule {
+                name: crate::text::printable(name),
+                rules: if self.names.is_empty() {
                     "none".into()
                 } else {
                     self.names.join(", ")
-                }
-            )
-        })?;
-        self.policy_maps()
-            .set_enabled(i as u32, enabled)
-            .map_err(|e| e.to_string())?;
+                },
+            })?;
+        self.policy_maps().set_enabled(i as u32, enabled)?;
         tracing::info!(
             "policy rule {name} {} (asked by uid {uid})",
             if enabled { "enabled" } else { "disabled" }
@@ -175,5 +198,30 @@ impl Control {
             drwa_sockets: c.drwa_sockets,
             refused: None, // the server's to say, per reader
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::error::Chain;
+
+    /// What `bloatd policy` prints when a switch is refused: the text it
+    /// printed when these were Strings (test_policy.py matches on it), and
+    /// the kernel's refusal with its whole chain, nothing added.
+    #[test]
+    fn refusals_read_as_before() {
+        let e = ControlError::NoRule {
+            name: "nope".into(),
+            rules: "none".into(),
+        };
+        assert_eq!(e.to_string(), "no policy rule named 'nope' (rules: none)");
+        assert!(ControlError::DrwaDisabled
+            .to_string()
+            .starts_with("DRWA is disabled in this bloatd: start it with --drwa=off"));
+        let io = std::io::Error::from_raw_os_error(libc::ENOENT);
+        let want = format!("reading BPF map policy_ctl: {io}");
+        let e = ControlError::from(ProbeError::map("policy_ctl")(io));
+        assert_eq!(Chain(&e).to_string(), want);
     }
 }

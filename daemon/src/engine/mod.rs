@@ -58,7 +58,7 @@ fn drwa_saved_pin(cfg: &Config) -> Option<std::path::PathBuf> {
     match prepare_pin(&pin) {
         Ok(()) => Some(pin),
         Err(e) => {
-            tracing::warn!("DRWA's window clamps are not crash-safe: {e}; a bloatd that dies without stopping leaves them on the sockets it clamped");
+            tracing::warn!("DRWA's window clamps are not crash-safe: {}; a bloatd that dies without stopping leaves them on the sockets it clamped", crate::error::Chain(&e));
             None
         }
     }

@@ -7,6 +7,7 @@ use super::loaded::Loaded;
 use super::views::Views;
 use crate::authority::Viewer;
 use crate::clock::Clock;
+use crate::error::Chain;
 use crate::probes::SocketReads;
 use crate::tracker::Tracker;
 use bloatd_model::Series;
@@ -175,7 +176,7 @@ impl Reader {
                 };
                 st.tracker.refresh(recs, states);
             }
-            Err(e) => tracing::warn!("{e}"),
+            Err(e) => tracing::warn!("{}", Chain(&e)),
         }
         st.reads += 1;
         st.last_read = Some((started, started.elapsed()));
@@ -322,7 +323,7 @@ fn update_watch(st: &mut State) {
     st.watch.viewers.retain(|_, (_, until)| *until > now);
     let set = watched(st);
     if let Err(e) = st.sockets.set_watched(&set) {
-        tracing::warn!("{e}");
+        tracing::warn!("{}", Chain(&e));
     }
 }
 

@@ -6,6 +6,7 @@
 use super::control::Control;
 use super::loaded::Loaded;
 use crate::clock::Clock;
+use crate::error::Chain;
 use crate::metrics::{Metrics, Scrape};
 use crate::service::labels::ServiceLabels;
 use crate::service::ServiceNames;
@@ -70,7 +71,7 @@ impl Scraper {
         };
         let counters = probes.counters().unwrap_or_default();
         let per_cc = probes.cc_stats().unwrap_or_else(|e| {
-            tracing::warn!("{e}");
+            tracing::warn!("{}", Chain(&e));
             Vec::new()
         });
         let mut sockets = Vec::new();

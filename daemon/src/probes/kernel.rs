@@ -15,7 +15,8 @@
 //! the kernel feature and the version that brings it (`bloatd start`,
 //! `status`, `/metrics`, top's header; README, "Supported kernels").
 
-use super::{errstr, ProbeError};
+use super::ProbeError;
+use crate::error::Chain;
 use aya::programs::BtfTracePoint;
 use aya::{Btf, EbpfLoader};
 use aya_obj::btf::BtfKind;
@@ -83,15 +84,15 @@ pub fn check_core(btf: &Btf) -> Result<(), ProbeError> {
     let mut obj = EbpfLoader::new()
         .btf(Some(btf))
         .load(FEATURES)
-        .map_err(|e| too_old(format!("BPF socket local storage maps ({})", errstr(e))))?;
+        .map_err(|e| too_old(format!("BPF socket local storage maps ({})", Chain(&e))))?;
     for (name, what, since) in CORE_PROGRAMS {
         let prog: &mut BtfTracePoint = obj
             .program_mut(name)
-            .ok_or_else(|| ProbeError::Object(format!("feature probe {name} missing")))?
+            .ok_or_else(|| ProbeError::object(format!("feature probe {name} missing")))?
             .try_into()
-            .map_err(|e| ProbeError::Object(errstr(e)))?;
+            .map_err(ProbeError::object)?;
         if let Err(e) = prog.load("tcp_probe", btf) {
-            tracing::debug!("feature probe {name}: {}", errstr(e));
+            tracing::debug!("feature probe {name}: {}", Chain(&e));
             return Err(too_old(format!("{what} (Linux {since})")));
         }
     }

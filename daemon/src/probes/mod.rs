@@ -28,6 +28,7 @@ pub mod policy;
 mod sampler_tests;
 mod stats;
 
+use crate::error::{Cause, Chain};
 use crate::settings::Config;
 use abi::{
     stat, BloatdCcStats, BloatdControl, BloatdFloor, BloatdRoleStats, BloatdSample,
@@ -79,14 +80,50 @@ pub enum ProbeError {
         minimum: &'static str,
         missing: String,
     },
-    #[error("loading probe {name} failed: {detail}")]
-    Load { name: &'static str, detail: String },
-    #[error("attaching probe {name} failed: {detail}")]
-    Attach { name: &'static str, detail: String },
-    #[error("BPF object: {0}")]
-    Object(String),
-    #[error("reading BPF map {map}: {detail}")]
-    Map { map: &'static str, detail: String },
+    #[error("loading probe {name} failed")]
+    Load { name: &'static str, source: Cause },
+    #[error("attaching probe {name} failed")]
+    Attach { name: &'static str, source: Cause },
+    #[error("BPF object")]
+    Object(#[source] Cause),
+    #[error("reading BPF map {map}")]
+    Map { map: &'static str, source: Cause },
+    /// The policy or DRWA needs the sock_ops program, which did not attach.
+    #[error("attaching probe sock_ops failed: {} (the policy and DRWA need it)", Chain(.0))]
+    SockOpsNeeded(SockOpsError),
+}
+
+/// Why the sock_ops program is not attached (then only closing senders
+/// go unsampled, unless the policy or DRWA needs it).
+#[derive(Debug, thiserror::Error)]
+pub enum SockOpsError {
+    #[error("program sock_ops missing from object")]
+    Missing,
+    #[error(transparent)]
+    Program(#[from] aya::programs::ProgramError),
+    #[error("loading sock_ops")]
+    Load(#[source] aya::programs::ProgramError),
+    #[error("no cgroup v2 hierarchy is mounted")]
+    NoCgroup2,
+    #[error("cgroup v2 root {}", .0.display())]
+    Root(std::path::PathBuf, #[source] std::io::Error),
+    #[error("attaching sock_ops to {}", .0.display())]
+    Attach(std::path::PathBuf, #[source] aya::programs::ProgramError),
+}
+
+impl ProbeError {
+    /// The object lacks or mistypes something bloatd needs, or aya said so.
+    pub(crate) fn object(cause: impl Into<Cause>) -> ProbeError {
+        ProbeError::Object(cause.into())
+    }
+
+    /// For `map_err`: reading or writing BPF map `map` failed.
+    pub(crate) fn map<E: Into<Cause>>(map: &'static str) -> impl Fn(E) -> ProbeError {
+        move |e| ProbeError::Map {
+            map,
+            source: e.into(),
+        }
+    }
 }
 
 /// What bloatd loaded into the kernel, shared by whoever reads it: the
@@ -232,10 +269,7 @@ fn make_overflow_entries(
                 role,
             };
             m.insert(key, BloatdSvcStats::default(), 0)
-                .map_err(|e| ProbeError::Map {
-                    map: "svc_stats",
-                    detail: errstr(e),
-                })?;
+                .map_err(ProbeError::map("svc_stats"))?;
         }
     }
     Ok(())
@@ -357,18 +391,6 @@ impl From<[u64; stat::MAX as usize]> for Counters {
     }
 }
 
-pub(crate) fn errstr(e: impl std::error::Error) -> String {
-    // aya nests the useful part (errno, verifier log) in the source chain.
-    let mut s = e.to_string();
-    let mut src = e.source();
-    while let Some(inner) = src {
-        s.push_str(": ");
-        s.push_str(&inner.to_string());
-        src = inner.source();
-    }
-    s
-}
-
 /// Check the things a user can fix before touching the kernel, so the
 /// message names the cause instead of an errno.
 pub fn preflight() -> Result<(), ProbeError> {
@@ -384,23 +406,23 @@ pub fn preflight() -> Result<(), ProbeError> {
 
 /// Attach the sock_ops program to the root cgroup, so it sees every
 /// socket. A BPF link: the kernel detaches it when bloatd exits, however.
-fn attach_sock_ops(ebpf: &mut Ebpf) -> Result<(), String> {
-    let name = "sock_ops";
+fn attach_sock_ops(ebpf: &mut Ebpf) -> Result<(), SockOpsError> {
     let prog: &mut SockOps = ebpf
-        .program_mut(name)
-        .ok_or_else(|| format!("program {name} missing from object"))?
-        .try_into()
-        .map_err(errstr)?;
-    prog.load()
-        .map_err(|e| format!("loading {name}: {}", errstr(e)))?;
-    let root = cgroup2_root().ok_or("no cgroup v2 hierarchy is mounted")?;
-    let cgroup = std::fs::File::open(&root)
-        .map_err(|e| format!("cgroup v2 root {}: {e}", root.display()))?;
+        .program_mut("sock_ops")
+        .ok_or(SockOpsError::Missing)?
+        .try_into()?;
+    prog.load().map_err(SockOpsError::Load)?;
+    let root = cgroup2_root().ok_or(SockOpsError::NoCgroup2)?;
+    let cgroup = match std::fs::File::open(&root) {
+        Ok(f) => f,
+        Err(e) => return Err(SockOpsError::Root(root, e)),
+    };
     // aya attaches through bpf_link_create here, whose cgroup links always
     // coexist with other programs (BPF_F_ALLOW_MULTI is implied, and the
     // kernel rejects the flag itself with EINVAL): Single means "no flags".
-    prog.attach(&cgroup, CgroupAttachMode::Single)
-        .map_err(|e| format!("attaching {name} to {}: {}", root.display(), errstr(e)))?;
+    if let Err(e) = prog.attach(&cgroup, CgroupAttachMode::Single) {
+        return Err(SockOpsError::Attach(root, e));
+    }
     Ok(())
 }
 
@@ -415,16 +437,16 @@ fn iter_link(
 ) -> Result<MapIter, ProbeError> {
     let prog: &mut Iter = ebpf
         .program_mut(name)
-        .ok_or_else(|| ProbeError::Object(format!("program {name} missing from object")))?
+        .ok_or_else(|| ProbeError::object(format!("program {name} missing from object")))?
         .try_into()
-        .map_err(|e| ProbeError::Object(errstr(e)))?;
+        .map_err(ProbeError::object)?;
     prog.load(target, btf).map_err(|e| ProbeError::Load {
         name,
-        detail: errstr(e),
+        source: e.into(),
     })?;
     let prog_fd = prog.fd().map_err(|e| ProbeError::Load {
         name,
-        detail: errstr(e),
+        source: e.into(),
     })?;
     match map {
         Some(m) => MapIter::attach(prog_fd.as_fd(), m.fd().as_fd()),
@@ -432,7 +454,7 @@ fn iter_link(
     }
     .map_err(|e| ProbeError::Attach {
         name,
-        detail: e.to_string(),
+        source: e.into(),
     })
 }
 
@@ -443,16 +465,13 @@ fn walk_netns(
     slots: &Slots,
     into: Vec<BloatdSock>,
 ) -> Result<Vec<BloatdSock>, ProbeError> {
-    let bytes = dump.read().map_err(|e| ProbeError::Map {
-        map: "socks",
-        detail: e.to_string(),
-    })?;
+    let bytes = dump.read().map_err(ProbeError::map("socks"))?;
     let n = match bytes.get(..4) {
         Some(b) => u32::from_ne_bytes(b.try_into().expect("4 bytes, by get(..4)")) as usize,
         None => {
             return Err(ProbeError::Map {
                 map: "socks",
-                detail: format!("the iterator returned {} bytes, not a count", bytes.len()),
+                source: format!("the iterator returned {} bytes, not a count", bytes.len()).into(),
             })
         }
     };
@@ -462,24 +481,20 @@ fn walk_netns(
             n
         );
     }
-    slots.read(n, into).map_err(|e| ProbeError::Map {
-        map: "dump",
-        detail: e.to_string(),
-    })
+    slots.read(n, into).map_err(ProbeError::map("dump"))
 }
 
 /// Takes map `name` out of the object as the typed map `T`.
 fn take_map<T>(ebpf: &mut Ebpf, name: &'static str) -> Result<T, ProbeError>
 where
-    T: TryFrom<Map>,
-    <T as TryFrom<Map>>::Error: std::error::Error,
+    T: TryFrom<Map, Error = aya::maps::MapError>,
 {
     let m = ebpf
         .take_map(name)
-        .ok_or_else(|| ProbeError::Object(format!("map {name} missing from object")))?;
+        .ok_or_else(|| ProbeError::object(format!("map {name} missing from object")))?;
     T::try_from(m).map_err(|e| ProbeError::Map {
         map: name,
-        detail: errstr(e),
+        source: e.into(),
     })
 }
 
@@ -487,7 +502,7 @@ where
 /// floors, the dump array: the iterators and slots take their fds).
 fn take_raw(ebpf: &mut Ebpf, name: &'static str) -> Result<Map, ProbeError> {
     ebpf.take_map(name)
-        .ok_or_else(|| ProbeError::Object(format!("map {name} missing from object")))
+        .ok_or_else(|| ProbeError::object(format!("map {name} missing from object")))
 }
 
 /// The object with this configuration's constants (`Config::globals`) and
@@ -519,7 +534,7 @@ fn open_object(
         .map_max_entries(abi::map::SVC_STATS, cfg.service_entries)
         .map_max_entries(abi::map::DUMP, cfg.map_capacity + DUMP_SLACK)
         .load(OBJECT)
-        .map_err(|e| ProbeError::Object(errstr(e)))
+        .map_err(ProbeError::object)
 }
 
 /// Loads and attaches every tracepoint program this kernel has a
@@ -535,16 +550,16 @@ fn attach_tracepoints(
         }
         let prog: &mut BtfTracePoint = ebpf
             .program_mut(tp)
-            .ok_or_else(|| ProbeError::Object(format!("program {tp} missing from object")))?
+            .ok_or_else(|| ProbeError::object(format!("program {tp} missing from object")))?
             .try_into()
-            .map_err(|e| ProbeError::Object(errstr(e)))?;
+            .map_err(ProbeError::object)?;
         prog.load(tp, btf).map_err(|e| ProbeError::Load {
             name: tp,
-            detail: errstr(e),
+            source: e.into(),
         })?;
         prog.attach().map_err(|e| ProbeError::Attach {
             name: tp,
-            detail: errstr(e),
+            source: e.into(),
         })?;
     }
     Ok(())
@@ -572,17 +587,18 @@ fn attach_policy(
             );
         }
     }
-    let sockops_error = attach_sock_ops(ebpf).err();
-    if let Some(e) = &sockops_error {
-        if !cfg.rules.is_empty() || cfg.drwa_armed {
-            // Without the program no rule and no DRWA would act: refuse.
-            return Err(ProbeError::Attach {
-                name: "sock_ops",
-                detail: format!("{e} (the policy and DRWA need it)"),
-            });
+    let sockops_error = match attach_sock_ops(ebpf) {
+        Ok(()) => None,
+        // Without the program no rule and no DRWA would act: refuse.
+        Err(e) if !cfg.rules.is_empty() || cfg.drwa_armed => {
+            return Err(ProbeError::SockOpsNeeded(e))
         }
-        tracing::warn!("{e}: senders that closed their end are not sampled");
-    }
+        Err(e) => {
+            let e = Chain(&e).to_string();
+            tracing::warn!("{e}: senders that closed their end are not sampled");
+            Some(e)
+        }
+    };
     Ok((policy_maps, sockops_error))
 }
 
@@ -601,9 +617,8 @@ impl Probes {
         let mut ebpf = open_object(cfg, policy_cfg, &btf, &kernel)?;
         let stats_fd = if cfg.bpf_stats {
             Some(
-                aya::sys::enable_stats(aya::sys::Stats::RunTime).map_err(|e| {
-                    ProbeError::Object(format!("enabling BPF stats: {}", errstr(e)))
-                })?,
+                aya::sys::enable_stats(aya::sys::Stats::RunTime)
+                    .map_err(|e| ProbeError::object(Cause::BpfStats(e)))?,
             )
         } else {
             None
@@ -612,7 +627,7 @@ impl Probes {
 
         let ring: RingBuf<MapData> = take_map(&mut ebpf, abi::map::SAMPLES)?;
         let Map::SkStorage(socks) = take_raw(&mut ebpf, abi::map::SOCKS)? else {
-            return Err(ProbeError::Object("map socks is not socket storage".into()));
+            return Err(ProbeError::object("map socks is not socket storage"));
         };
         let mut svc_stats: BpfHashMap<MapData, BloatdSvcKey, BloatdSvcStats> =
             take_map(&mut ebpf, abi::map::SVC_STATS)?;
@@ -620,7 +635,7 @@ impl Probes {
         let mut floor_maps = Vec::new();
         for name in [abi::map::FLOORS, abi::map::PREFIX_FLOORS] {
             let Map::LruHashMap(m) = take_raw(&mut ebpf, name)? else {
-                return Err(ProbeError::Object(format!("map {name} is not an LRU hash")));
+                return Err(ProbeError::object(format!("map {name} is not an LRU hash")));
             };
             floor_maps.push(m);
         }
@@ -629,17 +644,14 @@ impl Probes {
         let (policy_maps, sockops_error) = attach_policy(&mut ebpf, &btf, policy_cfg)?;
 
         let Map::Array(dump_map) = take_raw(&mut ebpf, abi::map::DUMP)? else {
-            return Err(ProbeError::Object("map dump is not an array".into()));
+            return Err(ProbeError::object("map dump is not an array"));
         };
         let slots = Slots::new(
             dump_map.fd().as_fd(),
             std::mem::size_of::<BloatdSock>(),
             (cfg.map_capacity + DUMP_SLACK) as usize,
         )
-        .map_err(|e| ProbeError::Map {
-            map: "dump",
-            detail: e.to_string(),
-        })?;
+        .map_err(ProbeError::map("dump"))?;
         // Every namespace in one walk where the kernel allows map-element
         // iterators, else namespace by namespace (netns.rs).
         let (dump, reach) = match iter_link(
@@ -651,7 +663,7 @@ impl Probes {
         ) {
             Ok(it) => (it, NetnsReach::OneWalk),
             Err(e) => {
-                tracing::info!("{e}: reading sockets namespace by namespace");
+                tracing::info!("{}: reading sockets namespace by namespace", Chain(&e));
                 let it = iter_link(&mut ebpf, &btf, "dump_socks", "tcp", None)?;
                 (it, NetnsReach::entering())
             }
@@ -706,7 +718,7 @@ impl Probes {
             .map_pin_path(policy::SAVED_MAP, pin)
             .map_max_entries("dump", 1)
             .load(OBJECT)
-            .map_err(|e| ProbeError::Object(errstr(e)))?;
+            .map_err(ProbeError::object)?;
         let it = iter_link(&mut ebpf, &btf, "restore_windows", "tcp", None)?;
         let mut maps = policy::PolicyMaps::load(&mut ebpf, &policy::PolicyConfig::default())?;
         maps.set_restore(it, Some(pin.to_path_buf()))?;
@@ -726,13 +738,14 @@ impl Probes {
     fn seed(&mut self, btf: &Btf) -> Result<(), ProbeError> {
         if let Err(e) = self.run_iter_once(btf, "seed_owners", "task_file") {
             tracing::warn!(
-                "{e}: connections accepted by listeners opened before bloatd show no process"
+                "{}: connections accepted by listeners opened before bloatd show no process",
+                Chain(&e)
             );
         }
         let it = iter_link(&mut self.ebpf, btf, "seed_sockets", "tcp", None)?;
         it.read().map_err(|e| ProbeError::Attach {
             name: "seed_sockets",
-            detail: e.to_string(),
+            source: e.into(),
         })?;
         // The other namespaces' sockets too, where bloatd may enter them:
         // an idle one would otherwise wait for a look at its traffic.
@@ -760,30 +773,30 @@ impl Probes {
         let prog: &mut Iter = self
             .ebpf
             .program_mut(name)
-            .ok_or_else(|| ProbeError::Object(format!("program {name} missing from object")))?
+            .ok_or_else(|| ProbeError::object(format!("program {name} missing from object")))?
             .try_into()
-            .map_err(|e| ProbeError::Object(errstr(e)))?;
+            .map_err(ProbeError::object)?;
         prog.load(target, btf).map_err(|e| ProbeError::Load {
             name,
-            detail: errstr(e),
+            source: e.into(),
         })?;
         let link_id = prog.attach().map_err(|e| ProbeError::Attach {
             name,
-            detail: errstr(e),
+            source: e.into(),
         })?;
         let link = prog.take_link(link_id).map_err(|e| ProbeError::Attach {
             name,
-            detail: errstr(e),
+            source: e.into(),
         })?;
         let mut file = link.into_file().map_err(|e| ProbeError::Attach {
             name,
-            detail: errstr(e),
+            source: e.into(),
         })?;
         let mut sink = Vec::new();
         file.read_to_end(&mut sink)
             .map_err(|e| ProbeError::Attach {
                 name,
-                detail: e.to_string(),
+                source: e.into(),
             })?;
         Ok(())
     }
@@ -819,10 +832,9 @@ impl SocketReads {
             watching: self.watched.len() as u32,
             pad: 0,
         };
-        self.control.set(0, ctl, 0).map_err(|e| ProbeError::Map {
-            map: "control",
-            detail: errstr(e),
-        })
+        self.control
+            .set(0, ctl, 0)
+            .map_err(ProbeError::map("control"))
     }
 
     /// Every socket record, refreshed from its socket as it is read, in
@@ -837,7 +849,7 @@ impl SocketReads {
         into.clear();
         let own = netns::own().map_err(|e| ProbeError::Map {
             map: "netns_seen",
-            detail: format!("reading our own network namespace: {e}"),
+            source: Cause::OwnNetns(e),
         })?;
         if self.reach != NetnsReach::Entering {
             return walk_netns(&self.dump, &self.slots, into);
@@ -873,7 +885,7 @@ impl SocketReads {
         .unwrap_or_else(|| {
             let e = ProbeError::Map {
                 map: "socks",
-                detail: "the namespace reader panicked".into(),
+                source: "the namespace reader panicked".into(),
             };
             (Err(e), Vec::new())
         });

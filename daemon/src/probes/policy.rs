@@ -12,7 +12,8 @@
 
 use super::abi::{policy_count, BloatdPolicyCounts, BloatdPolicyCtl, BloatdPolicyRule};
 use super::map_iter::{map_update, MapIter};
-use super::{errstr, ProbeError};
+use super::ProbeError;
+use crate::error::Chain;
 use aya::maps::{Array, MapData, MapInfo, MapType};
 use aya::Ebpf;
 use std::os::fd::{AsFd, OwnedFd};
@@ -88,7 +89,7 @@ fn is_bpffs(dir: &Path) -> bool {
 /// Make `pin`'s directory on bpffs, mounting the BPF file system at
 /// /sys/fs/bpf first where nothing is (systemd does at boot; a machine
 /// without it may have none). Err: why DRWA's clamps cannot be pinned.
-pub fn prepare_pin(pin: &Path) -> Result<(), String> {
+pub fn prepare_pin(pin: &Path) -> Result<(), PinError> {
     let root = Path::new(BPFFS);
     if !is_bpffs(root) {
         let c = |s: &str| std::ffi::CString::new(s).expect("a constant without NUL");
@@ -103,15 +104,24 @@ pub fn prepare_pin(pin: &Path) -> Result<(), String> {
             )
         };
         if r != 0 {
-            return Err(format!(
-                "no BPF file system at {BPFFS} and mounting one failed ({}): `mount -t bpf bpf {BPFFS}`",
-                std::io::Error::last_os_error()
-            ));
+            return Err(PinError::Mount(std::io::Error::last_os_error()));
         }
         tracing::info!("mounted the BPF file system at {BPFFS} (for DRWA's crash-safe state)");
     }
     let dir = pin.parent().unwrap_or(root);
-    std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))
+    std::fs::create_dir_all(dir).map_err(|e| PinError::Dir(dir.to_path_buf(), e))
+}
+
+/// Why DRWA's clamps cannot be pinned (then they are not crash-safe).
+#[derive(Debug, thiserror::Error)]
+pub enum PinError {
+    /// The errno sits inside the sentence: the fix comes after it.
+    #[error(
+        "no BPF file system at {BPFFS} and mounting one failed ({0}): `mount -t bpf bpf {BPFFS}`"
+    )]
+    Mount(std::io::Error),
+    #[error("{}", .0.display())]
+    Dir(PathBuf, #[source] std::io::Error),
 }
 
 /// Is the map pinned at `pin` one this bloatd can read: socket storage of
@@ -134,7 +144,7 @@ pub fn pinned_usable(pin: &Path) -> bool {
             false
         }
         Err(e) => {
-            tracing::warn!("{}: {}; removing it", pin.display(), errstr(e));
+            tracing::warn!("{}: {}; removing it", pin.display(), Chain(&e));
             unpin(pin);
             false
         }
@@ -217,45 +227,37 @@ pub struct PolicyMaps {
     give_back: Option<Arc<GiveBack>>,
 }
 
-fn map_err(map: &'static str) -> impl Fn(aya::maps::MapError) -> ProbeError {
-    move |e| ProbeError::Map {
-        map,
-        detail: errstr(e),
-    }
-}
-
 impl PolicyMaps {
     /// Take the maps from the loaded object and write the rules and the
     /// switches, before the sock_ops program is attached.
     pub fn load(ebpf: &mut Ebpf, cfg: &PolicyConfig) -> Result<PolicyMaps, ProbeError> {
         let mut take = |name: &'static str| {
             ebpf.take_map(name)
-                .ok_or_else(|| ProbeError::Object(format!("map {name} missing from object")))
+                .ok_or_else(|| ProbeError::object(format!("map {name} missing from object")))
         };
         let ctl = take("policy_ctl")?;
         let aya::maps::Map::Array(ctl_data) = &ctl else {
-            return Err(ProbeError::Object("map policy_ctl is not an array".into()));
+            return Err(ProbeError::object("map policy_ctl is not an array"));
         };
         let ctl_fd = ctl_data
             .fd()
             .as_fd()
             .try_clone_to_owned()
-            .map_err(|e| ProbeError::Map {
-                map: "policy_ctl",
-                detail: e.to_string(),
-            })?;
+            .map_err(ProbeError::map("policy_ctl"))?;
         let mut maps = PolicyMaps {
-            rules: Array::try_from(take("policy_rules")?).map_err(map_err("policy_rules"))?,
-            ctl: Array::try_from(ctl).map_err(map_err("policy_ctl"))?,
+            rules: Array::try_from(take("policy_rules")?)
+                .map_err(ProbeError::map("policy_rules"))?,
+            ctl: Array::try_from(ctl).map_err(ProbeError::map("policy_ctl"))?,
             ctl_fd,
-            counts: Array::try_from(take("policy_counts")?).map_err(map_err("policy_counts"))?,
+            counts: Array::try_from(take("policy_counts")?)
+                .map_err(ProbeError::map("policy_counts"))?,
             armed: cfg.drwa_armed,
             give_back: None,
         };
         for (i, r) in cfg.rules.iter().enumerate() {
             maps.rules
                 .set(i as u32, *r, 0)
-                .map_err(map_err("policy_rules"))?;
+                .map_err(ProbeError::map("policy_rules"))?;
         }
         maps.set_drwa(cfg.drwa_on)?;
         Ok(maps)
@@ -263,10 +265,10 @@ impl PolicyMaps {
 
     /// The iterator that restores windows, and the pin it empties.
     pub fn set_restore(&mut self, it: MapIter, pin: Option<PathBuf>) -> Result<(), ProbeError> {
-        let ctl = self.ctl_fd.try_clone().map_err(|e| ProbeError::Map {
-            map: "policy_ctl",
-            detail: e.to_string(),
-        })?;
+        let ctl = self
+            .ctl_fd
+            .try_clone()
+            .map_err(ProbeError::map("policy_ctl"))?;
         self.give_back = Some(Arc::new(GiveBack {
             restore: it,
             ctl,
@@ -304,7 +306,7 @@ impl PolicyMaps {
     }
 
     fn ctl(&self) -> Result<BloatdPolicyCtl, ProbeError> {
-        self.ctl.get(&0, 0).map_err(map_err("policy_ctl"))
+        self.ctl.get(&0, 0).map_err(ProbeError::map("policy_ctl"))
     }
 
     /// DRWA on or off for every armed receiver, now.
@@ -313,14 +315,21 @@ impl PolicyMaps {
             drwa_on: on as u32,
             ..self.ctl()?
         };
-        self.ctl.set(0, ctl, 0).map_err(map_err("policy_ctl"))
+        self.ctl
+            .set(0, ctl, 0)
+            .map_err(ProbeError::map("policy_ctl"))
     }
 
     /// A rule on or off, now.
     pub fn set_enabled(&mut self, index: u32, enabled: bool) -> Result<(), ProbeError> {
-        let mut r = self.rules.get(&index, 0).map_err(map_err("policy_rules"))?;
+        let mut r = self
+            .rules
+            .get(&index, 0)
+            .map_err(ProbeError::map("policy_rules"))?;
         r.enabled = enabled as u8;
-        self.rules.set(index, r, 0).map_err(map_err("policy_rules"))
+        self.rules
+            .set(index, r, 0)
+            .map_err(ProbeError::map("policy_rules"))
     }
 
     pub fn enabled(&self, index: u32) -> bool {
@@ -331,7 +340,9 @@ impl PolicyMaps {
     }
 
     pub fn counts(&self) -> Result<BloatdPolicyCounts, ProbeError> {
-        self.counts.get(&0, 0).map_err(map_err("policy_counts"))
+        self.counts
+            .get(&0, 0)
+            .map_err(ProbeError::map("policy_counts"))
     }
 
     /// Before the sock_ops program goes: every receiver DRWA clamps gets

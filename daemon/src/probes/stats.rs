@@ -8,8 +8,7 @@ use super::abi::{
     BloatdSvcStats,
 };
 use super::{
-    errstr, map_iter, merge_cc_stats, Counters, NetnsReach, ProbeError, Probes, SamplerState,
-    TRACEPOINTS,
+    map_iter, merge_cc_stats, Counters, NetnsReach, ProbeError, Probes, SamplerState, TRACEPOINTS,
 };
 use aya::programs::{BtfTracePoint, SockOps};
 use std::os::fd::AsFd;
@@ -19,18 +18,14 @@ impl Probes {
     /// Adaptive sampling as the probes run it: every CPU's state, and the
     /// sockets sampled every interval now.
     pub fn sampler(&self) -> Result<SamplerState, ProbeError> {
-        let err = |map, e| ProbeError::Map {
-            map,
-            detail: errstr(e),
-        };
         let cpus = self
             .sampler
             .get(&0, 0)
-            .map_err(|e| err("sampler", e))?
+            .map_err(ProbeError::map("sampler"))?
             .iter()
             .copied()
             .collect();
-        let hot = self.hot.get(&0, 0).map_err(|e| err("hot", e))?[0];
+        let hot = self.hot.get(&0, 0).map_err(ProbeError::map("hot"))?[0];
         Ok(SamplerState { cpus, hot })
     }
 
@@ -38,22 +33,24 @@ impl Probes {
     /// summed over CPUs). Indexes that carry the same name (two CPUs met a
     /// new name at once) are summed into one.
     pub fn cc_stats(&self) -> Result<Vec<(String, BloatdCcStats)>, ProbeError> {
-        let err = |map, e| ProbeError::Map {
-            map,
-            detail: errstr(e),
-        };
         let mut out: Vec<(String, BloatdCcStats)> = Vec::new();
         for idx in 0..abi::limits::CC_MAX {
             let name = if idx == abi::limits::CC_MAX - 1 {
                 "other".to_string()
             } else {
-                let raw = self.cc_names.get(&idx, 0).map_err(|e| err("cc_names", e))?;
+                let raw = self
+                    .cc_names
+                    .get(&idx, 0)
+                    .map_err(ProbeError::map("cc_names"))?;
                 crate::text::cstr(&raw)
             };
             if name.is_empty() {
                 continue;
             }
-            let per_cpu = self.cc_stats.get(&idx, 0).map_err(|e| err("cc_stats", e))?;
+            let per_cpu = self
+                .cc_stats
+                .get(&idx, 0)
+                .map_err(ProbeError::map("cc_stats"))?;
             let slot = match out.iter().position(|(n, _)| *n == name) {
                 Some(i) => i,
                 None => {
@@ -93,10 +90,9 @@ impl Probes {
 
     /// Records alive now by congestion control index, role and state.
     pub fn sock_counts(&self) -> Result<BloatdSockCounts, ProbeError> {
-        self.sock_counts.get(&0, 0).map_err(|e| ProbeError::Map {
-            map: "sock_counts",
-            detail: errstr(e),
-        })
+        self.sock_counts
+            .get(&0, 0)
+            .map_err(ProbeError::map("sock_counts"))
     }
 
     /// The name behind a congestion control index of `sock_counts`.
@@ -121,10 +117,7 @@ impl Probes {
         for m in &self.floors {
             out.extend(
                 map_iter::hash_entries::<BloatdPathKey, BloatdFloor>(m.fd().as_fd(), 4096)
-                    .map_err(|e| ProbeError::Map {
-                        map: "floors",
-                        detail: e.to_string(),
-                    })?,
+                    .map_err(ProbeError::map("floors"))?,
             );
         }
         Ok(out)
@@ -178,10 +171,7 @@ impl Probes {
             let per_cpu = self
                 .stats
                 .get(&(i as u32), 0)
-                .map_err(|e| ProbeError::Map {
-                    map: "stats",
-                    detail: errstr(e),
-                })?;
+                .map_err(ProbeError::map("stats"))?;
             *slot += per_cpu.iter().sum::<u64>();
         }
         Ok(Counters(out))
