@@ -70,9 +70,12 @@ class PrometheusScrape(TestCase):
         self.assertEqual(r.returncode, 0, f"promtool: {r.stdout}{r.stderr}")
         # Labels are bounded: no socket detail (addresses, ports, pids)
         # ever becomes a label; those stay in the API.
+        # `kind`: an episode's, path or service (the flight recorder).
         keys = set(re.findall(r'[{,]([a-z_]+)="', text))
         self.assertLessEqual(keys, {"cc", "role", "state", "probe", "reason", "le", "version", "action",
-                                    "feature", "service"}, keys)
+                                    "feature", "service", "kind"}, keys)
+        kinds = set(re.findall(r'[{,]kind="([^"]*)"', text))
+        self.assertLessEqual(kinds, {"path", "service"}, kinds)
 
 
     def test_kernel_histogram_counts_socket_time_as_the_samples_do(self):
