@@ -102,19 +102,25 @@ class Pinger:
         self._t.join(timeout=5)
 
 
+def client_events(proc):
+    """The JSON events of a flows.py client as it prints them, until it
+    ends; an `error` event raises."""
+    for line in proc.stdout:
+        ev = json.loads(line)
+        if ev["event"] == "error":
+            raise AssertionError(ev)
+        yield ev
+
+
 def events(proc, n, want="done"):
     """The next `n` JSON events `want` of a flows.py client (the others
     skipped)."""
     out = []
-    while len(out) < n:
-        line = proc.stdout.readline()
-        if not line:
-            break
-        ev = json.loads(line)
-        if ev["event"] == "error":
-            raise AssertionError(ev)
+    for ev in client_events(proc):
         if ev["event"] == want:
             out.append(ev)
+            if len(out) == n:
+                break
     assert len(out) == n, f"{len(out)} of {n} '{want}' events"
     return out
 
@@ -122,14 +128,10 @@ def events(proc, n, want="done"):
 def fetches(proc, n):
     """The open and done events of `n` fetches, in pairs."""
     opens, dones = [], []
-    while len(dones) < n:
-        line = proc.stdout.readline()
-        if not line:
-            break
-        ev = json.loads(line)
-        if ev["event"] == "error":
-            raise AssertionError(ev)
+    for ev in client_events(proc):
         {"open": opens, "done": dones}.get(ev["event"], []).append(ev)
+        if len(dones) == n:
+            break
     assert len(opens) == len(dones) == n, f"{len(opens)} opened, {len(dones)} done of {n}"
     return opens, dones
 
