@@ -36,3 +36,18 @@ int BPF_PROG(atomic_fetch, struct sock *sk, const struct sk_buff *skb)
 {
 	return __sync_fetch_and_add(&probe_counter, 1) == 0;
 }
+
+/* bpf_setsockopt from the TCP iterator (Linux 5.15): how DRWA gives the
+ * receive windows it clamps back, at stop and at the start after a crash
+ * (policy_ops.h, restore_windows). */
+SEC("iter/tcp")
+int tcp_iter_setsockopt(struct bpf_iter__tcp *ctx)
+{
+	struct sock_common *skc = ctx->sk_common;
+	struct tcp_sock *tp;
+	int clamp = 0;
+
+	if (!skc || !(tp = bpf_skc_to_tcp_sock(skc)))
+		return 0;
+	return bpf_setsockopt(tp, 6 /* SOL_TCP */, 10 /* TCP_WINDOW_CLAMP */, &clamp, sizeof(clamp)) != 0;
+}

@@ -156,7 +156,9 @@ static __always_inline __u32 floor_path_refresh(void *env, const struct bloatd_f
 						const struct bloatd_floor_subject *s,
 						__u32 now_s, __u32 *source)
 {
-	struct bloatd_path_key key, pkey;
+	/* pkey zeroed: it is filled only with a prefix, and verifiers before
+	 * 6.1 (5.14's) do not see that the insert is only with one too. */
+	struct bloatd_path_key key, pkey = {};
 	struct bloatd_floor *f, *pf = 0, *expired = 0;
 	__u32 own = s->own_us, path_us, unused = 0, found = 0;
 	__u32 seed = 0, seed_source = BLOATD_FLOOR_SOCKET;

@@ -58,7 +58,7 @@ const volatile __u32 policy_nrules = 0;
 const volatile __u32 drwa_armed = 0;
 /* DRWA's lambda, 8 fraction bits (paper: 3). */
 const volatile __u32 drwa_lambda_x256 = 3 * 256;
-/* Bytes a connection receives before DRWA clamps it: only bulk receivers. */
+/* Bytes a connection receives before DRWA clamps it: only receivers. */
 const volatile __u64 drwa_min_bytes = 65536;
 
 /* A receiver that gets data ACKs at least this often (the kernel's delayed
@@ -146,21 +146,58 @@ static __always_inline void policy_count(__u32 idx, __s64 d)
 		__sync_fetch_and_add(&c->n[idx], d);
 }
 
+/* Before 6.1 a cgroup keeps its ancestors' kernfs ids, not pointers. */
+struct cgroup___v60 {
+	__u64 ancestor_ids[0];
+} __attribute__((preserve_access_index));
+
+/*
+ * The kernfs id of cgroup `cg`'s ancestor at `level` (at most cg's level),
+ * one function per layout: a call is never computed ahead of its branch,
+ * so the verifier meets only the read this kernel's layout allows (the
+ * other's field is poisoned by the loader).
+ */
+static __noinline __u64 cgroup_ancestor_id(const struct cgroup *cg, __u32 level)
+{
+	struct cgroup *anc = NULL;
+	__u64 at = (__u64)cg + bpf_core_field_offset(struct cgroup, ancestors) +
+		   (__u64)(level & 0xff) * sizeof(anc);
+
+	if (bpf_probe_read_kernel(&anc, sizeof(anc), (void *)at) || !anc)
+		return 0;
+	return BPF_CORE_READ(anc, kn, id);
+}
+
+static __noinline __u64 cgroup_ancestor_id_v60(const struct cgroup *cg, __u32 level)
+{
+	__u64 id = 0, at = (__u64)cg + bpf_core_field_offset(struct cgroup___v60, ancestor_ids) +
+			   (__u64)(level & 0xff) * sizeof(id);
+
+	if (bpf_probe_read_kernel(&id, sizeof(id), (void *)at))
+		return 0;
+	return id;
+}
+
 /* The socket's cgroup is the rule's cgroup or one below it: its ancestor at
- * the rule's level is the rule's (cgroup v2 keeps every ancestor by level). */
+ * the rule's level is the rule's (cgroup v2 keeps every ancestor by level;
+ * service_ops.h, sock_cgroup, finds the socket's on every kernel). */
 static __always_inline int policy_cgroup_match(const struct bloatd_policy_rule *r,
 					       const struct sock *sk)
 {
-	struct cgroup *cg = sk->sk_cgrp_data.cgroup, *anc = NULL;
-	__u64 at;
+	struct cgroup *cg;
+	__u64 id;
+	int root;
 
+	cg = sock_cgroup(sk, &root);
+	if (root)
+		return r->cgroup_level == 0;
 	if (!cg || r->cgroup_level > 255 || BPF_CORE_READ(cg, level) < (int)r->cgroup_level)
 		return 0;
-	at = (__u64)cg + bpf_core_field_offset(struct cgroup, ancestors) +
-	     (__u64)r->cgroup_level * sizeof(anc);
-	if (bpf_probe_read_kernel(&anc, sizeof(anc), (void *)at) || !anc)
-		return 0;
-	return BPF_CORE_READ(anc, kn, id) == r->cgroup_id;
+	if (bpf_core_field_exists(struct cgroup, ancestors))
+		id = cgroup_ancestor_id(cg, r->cgroup_level);
+	else
+		id = cgroup_ancestor_id_v60(cg, r->cgroup_level);
+	return id && id == r->cgroup_id;
 }
 
 static __always_inline int policy_set_cc(struct bpf_sock_ops *skops,
@@ -655,9 +692,17 @@ static __always_inline void drwa_ack(struct bpf_sock_ops *skops)
 	now_us = tp->tcp_mstamp;
 	idle = drwa_idle(p, now_us);
 	drwa_sample(p, tp, idle);
-	if (tp->bytes_received < drwa_min_bytes) {
-		/* A bulk sender does not need a callback per segment it sends,
-		 * whether DRWA is on or not. */
+	/* A receiver is a socket that received drwa_min_bytes and more than
+	 * it sent: a server that read a request above drwa_min_bytes and
+	 * answers it is a sender, whose own samples (its download's queue)
+	 * would shut a window it may need for an upload later. */
+	if (tp->bytes_received < drwa_min_bytes || tp->bytes_acked > tp->bytes_received) {
+		/* A window DRWA clamped while the socket was receiving goes
+		 * back (clamped, it received drwa_min_bytes: it is a sender
+		 * now). A bulk sender does not need a callback per segment it
+		 * sends, whether DRWA is on or not. */
+		if (p->flags & BLOATD_POL_DRWA_CLAMPED)
+			drwa_release(skops, s, tp);
 		if (tp->bytes_acked > drwa_min_bytes && !p->drwa_rule) {
 			p->flags &= ~BLOATD_POL_DRWA_ARMED;
 			policy_cb_clear(skops, s, SOCKOPS_WRITE_HDR_OPT_CB_FLAG);

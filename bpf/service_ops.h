@@ -60,11 +60,33 @@ struct {
 /* The value a new svc_stats entry starts from. */
 const struct bloatd_svc_stats svc_zero = {};
 
-/* Before 5.15 (RHEL 9's 5.14) the cgroup pointer shares one word with
- * net_cls/net_prio data (struct sock_cgroup_data's `val`). */
-struct sock_cgroup_data___v510 {
-	__u64 val;
-};
+/*
+ * The socket's cgroup v2. NULL with *root set where the kernel's own
+ * sock_cgroup_ptr() answers the root without a pointer to give: before
+ * 5.15 (RHEL 9's 5.14) the pointer shares one word with net_cls/net_prio
+ * data (struct sock_cgroup_data's `val`), and a word holding no cgroup or
+ * v1 data (a low bit set) means the root. NULL alone: unknown.
+ *
+ * The first word of sk_cgrp_data is `cgroup` from 5.15 and `val` before,
+ * and it is read as a word on every kernel: a CO-RE read of the field one
+ * of them lacks is poisoned by the loader, and the compiler may compute
+ * both branches' reads on one path (it did: 6.18 refused the sock_ops
+ * program), where the verifier then meets it.
+ */
+static __always_inline struct cgroup *sock_cgroup(const struct sock *sk, int *root)
+{
+	__u64 v = 0;
+
+	*root = 0;
+	bpf_probe_read_kernel(&v, sizeof(v), &sk->sk_cgrp_data);
+	if (bpf_core_field_exists(struct sock_cgroup_data, cgroup))
+		return (struct cgroup *)v;
+	if (!v || (v & 3)) {
+		*root = 1;
+		return NULL;
+	}
+	return (struct cgroup *)v;
+}
 
 /*
  * The kernfs id of the socket's cgroup v2, which is the inode number of
@@ -72,19 +94,11 @@ struct sock_cgroup_data___v510 {
  */
 static __always_inline __u64 sock_cgroup_id(const struct sock *sk)
 {
-	struct cgroup *cg;
-	__u64 v;
+	int root;
+	struct cgroup *cg = sock_cgroup(sk, &root);
 
-	if (bpf_core_field_exists(struct sock_cgroup_data, cgroup)) {
-		cg = BPF_CORE_READ(sk, sk_cgrp_data.cgroup);
-	} else {
-		/* A low bit set means the word holds v1 data; the kernel's own
-		 * sock_cgroup_ptr() then answers the root, and so do we. */
-		v = BPF_CORE_READ((struct sock_cgroup_data___v510 *)&sk->sk_cgrp_data, val);
-		if (!v || (v & 3))
-			return 1;
-		cg = (struct cgroup *)v;
-	}
+	if (root)
+		return 1;
 	if (!cg)
 		return 0;
 	return BPF_CORE_READ(cg, kn, id);

@@ -36,26 +36,44 @@ static __always_inline __u32 cwnd_bound(__u32 i)
 	return 2U << i;
 }
 
-/* Index of a delay in the delay buckets. */
+/*
+ * The buckets are counted without a branch: for each bound, the sign of
+ * bound - v in 64 bits (1 if v is above it). A bucket found by comparisons
+ * leaves the verifier one path per bucket, and a sample's buckets
+ * multiplied (queue x RTT x floor x cwnd, live at once): Linux 5.14's and
+ * 5.15's verifiers gave up on tcp_probe at their 1,000,000 instructions.
+ * Counted this way a bucket is one value in a range, on one path. `v` is
+ * hidden from the compiler first (stats_opaque): knowing it fits 32 bits,
+ * it would turn each sign back into a comparison, a branch in BPF.
+ */
+static __always_inline __u64 stats_opaque(__u32 v)
+{
+	__u64 w = v;
+
+	__asm__ volatile("" : "+r"(w));
+	return w;
+}
+
+/* Index of a delay in the delay buckets: the bounds it is above. */
 static __always_inline __u32 delay_bucket(__u32 us)
 {
-	__u32 i;
+	__u64 w = stats_opaque(us);
+	__u32 i, above = 0;
 
 	for (i = 0; i < BLOATD_DELAY_BUCKETS - 1; i++)
-		if (us <= delay_bound_us(i))
-			return i;
-	return BLOATD_DELAY_BUCKETS - 1;
+		above += ((__u64)delay_bound_us(i) - w) >> 63;
+	return above;
 }
 
 /* Index of a cwnd in the cwnd buckets. */
 static __always_inline __u32 cwnd_bucket(__u32 cwnd)
 {
-	__u32 i;
+	__u64 w = stats_opaque(cwnd);
+	__u32 i, above = 0;
 
 	for (i = 0; i < BLOATD_CWND_BUCKETS - 1; i++)
-		if (cwnd <= cwnd_bound(i))
-			return i;
-	return BLOATD_CWND_BUCKETS - 1;
+		above += ((__u64)cwnd_bound(i) - w) >> 63;
+	return above;
 }
 
 #endif /* BLOATD_STATS_H */

@@ -11,14 +11,29 @@ use aya::programs::BtfTracePoint;
 use aya::{Btf, EbpfLoader};
 use std::io::Read;
 
-fn main() -> anyhow::Result<()> {
+fn main() -> std::process::ExitCode {
+    match run() {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            // The whole chain: what failed, then what aya said under it.
+            let mut line = format!("Error: {e}");
+            let mut src = e.source();
+            while let Some(inner) = src {
+                line += &format!(": {inner}");
+                src = inner.source();
+            }
+            eprintln!("{line}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+fn run() -> Result<(), Box<dyn std::error::Error>> {
     let mut args = std::env::args().skip(1);
     let obj = args
         .next()
-        .ok_or_else(|| anyhow::anyhow!("usage: bench_probes OBJECT TRACEPOINT [PROG...]"))?;
-    let tp = args
-        .next()
-        .ok_or_else(|| anyhow::anyhow!("missing TRACEPOINT"))?;
+        .ok_or("usage: bench_probes OBJECT TRACEPOINT [PROG...]")?;
+    let tp = args.next().ok_or("missing TRACEPOINT")?;
     let only: Vec<String> = args.collect();
     let btf = Btf::from_sys_fs()?;
     let mut loader = EbpfLoader::new();

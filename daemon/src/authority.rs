@@ -10,6 +10,7 @@
 //! too, and a group the database granted after login counts only from the
 //! next login, as for every file the user opens.
 
+use crate::error::Error;
 use axum::extract::FromRequestParts;
 use axum::http::request::Parts;
 use axum::http::StatusCode;
@@ -133,7 +134,7 @@ impl Authority {
     /// Ok if `peer` may `what` (a phrase: "set the host's default congestion
     /// control"); else why not and what it would take, for the client to
     /// show as it is.
-    pub fn may_act(&self, peer: &Peer, what: &str) -> Result<(), String> {
+    pub fn may_act(&self, peer: &Peer, what: &str) -> crate::error::Result<()> {
         if peer.uid == 0 || self.admin.as_ref().is_some_and(|(_, g)| peer.in_group(*g)) {
             return Ok(());
         }
@@ -145,10 +146,11 @@ impl Authority {
                      /etc/bloatd/bloatd.toml, to a group allowed to act, and restart bloatd)"
                 .into(),
         };
-        Err(format!(
-            "{} may watch but not {what}: that changes the kernel and needs {needs}",
-            peer.describe()
-        ))
+        Err(Error::MayNotAct {
+            who: peer.describe(),
+            what: what.to_string(),
+            needs,
+        })
     }
 }
 
@@ -167,12 +169,10 @@ impl Caller {
     }
 
     /// Ok if this caller may `what`; else why not.
-    pub fn may_act(&self, what: &str) -> Result<(), String> {
+    pub fn may_act(&self, what: &str) -> crate::error::Result<()> {
         match &self.peer {
             Some(p) => self.authority.may_act(p, what),
-            None => Err(format!(
-                "cannot {what}: the daemon could not read this connection's credentials"
-            )),
+            None => Err(Error::NoCredentials(what.to_string())),
         }
     }
 
@@ -223,7 +223,7 @@ impl<S: Send + Sync> FromRequestParts<S> for Actor {
         let Ok(caller) = Caller::from_request_parts(parts, state).await;
         match caller.may_act(&action(parts.uri.path())) {
             Ok(()) => Ok(Actor(caller.peer.expect("may_act needs a peer"))),
-            Err(why) => Err((StatusCode::FORBIDDEN, why).into_response()),
+            Err(why) => Err((StatusCode::FORBIDDEN, why.to_string()).into_response()),
         }
     }
 }
@@ -245,6 +245,7 @@ fn action(path: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::error::ErrText;
 
     fn peer(uid: u32, gid: u32, groups: &[u32]) -> Peer {
         Peer {
@@ -267,12 +268,12 @@ mod tests {
         assert!(admin.may_act(&peer(1000, 990, &[]), "x").is_ok());
         let e = admin
             .may_act(&peer(1000, 1000, &[991]), "switch DRWA")
-            .unwrap_err();
+            .err_text();
         assert!(
             e.contains("uid 1000") && e.contains("not switch DRWA") && e.contains("bloatd-admin"),
             "{e}"
         );
-        let e = none.may_act(&peer(1000, 990, &[990]), "x").unwrap_err();
+        let e = none.may_act(&peer(1000, 990, &[990]), "x").err_text();
         assert!(e.contains("needs root") && e.contains("admin_group"), "{e}");
     }
 

@@ -18,12 +18,35 @@
 //! and on the short-lived thread that reads the sockets of other network
 //! namespaces (a TCP iterator walks the reader's namespace: setns again;
 //! probes/netns.rs).
+//!
+//! One kernel-dependent exception: where `kernel.unprivileged_bpf_disabled`
+//! is set, kernels before 5.19 refuse *every* bpf() command, map reads on
+//! held descriptors included, to a thread without CAP_BPF (Ubuntu 22.04's
+//! 5.15 sets it: every read failed there with EPERM). Later kernels check
+//! only map and program creation. Start tries one command on a thread with
+//! no capability ([`bpf_needs_cap`]) and, where it is refused, keeps
+//! CAP_BPF effective, and only it.
 
 use std::io;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 /// Linux capability numbers (linux/capability.h).
 const CAP_SYS_PTRACE: u32 = 19;
 pub const CAP_SYS_ADMIN: u32 = 21;
+const CAP_BPF: u32 = 39;
+
+/// Set at start when this kernel refuses bpf() commands without CAP_BPF.
+static BPF_GATED: AtomicBool = AtomicBool::new(false);
+
+/// Capabilities that stay effective after start: CAP_BPF where the kernel
+/// gates every bpf() command on it, else none.
+fn effective_kept() -> u64 {
+    if BPF_GATED.load(Ordering::Relaxed) {
+        mask(&[CAP_BPF])
+    } else {
+        0
+    }
+}
 
 /// Kept (permitted, not effective) while running, for the stop.
 pub const KEEP: &[u32] = &[CAP_SYS_ADMIN, CAP_SYS_PTRACE];
@@ -136,15 +159,53 @@ pub fn drop_after_start() -> io::Result<()> {
             0,
         );
     }
+    let gated = bpf_needs_cap()?;
+    BPF_GATED.store(gated, Ordering::Relaxed);
+    if gated {
+        tracing::info!("this kernel refuses bpf() commands without CAP_BPF (kernel.unprivileged_bpf_disabled, before Linux 5.19): CAP_BPF stays effective");
+    }
     let (_, permitted) = current()?;
-    capset(0, permitted & mask(KEEP))
+    let keep = effective_kept();
+    capset(permitted & keep, permitted & (mask(KEEP) | keep))
+}
+
+/// Does a thread without capabilities get EPERM from a bpf() command that
+/// needs none on kernels that do not gate them all? Asked with
+/// BPF_OBJ_GET_INFO_BY_FD on no descriptor: EBADF where only creation is
+/// checked, EPERM where the sysctl gates every command. Tried on a
+/// short-lived thread (capabilities are per thread) that has dropped its
+/// effective set; the caller's thread is untouched.
+fn bpf_needs_cap() -> io::Result<bool> {
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            let (_, permitted) = current()?;
+            capset(0, permitted)?;
+            // SAFETY: all-zero is a valid bpf_attr; bpf_fd u32::MAX is no
+            // descriptor, so the command can only fail.
+            let mut attr: aya_obj::generated::bpf_attr = unsafe { std::mem::zeroed() };
+            attr.info.bpf_fd = u32::MAX;
+            // SAFETY: a bpf_attr of the size passed.
+            let ret = unsafe {
+                libc::syscall(
+                    libc::SYS_bpf,
+                    aya_obj::generated::bpf_cmd::BPF_OBJ_GET_INFO_BY_FD as libc::c_int,
+                    &mut attr as *mut _,
+                    std::mem::size_of::<aya_obj::generated::bpf_attr>() as libc::c_uint,
+                )
+            };
+            let err = io::Error::last_os_error();
+            Ok(ret < 0 && err.raw_os_error() == Some(libc::EPERM))
+        })
+        .join()
+        .unwrap_or_else(|_| Err(io::Error::other("the capability probe thread panicked")))
+    })
 }
 
 /// Raise the kept capabilities on the calling thread only (capabilities
 /// are per thread; threads spawned after this call inherit them).
 pub fn raise_kept() -> io::Result<()> {
     let (_, permitted) = current()?;
-    capset(permitted & mask(KEEP), permitted)
+    capset(permitted & (mask(KEEP) | effective_kept()), permitted)
 }
 
 /// Raise the kept capabilities for the stop (restoring other namespaces'
@@ -175,6 +236,7 @@ mod tests {
         assert_eq!(mask(&[0]), 1);
         assert_eq!(mask(&[39]) >> 32, 1 << 7);
         assert_eq!(mask(KEEP), (1 << 19) | (1 << 21));
+        assert_eq!(mask(&[CAP_BPF]) >> 32, 1 << 7);
     }
 
     #[test]

@@ -2,7 +2,7 @@
 //! start, their exported state in the view model, and the host's default
 //! congestion control, which `stop` puts back as it was.
 
-use crate::error::Chain;
+use crate::error::{Chain, Error, Result};
 use bloatd_cc::{Algo, Registration};
 use bloatd_model::CcState;
 use std::collections::HashMap;
@@ -75,8 +75,8 @@ fn save_default(run_dir: &std::path::Path, prev: &str) -> std::io::Result<()> {
 /// names, no privilege: start fails). The kernel's BPF TCP congestion
 /// controls call TCP kfuncs, which came in Linux 5.13; the verifier of an
 /// older kernel refuses the programs.
-fn declined(e: &bloatd_cc::CcError) -> Option<String> {
-    use bloatd_cc::CcError;
+fn declined(e: &bloatd_cc::Error) -> Option<String> {
+    use bloatd_cc::Error as CcError;
     let what = match e {
         CcError::VerifierRejected { name, .. } => format!("the kernel's verifier refused {name}"),
         CcError::Load { name, .. } => format!("the kernel refused to load {name}"),
@@ -89,14 +89,11 @@ fn declined(e: &bloatd_cc::CcError) -> Option<String> {
 }
 
 impl CcSet {
-    pub fn register(names: &[String], opts: &bloatd_cc::Options) -> anyhow::Result<CcSet> {
+    pub fn register(names: &[String], opts: &bloatd_cc::Options) -> Result<CcSet> {
         let algos: Vec<Algo> = names
             .iter()
-            .map(|n| {
-                Algo::from_name(n)
-                    .ok_or_else(|| anyhow::anyhow!("unknown congestion control '{n}'"))
-            })
-            .collect::<anyhow::Result<_>>()?;
+            .map(|n| Algo::from_name(n).ok_or_else(|| Error::UnknownCc(n.clone())))
+            .collect::<Result<_>>()?;
         let mut set = CcSet {
             reg: None,
             declined: None,
@@ -205,7 +202,7 @@ impl CcSet {
     /// previous value so `stop` can restore it (and, in the run
     /// directory, the next start or stop after a crash). Returns the
     /// previous one.
-    pub fn set_default(&mut self, name: &str) -> anyhow::Result<String> {
+    pub fn set_default(&mut self, name: &str) -> Result<String> {
         let prev = bloatd_cc::kernel_default()?;
         if self.prev_default.is_none() && prev != name {
             // Kept before it is changed: a crash in between leaves a file
@@ -213,9 +210,12 @@ impl CcSet {
             // sees and drops.
             if let Some(dir) = &self.run_dir {
                 save_default(dir, &prev).map_err(|e| {
-                    anyhow::anyhow!(
-                        "cannot keep the host's default congestion control in {}: {e}",
-                        dir.display()
+                    Error::context(
+                        format!(
+                            "cannot keep the host's default congestion control in {}",
+                            dir.display()
+                        ),
+                        e,
                     )
                 })?;
             }
@@ -256,13 +256,13 @@ impl Drop for CcSet {
 
 /// Set net.ipv4.tcp_congestion_control of our network namespace, after
 /// checking the name is available. Returns the previous default.
-pub fn set_default(name: &str) -> anyhow::Result<String> {
+pub fn set_default(name: &str) -> Result<String> {
     let available = bloatd_cc::kernel_available()?;
     if !available.iter().any(|a| a == name) {
-        anyhow::bail!(
-            "congestion control '{name}' is not available (available: {})",
-            available.join(" ")
-        );
+        return Err(Error::CcUnavailable {
+            name: name.to_string(),
+            available: available.join(" "),
+        });
     }
     let prev = bloatd_cc::kernel_default()?;
     bloatd_cc::set_kernel_default(name)?;
@@ -294,10 +294,11 @@ mod tests {
 
     #[test]
     fn only_what_the_kernel_lacks_is_declined() {
-        use bloatd_cc::CcError;
+        use bloatd_cc::Error as CcError;
         let refused = CcError::VerifierRejected {
             name: "bloatd_cubic",
-            message: "load: Invalid argument".into(),
+            step: "load",
+            err: libbpf_rs::Error::from(std::io::Error::from_raw_os_error(libc::EINVAL)),
             log_tail: "unknown func tcp_slow_start#1234\n".into(),
         };
         let why = declined(&refused).expect("a verifier refusal is declined");

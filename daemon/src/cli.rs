@@ -2,7 +2,7 @@
 //! with their code in cmd/), and the config they run with.
 
 use crate::cmd;
-use crate::config;
+use crate::error::Error;
 use crate::settings::Config;
 use clap::{Parser, Subcommand};
 use std::path::PathBuf;
@@ -86,7 +86,7 @@ pub enum Cmd {
 impl Cli {
     /// The config file, the global options and the command's flags over it,
     /// checked.
-    pub fn config(&self) -> Result<Config, config::ConfigError> {
+    pub fn config(&self) -> crate::error::Result<Config> {
         let mut cfg = Config::load(self.config.as_deref())?;
         if let Some(d) = &self.run_dir {
             cfg.run_dir = d.clone();
@@ -99,10 +99,10 @@ impl Cli {
         }
         cfg.validate()?;
         if let Cmd::Start(_) = &self.cmd {
-            crate::rundir::check_run_dir(&cfg.run_dir).map_err(config::ConfigError::Invalid)?;
+            crate::rundir::check_run_dir(&cfg.run_dir).map_err(Error::config)?;
             // Algorithms and cgroups the rules name must exist: checked
             // before anything is attached, as bad input.
-            crate::policy::resolve(&cfg.policy, &cfg.cc).map_err(config::ConfigError::Invalid)?;
+            crate::policy::resolve(&cfg.policy, &cfg.cc).map_err(Error::config)?;
         }
         Ok(cfg)
     }

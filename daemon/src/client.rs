@@ -14,19 +14,7 @@ use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-#[derive(Debug, thiserror::Error)]
-pub enum ClientError {
-    #[error("bloatd is not running (no API socket at {0})")]
-    NotRunning(PathBuf),
-    #[error("permission denied on {}: {}", .0.display(), permission_hint(.0))]
-    Permission(PathBuf),
-    #[error("talking to bloatd at {path}: {err}")]
-    Io { path: PathBuf, err: std::io::Error },
-    #[error("bloatd answered {status}: {body}")]
-    Status { status: u16, body: String },
-    #[error("bloatd sent a malformed answer: {0}")]
-    Malformed(String),
-}
+use crate::error::{Error, Result};
 
 pub struct Client {
     path: PathBuf,
@@ -41,28 +29,23 @@ impl Client {
         }
     }
 
-    fn connect(&self) -> Result<UnixStream, ClientError> {
+    fn connect(&self) -> Result<UnixStream> {
         UnixStream::connect(&self.path).map_err(|err| match err.kind() {
             std::io::ErrorKind::NotFound | std::io::ErrorKind::ConnectionRefused => {
-                ClientError::NotRunning(self.path.clone())
+                Error::NotRunning(self.path.clone())
             }
-            std::io::ErrorKind::PermissionDenied => ClientError::Permission(self.path.clone()),
-            _ => ClientError::Io {
+            std::io::ErrorKind::PermissionDenied => Error::Permission(self.path.clone()),
+            _ => Error::ClientIo {
                 path: self.path.clone(),
-                err,
+                source: err,
             },
         })
     }
 
-    fn request(
-        &self,
-        method: &str,
-        target: &str,
-        body: Option<&str>,
-    ) -> Result<String, ClientError> {
+    fn request(&self, method: &str, target: &str, body: Option<&str>) -> Result<String> {
         let mut out = Vec::new();
         self.request_to(method, target, body, &mut out)?;
-        String::from_utf8(out).map_err(|e| ClientError::Malformed(e.to_string()))
+        String::from_utf8(out).map_err(|e| Error::MalformedBy(Box::new(e)))
     }
 
     /// The request, its answer's body written to `out` as it arrives (an
@@ -73,10 +56,10 @@ impl Client {
         target: &str,
         body: Option<&str>,
         out: &mut dyn Write,
-    ) -> Result<(), ClientError> {
-        let io = |err| ClientError::Io {
+    ) -> Result<()> {
+        let io = |err| Error::ClientIo {
             path: self.path.clone(),
-            err,
+            source: err,
         };
         let mut s = self.connect()?;
         s.set_read_timeout(Some(self.timeout)).map_err(io)?;
@@ -92,7 +75,7 @@ impl Client {
         loop {
             let mut line = String::new();
             if r.read_line(&mut line).map_err(io)? == 0 {
-                return Err(ClientError::Malformed("no header end".into()));
+                return Err(Error::Malformed("no header end".into()));
             }
             if line == "\r\n" {
                 break;
@@ -103,7 +86,7 @@ impl Client {
             .split_whitespace()
             .nth(1)
             .and_then(|s| s.parse().ok())
-            .ok_or_else(|| ClientError::Malformed(head.lines().next().unwrap_or("").into()))?;
+            .ok_or_else(|| Error::Malformed(head.lines().next().unwrap_or("").into()))?;
         let chunked = head.lines().any(|l| {
             let l = l.to_ascii_lowercase();
             l.starts_with("transfer-encoding:") && l.contains("chunked")
@@ -111,7 +94,7 @@ impl Client {
         if status != 200 {
             let mut body = Vec::new();
             copy_body(&mut r, chunked, &mut body)?;
-            return Err(ClientError::Status {
+            return Err(Error::Status {
                 status,
                 body: String::from_utf8_lossy(&body).trim().to_string(),
             });
@@ -120,50 +103,41 @@ impl Client {
     }
 
     /// `GET route?query`, the answer's body as it came.
-    fn get_text(&self, route: &str, query: &impl Serialize) -> Result<String, ClientError> {
+    fn get_text(&self, route: &str, query: &impl Serialize) -> Result<String> {
         self.request("GET", &target(route, query)?, None)
     }
 
-    fn get<T: DeserializeOwned>(
-        &self,
-        route: &str,
-        query: &impl Serialize,
-    ) -> Result<T, ClientError> {
+    fn get<T: DeserializeOwned>(&self, route: &str, query: &impl Serialize) -> Result<T> {
         decode(&self.get_text(route, query)?)
     }
 
-    fn post<T: DeserializeOwned>(
-        &self,
-        route: &str,
-        body: &impl Serialize,
-    ) -> Result<T, ClientError> {
-        let body =
-            serde_json::to_string(body).map_err(|e| ClientError::Malformed(e.to_string()))?;
+    fn post<T: DeserializeOwned>(&self, route: &str, body: &impl Serialize) -> Result<T> {
+        let body = serde_json::to_string(body).map_err(|e| Error::MalformedBy(Box::new(e)))?;
         decode(&self.request("POST", route, Some(&body))?)
     }
 
-    pub fn status(&self) -> Result<Status, ClientError> {
+    pub fn status(&self) -> Result<Status> {
         self.get(route::STATUS, &())
     }
 
     /// Established sockets (all states with `all`), read from the kernel now.
-    pub fn sockets(&self, all: bool) -> Result<Vec<Socket>, ClientError> {
+    pub fn sockets(&self, all: bool) -> Result<Vec<Socket>> {
         self.get(route::SOCKETS, &SocketsQuery { all: all.into() })
     }
 
     /// The same, the daemon's JSON text written to `out` as it comes.
-    pub fn sockets_json_to(&self, all: bool, out: &mut dyn Write) -> Result<(), ClientError> {
+    pub fn sockets_json_to(&self, all: bool, out: &mut dyn Write) -> Result<()> {
         let target = target(route::SOCKETS, &SocketsQuery { all: all.into() })?;
         self.request_to("GET", &target, None, out)
     }
 
     /// What `bloatd top` draws (`fresh`: read from the kernel now).
-    pub fn snapshot(&self, req: &SnapshotRequest, fresh: bool) -> Result<Snapshot, ClientError> {
+    pub fn snapshot(&self, req: &SnapshotRequest, fresh: bool) -> Result<Snapshot> {
         self.get(route::SNAPSHOT, &SnapshotQuery::new(req, fresh))
     }
 
     /// Sockets grouped by peer (or by prefix).
-    pub fn paths(&self, prefix: bool) -> Result<Vec<NetPath>, ClientError> {
+    pub fn paths(&self, prefix: bool) -> Result<Vec<NetPath>> {
         self.get(
             route::PATHS,
             &PathsQuery {
@@ -173,20 +147,20 @@ impl Client {
     }
 
     /// Sockets grouped by service.
-    pub fn services(&self) -> Result<Vec<ServiceView>, ClientError> {
+    pub fn services(&self) -> Result<Vec<ServiceView>> {
         self.get(route::SERVICES, &())
     }
 
-    pub fn floors(&self) -> Result<Floors, ClientError> {
+    pub fn floors(&self) -> Result<Floors> {
         self.get(route::FLOORS, &())
     }
 
-    pub fn cc(&self) -> Result<CcInfo, ClientError> {
+    pub fn cc(&self) -> Result<CcInfo> {
         self.get(route::CC, &())
     }
 
     /// Set the host's default congestion control (restored at stop).
-    pub fn set_default_cc(&self, name: &str) -> Result<DefaultResp, ClientError> {
+    pub fn set_default_cc(&self, name: &str) -> Result<DefaultResp> {
         self.post(
             route::CC_DEFAULT,
             &DefaultReq {
@@ -196,12 +170,12 @@ impl Client {
     }
 
     /// The policy's rules, DRWA and counters.
-    pub fn policy(&self) -> Result<PolicyInfo, ClientError> {
+    pub fn policy(&self) -> Result<PolicyInfo> {
         self.get(route::POLICY, &())
     }
 
     /// DRWA on or off, live.
-    pub fn set_drwa(&self, on: bool) -> Result<DrwaReq, ClientError> {
+    pub fn set_drwa(&self, on: bool) -> Result<DrwaReq> {
         self.post(route::POLICY_DRWA, &DrwaReq { on })
     }
 
@@ -209,12 +183,12 @@ impl Client {
     pub fn incidents(
         &self,
         q: &bloatd_model::journal::IncidentsQuery,
-    ) -> Result<Vec<bloatd_model::journal::Episode>, ClientError> {
+    ) -> Result<Vec<bloatd_model::journal::Episode>> {
         self.get(route::INCIDENTS, q)
     }
 
     /// One episode with its flows and series.
-    pub fn incident(&self, id: u64) -> Result<bloatd_model::journal::EpisodeDetail, ClientError> {
+    pub fn incident(&self, id: u64) -> Result<bloatd_model::journal::EpisodeDetail> {
         self.get(&route::INCIDENT.replace("{id}", &id.to_string()), &())
     }
 
@@ -222,12 +196,12 @@ impl Client {
     pub fn history(
         &self,
         q: &bloatd_model::journal::HistoryQuery,
-    ) -> Result<Vec<bloatd_model::journal::MinuteRow>, ClientError> {
+    ) -> Result<Vec<bloatd_model::journal::MinuteRow>> {
         self.get(route::HISTORY, q)
     }
 
     /// A rule on or off, live.
-    pub fn set_rule_enabled(&self, name: &str, enabled: bool) -> Result<RuleReq, ClientError> {
+    pub fn set_rule_enabled(&self, name: &str, enabled: bool) -> Result<RuleReq> {
         self.post(
             &route::POLICY_RULE.replace("{name}", name),
             &RuleReq { enabled },
@@ -236,9 +210,8 @@ impl Client {
 }
 
 /// `route?query` (just `route` for an empty query).
-fn target(route: &str, query: &impl Serialize) -> Result<String, ClientError> {
-    let query =
-        serde_urlencoded::to_string(query).map_err(|e| ClientError::Malformed(e.to_string()))?;
+fn target(route: &str, query: &impl Serialize) -> Result<String> {
+    let query = serde_urlencoded::to_string(query).map_err(|e| Error::MalformedBy(Box::new(e)))?;
     Ok(if query.is_empty() {
         route.to_string()
     } else {
@@ -246,13 +219,13 @@ fn target(route: &str, query: &impl Serialize) -> Result<String, ClientError> {
     })
 }
 
-fn decode<T: DeserializeOwned>(body: &str) -> Result<T, ClientError> {
-    serde_json::from_str(body).map_err(|e| ClientError::Malformed(e.to_string()))
+fn decode<T: DeserializeOwned>(body: &str) -> Result<T> {
+    serde_json::from_str(body).map_err(|e| Error::MalformedBy(Box::new(e)))
 }
 
 /// Who may use the socket, from the group of its run directory (which a
 /// user outside that group cannot even look into).
-fn permission_hint(socket: &Path) -> String {
+pub(crate) fn permission_hint(socket: &Path) -> String {
     use std::os::unix::fs::MetadataExt;
     let gid = socket
         .parent()
@@ -270,8 +243,10 @@ fn permission_hint(socket: &Path) -> String {
 
 /// The body after the head: as it is, or dechunked (what hyper sends when
 /// the daemon streams an answer). The connection is closed after it.
-fn copy_body(r: &mut impl BufRead, chunked: bool, out: &mut dyn Write) -> Result<(), ClientError> {
-    let io = |err: std::io::Error| ClientError::Malformed(format!("reading the answer: {err}"));
+fn copy_body(r: &mut impl BufRead, chunked: bool, out: &mut dyn Write) -> Result<()> {
+    let io = |err: std::io::Error| {
+        Error::MalformedBy(Box::new(Error::context("reading the answer", err)))
+    };
     if !chunked {
         std::io::copy(r, out).map_err(io)?;
         return Ok(());
@@ -280,13 +255,13 @@ fn copy_body(r: &mut impl BufRead, chunked: bool, out: &mut dyn Write) -> Result
         let mut size = String::new();
         r.read_line(&mut size).map_err(io)?;
         let n = usize::from_str_radix(size.trim(), 16)
-            .map_err(|_| ClientError::Malformed("bad chunk size".into()))?;
+            .map_err(|_| Error::Malformed("bad chunk size".into()))?;
         if n == 0 {
             return Ok(());
         }
         let copied = std::io::copy(&mut r.take(n as u64), out).map_err(io)?;
         if copied < n as u64 {
-            return Err(ClientError::Malformed("short chunk".into()));
+            return Err(Error::Malformed("short chunk".into()));
         }
         let mut crlf = [0u8; 2];
         r.read_exact(&mut crlf).map_err(io)?;

@@ -2,6 +2,7 @@
 //! present) with command-line flags overriding it. Unknown keys are errors:
 //! a typo must not silently fall back to a default.
 
+use crate::error::{Error, Result};
 use crate::settings::{Config, SETTINGS};
 use crate::text::edit_distance;
 use serde::Deserialize;
@@ -39,19 +40,9 @@ fn key_offset(text: &str, key: &str) -> usize {
     0
 }
 
-#[derive(Debug, thiserror::Error)]
-pub enum ConfigError {
-    #[error("cannot read config file {path}: {err}")]
-    Read { path: PathBuf, err: std::io::Error },
-    #[error("config file {path}: {err}")]
-    Parse { path: PathBuf, err: String },
-    #[error("config: {0}")]
-    Invalid(String),
-}
-
 impl Config {
     /// Load `path`, or the default file if it exists, or the defaults.
-    pub fn load(path: Option<&Path>) -> Result<Config, ConfigError> {
+    pub fn load(path: Option<&Path>) -> Result<Config> {
         let (path, must_exist) = match path {
             Some(p) => (p.to_path_buf(), true),
             None => (PathBuf::from(DEFAULT_CONFIG), false),
@@ -61,9 +52,12 @@ impl Config {
             Err(e) if !must_exist && e.kind() == std::io::ErrorKind::NotFound => {
                 return Ok(Config::default())
             }
-            Err(err) => return Err(ConfigError::Read { path, err }),
+            Err(source) => return Err(Error::ConfigRead { path, source }),
         };
-        Self::parse(&text).map_err(|err| ConfigError::Parse { path, err })
+        Self::parse(&text).map_err(|e| Error::ConfigParse {
+            path,
+            source: Box::new(e),
+        })
     }
 
     /// Parse a config file's text. Errors quote nothing from a file that
@@ -72,15 +66,15 @@ impl Config {
     /// its line and column, an unknown key is named only when it is a typo
     /// of one of bloatd's keys, and a value of the wrong type is described
     /// by what the key expects, never quoted.
-    pub fn parse(text: &str) -> Result<Config, String> {
+    pub fn parse(text: &str) -> Result<Config> {
         let table: toml::Table = text.parse().map_err(|e: toml::de::Error| {
             let (line, col) = line_col(text, e.span().map(|s| s.start).unwrap_or(0));
-            format!("not valid TOML at line {line}, column {col} (bloatd's config is TOML, like daemon/dist/bloatd.toml)")
+            Error::invalid(format!("not valid TOML at line {line}, column {col} (bloatd's config is TOML, like daemon/dist/bloatd.toml)"))
         })?;
         for key in table.keys() {
             if !SETTINGS.iter().any(|s| s.key == key) {
                 let known: Vec<&str> = SETTINGS.iter().map(|s| s.key).collect();
-                return Err(
+                return Err(Error::invalid(
                     match known
                         .iter()
                         .find(|k| edit_distance(k, key) <= (k.len() / 6).clamp(1, 2))
@@ -92,7 +86,7 @@ impl Config {
                             known.join(", ")
                         ),
                     },
-                );
+                ));
             }
         }
         if let Some(rules) = table.get("policy") {
@@ -103,44 +97,44 @@ impl Config {
             for (key, value) in &table {
                 let one = toml::Table::from_iter([(key.clone(), value.clone())]);
                 if Config::deserialize(toml::Value::Table(one)).is_err() {
-                    return format!("`{key}` must be {}", Config::expects(key));
+                    return Error::invalid(format!("`{key}` must be {}", Config::expects(key)));
                 }
             }
-            "invalid value".to_string()
+            Error::invalid("invalid value")
         })?;
-        cfg.validate().map_err(|e| e.to_string())?;
+        cfg.validate()?;
         Ok(cfg)
     }
 
-    pub fn validate(&self) -> Result<(), ConfigError> {
-        self.check_ranges().map_err(ConfigError::Invalid)?;
+    pub fn validate(&self) -> Result<()> {
+        self.check_ranges().map_err(Error::config)?;
         if let Some(g) = &self.api_group {
             if crate::rundir::group_id(g).is_none() {
-                return Err(ConfigError::Invalid(format!(
+                return Err(Error::bad_config(format!(
                     "api_group: there is no group '{g}' in /etc/group (create it with `groupadd --system {g}`, or remove the key)"
                 )));
             }
         }
         if let Some(g) = &self.admin_group {
             if crate::rundir::group_id(g).is_none() {
-                return Err(ConfigError::Invalid(format!(
+                return Err(Error::bad_config(format!(
                     "admin_group: there is no group '{g}' in /etc/group (create it with `groupadd --system {g}`, or remove the key)"
                 )));
             }
         }
         for name in &self.cc {
             if bloatd_cc::Algo::from_name(name).is_none() {
-                return Err(ConfigError::Invalid(format!(
+                return Err(Error::bad_config(format!(
                     "cc: unknown algorithm '{name}' (bloatd provides bloatd_westwood and bloatd_cubic)"
                 )));
             }
         }
         if bloatd_cc::WestwoodSsthresh::from_name(&self.westwood_ssthresh).is_none() {
-            return Err(ConfigError::Invalid(
-                "westwood_ssthresh must be \"kernel\" or \"paper\"".into(),
+            return Err(Error::bad_config(
+                "westwood_ssthresh must be \"kernel\" or \"paper\"",
             ));
         }
-        crate::policy::validate(&self.policy).map_err(ConfigError::Invalid)?;
+        crate::policy::validate(&self.policy).map_err(Error::config)?;
         Ok(())
     }
 
@@ -184,6 +178,7 @@ impl Config {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::error::ErrText;
 
     #[test]
     fn empty_file_gives_defaults() {
@@ -206,20 +201,20 @@ mod tests {
 
     #[test]
     fn unknown_key_is_an_error_naming_it() {
-        let e = Config::parse("intervall_ms = 50\n").unwrap_err();
+        let e = Config::parse("intervall_ms = 50\n").err_text();
         assert!(e.contains("intervall_ms"), "{e}");
     }
 
     #[test]
     fn out_of_range_and_unknown_cc_are_errors() {
         assert!(Config::parse("interval_ms = 1\n")
-            .unwrap_err()
+            .err_text()
             .contains("interval_ms"));
         assert!(Config::parse("cc = [\"vegas\"]\n")
-            .unwrap_err()
+            .err_text()
             .contains("vegas"));
         for t in [0, 60_001, u64::MAX / 1000] {
-            let e = Config::parse(&format!("bloat_threshold_ms = {t}\n")).unwrap_err();
+            let e = Config::parse(&format!("bloat_threshold_ms = {t}\n")).err_text();
             assert!(
                 e.contains("bloat_threshold_ms") && e.contains("1..=60000"),
                 "{e}"
@@ -227,19 +222,19 @@ mod tests {
         }
         assert!(Config::parse("bloat_threshold_ms = 60000\n").is_ok());
         for bad in [1.0, 1.5, 1.99, 16.5] {
-            let e = Config::parse(&format!("drwa_lambda = {bad}\n")).unwrap_err();
+            let e = Config::parse(&format!("drwa_lambda = {bad}\n")).err_text();
             assert!(e.contains("out of range (2.0..=16.0)"), "{e}");
             assert!(e.contains("can never grow"), "{e}");
         }
         for good in [2.0, 3.0, 16.0] {
             assert!(Config::parse(&format!("drwa_lambda = {good}\n")).is_ok());
         }
-        let e = Config::parse("series_seconds = 3601\n").unwrap_err();
+        let e = Config::parse("series_seconds = 3601\n").err_text();
         assert!(
             e.contains("series_seconds = 3601 is out of range (0..=3600)"),
             "{e}"
         );
-        let e = Config::parse("westwood_ssthresh = \"reno\"\n").unwrap_err();
+        let e = Config::parse("westwood_ssthresh = \"reno\"\n").err_text();
         assert!(
             e.contains("westwood_ssthresh") && !e.contains("reno"),
             "{e}"
@@ -254,24 +249,24 @@ mod tests {
     #[test]
     fn errors_quote_nothing_from_a_foreign_file() {
         let secret = "root:$y$j9T$hunter2:19000:0:99999:7:::\nalice:$y$XyZ:19001:0:99999:7:::\n";
-        let e = Config::parse(secret).unwrap_err();
+        let e = Config::parse(secret).err_text();
         assert!(
             e.contains("line 1") && !e.contains("hunter2") && !e.contains("root"),
             "{e}"
         );
         // Valid TOML, foreign keys and values.
-        let e = Config::parse("[database]\npassword = \"hunter2\"\n").unwrap_err();
+        let e = Config::parse("[database]\npassword = \"hunter2\"\n").err_text();
         assert!(
             !e.contains("hunter2") && !e.contains("database") && !e.contains("password"),
             "{e}"
         );
         assert!(e.contains("line 1"), "{e}");
-        let e = Config::parse("api_token = \"hunter2\"\n").unwrap_err();
+        let e = Config::parse("api_token = \"hunter2\"\n").err_text();
         assert!(!e.contains("hunter2") && !e.contains("api_token"), "{e}");
         // A known key with a value of the wrong type: described, not quoted.
-        let e = Config::parse("listen = \"hunter2\"\n").unwrap_err();
+        let e = Config::parse("listen = \"hunter2\"\n").err_text();
         assert!(e.contains("listen") && !e.contains("hunter2"), "{e}");
-        let e = Config::parse("interval_ms = \"hunter2\"\n").unwrap_err();
+        let e = Config::parse("interval_ms = \"hunter2\"\n").err_text();
         assert!(
             e.contains("`interval_ms` must be an integer") && !e.contains("hunter2"),
             "{e}"
@@ -280,7 +275,7 @@ mod tests {
 
     #[test]
     fn a_typo_of_a_key_is_named_with_the_fix() {
-        let e = Config::parse("bloat_treshold_ms = 10\n").unwrap_err();
+        let e = Config::parse("bloat_treshold_ms = 10\n").err_text();
         assert!(
             e.contains("`bloat_treshold_ms`") && e.contains("`bloat_threshold_ms`"),
             "{e}"
@@ -289,10 +284,10 @@ mod tests {
 
     #[test]
     fn a_missing_api_group_is_an_error() {
-        let e = Config::parse("api_group = \"no-such-group-here\"\n").unwrap_err();
+        let e = Config::parse("api_group = \"no-such-group-here\"\n").err_text();
         assert!(e.contains("groupadd"), "{e}");
         assert!(Config::parse("api_group = \"root\"\n").is_ok());
-        let e = Config::parse("admin_group = \"no-such-group-here\"\n").unwrap_err();
+        let e = Config::parse("admin_group = \"no-such-group-here\"\n").err_text();
         assert!(e.contains("admin_group") && e.contains("groupadd"), "{e}");
     }
 }

@@ -3,6 +3,7 @@
 //! `main` parses the command line (cli.rs) and runs the command (cmd/).
 
 mod authority;
+mod bottleneck;
 mod caps;
 mod cc;
 mod cli;
@@ -27,6 +28,7 @@ mod tracker;
 
 use clap::{CommandFactory, Parser};
 use cli::{Cli, Cmd};
+use error::Chain;
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
@@ -36,7 +38,7 @@ fn main() -> ExitCode {
     if args.len() == 3 && args[1] == "generate-docs" {
         return cmd::docs::generate(Cli::command(), std::path::Path::new(&args[2])).unwrap_or_else(
             |e| {
-                eprintln!("bloatd: generate-docs: {e:#}");
+                eprintln!("bloatd: generate-docs: {}", Chain(&e));
                 ExitCode::FAILURE
             },
         );
@@ -45,7 +47,7 @@ fn main() -> ExitCode {
     let cfg = match cli.config() {
         Ok(c) => c,
         Err(e) => {
-            eprintln!("bloatd: {e}");
+            eprintln!("bloatd: {}", Chain(&e));
             return ExitCode::from(2);
         }
     };
@@ -66,11 +68,12 @@ fn main() -> ExitCode {
     match result {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("bloatd: {e:#}");
+            eprintln!("bloatd: {}", Chain(&e));
             // A kernel below the core's minimum is bad input, not a crash.
-            match e.downcast_ref::<probes::ProbeError>() {
-                Some(probes::ProbeError::KernelTooOld { .. }) => ExitCode::from(2),
-                _ => ExitCode::FAILURE,
+            if e.is_bad_input() {
+                ExitCode::from(2)
+            } else {
+                ExitCode::FAILURE
             }
         }
     }

@@ -108,6 +108,9 @@ pub struct Scrape {
     /// The flight recorder's episodes by kind (path, service): opened
     /// since start, open now (None: no recorder).
     pub episodes: Option<EpisodeCounts>,
+    /// Paths with traffic lately by the kind of queue they wait in
+    /// (`BottleneckClass::ALL`'s order; engine/classify.rs).
+    pub bottlenecks: [u64; 5],
 }
 
 /// A metric's type, as the text format names it.
@@ -494,6 +497,18 @@ const FAMILIES: &[Family] = &[
         help: "Bloat episodes open now",
         labels: &["kind"],
         rows: |v| episode_rows(v, |e| e.1),
+    },
+    Family {
+        name: "bloatd_paths_by_bottleneck",
+        kind: Kind::Gauge,
+        help: "Paths that carried traffic in the last 20 s by the kind of queue they wait in: clear, droptail, aqm, ecn-aqm, unknown (`bloatd paths` says why)",
+        labels: &["class"],
+        rows: |v| {
+            bloatd_model::BottleneckClass::ALL
+                .iter()
+                .map(|c| row(&[("class", c.as_str())], v.bottlenecks[*c as usize] as f64))
+                .collect()
+        },
     },
     Family {
         name: "bloatd_feature_enabled",
@@ -964,6 +979,30 @@ mod tests {
         assert!(
             !text.contains(r#"cc="bbr""#) && !text.contains(r#"cc="cubic",role="receiver""#),
             "{text}"
+        );
+    }
+
+    /// Paths by kind of queue: one row per class (sorted, as every family),
+    /// a bounded label.
+    #[test]
+    fn paths_by_bottleneck_one_row_per_class() {
+        let text = Metrics::new().encode(Scrape {
+            bottlenecks: [3, 1, 2, 0, 4],
+            ..view()
+        });
+        let rows: Vec<&str> = text
+            .lines()
+            .filter(|l| l.starts_with("bloatd_paths_by_bottleneck{"))
+            .collect();
+        assert_eq!(
+            rows,
+            [
+                r#"bloatd_paths_by_bottleneck{class="aqm"} 2"#,
+                r#"bloatd_paths_by_bottleneck{class="clear"} 3"#,
+                r#"bloatd_paths_by_bottleneck{class="droptail"} 1"#,
+                r#"bloatd_paths_by_bottleneck{class="ecn-aqm"} 0"#,
+                r#"bloatd_paths_by_bottleneck{class="unknown"} 4"#,
+            ]
         );
     }
 

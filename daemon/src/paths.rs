@@ -127,6 +127,7 @@ pub fn path_of(key: PathKey<'_>, members: &[&Socket]) -> NetPath {
         throughput_bps: members.iter().map(|s| s.throughput_bps).sum(),
         ccs,
         services,
+        bottleneck: None,
     }
 }
 

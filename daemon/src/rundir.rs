@@ -7,6 +7,7 @@
 //! The probes' links and the congestion controls' struct_ops links are file
 //! descriptors too, so nothing bloatd attached outlives the process.
 
+use crate::error::{Error, Result};
 use std::ffi::CString;
 use std::fs::File;
 use std::io::{Read, Write};
@@ -170,16 +171,12 @@ impl RunDir {
 
     /// The daemon's side: create the directory if it is missing, check it,
     /// and give it mode 0750 with the API group (0700 without one).
-    pub fn prepare(path: &Path, gid: Option<libc::gid_t>) -> anyhow::Result<RunDir> {
+    pub fn prepare(path: &Path, gid: Option<libc::gid_t>) -> Result<RunDir> {
         RunDir::prepare_kind(path, gid, &RUN)
     }
 
     /// The same for a directory of `kind`.
-    pub fn prepare_kind(
-        path: &Path,
-        gid: Option<libc::gid_t>,
-        kind: &DirKind,
-    ) -> anyhow::Result<RunDir> {
+    pub fn prepare_kind(path: &Path, gid: Option<libc::gid_t>, kind: &DirKind) -> Result<RunDir> {
         let mode = match (gid.is_some(), kind.setgid) {
             (true, true) => 0o2750,
             (true, false) => 0o750,
@@ -187,34 +184,34 @@ impl RunDir {
         };
         if let Some(parent) = path.parent() {
             std::fs::create_dir_all(parent)
-                .map_err(|e| anyhow::anyhow!("cannot create {}: {e}", parent.display()))?;
+                .map_err(|e| Error::context(format!("cannot create {}", parent.display()), e))?;
         }
         let c = CString::new(path.as_os_str().as_bytes())?;
         // SAFETY: mkdir(2) with a valid C string; the umask is 077 here.
         if unsafe { libc::mkdir(c.as_ptr(), mode) } != 0
             && errno().kind() != std::io::ErrorKind::AlreadyExists
         {
-            anyhow::bail!(
-                "cannot create {} {}: {}",
-                kind.what,
-                path.display(),
-                errno()
-            );
+            return Err(Error::context(
+                format!("cannot create {} {}", kind.what, path.display()),
+                errno(),
+            ));
         }
         let dir = RunDir::open_kind(path, kind)?;
         // SAFETY: fchown/fchmod on our descriptor.
         unsafe {
             if let Some(g) = gid {
                 if libc::fchown(dir.fd.as_raw_fd(), u32::MAX, g) != 0 {
-                    anyhow::bail!(
-                        "cannot give {} to the API group: {}",
-                        path.display(),
-                        errno()
-                    );
+                    return Err(Error::context(
+                        format!("cannot give {} to the API group", path.display()),
+                        errno(),
+                    ));
                 }
             }
             if libc::fchmod(dir.fd.as_raw_fd(), mode) != 0 {
-                anyhow::bail!("cannot set the mode of {}: {}", path.display(), errno());
+                return Err(Error::context(
+                    format!("cannot set the mode of {}", path.display()),
+                    errno(),
+                ));
             }
         }
         Ok(dir)
@@ -304,7 +301,7 @@ impl RunDir {
     pub fn bind_socket(
         &self,
         gid: Option<libc::gid_t>,
-    ) -> anyhow::Result<std::os::unix::net::UnixListener> {
+    ) -> Result<std::os::unix::net::UnixListener> {
         let sock = self.path.join(SOCKET);
         // We hold the lock, so a socket file left here belongs to a dead daemon.
         self.unlink(SOCKET);
@@ -313,8 +310,9 @@ impl RunDir {
         let bound = std::os::unix::net::UnixListener::bind(self.fd_path(SOCKET));
         // SAFETY: as above.
         unsafe { libc::umask(old) };
-        let unix = bound
-            .map_err(|e| anyhow::anyhow!("cannot create API socket {}: {e}", sock.display()))?;
+        let unix = bound.map_err(|e| {
+            Error::context(format!("cannot create API socket {}", sock.display()), e)
+        })?;
         let c = cstring(SOCKET);
         // SAFETY: fchownat/fchmodat in our directory on the socket just made.
         unsafe {
@@ -327,15 +325,17 @@ impl RunDir {
                     libc::AT_SYMLINK_NOFOLLOW,
                 ) != 0
                 {
-                    anyhow::bail!(
-                        "cannot give {} to the API group: {}",
-                        sock.display(),
-                        errno()
-                    );
+                    return Err(Error::context(
+                        format!("cannot give {} to the API group", sock.display()),
+                        errno(),
+                    ));
                 }
             }
             if libc::fchmodat(self.fd.as_raw_fd(), c.as_ptr(), 0o660, 0) != 0 {
-                anyhow::bail!("cannot set the mode of {}: {}", sock.display(), errno());
+                return Err(Error::context(
+                    format!("cannot set the mode of {}", sock.display()),
+                    errno(),
+                ));
             }
         }
         unix.set_nonblocking(true)?;
@@ -426,11 +426,11 @@ impl std::io::Write for RotatingLog {
 }
 
 /// `bloatd start` refuses an unsafe run directory as bad input (exit 2).
-pub fn check_run_dir(dir: &Path) -> Result<(), String> {
+pub fn check_run_dir(dir: &Path) -> Result<()> {
     match RunDir::open(dir) {
         Ok(_) => Ok(()),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-        Err(e) if e.kind() == std::io::ErrorKind::Other => Err(e.to_string()),
+        Err(e) if e.kind() == std::io::ErrorKind::Other => Err(Error::Io(e)),
         Err(_) => Ok(()), // not ours to judge here (e.g. no permission): start says why
     }
 }
@@ -455,7 +455,7 @@ pub fn flock(f: &File, op: libc::c_int) -> bool {
 /// Is a daemon holding the pid file's lock, and which pid does it name?
 /// The pid file is 0600 in a directory only root may write: no other user
 /// can open it, so no other user can hold its lock.
-pub fn lock_state(run_dir: &Path) -> anyhow::Result<(LockState, Option<RunDir>)> {
+pub fn lock_state(run_dir: &Path) -> Result<(LockState, Option<RunDir>)> {
     let dir = match RunDir::open(run_dir) {
         Ok(d) => d,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok((LockState::Free, None)),
@@ -472,10 +472,12 @@ pub fn lock_state(run_dir: &Path) -> anyhow::Result<(LockState, Option<RunDir>)>
         Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => {
             return Ok((LockState::NoAccess, Some(dir)))
         }
-        Err(e) => anyhow::bail!(
-            "cannot open pid file {}: {e}",
-            run_dir.join(PID_FILE).display()
-        ),
+        Err(e) => {
+            return Err(Error::context(
+                format!("cannot open pid file {}", run_dir.join(PID_FILE).display()),
+                e,
+            ))
+        }
     };
     if flock(&f, libc::LOCK_SH | libc::LOCK_NB) {
         return Ok((LockState::Free, Some(dir)));
@@ -490,27 +492,27 @@ pub fn lock_state(run_dir: &Path) -> anyhow::Result<(LockState, Option<RunDir>)>
 /// `start` meanwhile does not find its crash state taken away. Nothing
 /// written: the file's pid stays the last daemon's. None: a daemon (or a
 /// start) holds it.
-pub fn hold_free(dir: &RunDir) -> anyhow::Result<Option<PidLock>> {
+pub fn hold_free(dir: &RunDir) -> Result<Option<PidLock>> {
     let f = dir
         .open_file(PID_FILE, libc::O_RDWR | libc::O_CREAT, 0o600)
         .map_err(|e| {
-            anyhow::anyhow!(
-                "cannot open pid file {}: {e}",
-                dir.path.join(PID_FILE).display()
+            Error::context(
+                format!("cannot open pid file {}", dir.path.join(PID_FILE).display()),
+                e,
             )
         })?;
     Ok(flock(&f, libc::LOCK_EX | libc::LOCK_NB).then_some(PidLock { _file: f }))
 }
 
-pub fn take_lock(dir: &RunDir) -> anyhow::Result<PidLock> {
+pub fn take_lock(dir: &RunDir) -> Result<PidLock> {
     let path = dir.path.join(PID_FILE);
     let mut f = dir
         .open_file(PID_FILE, libc::O_RDWR | libc::O_CREAT, 0o600)
-        .map_err(|e| anyhow::anyhow!("cannot open pid file {}: {e}", path.display()))?;
+        .map_err(|e| Error::context(format!("cannot open pid file {}", path.display()), e))?;
     if !flock(&f, libc::LOCK_EX | libc::LOCK_NB) {
         let mut s = String::new();
         let _ = f.read_to_string(&mut s);
-        anyhow::bail!("bloatd is already running (pid {})", s.trim());
+        return Err(Error::PidLocked(s.trim().to_string()));
     }
     f.set_len(0)?;
     writeln!(f, "{}", std::process::id())?;

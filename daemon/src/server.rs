@@ -8,11 +8,11 @@
 use crate::authority::{Actor, Authority, Caller};
 use crate::engine::control::Control;
 use crate::engine::loaded::Loaded;
-use crate::engine::reader::{Asker, Reader, SeriesError};
+use crate::engine::reader::{Asker, Reader};
 use crate::engine::scrape::Scraper;
 use crate::engine::worker;
 use crate::engine::Engine;
-use crate::error::Chain;
+use crate::error::{Chain, Error};
 use axum::extract::{FromRef, Path, Query, State};
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -67,7 +67,7 @@ pub fn api_router(
 /// The flight recorder's routes (read access): answered from the journal
 /// on a thread of their own, never under the engine's lock.
 fn recorder_routes(recorder: Option<crate::recorder::Reader>) -> Router {
-    use crate::recorder::{ReadError, Reader};
+    use crate::recorder::Reader;
     use bloatd_model::journal::{HistoryQuery, IncidentsQuery};
     type R = Option<Reader>;
     fn off() -> Response {
@@ -76,10 +76,10 @@ fn recorder_routes(recorder: Option<crate::recorder::Reader>) -> Router {
             "the flight recorder is off in this bloatd (journal_max_mb = 0)",
         )
     }
-    fn answer<T: serde::Serialize>(r: Result<T, ReadError>) -> Response {
+    fn answer<T: serde::Serialize>(r: crate::error::Result<T>) -> Response {
         match r {
             Ok(v) => Json(v).into_response(),
-            Err(e @ ReadError::NoSuchEpisode(_)) => error(StatusCode::NOT_FOUND, e.to_string()),
+            Err(e @ Error::NoSuchEpisode(_)) => error(StatusCode::NOT_FOUND, e.to_string()),
             Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
         }
     }
@@ -142,7 +142,8 @@ async fn snapshot(
             if let Some(p) = s.policy.as_mut() {
                 p.refused = caller
                     .may_act("switch DRWA (every receiver of every namespace)")
-                    .err();
+                    .err()
+                    .map(|e| e.to_string());
             }
             match rows {
                 None => Json(s).into_response(),
@@ -150,7 +151,7 @@ async fn snapshot(
                     .unwrap_or_else(|e| error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string())),
             }
         }
-        Err(e) => error(StatusCode::BAD_REQUEST, e),
+        Err(e) => error(StatusCode::BAD_REQUEST, Chain(&e).to_string()),
     }
 }
 
@@ -177,8 +178,9 @@ fn read_routes() -> Router<Engine> {
             get(|State(r): Reads, Path(cookie): Path<u64>, Query(q): Query<SeriesQuery>| async move {
                 match worker::run(move || r.series(cookie, q.since_ms.unwrap_or(0))).await {
                     Ok(s) => Json(s).into_response(),
-                    Err(e @ SeriesError::Unknown(_)) => error(StatusCode::NOT_FOUND, e.to_string()),
-                    Err(e @ SeriesError::Full(_)) => error(StatusCode::SERVICE_UNAVAILABLE, e.to_string()),
+                    Err(e @ Error::UnknownSeries(_)) => error(StatusCode::NOT_FOUND, e.to_string()),
+                    Err(e @ Error::SeriesFull(_)) => error(StatusCode::SERVICE_UNAVAILABLE, e.to_string()),
+                    Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, Chain(&e).to_string()),
                 }
             }),
         )
@@ -203,7 +205,7 @@ fn read_routes() -> Router<Engine> {
             get(|State(l): Loads| async move {
                 match l.floors() {
                     Ok(f) => Json(f).into_response(),
-                    Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, format!("{e:#}")),
+                    Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, Chain(&e).to_string()),
                 }
             }),
         )
@@ -212,7 +214,7 @@ fn read_routes() -> Router<Engine> {
             get(|State(l): Loads| async move {
                 match l.cc_info() {
                     Ok(i) => Json(i).into_response(),
-                    Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, format!("{e:#}")),
+                    Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, Chain(&e).to_string()),
                 }
             }),
         )
@@ -239,7 +241,7 @@ fn act_routes() -> Router<Engine> {
                             default: req.name,
                         })
                         .into_response(),
-                        Err(e) => error(StatusCode::BAD_REQUEST, format!("{e:#}")),
+                        Err(e) => error(StatusCode::BAD_REQUEST, Chain(&e).to_string()),
                     }
                 },
             ),

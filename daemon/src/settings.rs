@@ -7,6 +7,7 @@
 //! against it (tests at the end). Adding a setting: a row here, its use,
 //! its test (CONTRIBUTING.md, "Adding a setting").
 
+use crate::error::{Error, Result};
 use crate::probes::abi::Globals;
 use bloatd_model::policy::{DrwaMode, Rule};
 use serde::{Deserialize, Serialize};
@@ -141,7 +142,7 @@ pub struct Setting {
     /// The value of this key in `c`, as a number, if it is one.
     number: fn(&Config) -> Option<f64>,
     /// Take a flag's value into the key (Err: what is wrong with it).
-    set: fn(&mut Config, &str) -> Result<(), String>,
+    set: fn(&mut Config, &str) -> Result<()>,
 }
 
 /// What a setting's type can do for the table.
@@ -151,7 +152,7 @@ pub trait SettingValue {
         None
     }
     /// A flag's value (a switch's: "true" or "false").
-    fn set_flag(&mut self, s: &str) -> Result<(), String>;
+    fn set_flag(&mut self, s: &str) -> Result<()>;
     /// As the reference and `--help` show it.
     fn shown(&self) -> String;
 }
@@ -165,8 +166,8 @@ macro_rules! parsed {
             $(fn $number(&self) -> Option<f64> {
                 Some(*self as f64)
             })?
-            fn set_flag(&mut self, s: &str) -> Result<(), String> {
-                *self = s.parse().map_err(|e| format!("{e}"))?;
+            fn set_flag(&mut self, s: &str) -> Result<()> {
+                *self = s.parse().map_err(|e| Error::Value(Box::new(e)))?;
                 Ok(())
             }
             fn shown(&self) -> String {
@@ -190,8 +191,9 @@ macro_rules! by_name {
     ($($t:ty),*) => {$(
         impl SettingValue for $t {
             const JSON: &'static str = "string";
-            fn set_flag(&mut self, s: &str) -> Result<(), String> {
-                *self = <$t>::from_name(s).ok_or_else(|| format!("'{s}' is not one of its values"))?;
+            fn set_flag(&mut self, s: &str) -> Result<()> {
+                *self = <$t>::from_name(s)
+                    .ok_or_else(|| Error::invalid(format!("'{s}' is not one of its values")))?;
                 Ok(())
             }
             fn shown(&self) -> String {
@@ -204,7 +206,7 @@ by_name!(Sampling, DrwaMode);
 
 impl SettingValue for PathBuf {
     const JSON: &'static str = "string";
-    fn set_flag(&mut self, s: &str) -> Result<(), String> {
+    fn set_flag(&mut self, s: &str) -> Result<()> {
         *self = PathBuf::from(s);
         Ok(())
     }
@@ -215,7 +217,7 @@ impl SettingValue for PathBuf {
 
 impl SettingValue for Option<String> {
     const JSON: &'static str = "string";
-    fn set_flag(&mut self, s: &str) -> Result<(), String> {
+    fn set_flag(&mut self, s: &str) -> Result<()> {
         *self = Some(s.to_string());
         Ok(())
     }
@@ -227,7 +229,7 @@ impl SettingValue for Option<String> {
 /// A list given at once (`--cc a,b`; `--no-cc`: empty).
 impl SettingValue for Vec<String> {
     const JSON: &'static str = "array";
-    fn set_flag(&mut self, s: &str) -> Result<(), String> {
+    fn set_flag(&mut self, s: &str) -> Result<()> {
         *self = s
             .split(',')
             .filter(|s| !s.is_empty())
@@ -352,6 +354,17 @@ settings! {
         expects: "an integer (milliseconds)",
         flag: Some(Flag::value("bloat-threshold", "MS")),
         to: To::Bpf,
+        ..Meta::NONE
+    };
+    /// A path whose losses or ECN window reductions come below this much
+    /// queue has an AQM; a standing queue this long, or losses above it,
+    /// is a drop-tail buffer (`bloatd paths`, docs/design.md "Bottleneck
+    /// classes").
+    aqm_queue_ms: u64 = 30, Meta {
+        unit: MS,
+        range: Some((6.0, 10_000.0)),
+        range_why: "; below 6 ms it meets the 5 ms under which a path is clear",
+        expects: "an integer (milliseconds)",
         ..Meta::NONE
     };
     /// How much history per socket the API keeps for `bloatd top`.
@@ -581,20 +594,20 @@ impl Setting {
 
     /// Err naming the key, its value and its bounds when `c`'s value is
     /// out of them.
-    fn check_range(&self, c: &Config) -> Result<(), String> {
+    fn check_range(&self, c: &Config) -> Result<()> {
         let (Some((lo, hi)), Some(v)) = (self.meta.range, (self.number)(c)) else {
             return Ok(());
         };
         if (lo..=hi).contains(&v) {
             return Ok(());
         }
-        Err(format!(
+        Err(Error::invalid(format!(
             "{} = {v} is out of range ({}..={}){}",
             self.key,
             shown_bound(lo, self.json),
             shown_bound(hi, self.json),
             self.meta.range_why,
-        ))
+        )))
     }
 
     /// The chart schema's entry for this key.
@@ -678,12 +691,12 @@ pub fn reference_table() -> String {
 
 impl Config {
     /// Every key's range (the table's).
-    pub fn check_ranges(&self) -> Result<(), String> {
+    pub fn check_ranges(&self) -> Result<()> {
         SETTINGS.iter().try_for_each(|s| s.check_range(self))?;
         // Below 2 MB the journal's log alone (a checkpoint's worth) fills
         // the bound: the one value of the range refused.
         if self.journal_max_mb == 1 {
-            return Err("journal_max_mb = 1 is out of range (0..=65536); 0 turns the flight recorder off, else at least 2".into());
+            return Err(Error::invalid("journal_max_mb = 1 is out of range (0..=65536); 0 turns the flight recorder off, else at least 2"));
         }
         Ok(())
     }
@@ -748,10 +761,13 @@ pub struct SettingFlags {
 
 impl SettingFlags {
     /// The flags given, over `cfg`.
-    pub fn apply(&self, cfg: &mut Config) -> Result<(), String> {
+    pub fn apply(&self, cfg: &mut Config) -> Result<()> {
         for (s, v) in &self.given {
             (s.set)(cfg, v).map_err(|e| {
-                format!("--{}: {e}", s.meta.flag.map(|f| f.long()).unwrap_or(s.key))
+                Error::context(
+                    format!("--{}", s.meta.flag.map(|f| f.long()).unwrap_or(s.key)),
+                    e,
+                )
             })?;
         }
         Ok(())
@@ -760,7 +776,7 @@ impl SettingFlags {
 
 /// A flag's value checked as its key takes it, so a bad one is clap's
 /// error (exit 2) naming the flag.
-fn checked(s: &'static Setting) -> impl Fn(&str) -> Result<String, String> + Clone + Send + Sync {
+fn checked(s: &'static Setting) -> impl Fn(&str) -> Result<String> + Clone + Send + Sync {
     move |v: &str| {
         let mut c = Config::default();
         (s.set)(&mut c, v).map(|_| v.to_string())
@@ -832,7 +848,7 @@ impl clap::Args for SettingFlags {
 }
 
 impl clap::FromArgMatches for SettingFlags {
-    fn from_arg_matches(m: &clap::ArgMatches) -> Result<Self, clap::Error> {
+    fn from_arg_matches(m: &clap::ArgMatches) -> std::result::Result<Self, clap::Error> {
         let mut given = Vec::new();
         for s in SETTINGS {
             let Some(flag) = s.meta.flag else { continue };
@@ -862,7 +878,10 @@ impl clap::FromArgMatches for SettingFlags {
         Ok(SettingFlags { given })
     }
 
-    fn update_from_arg_matches(&mut self, m: &clap::ArgMatches) -> Result<(), clap::Error> {
+    fn update_from_arg_matches(
+        &mut self,
+        m: &clap::ArgMatches,
+    ) -> std::result::Result<(), clap::Error> {
         *self = Self::from_arg_matches(m)?;
         Ok(())
     }

@@ -8,6 +8,7 @@
 //! each with its query type and answer.
 
 use crate::{FloorSource, Health, SnapshotRequest};
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 /// The routes, written once: the server routes them, the client asks them.
@@ -61,7 +62,7 @@ pub mod route {
 }
 
 /// A yes/no of a query string: `name=1` (any number but 0), or absent.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(transparent)]
 pub struct Flag(Option<u8>);
 
@@ -78,7 +79,7 @@ impl From<bool> for Flag {
 }
 
 /// `GET /v1/sockets[?all=1]`: all states, not only ESTABLISHED.
-#[derive(Debug, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct SocketsQuery {
     #[serde(default)]
     pub all: Flag,
@@ -87,7 +88,7 @@ pub struct SocketsQuery {
 /// `GET /v1/snapshot?...`: a [`SnapshotRequest`] in a query string, and
 /// `fresh` (the read of the current sampling interval, shared with
 /// `/v1/sockets`, instead of the read shared by dashboards, up to 5 s old).
-#[derive(Debug, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct SnapshotQuery {
     pub series: Option<u64>,
     pub since_ms: Option<u64>,
@@ -132,20 +133,20 @@ impl SnapshotQuery {
 }
 
 /// `GET /v1/series/{cookie}[?since_ms=T]`: samples newer than T.
-#[derive(Debug, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct SeriesQuery {
     pub since_ms: Option<u64>,
 }
 
 /// `GET /v1/paths[?prefix=1]`: by prefix instead of by peer.
-#[derive(Debug, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct PathsQuery {
     #[serde(default)]
     pub prefix: Flag,
 }
 
 /// `GET /v1/status`.
-#[derive(Clone, Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug, Serialize, Deserialize, JsonSchema)]
 pub struct Status {
     pub pid: u32,
     pub version: String,
@@ -173,7 +174,7 @@ pub struct Status {
 }
 
 /// `GET /v1/cc`.
-#[derive(Serialize, Deserialize)]
+#[derive(Serialize, Deserialize, JsonSchema)]
 pub struct CcInfo {
     pub bloatd: Vec<String>,
     pub registered: Vec<String>,
@@ -182,7 +183,7 @@ pub struct CcInfo {
 }
 
 /// One floor the kernel keeps: of a peer (prefix_len 32/128) or a prefix.
-#[derive(Clone, Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug, Serialize, Deserialize, JsonSchema)]
 pub struct FloorEntry {
     pub netns: u32,
     pub peer: std::net::IpAddr,
@@ -196,7 +197,7 @@ pub struct FloorEntry {
 
 /// `GET /v1/floors`: what the floors table holds and what its bound
 /// pushed out.
-#[derive(Clone, Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug, Serialize, Deserialize, JsonSchema)]
 pub struct Floors {
     pub window_s: u32,
     /// The bound of the peers' floors (`floor_entries`) and of the
@@ -211,19 +212,19 @@ pub struct Floors {
 }
 
 /// `POST /v1/cc/default`, and its answer.
-#[derive(Serialize, Deserialize)]
+#[derive(Serialize, Deserialize, JsonSchema)]
 pub struct DefaultReq {
     pub name: String,
 }
 
-#[derive(Serialize, Deserialize)]
+#[derive(Serialize, Deserialize, JsonSchema)]
 pub struct DefaultResp {
     pub previous: String,
     pub default: String,
 }
 
 /// `GET /v1/policy`'s counters: what the policy did (bpf/policy.h).
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct PolicyCounts {
     /// Live sockets whose congestion control a rule chose at the handshake.
     pub cc_sockets: i64,
@@ -252,7 +253,7 @@ pub struct PolicyCounts {
 }
 
 /// `GET /v1/policy`: the rules, DRWA's state, and what they did.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct PolicyInfo {
     pub drwa: DrwaInfo,
     pub rules: Vec<RuleInfo>,
@@ -263,7 +264,7 @@ pub struct PolicyInfo {
 }
 
 /// A connection DRWA has acted on: its ends and DRWA's state on it.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct DrwaConnection {
     pub netns: u32,
     pub local: std::net::SocketAddr,
@@ -271,7 +272,7 @@ pub struct DrwaConnection {
     pub drwa: crate::Drwa,
 }
 
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct DrwaInfo {
     /// "disabled" (nothing asked of the kernel), "off" or "on".
     pub mode: String,
@@ -285,7 +286,7 @@ pub struct DrwaInfo {
     pub saved_pin: Option<String>,
 }
 
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct RuleInfo {
     pub name: String,
     pub selects: String,
@@ -299,13 +300,13 @@ pub struct RuleInfo {
 }
 
 /// `POST /v1/policy/drwa`.
-#[derive(Clone, Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug, Serialize, Deserialize, JsonSchema)]
 pub struct DrwaReq {
     pub on: bool,
 }
 
 /// `POST /v1/policy/rules/{name}`.
-#[derive(Clone, Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug, Serialize, Deserialize, JsonSchema)]
 pub struct RuleReq {
     pub enabled: bool,
 }

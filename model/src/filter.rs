@@ -33,7 +33,7 @@ impl Filter {
     /// `port:N`, `addr:TEXT`, or plain text (matches process, service, cc
     /// name or port).
     /// Matching ignores ASCII case.
-    pub fn parse(text: &str) -> Result<Filter, String> {
+    pub fn parse(text: &str) -> crate::Result<Filter> {
         let mut terms = Vec::new();
         for word in text.split_whitespace() {
             let lower = word.to_ascii_lowercase();
@@ -48,7 +48,7 @@ impl Filter {
             } else if let Some(v) = lower.strip_prefix("port:") {
                 let port = v
                     .parse()
-                    .map_err(|_| format!("'{word}': a port is a number from 0 to 65535"))?;
+                    .map_err(|_| crate::Error::FilterPort(word.to_string()))?;
                 Term::Port(port)
             } else {
                 Term::Any {

@@ -4,8 +4,8 @@
 //! the dashboard (their dev-dependency turns the feature on).
 
 use crate::{
-    CaState, CcState, FloorSource, Health, NetPath, Role, Sample, Series, ServiceView, Snapshot,
-    Socket,
+    BottleneckClass, CaState, CcState, FloorSource, Health, NetPath, Role, Sample, Series,
+    ServiceView, Snapshot, Socket,
 };
 use std::net::{IpAddr, Ipv4Addr};
 
@@ -124,6 +124,7 @@ pub fn cubic_download_paths() -> Vec<NetPath> {
                 throughput_bps: bps,
                 ccs: ccs.iter().map(|c| c.to_string()).collect(),
                 services: vec!["session-2.scope".into()],
+                bottleneck: None,
             }
         };
     vec![
@@ -554,6 +555,7 @@ pub fn cubic_download_episode() -> crate::journal::EpisodeDetail {
             processes: vec!["curl".into(), "firefox-esr".into()],
             ccs: vec!["cubic".into()],
             actions: Default::default(),
+            bottleneck: Some(BottleneckClass::Droptail),
         },
         flows,
         series,

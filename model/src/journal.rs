@@ -9,12 +9,13 @@
 //! show them; `bloatd incident ID --export DIR` turns one into a lab bundle.
 //! Times are Unix milliseconds, names carry their unit.
 
-use crate::{FloorSource, Role};
+use crate::{BottleneckClass, FloorSource, Role};
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use std::net::{IpAddr, SocketAddr};
 
 /// What an episode is about.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum EpisodeKind {
     /// The sockets of one path (namespace, peer prefix, interface).
@@ -35,7 +36,7 @@ impl EpisodeKind {
 }
 
 /// The path of a path episode: the paths view's grouping by prefix.
-#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
 pub struct EpisodePath {
     pub netns: u32,
     /// The network address of the peer's prefix (or the peer).
@@ -88,7 +89,7 @@ impl EpisodePath {
 }
 
 /// What bloatd's policy and DRWA did during an episode.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct EpisodeActions {
     /// DRWA's mode when the episode opened and when it closed ("disabled",
     /// "off", "on"; absent from a bloatd without a policy).
@@ -113,7 +114,7 @@ pub struct EpisodeActions {
 }
 
 /// One episode: when, where, how much queue, who was involved.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct Episode {
     pub id: u64,
     pub kind: EpisodeKind,
@@ -162,6 +163,12 @@ pub struct Episode {
     pub ccs: Vec<String>,
     #[serde(default)]
     pub actions: EpisodeActions,
+    /// Path episodes: the kind of queue it waited in, as the bottleneck
+    /// classifier last called its peers during it (issue 33; absent in
+    /// episodes recorded before, and while no peer of the path was
+    /// classified).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bottleneck: Option<BottleneckClass>,
 }
 
 impl Episode {
@@ -211,7 +218,7 @@ impl Episode {
 
 /// One flow of an episode (a socket of its path or service), among the
 /// largest by bytes over the span.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct EpisodeFlow {
     pub cookie: u64,
     pub pid: Option<u32>,
@@ -243,7 +250,7 @@ pub struct EpisodeFlow {
 
 /// One second of an episode's path (or service): its queue, RTT, floor,
 /// delivery and sockets.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct PathPoint {
     pub t_ms: u64,
     /// Median and largest queueing delay of its active sockets.
@@ -258,7 +265,7 @@ pub struct PathPoint {
 }
 
 /// One second of one of an episode's flows.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct FlowPoint {
     pub t_ms: u64,
     pub cwnd: u32,
@@ -268,14 +275,14 @@ pub struct FlowPoint {
 }
 
 /// The points of one flow, by its cookie.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct FlowSeries {
     pub cookie: u64,
     pub points: Vec<FlowPoint>,
 }
 
 /// `GET /v1/incidents/{id}`: an episode with its flows and series.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct EpisodeDetail {
     pub episode: Episode,
     /// Largest by bytes first.
@@ -285,7 +292,7 @@ pub struct EpisodeDetail {
 }
 
 /// One minute of one active path, outside episodes and within them.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct MinuteRow {
     /// The minute's start.
     pub t_ms: u64,
@@ -326,7 +333,7 @@ impl MinuteRow {
 
 /// `GET /v1/incidents?...`: episodes that overlap `[since_ms, now]`,
 /// newest first, at most `limit` (default 1000).
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct IncidentsQuery {
     pub since_ms: Option<u64>,
     /// An address (episodes whose prefix holds it), a prefix (`a.b.c.0/24`)
@@ -379,7 +386,7 @@ pub fn path_matches(path: Option<&EpisodePath>, p: &str) -> bool {
 /// the last 24 hours), oldest first; `path` as in [`IncidentsQuery`];
 /// with `worst`, one row per minute: the worst path's queue, every
 /// path's rate and sockets, and how many paths.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct HistoryQuery {
     pub since_ms: Option<u64>,
     pub path: Option<String>,
@@ -399,7 +406,7 @@ impl HistoryQuery {
 
 /// The recorder's state for the dashboard and `status`: the episodes open
 /// now, and where the journal is.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct RecorderState {
     pub open: Vec<Episode>,
 }
@@ -426,24 +433,29 @@ pub fn open_episode_line(open: &[Episode], now_ms: u64, offset_s: i64) -> Option
 
 /// "2h", "30m", "90s", "7d" as milliseconds (the `--since` of `bloatd
 /// incidents` and `bloatd history`).
-pub fn parse_span_ms(s: &str) -> Result<u64, String> {
+pub fn parse_span_ms(s: &str) -> crate::Result<u64> {
     let s = s.trim();
     let split = s
         .find(|c: char| !c.is_ascii_digit())
-        .ok_or_else(|| format!("'{s}' needs a unit: s, m, h or d (like 2h)"))?;
+        .ok_or_else(|| crate::Error::SpanUnitMissing(s.to_string()))?;
     let (n, unit) = s.split_at(split);
     let n: u64 = n
         .parse()
-        .map_err(|_| format!("'{s}' is not a span like 90s, 30m, 2h or 7d"))?;
+        .map_err(|_| crate::Error::SpanNotNumber(s.to_string()))?;
     let unit_ms = match unit {
         "s" => 1_000,
         "m" | "min" => 60_000,
         "h" => 3_600_000,
         "d" => 86_400_000,
-        _ => return Err(format!("'{s}': unknown unit '{unit}' (s, m, h or d)")),
+        _ => {
+            return Err(crate::Error::SpanUnit {
+                span: s.to_string(),
+                unit: unit.to_string(),
+            })
+        }
     };
     n.checked_mul(unit_ms)
-        .ok_or_else(|| format!("'{s}' is too long"))
+        .ok_or_else(|| crate::Error::SpanTooLong(s.to_string()))
 }
 
 #[cfg(test)]
@@ -487,8 +499,11 @@ mod tests {
         assert_eq!(parse_span_ms("30m"), Ok(1_800_000));
         assert_eq!(parse_span_ms("90s"), Ok(90_000));
         assert_eq!(parse_span_ms("7d"), Ok(604_800_000));
-        assert!(parse_span_ms("2").unwrap_err().contains("unit"));
-        assert!(parse_span_ms("2w").unwrap_err().contains("unknown unit"));
+        assert!(parse_span_ms("2").unwrap_err().to_string().contains("unit"));
+        assert!(parse_span_ms("2w")
+            .unwrap_err()
+            .to_string()
+            .contains("unknown unit"));
         assert!(parse_span_ms("h").is_err());
     }
 
@@ -517,6 +532,7 @@ mod tests {
             processes: vec![],
             ccs: vec![],
             actions: Default::default(),
+            bottleneck: None,
         };
         // 14:02:11 UTC on some day, seen 38 s later.
         let t = 1_700_000_000_000 / 86_400_000 * 86_400_000 + (14 * 3600 + 2 * 60 + 11) * 1000;

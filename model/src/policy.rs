@@ -3,6 +3,7 @@
 //! the value types it is made of. The daemon checks rules against the
 //! system and gives them to the kernel (daemon/src/policy/).
 
+use schemars::JsonSchema;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 /// A port or an inclusive range of ports.
@@ -13,11 +14,11 @@ pub struct PortRange {
 }
 
 impl PortRange {
-    pub fn parse(s: &str) -> Result<PortRange, String> {
-        let port = |p: &str| -> Result<u16, String> {
+    pub fn parse(s: &str) -> crate::Result<PortRange> {
+        let port = |p: &str| -> crate::Result<u16> {
             match p.trim().parse::<u16>() {
                 Ok(v) if v > 0 => Ok(v),
-                _ => Err("a port is 1..65535".to_string()),
+                _ => Err(crate::Error::Port),
             }
         };
         let r = match s.split_once('-') {
@@ -31,7 +32,7 @@ impl PortRange {
             }
         };
         if r.lo > r.hi {
-            return Err(format!("the range {}-{} is empty", r.lo, r.hi));
+            return Err(crate::Error::EmptyRange { lo: r.lo, hi: r.hi });
         }
         Ok(r)
     }
@@ -62,6 +63,31 @@ impl Serialize for PortRange {
     }
 }
 
+/// A type whose `Serialize` is written by hand gets its schema by hand:
+/// `schema_by_hand!(Type, {json})`, the JSON what its answers carry.
+macro_rules! schema_by_hand {
+    ($t:ident, $schema:tt) => {
+        impl JsonSchema for $t {
+            fn schema_name() -> String {
+                stringify!($t).into()
+            }
+
+            fn json_schema(_: &mut schemars::gen::SchemaGenerator) -> schemars::schema::Schema {
+                serde_json::from_value(serde_json::json!($schema))
+                    .expect("a schema written in this file")
+            }
+        }
+    };
+}
+
+schema_by_hand!(PortRange, {
+    "description": "A port (integer) or a range \"lo-hi\"",
+    "anyOf": [
+        {"type": "integer", "minimum": 0, "maximum": 65535},
+        {"type": "string", "pattern": "^[0-9]+-[0-9]+$"}
+    ]
+});
+
 #[derive(Deserialize)]
 #[serde(untagged)]
 enum IntOrStr {
@@ -85,7 +111,7 @@ impl<'de> Deserialize<'de> for PortRange {
 pub struct Bytes(pub u64);
 
 impl Bytes {
-    pub fn parse(s: &str) -> Result<Bytes, String> {
+    pub fn parse(s: &str) -> crate::Result<Bytes> {
         let t = s.trim();
         let t = t.strip_suffix('B').unwrap_or(t);
         let (num, mult) = [
@@ -100,11 +126,12 @@ impl Bytes {
         .iter()
         .find_map(|(suf, m)| t.strip_suffix(suf).map(|n| (n, *m)))
         .unwrap_or((t, 1));
-        let v: f64 = num.trim().parse().map_err(|_| {
-            "a byte count is a number with an optional unit (k, M, G, Ki, Mi, Gi)".to_string()
-        })?;
+        let v: f64 = num
+            .trim()
+            .parse()
+            .map_err(|_| crate::Error::BytesNotNumber)?;
         if v.is_nan() || v <= 0.0 || v * mult as f64 > 1e15 {
-            return Err("a byte count is above 0 and below 10^15".into());
+            return Err(crate::Error::BytesRange);
         }
         Ok(Bytes((v * mult as f64) as u64))
     }
@@ -115,6 +142,12 @@ impl Serialize for Bytes {
         s.serialize_u64(self.0)
     }
 }
+
+// Answers carry the count; a request may also write "64Ki".
+schema_by_hand!(Bytes, {
+    "description": "A byte count",
+    "anyOf": [{"type": "integer", "minimum": 1}, {"type": "string"}]
+});
 
 impl<'de> Deserialize<'de> for Bytes {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
@@ -131,7 +164,7 @@ fn yes() -> bool {
 }
 
 /// One `[[policy]]` table (or one `--policy` flag).
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Rule {
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -191,6 +224,11 @@ impl Serialize for DrwaMode {
         s.serialize_str(self.as_str())
     }
 }
+
+schema_by_hand!(DrwaMode, {
+    "description": "DRWA's setting",
+    "enum": ["disabled", "off", "on"]
+});
 
 impl<'de> Deserialize<'de> for DrwaMode {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {

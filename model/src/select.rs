@@ -52,13 +52,16 @@ pub fn select_rows(
     sockets: &[Socket],
     req: &SnapshotRequest,
     threshold_us: u32,
-) -> Result<(Vec<Socket>, usize, HostSummary), String> {
+) -> crate::Result<(Vec<Socket>, usize, HostSummary)> {
     let summary = summarize(sockets, threshold_us);
     let sort = match req.sort.as_deref() {
         None => SortKey::QueueDelay,
         Some(l) => SortKey::from_label(l).ok_or_else(|| {
             let keys: Vec<&str> = SortKey::ALL.iter().map(|k| k.label()).collect();
-            format!("unknown sort key {l:?} (one of {})", keys.join(", "))
+            crate::Error::SortKey {
+                key: l.to_string(),
+                keys: keys.join(", "),
+            }
         })?,
     };
     let filter = Filter::parse(req.filter.as_deref().unwrap_or(""))?;

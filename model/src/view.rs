@@ -4,12 +4,13 @@
 //! `/v1/sockets`) and of `bloatd sockets --json`: scripts and the lab read
 //! the same field names. Names carry their unit (`_us`, `_bps`, `_ms`).
 
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use std::net::{IpAddr, SocketAddr};
 
 /// Which side of the transfer a socket is on. A socket whose peer has
 /// acknowledged more bytes than it received is a sender; otherwise a receiver.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum Role {
     Sender,
@@ -43,7 +44,7 @@ impl Role {
 }
 
 /// The kernel's congestion-avoidance state (icsk_ca_state).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum CaState {
     Open,
@@ -54,7 +55,7 @@ pub enum CaState {
 }
 
 /// Where a floor (the lowest RTT of a path) came from.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum FloorSource {
     /// The socket's own minimum RTT.
@@ -81,7 +82,7 @@ impl FloorSource {
 
 /// One path: the sockets of one network namespace toward one peer (or one
 /// prefix) through one interface, with the queue they wait in.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct NetPath {
     pub netns: u32,
     /// The peer, or the network address of the prefix.
@@ -109,6 +110,62 @@ pub struct NetPath {
     /// The services its sockets serve.
     #[serde(default)]
     pub services: Vec<String>,
+    /// What kind of queue holds its traffic, from its last seconds of
+    /// reads (daemon/src/bottleneck.rs); absent where not classified (by
+    /// prefix, `bloatd top`'s embedded mode before its first seconds).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bottleneck: Option<Bottleneck>,
+}
+
+/// The kind of queue a path's traffic waits in (issue 33).
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize, JsonSchema,
+)]
+#[serde(rename_all = "kebab-case")]
+pub enum BottleneckClass {
+    /// No standing queue while it carries traffic, no loss, no mark.
+    Clear,
+    /// A standing queue, or losses when the queue was long: a buffer that
+    /// fills until it overflows.
+    Droptail,
+    /// Losses while the queue was short: an AQM drops before it fills.
+    Aqm,
+    /// Congestion signalled by ECN without loss while the queue was short.
+    EcnAqm,
+    /// Not enough evidence (`Bottleneck::why` says what is missing).
+    #[default]
+    Unknown,
+}
+
+impl BottleneckClass {
+    pub const ALL: [BottleneckClass; 5] = [
+        BottleneckClass::Clear,
+        BottleneckClass::Droptail,
+        BottleneckClass::Aqm,
+        BottleneckClass::EcnAqm,
+        BottleneckClass::Unknown,
+    ];
+
+    /// The name in JSON, /metrics' `class` label and config.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            BottleneckClass::Clear => "clear",
+            BottleneckClass::Droptail => "droptail",
+            BottleneckClass::Aqm => "aqm",
+            BottleneckClass::EcnAqm => "ecn-aqm",
+            BottleneckClass::Unknown => "unknown",
+        }
+    }
+}
+
+/// A path's class and the evidence for it.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct Bottleneck {
+    pub class: BottleneckClass,
+    /// One sentence: the evidence, or what is missing.
+    pub why: String,
+    /// Seconds of reads with traffic in flight it rests on.
+    pub seconds: u32,
 }
 
 impl NetPath {
@@ -181,12 +238,31 @@ pub fn worst_path_sentence(paths: &[NetPath]) -> Option<String> {
     ))
 }
 
+/// One sentence on a path's kind of queue (`bloatd paths`): "10.9.2.2
+/// (eth0): droptail, drop-tail buffer: 420ms of queue, 3 losses at 480ms
+/// of queue (12 s of traffic)". None where it was not classified.
+pub fn bottleneck_sentence(p: &NetPath) -> Option<String> {
+    let b = p.bottleneck.as_ref()?;
+    Some(format!(
+        "{} ({}): {}, {} ({} s of traffic)",
+        p.peer_text(),
+        if p.interface.is_empty() {
+            "?"
+        } else {
+            &p.interface
+        },
+        b.class.as_str(),
+        b.why,
+        b.seconds
+    ))
+}
+
 /// One service (the sockets of one systemd unit, container or cgroup):
 /// how long its users wait for a round trip, split by where the wait is:
 /// in the network's queue (queueing delay against the path's floor) or in
 /// the service's own send buffers (bytes written, not yet sent, at the
 /// socket's delivery rate).
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct ServiceView {
     /// As [`Socket::service`].
     pub service: String,
@@ -295,7 +371,7 @@ pub fn rpm(rtt_us: u64) -> u32 {
 
 /// Internal state of a bloatd congestion control, exported by its own map
 /// (the kernel refuses get_info for BPF congestion controls).
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(tag = "algo", rename_all = "lowercase")]
 pub enum CcState {
     /// Westwood+: bandwidth estimate and RTTmin. `pipe_segments` is
@@ -442,7 +518,7 @@ impl BloatThreshold {
 }
 
 /// One TCP socket as the kernel sees it.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct Socket {
     /// Socket cookie: the socket's identity, stable for its lifetime.
     pub cookie: u64,
@@ -530,7 +606,7 @@ pub struct Socket {
 }
 
 /// What bloatd's policy did to one socket.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct SocketPolicy {
     /// The rule that set the congestion control at the handshake.
     pub cc_rule: Option<String>,
@@ -587,7 +663,7 @@ impl SocketPolicy {
 /// lambda x RTT_min / RTT x the data received per RTT, RTT_min the lowest
 /// of the connection's own minimum and its path's floor (bpf/policy.h,
 /// drwa_round).
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct Drwa {
     /// What turned it on: "switch" (--drwa, the API, the dashboard's key)
     /// or the name of the rule.
@@ -686,7 +762,7 @@ impl Socket {
 }
 
 /// One point of a socket's time series, taken at the sampling interval.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct Sample {
     /// Unix time of the sample, milliseconds.
     pub t_ms: u64,
@@ -738,14 +814,14 @@ impl Sample {
 }
 
 /// A socket's samples, oldest first.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct Series {
     pub cookie: u64,
     pub samples: Vec<Sample>,
 }
 
 /// How the daemon itself is doing.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct Health {
     /// Probe events seen since start (all probes).
     pub events_total: u64,
@@ -764,7 +840,7 @@ pub struct Health {
 }
 
 /// How this kernel runs a part of bloatd.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum FeatureState {
     /// As designed.
@@ -787,7 +863,7 @@ impl FeatureState {
 }
 
 /// A part of bloatd beyond the core, detected at start.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct Feature {
     /// A stable name (`cc_link`, `rcv_rtt_usec`, ...; README, "Supported
     /// kernels").
@@ -799,7 +875,7 @@ pub struct Feature {
 }
 
 /// Everything the dashboard needs for one frame.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct Snapshot {
     /// Unix time the snapshot was taken, milliseconds.
     pub taken_ms: u64,
@@ -843,7 +919,7 @@ impl Snapshot {
 }
 
 /// The policy's state for the dashboard's header.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct PolicyState {
     /// DRWA: "disabled" (not armed: cannot be switched on live), "off" or "on".
     pub drwa: String,
@@ -865,7 +941,7 @@ pub struct PolicyState {
 /// control, or of all receivers: a receiver's own congestion control does
 /// not drive the transfer it receives (its remote sender's does), so
 /// receivers are one group, whatever their sockets use.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct CcDelay {
     /// The senders' congestion control; "" for receivers.
     pub cc: String,
@@ -891,7 +967,7 @@ impl CcDelay {
 }
 
 /// The host's overall bloat, over all sockets (the filter does not apply).
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct HostSummary {
     pub sockets: usize,
     pub bloated: usize,
@@ -905,7 +981,7 @@ pub struct HostSummary {
 /// passing `filter` (the dashboard's filter syntax) in `sort` order (a sort
 /// key's label: qdelay, rtt, throughput, cwnd, retrans, process). Without
 /// `limit`, every socket, as before.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct SnapshotRequest {
     pub series: Option<u64>,
     #[serde(default)]

@@ -1,12 +1,19 @@
-//! Errors a user can act on.
+//! bloatd-cc's one error type: every way registering, unregistering or
+//! inspecting a congestion control fails, each a sentence a user can act
+//! on; an errno or libbpf's error is kept whole as the source (printed
+//! after the sentence by a printer of the chain, e.g. the daemon's
+//! `Chain`).
 
 use std::io;
 
 use thiserror::Error;
 
+/// `Result` with this crate's [`Error`].
+pub type Result<T> = std::result::Result<T, Error>;
+
 /// Why registering, unregistering or inspecting a bloatd congestion control failed.
 #[derive(Debug, Error)]
-pub enum CcError {
+pub enum Error {
     #[error(
         "{name} is already registered (another bloatd running, or a struct_ops link pinned by \
          someone else: see `bpftool struct_ops list`)"
@@ -25,18 +32,33 @@ pub enum CcError {
     )]
     NotRoot { what: String },
 
-    #[error("the kernel's BPF verifier rejected {name}: {message}\n--- verifier log (tail) ---\n{log_tail}")]
+    /// libbpf's error sits inside the sentence, before the log: `step`
+    /// ("open", "load", "register") and what libbpf said, with its context.
+    #[error("the kernel's BPF verifier rejected {name}: {step}: {err:#}\n--- verifier log (tail) ---\n{log_tail}")]
     VerifierRejected {
         name: &'static str,
-        message: String,
+        step: &'static str,
+        err: libbpf_rs::Error,
         log_tail: String,
     },
 
-    #[error("loading {name} failed: {message}\n--- libbpf log (tail) ---\n{log_tail}")]
+    #[error("loading {name} failed: {step}: {err:#}\n--- libbpf log (tail) ---\n{log_tail}")]
     Load {
         name: &'static str,
-        message: String,
+        step: &'static str,
+        err: libbpf_rs::Error,
         log_tail: String,
+    },
+
+    /// `NotRoot` for a load libbpf refused (EPERM with no verifier log).
+    #[error(
+        "not allowed to load {name} ({step}: {err:#}): run as root (loading struct_ops needs \
+         CAP_BPF, CAP_NET_ADMIN and CAP_PERFMON; writing sysctls needs root)"
+    )]
+    LoadNotRoot {
+        name: &'static str,
+        step: &'static str,
+        err: libbpf_rs::Error,
     },
 
     #[error("{name} is still listed in tcp_available_congestion_control after its link was closed: is its struct_ops link pinned? (see `bpftool link list`)")]
@@ -69,8 +91,15 @@ pub enum CcError {
     )]
     ReadOnlySysctl,
 
+    /// The kernel publishes no config, and libbpf needs its HZ (kconfig.rs).
+    #[error(
+        "the kernel publishes no config (/boot/config-RELEASE, /proc/config.gz) and \
+         /proc/timer_list does not give its HZ"
+    )]
+    NoKconfig,
+
     /// `what` failed; the errno is the source (printed after it by a
-    /// printer of the chain, as anyhow's `{:#}`).
+    /// printer of the chain).
     #[error("{what}")]
     Io {
         what: String,
@@ -87,9 +116,9 @@ pub enum CcError {
     },
 }
 
-impl CcError {
-    pub(crate) fn io(what: impl Into<String>, source: io::Error) -> CcError {
-        CcError::Io {
+impl Error {
+    pub(crate) fn io(what: impl Into<String>, source: io::Error) -> Error {
+        Error::Io {
             what: what.into(),
             source,
         }

@@ -34,7 +34,8 @@ fn timer_list_clocks() -> Option<(u64, u64)> {
 }
 
 /// HZ from jiffies counted over `(ns, jiffies)` pairs `a` then `b`, snapped
-/// to the values Linux offers (100, 250, 300, 1000) when within 5%.
+/// to the values Linux offers (100, 250, 300, 1000) when within 8% (250
+/// and 300, the nearest two, stay apart: 270 against 276).
 pub fn hz_between(a: (u64, u64), b: (u64, u64)) -> Option<u32> {
     let ns = b.0.checked_sub(a.0)?;
     let jiffies = b.1.checked_sub(a.1)?;
@@ -44,32 +45,33 @@ pub fn hz_between(a: (u64, u64), b: (u64, u64)) -> Option<u32> {
     let hz = jiffies as f64 * 1e9 / ns as f64;
     [100u32, 250, 300, 1000]
         .into_iter()
-        .find(|&v| (hz - f64::from(v)).abs() <= 0.05 * f64::from(v))
+        .find(|&v| (hz - f64::from(v)).abs() <= 0.08 * f64::from(v))
 }
 
 /// The kernel's HZ, measured over 200 ms (a few jiffies at HZ 100 are
-/// enough to tell 100 from 250), or None where /proc/timer_list is not
-/// readable.
+/// enough to tell 100 from 250), again over 0.5 s and 1 s if a shorter
+/// window gave no value Linux offers, or None where /proc/timer_list is
+/// not readable. On a loaded emulated CPU (the VM matrix) ticks come late
+/// and in bursts: one 200 ms window once missed every value, and the
+/// congestion controls were declined.
 pub fn measure_hz() -> Option<u32> {
-    let a = timer_list_clocks()?;
-    std::thread::sleep(Duration::from_millis(200));
-    hz_between(a, timer_list_clocks()?)
+    [200, 500, 1000].into_iter().find_map(|ms| {
+        let a = timer_list_clocks()?;
+        std::thread::sleep(Duration::from_millis(ms));
+        hz_between(a, timer_list_clocks()?)
+    })
 }
 
 /// What libbpf is given instead of the kernel's config file, if anything:
 /// `Ok(None)` when libbpf finds the config itself, `Ok(Some("CONFIG_HZ=N"))`
 /// otherwise, an error naming what is missing when HZ cannot be measured.
-pub fn kconfig_override() -> Result<Option<String>, String> {
+pub fn kconfig_override() -> crate::error::Result<Option<String>> {
     if kernel_config_published() {
         return Ok(None);
     }
     match measure_hz() {
         Some(hz) => Ok(Some(format!("CONFIG_HZ={hz}\n"))),
-        None => Err(
-            "the kernel publishes no config (/boot/config-RELEASE, /proc/config.gz) \
-                     and /proc/timer_list does not give its HZ"
-                .into(),
-        ),
+        None => Err(crate::Error::NoKconfig),
     }
 }
 
@@ -85,7 +87,20 @@ mod tests {
         assert_eq!(hz_between((0, 0), (s / 5, 61)), Some(300));
         assert_eq!(hz_between((0, 0), (s / 5, 20)), Some(100));
         assert_eq!(hz_between((0, 0), (s / 5, 40)), None); // 200 Hz: no such HZ
+        assert_eq!(hz_between((0, 0), (s / 5, 215)), Some(1000)); // 1075: 7.5% off
+        assert_eq!(hz_between((0, 0), (s, 272)), None); // neither 250 nor 300
         assert_eq!(hz_between((5, 0), (5, 10)), None);
         assert_eq!(hz_between((9, 0), (5, 10)), None);
+    }
+
+    /// What libbpf's refusal says when HZ cannot be measured: the text it
+    /// had as a String.
+    #[test]
+    fn no_kconfig_reads_as_before() {
+        assert_eq!(
+            crate::Error::NoKconfig.to_string(),
+            "the kernel publishes no config (/boot/config-RELEASE, /proc/config.gz) \
+                     and /proc/timer_list does not give its HZ"
+        );
     }
 }

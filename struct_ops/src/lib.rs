@@ -23,7 +23,7 @@ mod state;
 mod sysctl;
 
 pub use algo::{Algo, Options, RegisterBy, WestwoodSsthresh};
-pub use error::CcError;
+pub use error::{Error, Result};
 pub use registration::Registration;
 pub use state::{AlgoState, CubicState, RatioHistogram, WestwoodState};
 pub use sysctl::{

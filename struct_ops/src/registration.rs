@@ -28,7 +28,7 @@ use crate::state::{
 use crate::sysctl::{
     adopt_netns_defaults, kernel_available, retire_netns_defaults, NetnsDefaultChange,
 };
-use crate::{Algo, AlgoState, CcError, Options, RegisterBy, WestwoodSsthresh};
+use crate::{Algo, AlgoState, Error, Options, RegisterBy, WestwoodSsthresh};
 
 /// bloatd's congestion controls registered by this process. Dropping it
 /// unregisters them all.
@@ -58,9 +58,9 @@ impl Registration {
     /// registered. Network namespaces whose default still names a killed
     /// bloatd's instance of an algorithm are pointed at the new one (see
     /// [`Registration::netns_default_changes`]). `opts` are set before load.
-    pub fn register(algos: &[Algo], opts: &Options) -> Result<Registration, CcError> {
+    pub fn register(algos: &[Algo], opts: &Options) -> Result<Registration, Error> {
         if !Path::new("/sys/kernel/btf/vmlinux").exists() {
-            return Err(CcError::MissingBtf);
+            return Err(Error::MissingBtf);
         }
         let mut reg = Registration {
             loaded: Vec::new(),
@@ -103,12 +103,12 @@ impl Registration {
     /// to a fallback first (see [`retire_netns_defaults`]); sockets using it
     /// keep it until they close. The name is gone from
     /// tcp_available_congestion_control when this returns Ok.
-    pub fn unregister(&mut self, algo: Algo) -> Result<(), CcError> {
+    pub fn unregister(&mut self, algo: Algo) -> Result<(), Error> {
         let idx = self
             .loaded
             .iter()
             .position(|l| l.algo == algo)
-            .ok_or(CcError::NotRegistered { name: algo.name() })?;
+            .ok_or(Error::NotRegistered { name: algo.name() })?;
         let retired = retire_netns_defaults(algo);
         let loaded = self.loaded.remove(idx);
         drop(loaded);
@@ -125,7 +125,7 @@ impl Registration {
     /// The exported state of every socket that uses a registered algorithm
     /// and has a cookie, keyed by socket cookie. One batched map read per
     /// algorithm.
-    pub fn states(&self) -> Result<HashMap<u64, AlgoState>, CcError> {
+    pub fn states(&self) -> Result<HashMap<u64, AlgoState>, Error> {
         let now_us = monotonic_us();
         let mut out = HashMap::new();
         for l in &self.loaded {
@@ -135,7 +135,7 @@ impl Registration {
                     out.insert(cookie, s);
                 }
             })
-            .map_err(|e| CcError::io(format!("reading {}", l.algo.state_map()), e))?;
+            .map_err(|e| Error::io(format!("reading {}", l.algo.state_map()), e))?;
         }
         Ok(out)
     }
@@ -143,14 +143,14 @@ impl Registration {
     /// Per algorithm, the state snapshots its map refused since it was
     /// registered (full at max_entries, or out of memory): each one is a
     /// socket whose state stays stale until its next export.
-    pub fn export_failures(&self) -> Result<Vec<(Algo, u64)>, CcError> {
+    pub fn export_failures(&self) -> Result<Vec<(Algo, u64)>, Error> {
         self.loaded
             .iter()
             .map(|l| {
                 let per_cpu = l
                     .failures
                     .lookup_percpu(&0u32.to_ne_bytes(), MapFlags::ANY)
-                    .map_err(|source| CcError::Bpf {
+                    .map_err(|source| Error::Bpf {
                         what: "reading export_failures",
                         source,
                     })?
@@ -170,7 +170,7 @@ impl Registration {
 
     /// Westwood+'s cwnd/pipe histogram as the kernel counted it so far
     /// (None without bloatd_westwood).
-    pub fn westwood_cwnd_pipe_ratio(&self) -> Result<Option<RatioHistogram>, CcError> {
+    pub fn westwood_cwnd_pipe_ratio(&self) -> Result<Option<RatioHistogram>, Error> {
         let Some(l) = self.loaded.iter().find(|l| l.algo == Algo::Westwood) else {
             return Ok(None);
         };
@@ -180,7 +180,7 @@ impl Registration {
             .expect("bloatd_westwood has cwnd_pipe_ratio");
         let per_cpu = ratio
             .lookup_percpu(&0u32.to_ne_bytes(), MapFlags::ANY)
-            .map_err(|source| CcError::Bpf {
+            .map_err(|source| Error::Bpf {
                 what: "reading cwnd_pipe_ratio",
                 source,
             })?
@@ -231,16 +231,16 @@ fn prog_id(fd: BorrowedFd<'_>) -> u32 {
 /// Closing a struct_ops link unregisters synchronously when we held the last
 /// reference; if the name is still there, someone else holds the link
 /// (pinned in bpffs, or an fd passed to another process).
-fn wait_gone(algo: Algo) -> Result<(), CcError> {
+fn wait_gone(algo: Algo) -> Result<(), Error> {
     let deadline = Instant::now() + Duration::from_secs(2);
     loop {
         let avail = kernel_available()
-            .map_err(|e| CcError::io("reading tcp_available_congestion_control", e))?;
+            .map_err(|e| Error::io("reading tcp_available_congestion_control", e))?;
         if !avail.iter().any(|a| a == algo.name()) {
             return Ok(());
         }
         if Instant::now() > deadline {
-            return Err(CcError::StillRegistered { name: algo.name() });
+            return Err(Error::StillRegistered { name: algo.name() });
         }
         std::thread::sleep(Duration::from_millis(10));
     }
@@ -271,13 +271,13 @@ fn tail(log: &str, lines: usize) -> String {
     all[all.len().saturating_sub(lines)..].join("\n")
 }
 
-fn load(algo: Algo, opts: &Options, by: RegisterBy) -> Result<Loaded, CcError> {
+fn load(algo: Algo, opts: &Options, by: RegisterBy) -> Result<Loaded, Error> {
     let name = algo.name();
     if kernel_available()
         .map(|v| v.iter().any(|a| a == name))
         .unwrap_or(false)
     {
-        return Err(CcError::AlreadyRegistered { name });
+        return Err(Error::AlreadyRegistered { name });
     }
 
     let _serial = LOAD_LOCK.lock().unwrap_or_else(|e| e.into_inner());
@@ -397,30 +397,29 @@ fn open_load_attach(
     })
 }
 
-fn classify(algo: Algo, step: &str, e: libbpf_rs::Error, log: &str) -> CcError {
+fn classify(algo: Algo, step: &'static str, e: libbpf_rs::Error, log: &str) -> Error {
     let name = algo.name();
-    let message = format!("{step}: {e:#}");
     if step == "register" && e.kind() == ErrorKind::AlreadyExists {
-        return CcError::AlreadyRegistered { name };
+        return Error::AlreadyRegistered { name };
     }
     if let Some(start) = log.find("-- BEGIN PROG LOAD LOG --") {
         let end = log[start..]
             .find("-- END PROG LOAD LOG --")
             .map_or(log.len(), |i| start + i);
-        return CcError::VerifierRejected {
+        return Error::VerifierRejected {
             name,
-            message,
+            step,
+            err: e,
             log_tail: tail(&log[start..end], 25),
         };
     }
     if e.kind() == ErrorKind::PermissionDenied {
-        return CcError::NotRoot {
-            what: format!("load {name} ({message})"),
-        };
+        return Error::LoadNotRoot { name, step, err: e };
     }
-    CcError::Load {
+    Error::Load {
         name,
-        message,
+        step,
+        err: e,
         log_tail: tail(log, 15),
     }
 }
@@ -504,7 +503,7 @@ mod tests {
         }
         log.push_str("R1 invalid mem access 'scalar'\n-- END PROG LOAD LOG --\nlibbpf: failed to load object\n");
         let e = classify(Algo::Cubic, "load", err(libc::EACCES), &log);
-        let CcError::VerifierRejected { name, log_tail, .. } = &e else {
+        let Error::VerifierRejected { name, log_tail, .. } = &e else {
             panic!("{e}")
         };
         assert_eq!(*name, "bloatd_cubic");
@@ -527,8 +526,25 @@ mod tests {
             err(libc::EPERM),
             "libbpf: Error in bpf_object__probe_loading()\n",
         );
-        assert!(matches!(e, CcError::NotRoot { .. }), "{e}");
+        assert!(matches!(e, Error::LoadNotRoot { .. }), "{e}");
+        // The text it had as NotRoot { what: "load NAME (STEP: ERR)" }.
+        let as_before = Error::NotRoot {
+            what: format!("load bloatd_westwood (load: {:#})", err(libc::EPERM)),
+        };
+        assert_eq!(e.to_string(), as_before.to_string());
         assert!(e.to_string().contains("run as root"), "{e}");
+    }
+
+    /// libbpf's error, kept whole, prints where its text was (`{step}:
+    /// {err:#}`, between the sentence and the log).
+    #[test]
+    fn a_load_error_reads_as_before() {
+        let e = classify(Algo::Cubic, "load", err(libc::EINVAL), "libbpf: x\n");
+        let message = format!("load: {:#}", err(libc::EINVAL));
+        assert_eq!(
+            e.to_string(),
+            format!("loading bloatd_cubic failed: {message}\n--- libbpf log (tail) ---\nlibbpf: x")
+        );
     }
 
     #[test]
@@ -537,7 +553,7 @@ mod tests {
         assert!(
             matches!(
                 e,
-                CcError::AlreadyRegistered {
+                Error::AlreadyRegistered {
                     name: "bloatd_westwood"
                 }
             ),

@@ -29,7 +29,7 @@ use std::os::fd::AsRawFd;
 use std::os::unix::fs::MetadataExt;
 use std::path::PathBuf;
 
-use crate::{Algo, CcError};
+use crate::{Algo, Error};
 
 const AVAILABLE: &str = "/proc/sys/net/ipv4/tcp_available_congestion_control";
 const ALLOWED: &str = "/proc/sys/net/ipv4/tcp_allowed_congestion_control";
@@ -48,7 +48,7 @@ pub fn kernel_default() -> io::Result<String> {
 
 /// Set this network namespace's default (net.ipv4.tcp_congestion_control).
 /// "This" is the calling thread's namespace.
-pub fn set_kernel_default(name: &str) -> Result<(), CcError> {
+pub fn set_kernel_default(name: &str) -> Result<(), Error> {
     write_default(name)
 }
 
@@ -77,16 +77,16 @@ fn in_initial_netns() -> io::Result<bool> {
         .unwrap_or(false))
 }
 
-fn write_default(name: &str) -> Result<(), CcError> {
+fn write_default(name: &str) -> Result<(), Error> {
     let sysctl_err = |e| {
-        CcError::io(
+        Error::io(
             format!("setting net.ipv4.tcp_congestion_control to {name}"),
             e,
         )
     };
     let available = kernel_available().map_err(sysctl_err)?;
     if !available.iter().any(|a| a == name) {
-        return Err(CcError::UnknownCc {
+        return Err(Error::UnknownCc {
             name: name.to_string(),
             available: available.join(" "),
         });
@@ -99,7 +99,7 @@ fn write_default(name: &str) -> Result<(), CcError> {
             .iter()
             .any(|a| a == name)
     {
-        return Err(CcError::Restricted {
+        return Err(Error::Restricted {
             name: name.to_string(),
         });
     }
@@ -109,17 +109,17 @@ fn write_default(name: &str) -> Result<(), CcError> {
         .open(DEFAULT)
         .and_then(|mut f| f.write_all(name.as_bytes()));
     r.map_err(|e| match e.raw_os_error() {
-        Some(libc::EACCES) => CcError::NotRoot {
+        Some(libc::EACCES) => Error::NotRoot {
             what: format!("set net.ipv4.tcp_congestion_control to {name}"),
         },
-        Some(libc::ENOENT) => CcError::UnknownCc {
+        Some(libc::ENOENT) => Error::UnknownCc {
             name: name.to_string(),
             available: available.join(" "),
         },
-        Some(libc::EPERM) => CcError::Restricted {
+        Some(libc::EPERM) => Error::Restricted {
             name: name.to_string(),
         },
-        Some(libc::EROFS) => CcError::ReadOnlySysctl,
+        Some(libc::EROFS) => Error::ReadOnlySysctl,
         _ => sysctl_err(e),
     })
 }
@@ -200,9 +200,9 @@ pub fn network_namespaces() -> Vec<Netns> {
 fn rewrite_netns_defaults(
     name: &'static str,
     candidates: Vec<&'static str>,
-) -> Result<Vec<NetnsDefaultChange>, CcError> {
+) -> Result<Vec<NetnsDefaultChange>, Error> {
     let namespaces = network_namespaces();
-    let worker = std::thread::spawn(move || -> Result<Vec<NetnsDefaultChange>, CcError> {
+    let worker = std::thread::spawn(move || -> Result<Vec<NetnsDefaultChange>, Error> {
         let mut changed = Vec::new();
         for Netns {
             label, inode, file, ..
@@ -211,7 +211,7 @@ fn rewrite_netns_defaults(
             // SAFETY: file is an open nsfs file; setns only changes this thread.
             if unsafe { libc::setns(file.as_raw_fd(), libc::CLONE_NEWNET) } != 0 {
                 if io::Error::last_os_error().raw_os_error() == Some(libc::EPERM) {
-                    return Err(CcError::NoSetns { netns: label });
+                    return Err(Error::NoSetns { netns: label });
                 }
                 continue; // the namespace went away meanwhile
             }
@@ -242,12 +242,12 @@ fn rewrite_netns_defaults(
     });
     worker
         .join()
-        .unwrap_or_else(|_| Err(CcError::io("netns worker", io::Error::other("panicked"))))
+        .unwrap_or_else(|_| Err(Error::io("netns worker", io::Error::other("panicked"))))
 }
 
 /// Move every network namespace whose default is `algo` to the first of
 /// [`Algo::fallbacks`] it accepts. Called before `algo` is unregistered.
-pub fn retire_netns_defaults(algo: Algo) -> Result<Vec<NetnsDefaultChange>, CcError> {
+pub fn retire_netns_defaults(algo: Algo) -> Result<Vec<NetnsDefaultChange>, Error> {
     rewrite_netns_defaults(algo.name(), algo.fallbacks().to_vec())
 }
 
@@ -255,7 +255,7 @@ pub fn retire_netns_defaults(algo: Algo) -> Result<Vec<NetnsDefaultChange>, CcEr
 /// a bloatd that was killed) at the registration that now has the name, or
 /// at a fallback where the namespace does not allow it. Called right after
 /// `algo` is registered.
-pub(crate) fn adopt_netns_defaults(algo: Algo) -> Result<Vec<NetnsDefaultChange>, CcError> {
+pub(crate) fn adopt_netns_defaults(algo: Algo) -> Result<Vec<NetnsDefaultChange>, Error> {
     let mut candidates = vec![algo.name()];
     candidates.extend_from_slice(algo.fallbacks());
     rewrite_netns_defaults(algo.name(), candidates)

@@ -12,7 +12,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use bloatd_cc::{
-    kernel_default, set_kernel_default, Algo, AlgoState, CcError, Options, RegisterBy, Registration,
+    kernel_default, set_kernel_default, Algo, AlgoState, Error, Options, RegisterBy, Registration,
 };
 use common::*;
 
@@ -99,7 +99,7 @@ fn names_appear_select_and_disappear() {
     assert_eq!(reg.registered(), vec![Algo::Cubic]);
     assert!(matches!(
         reg.unregister(Algo::Westwood),
-        Err(CcError::NotRegistered { .. })
+        Err(Error::NotRegistered { .. })
     ));
     drop(reg);
     assert!(
@@ -123,7 +123,7 @@ fn second_registration_is_refused_clearly() {
         assert!(
             matches!(
                 err,
-                CcError::AlreadyRegistered {
+                Error::AlreadyRegistered {
                     name: "bloatd_cubic"
                 }
             ),
@@ -208,7 +208,7 @@ fn netns_default_is_moved_before_unregister() {
     // a namespace other than the initial one may only default to an allowed one
     let refused = ns.run(|| set_kernel_default("bloatd_cubic"));
     assert!(
-        matches!(refused, Err(CcError::Restricted { .. })),
+        matches!(refused, Err(Error::Restricted { .. })),
         "{refused:?}"
     );
     let allowed = AllowedGuard::allow("bloatd_cubic");
@@ -322,7 +322,7 @@ fn killed_map_update_registration_is_removed() {
     let child = holder("map");
     assert!(listed("bloatd_cubic"));
     match Registration::register(&[Algo::Cubic], &opts) {
-        Err(CcError::AlreadyRegistered { name }) => assert_eq!(name, "bloatd_cubic"),
+        Err(Error::AlreadyRegistered { name }) => assert_eq!(name, "bloatd_cubic"),
         Err(e) => panic!("a held registration: {e}"),
         Ok(_) => panic!("a registration a living process holds was taken over"),
     }

@@ -97,7 +97,7 @@ impl Demo {
 }
 
 impl Source for Demo {
-    fn snapshot(&mut self, req: &SnapshotRequest) -> Result<Snapshot, String> {
+    fn snapshot(&mut self, req: &SnapshotRequest) -> bloatd_tui::Result<Snapshot> {
         let (series_for, since_ms) = (req.series, req.since_ms);
         self.calls += 1;
         if self.panic_after == Some(self.calls) {
@@ -105,9 +105,9 @@ impl Source for Demo {
         }
         if let Some(n) = self.fail_after {
             if (n..n + 8).contains(&self.calls) {
-                return Err(
+                return Err(bloatd_tui::Error::Source(
                     "bloatd daemon not reachable at /run/bloatd/bloatd.sock: retrying…".into(),
-                );
+                ));
             }
         }
         let now = now_ms();

@@ -13,8 +13,11 @@
 //! [`Source`] (its Unix-socket API client, or the embedded probes).
 
 pub mod app;
+mod error;
 mod terminal;
 pub mod ui;
+
+pub use error::{Error, Result};
 
 use app::{App, Key};
 use bloatd_model::journal::{Episode, EpisodeDetail, MinuteRow};
@@ -34,23 +37,23 @@ pub trait Source {
     /// filtered by the source (`bloatd_model::select::select_rows`). An `Err` is shown to the
     /// user as is, so it should name the cause and the fix, e.g. "bloatd
     /// daemon not reachable at /run/bloatd/bloatd.sock: retrying…".
-    fn snapshot(&mut self, req: &SnapshotRequest) -> Result<Snapshot, String>;
+    fn snapshot(&mut self, req: &SnapshotRequest) -> Result<Snapshot>;
 
     /// Switches the receiver's DRWA on or off (the dashboard's D key). An
     /// `Err` is shown to the user as is.
-    fn set_drwa(&mut self, _on: bool) -> Result<(), String> {
-        Err("this source cannot switch DRWA".into())
+    fn set_drwa(&mut self, _on: bool) -> Result<()> {
+        Err(Error::NoDrwa)
     }
 
     /// The flight recorder since `since_ms`: the worst path's row each
     /// minute, and the episodes, newest first (the history view, H).
-    fn history(&mut self, _since_ms: u64) -> Result<(Vec<MinuteRow>, Vec<Episode>), String> {
-        Err(NO_RECORDER.into())
+    fn history(&mut self, _since_ms: u64) -> Result<(Vec<MinuteRow>, Vec<Episode>)> {
+        Err(Error::NoRecorder)
     }
 
     /// One episode with its flows and series.
-    fn incident(&mut self, _id: u64) -> Result<EpisodeDetail, String> {
-        Err(NO_RECORDER.into())
+    fn incident(&mut self, _id: u64) -> Result<EpisodeDetail> {
+        Err(Error::NoRecorder)
     }
 }
 
@@ -209,8 +212,8 @@ pub(crate) fn run_loop<B: Backend>(
                     app.apply_snapshot(snapshot, now);
                     now + interval_ms
                 }
-                Err(message) => {
-                    app.source_failed(message, now);
+                Err(e) => {
+                    app.source_failed(e.to_string(), now);
                     now + retry_ms
                 }
             };
@@ -238,7 +241,7 @@ pub(crate) fn run_loop<B: Backend>(
         if let Some(on) = app.take_drwa_request() {
             let message = match source.set_drwa(on) {
                 Ok(()) => format!("DRWA switched {}", if on { "on" } else { "off" }),
-                Err(e) => e,
+                Err(e) => e.to_string(),
             };
             app.set_status(message, clock());
             next_fetch_ms = 0; // show what it did at once

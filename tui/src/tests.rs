@@ -10,6 +10,7 @@ use ratatui::layout::{Position, Size};
 use std::cell::{Cell as StdCell, RefCell};
 use std::collections::VecDeque;
 use std::rc::Rc;
+use std::result::Result;
 
 /// A TestBackend that keeps the text of every flushed frame.
 struct Recorder {
@@ -77,19 +78,19 @@ impl Input for Script {
 
 /// Answers from a script of results and records what it was asked, and when.
 struct Scripted {
-    answers: VecDeque<Result<Snapshot, String>>,
+    answers: VecDeque<crate::Result<Snapshot>>,
     asked: Vec<(Option<u64>, u64)>,
     asked_at_ms: Vec<u64>,
     clock: Rc<StdCell<u64>>,
 }
 
 impl Source for Scripted {
-    fn snapshot(&mut self, req: &SnapshotRequest) -> Result<Snapshot, String> {
+    fn snapshot(&mut self, req: &SnapshotRequest) -> crate::Result<Snapshot> {
         self.asked.push((req.series, req.since_ms));
         self.asked_at_ms.push(self.clock.get() - fixtures::T0_MS);
         self.answers
             .pop_front()
-            .unwrap_or_else(|| Err("script ended".into()))
+            .unwrap_or_else(|| Err(crate::Error::Source("script ended".into())))
     }
 }
 
@@ -101,7 +102,7 @@ struct Run {
     asked_at_ms: Vec<u64>,
 }
 
-fn drive(answers: Vec<Result<Snapshot, String>>, keys: Vec<Option<Key>>) -> Run {
+fn drive(answers: Vec<crate::Result<Snapshot>>, keys: Vec<Option<Key>>) -> Run {
     let frames = Rc::new(RefCell::new(Vec::new()));
     let clock = Rc::new(StdCell::new(fixtures::T0_MS));
     let waits = Rc::new(RefCell::new(Vec::new()));
@@ -149,7 +150,12 @@ const DOWN: &str = "bloatd daemon not reachable at /run/bloatd/bloatd.sock: retr
 fn shows_the_daemon_going_away_and_recovers() {
     let up = fixtures::cubic_download_host();
     let run = drive(
-        vec![Ok(up.clone()), Err(DOWN.into()), Err(DOWN.into()), Ok(up)],
+        vec![
+            Ok(up.clone()),
+            Err(crate::Error::Source(DOWN.into())),
+            Err(crate::Error::Source(DOWN.into())),
+            Ok(up),
+        ],
         vec![None; 10],
     );
     // Refresh every 250 ms; while down, retry every second.

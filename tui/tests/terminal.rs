@@ -28,7 +28,7 @@ struct Host {
 }
 
 impl Source for Host {
-    fn snapshot(&mut self, _: &SnapshotRequest) -> Result<Snapshot, String> {
+    fn snapshot(&mut self, _: &SnapshotRequest) -> bloatd_tui::Result<Snapshot> {
         self.calls += 1;
         if self.panic_at == Some(self.calls) {
             panic!("test source panics at refresh {}", self.calls);

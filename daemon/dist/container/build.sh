@@ -15,6 +15,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/../../.."
 OUT=target/image
+# shellcheck disable=SC2012  # the newest by time; the names are bloatd_VERSION_ARCH.deb
 DEB=$(ls -t target/deb/bloatd_*.deb 2>/dev/null | head -1)
 [[ -n $DEB ]] || { echo "image: no target/deb/bloatd_*.deb: run make deb first (make image does)" >&2; exit 1; }
 command -v buildah >/dev/null || { echo "image: buildah not found: run scripts/deps.sh (make deps)" >&2; exit 1; }

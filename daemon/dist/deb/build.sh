@@ -28,6 +28,7 @@ sed -e 's#/usr/local/bin/#/usr/bin/#g' \
     daemon/dist/bloatd.service > "$ROOT/lib/systemd/system/bloatd.service"
 chmod 0644 "$ROOT/lib/systemd/system/bloatd.service"
 install -d "$ROOT/usr/share/man/man1"
+# shellcheck disable=SC2094  # reads the page, writes its .gz elsewhere
 for m in "$DOCS"/man/*.1; do gzip -9n < "$m" > "$ROOT/usr/share/man/man1/$(basename "$m").gz"; done
 install -D -m 0644 $DOCS/completions/bloatd.bash "$ROOT/usr/share/bash-completion/completions/bloatd"
 install -D -m 0644 $DOCS/completions/_bloatd "$ROOT/usr/share/zsh/vendor-completions/_bloatd"

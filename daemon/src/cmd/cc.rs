@@ -2,7 +2,8 @@
 //! host's default.
 
 use crate::cc;
-use crate::client::{self, Client};
+use crate::client::Client;
+use crate::error::{Error, Result};
 use crate::settings::Config;
 use clap::{Args, Subcommand};
 use std::process::ExitCode;
@@ -25,20 +26,20 @@ pub enum CcCmd {
     },
 }
 
-pub fn run(cfg: &Config, args: &CcArgs) -> anyhow::Result<ExitCode> {
+pub fn run(cfg: &Config, args: &CcArgs) -> Result<ExitCode> {
     match &args.cmd {
         CcCmd::List => list(cfg),
         CcCmd::Default { name } => default(cfg, name),
     }
 }
 
-fn list(cfg: &Config) -> anyhow::Result<ExitCode> {
+fn list(cfg: &Config) -> Result<ExitCode> {
     let available = bloatd_cc::kernel_available()?;
     let default = bloatd_cc::kernel_default()?;
     let registered: Vec<String> = match Client::new(&cfg.socket_path()).cc() {
         Ok(info) => info.registered,
-        Err(client::ClientError::NotRunning(_)) => Vec::new(),
-        Err(e) => return Err(e.into()),
+        Err(Error::NotRunning(_)) => Vec::new(),
+        Err(e) => return Err(e),
     };
     println!("bloatd algorithms:");
     for a in bloatd_cc::Algo::ALL {
@@ -56,7 +57,7 @@ fn list(cfg: &Config) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-fn default(cfg: &Config, name: &str) -> anyhow::Result<ExitCode> {
+fn default(cfg: &Config, name: &str) -> Result<ExitCode> {
     let client = Client::new(&cfg.socket_path());
     match client.set_default_cc(name) {
         Ok(r) => {
@@ -66,17 +67,15 @@ fn default(cfg: &Config, name: &str) -> anyhow::Result<ExitCode> {
             );
             Ok(ExitCode::SUCCESS)
         }
-        Err(client::ClientError::NotRunning(_)) => {
+        Err(Error::NotRunning(_)) => {
             if bloatd_cc::Algo::from_name(name).is_some() {
-                anyhow::bail!(
-                    "{name} is registered only while bloatd runs: `sudo bloatd start` first"
-                );
+                return Err(Error::CcNeedsDaemon(name.to_string()));
             }
             let prev = cc::set_default(name)?;
             println!("default congestion control: {name} (was {prev}; bloatd is not running, so nothing will restore it)");
             Ok(ExitCode::SUCCESS)
         }
-        Err(client::ClientError::Status { body, .. }) => anyhow::bail!("{body}"),
-        Err(e) => Err(e.into()),
+        Err(Error::Status { body, .. }) => Err(Error::Refused(body)),
+        Err(e) => Err(e),
     }
 }

@@ -5,7 +5,7 @@ use std::process::ExitCode;
 
 /// Man pages (bloatd.1 and one per subcommand, bloatd-start.1, ...) and
 /// completions for bash, zsh and fish, from `cmd`, the CLI definition (cli.rs).
-pub fn generate(cmd: clap::Command, dir: &std::path::Path) -> anyhow::Result<ExitCode> {
+pub fn generate(cmd: clap::Command, dir: &std::path::Path) -> crate::error::Result<ExitCode> {
     let man = dir.join("man");
     std::fs::create_dir_all(&man)?;
     clap_mangen::generate_to(cmd.clone(), &man)?;

@@ -2,7 +2,8 @@
 //! history`: the flight recorder's journal (recorder/), from the running
 //! daemon's API, else read from the journal file directly (state_dir).
 
-use crate::client::{Client, ClientError};
+use crate::client::Client;
+use crate::error::{Error, Result};
 use crate::recorder::journal;
 use crate::settings::Config;
 use bloatd_model::format;
@@ -66,7 +67,7 @@ pub struct HistoryArgs {
     pub json: bool,
 }
 
-fn span(s: &str) -> Result<u64, String> {
+fn span(s: &str) -> bloatd_model::Result<u64> {
     parse_span_ms(s)
 }
 
@@ -82,40 +83,36 @@ enum Source {
 }
 
 impl Source {
-    fn open(cfg: &Config) -> anyhow::Result<Source> {
+    fn open(cfg: &Config) -> Result<Source> {
         let client = Client::new(&cfg.socket_path());
         match client.status() {
             Ok(_) => Ok(Source::Api(client)),
-            Err(ClientError::NotRunning(_)) => match journal::open_reader(&cfg.state_dir) {
+            Err(Error::NotRunning(_)) => match journal::open_reader(&cfg.state_dir) {
                 Ok(Some(c)) => Ok(Source::File(c)),
-                Ok(None) => anyhow::bail!(
-                    "bloatd is not running and there is no journal at {} (`sudo bloatd start` records bloat episodes there)",
-                    crate::recorder::journal_path(&cfg.state_dir).display()
-                ),
-                Err(e) => anyhow::bail!(
-                    "bloatd is not running, and its journal cannot be read: {e} (try sudo)"
-                ),
+                Ok(None) => Err(Error::NoJournal(crate::recorder::journal_path(
+                    &cfg.state_dir,
+                ))),
+                Err(e) => Err(Error::JournalUnreadable(Box::new(e))),
             },
-            Err(e) => Err(e.into()),
+            Err(e) => Err(e),
         }
     }
 
-    fn incidents(&self, q: &IncidentsQuery) -> anyhow::Result<Vec<Episode>> {
+    fn incidents(&self, q: &IncidentsQuery) -> Result<Vec<Episode>> {
         match self {
             Source::Api(c) => Ok(c.incidents(q)?),
             Source::File(c) => Ok(journal::incidents(c, q, q.since_ms.unwrap_or(0))?),
         }
     }
 
-    fn incident(&self, id: u64) -> anyhow::Result<EpisodeDetail> {
+    fn incident(&self, id: u64) -> Result<EpisodeDetail> {
         match self {
             Source::Api(c) => Ok(c.incident(id)?),
-            Source::File(c) => journal::detail(c, id)?
-                .ok_or_else(|| anyhow::anyhow!("no episode {id} (bloatd incidents lists them)")),
+            Source::File(c) => journal::detail(c, id)?.ok_or(Error::NoSuchEpisode(id)),
         }
     }
 
-    fn history(&self, q: &HistoryQuery) -> anyhow::Result<Vec<MinuteRow>> {
+    fn history(&self, q: &HistoryQuery) -> Result<Vec<MinuteRow>> {
         match self {
             Source::Api(c) => Ok(c.history(q)?),
             Source::File(c) => Ok(journal::history(c, q, q.since_ms.unwrap_or(0))?),
@@ -124,7 +121,7 @@ impl Source {
 }
 
 /// `bloatd incidents`.
-pub fn incidents(cfg: &Config, args: &IncidentsArgs) -> anyhow::Result<ExitCode> {
+pub fn incidents(cfg: &Config, args: &IncidentsArgs) -> Result<ExitCode> {
     let q = IncidentsQuery {
         since_ms: Some(now_ms().saturating_sub(args.since)),
         path: args.path.clone(),
@@ -195,7 +192,7 @@ pub fn incidents_table(list: &[Episode], now_ms: u64, offset_s: i64) -> String {
 }
 
 /// `bloatd incident ID`.
-pub fn incident(cfg: &Config, args: &IncidentArgs) -> anyhow::Result<ExitCode> {
+pub fn incident(cfg: &Config, args: &IncidentArgs) -> Result<ExitCode> {
     let d = Source::open(cfg)?.incident(args.id)?;
     if let Some(dir) = &args.export {
         let x = crate::recorder::export::export(&d, dir)?;
@@ -228,7 +225,7 @@ pub fn incident(cfg: &Config, args: &IncidentArgs) -> anyhow::Result<ExitCode> {
 }
 
 /// `bloatd history`.
-pub fn history(cfg: &Config, args: &HistoryArgs) -> anyhow::Result<ExitCode> {
+pub fn history(cfg: &Config, args: &HistoryArgs) -> Result<ExitCode> {
     let q = HistoryQuery {
         since_ms: Some(now_ms().saturating_sub(args.since)),
         path: args.path.clone(),

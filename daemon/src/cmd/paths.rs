@@ -2,6 +2,7 @@
 //! floors the kernel keeps.
 
 use crate::client::Client;
+use crate::error::Result;
 use crate::settings::Config;
 use bloatd_model::format;
 use bloatd_model::NetPath;
@@ -23,7 +24,7 @@ pub struct PathsArgs {
     pub floors: bool,
 }
 
-pub fn run(cfg: &Config, args: &PathsArgs) -> anyhow::Result<ExitCode> {
+pub fn run(cfg: &Config, args: &PathsArgs) -> Result<ExitCode> {
     let (json, prefix, floors) = (args.json, args.prefix, args.floors);
     let client = Client::new(&cfg.socket_path());
     if floors {
@@ -112,6 +113,17 @@ fn paths_table(paths: &[NetPath]) -> String {
     if let Some(s) = bloatd_model::worst_path_sentence(paths) {
         let _ = writeln!(out, "\n{s}");
     }
+    let classified: Vec<&NetPath> = paths.iter().filter(|p| p.bottleneck.is_some()).collect();
+    if !classified.is_empty() {
+        let _ = writeln!(out);
+    }
+    for p in classified {
+        let _ = writeln!(
+            out,
+            "{}",
+            bloatd_model::bottleneck_sentence(p).unwrap_or_default()
+        );
+    }
     out
 }
 
@@ -149,5 +161,31 @@ mod tests {
         assert_eq!(paths[0].peer_text(), "10.9.2.0/24");
         assert_eq!(paths[1].peer_text(), "fd00::/64");
         assert_eq!(paths_of(&socks, None)[0].peer_text(), "10.9.2.2");
+    }
+
+    /// `bloatd paths` says each classified path's kind of queue in one
+    /// sentence under the table; unclassified paths get none.
+    #[test]
+    fn each_classified_path_in_one_sentence() {
+        let mut paths = paths_of(
+            &[
+                sock(1, "93.184.216.34", 40, 400, 0),
+                sock(4, "1.1.1.1", 10, 2, 0),
+            ],
+            None,
+        );
+        paths[0].bottleneck = Some(bloatd_model::Bottleneck {
+            class: bloatd_model::BottleneckClass::Droptail,
+            why: "drop-tail buffer: 400ms of queue, 2 losses at 410ms of queue".into(),
+            seconds: 12,
+        });
+        let text = super::paths_table(&paths);
+        let lines: Vec<&str> = text.lines().filter(|l| l.contains("droptail")).collect();
+        assert_eq!(
+            lines,
+            ["93.184.216.34 (wlan0): droptail, drop-tail buffer: 400ms of queue, 2 losses at 410ms of queue (12 s of traffic)"],
+            "{text}"
+        );
+        assert!(!text.contains("1.1.1.1 (wlan0):"), "{text}");
     }
 }

@@ -1,7 +1,8 @@
 //! `bloatd policy ...`: the rules and DRWA of the running daemon, over its
 //! API (`/v1/policy`).
 
-use crate::client::{Client, ClientError};
+use crate::client::Client;
+use crate::error::{Error, Result};
 use crate::settings::Config;
 use bloatd_model::api::PolicyInfo;
 use clap::{Args, Subcommand};
@@ -36,12 +37,12 @@ pub enum PolicyCmd {
     Disable { name: String },
 }
 
-pub fn run(cfg: &Config, args: &PolicyArgs) -> anyhow::Result<ExitCode> {
+pub fn run(cfg: &Config, args: &PolicyArgs) -> Result<ExitCode> {
     let client = Client::new(&cfg.socket_path());
     // The daemon's refusal (no such rule, DRWA not armed) is the message.
-    let refused = |e: ClientError| match e {
-        ClientError::Status { body, .. } => anyhow::anyhow!("{body}"),
-        e => e.into(),
+    let refused = |e: Error| match e {
+        Error::Status { body, .. } => Error::Refused(body),
+        e => e,
     };
     match &args.cmd {
         PolicyCmd::List { json } => {

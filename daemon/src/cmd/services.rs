@@ -3,6 +3,7 @@
 //! round trip and where: in the network's queue or in its own send buffers.
 
 use crate::client::Client;
+use crate::error::Result;
 use crate::settings::Config;
 use bloatd_model::format;
 use bloatd_model::ServiceView;
@@ -17,7 +18,7 @@ pub struct ServicesArgs {
     pub json: bool,
 }
 
-pub fn run(cfg: &Config, args: &ServicesArgs) -> anyhow::Result<ExitCode> {
+pub fn run(cfg: &Config, args: &ServicesArgs) -> Result<ExitCode> {
     let services = Client::new(&cfg.socket_path()).services()?;
     if args.json {
         println!("{}", serde_json::to_string_pretty(&services)?);

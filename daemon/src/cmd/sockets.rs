@@ -2,6 +2,7 @@
 //! kernel now, as a table or JSON.
 
 use crate::client::Client;
+use crate::error::Result;
 use crate::settings::Config;
 use bloatd_model::Socket;
 use clap::Args;
@@ -20,7 +21,7 @@ pub struct SocketsArgs {
     pub all: bool,
 }
 
-pub fn run(cfg: &Config, args: &SocketsArgs) -> anyhow::Result<ExitCode> {
+pub fn run(cfg: &Config, args: &SocketsArgs) -> Result<ExitCode> {
     let client = Client::new(&cfg.socket_path());
     if args.json && !std::io::stdout().is_terminal() {
         // Into a pipe or file, the daemon's JSON as it comes: decoding and

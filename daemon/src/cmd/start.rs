@@ -5,6 +5,7 @@
 use crate::caps;
 use crate::client::Client;
 use crate::engine::Engine;
+use crate::error::{Chain, Error, Result};
 use crate::rundir::{lock_state, take_lock, LockState, PidLock, RunDir, LOG, PID_FILE, SOCKET};
 use crate::server;
 use crate::settings::Config;
@@ -23,6 +24,8 @@ const READY_ENV: &str = "BLOATD_READY_FD";
 /// daemon panics at the first sampling tick after this file appears.
 const TEST_PANIC_ENV: &str = "BLOATD_TEST_PANIC_FILE";
 const READY_TIMEOUT: Duration = Duration::from_secs(60);
+/// Marks the daemon's readiness error that refuses the kernel (exit 2).
+const TOO_OLD: &str = "kernel too old: ";
 
 #[derive(Args)]
 pub struct StartArgs {
@@ -37,15 +40,13 @@ pub struct StartArgs {
 impl StartArgs {
     /// The flags given override the config file (a `--policy` that is not
     /// a rule is bad input).
-    pub fn apply(&self, cfg: &mut Config) -> Result<(), crate::config::ConfigError> {
-        self.settings
-            .apply(cfg)
-            .map_err(crate::config::ConfigError::Invalid)
+    pub fn apply(&self, cfg: &mut Config) -> Result<()> {
+        self.settings.apply(cfg).map_err(Error::config)
     }
 }
 
 /// `bloatd start [--foreground]`.
-pub fn run(cfg: &Config, args: &StartArgs) -> anyhow::Result<ExitCode> {
+pub fn run(cfg: &Config, args: &StartArgs) -> Result<ExitCode> {
     if args.foreground {
         super::init_logging(&cfg.log, &cfg.run_dir);
         run_foreground(cfg)
@@ -57,26 +58,25 @@ pub fn run(cfg: &Config, args: &StartArgs) -> anyhow::Result<ExitCode> {
 
 /// `bloatd start`: spawn the daemon in the background and wait until it has
 /// attached its probes and opened its listeners, or report why it failed.
-fn start_background(cfg: &Config, args: &[String]) -> anyhow::Result<ExitCode> {
+fn start_background(cfg: &Config, args: &[String]) -> Result<ExitCode> {
     crate::probes::preflight()?;
     crate::probes::kernel::check()?;
     // SAFETY: umask(2) always succeeds. Nothing bloatd creates is for others.
     unsafe { libc::umask(0o077) };
     if let (LockState::Held(pid), _) = lock_state(&cfg.run_dir)? {
-        anyhow::bail!(
-            "bloatd is already running (pid {}); `bloatd stop` first to restart it",
-            pid.map(|p| p.to_string()).unwrap_or_else(|| "?".into())
-        );
+        return Err(Error::AlreadyRunning(
+            pid.map(|p| p.to_string()).unwrap_or_else(|| "?".into()),
+        ));
     }
     let dir = RunDir::prepare(&cfg.run_dir, cfg.api_gid().map(|(_, g)| g))?;
     let log = dir
         .open_file(LOG, libc::O_WRONLY | libc::O_APPEND | libc::O_CREAT, 0o600)
-        .map_err(|e| anyhow::anyhow!("cannot open log {}: {e}", cfg.log_file().display()))?;
+        .map_err(|e| Error::context(format!("cannot open log {}", cfg.log_file().display()), e))?;
 
     let mut fds: [RawFd; 2] = [0; 2];
     // SAFETY: valid array of two fds.
     if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
-        anyhow::bail!("pipe: {}", std::io::Error::last_os_error());
+        return Err(Error::context("pipe", std::io::Error::last_os_error()));
     }
     // SAFETY: pipe2 just returned these fds; we own them.
     let (rd, wr) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
@@ -103,7 +103,13 @@ fn start_background(cfg: &Config, args: &[String]) -> anyhow::Result<ExitCode> {
 
     // The child writes one line, "ok" or "err <why>", and closes the pipe;
     // EOF without a line means it died before it could say.
-    let msg = read_with_timeout(File::from(rd), READY_TIMEOUT);
+    // The kernel tier's guests (an emulated CPU: 5.15's verifier takes
+    // minutes there) wait longer.
+    let ready_timeout = std::env::var("BLOATD_READY_TIMEOUT_S")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .map_or(READY_TIMEOUT, Duration::from_secs);
+    let msg = read_with_timeout(File::from(rd), ready_timeout);
     let msg = msg.trim();
     if let Some(rest) = msg.strip_prefix("ok") {
         let _ = rest;
@@ -123,11 +129,18 @@ fn start_background(cfg: &Config, args: &[String]) -> anyhow::Result<ExitCode> {
     }
     if msg.is_empty() && child.try_wait()?.is_none() {
         let _ = child.kill();
-        anyhow::bail!(
-            "bloatd did not get ready within {}s; see {}",
-            READY_TIMEOUT.as_secs(),
-            cfg.log_file().display()
-        );
+        return Err(Error::NotReady {
+            secs: ready_timeout.as_secs(),
+            log: cfg.log_file(),
+        });
+    }
+    if let Some(why) = msg
+        .strip_prefix("err ")
+        .and_then(|m| m.strip_prefix(TOO_OLD))
+    {
+        let _ = child.wait();
+        eprintln!("bloatd: {why}");
+        return Ok(ExitCode::from(2));
     }
     let reason = msg
         .strip_prefix("err ")
@@ -139,7 +152,7 @@ fn start_background(cfg: &Config, args: &[String]) -> anyhow::Result<ExitCode> {
             )
         });
     let _ = child.wait();
-    anyhow::bail!("{reason}")
+    Err(Error::Msg(reason))
 }
 
 /// Read until EOF or until `timeout` passes.
@@ -175,8 +188,9 @@ fn read_with_timeout(mut f: File, timeout: Duration) -> String {
 
 /// Tell whoever waits that the daemon is up (or why not): `bloatd start`
 /// through the readiness pipe, systemd (Type=notify) through $NOTIFY_SOCKET.
-fn notify_ready(result: &Result<(), String>) {
-    if let (Ok(()), Some(path)) = (result, std::env::var_os("NOTIFY_SOCKET")) {
+/// `failed`: why not (None: it is up).
+fn notify_ready(failed: Option<&str>) {
+    if let (None, Some(path)) = (failed, std::env::var_os("NOTIFY_SOCKET")) {
         sd_notify(&path, "READY=1\n");
     }
     let Ok(fd) = std::env::var(READY_ENV) else {
@@ -185,9 +199,9 @@ fn notify_ready(result: &Result<(), String>) {
     let Ok(fd) = fd.parse::<RawFd>() else { return };
     // SAFETY: our parent passed us this pipe's write end; we take it once.
     let mut f = unsafe { File::from_raw_fd(fd) };
-    let line = match result {
-        Ok(()) => "ok\n".to_string(),
-        Err(e) => format!("err {}\n", e.replace('\n', " ")),
+    let line = match failed {
+        None => "ok\n".to_string(),
+        Some(e) => format!("err {}\n", e.replace('\n', " ")),
     };
     let _ = f.write_all(line.as_bytes());
     std::env::remove_var(READY_ENV);
@@ -287,7 +301,7 @@ async fn sample_every(engine: Engine, interval: Duration, panic_file: Option<std
 }
 
 /// `bloatd start --foreground`: run until SIGTERM, SIGINT or SIGHUP.
-fn run_foreground(cfg: &Config) -> anyhow::Result<ExitCode> {
+fn run_foreground(cfg: &Config) -> Result<ExitCode> {
     // SAFETY: umask(2) always succeeds. Nothing bloatd creates is for others.
     unsafe { libc::umask(0o077) };
     // The signal handlers before anything is attached.
@@ -298,7 +312,10 @@ fn run_foreground(cfg: &Config) -> anyhow::Result<ExitCode> {
     let (dir, lock, tcp, unix, engine, recorder) = match setup(cfg) {
         Ok(s) => s,
         Err(e) => {
-            notify_ready(&Err(format!("{e:#}")));
+            // A kernel the core cannot run on (the verifier gave up on a
+            // probe) is bad input for `bloatd start` too: exit 2.
+            let mark = if e.is_bad_input() { TOO_OLD } else { "" };
+            notify_ready(Some(&format!("{mark}{}", Chain(&e))));
             return Err(e);
         }
     };
@@ -339,13 +356,13 @@ fn run_foreground(cfg: &Config) -> anyhow::Result<ExitCode> {
         );
         if let Some(s) = signals.pending().await {
             tracing::info!("{s} during start: stopping");
-            notify_ready(&Err(format!("bloatd got {s} while starting and stopped")));
+            notify_ready(Some(&format!("bloatd got {s} while starting and stopped")));
             return Ok(());
         }
-        notify_ready(&Ok(()));
+        notify_ready(None);
         tokio::select! {
-            r = metrics => r.map_err(anyhow::Error::from),
-            r = api_srv => r.map_err(anyhow::Error::from),
+            r = metrics => r.map_err(Error::from),
+            r = api_srv => r.map_err(Error::from),
             _ = ticker => Ok(()),
             s = signals.recv() => { tracing::info!("{s}: stopping"); Ok(()) }
         }
@@ -395,10 +412,10 @@ type Setup = (
     Engine,
     // The flight recorder to start (None: off), with why its directory
     // was refused, if it was.
-    Option<Option<String>>,
+    Option<Option<Error>>,
 );
 
-fn setup(cfg: &Config) -> anyhow::Result<Setup> {
+fn setup(cfg: &Config) -> Result<Setup> {
     crate::probes::preflight()?;
     let dir = RunDir::prepare(&cfg.run_dir, cfg.api_gid().map(|(_, g)| g))?;
     let lock = take_lock(&dir)?;
@@ -409,11 +426,8 @@ fn setup(cfg: &Config) -> anyhow::Result<Setup> {
     }
     // Listeners first: a taken port fails fast, before anything is attached.
     let tcp = std::net::TcpListener::bind(cfg.listen).map_err(|e| match e.kind() {
-        std::io::ErrorKind::AddrInUse => anyhow::anyhow!(
-            "port in use: {} is already taken by another program (choose another with --listen)",
-            cfg.listen
-        ),
-        _ => anyhow::anyhow!("cannot listen on {}: {e}", cfg.listen),
+        std::io::ErrorKind::AddrInUse => Error::PortInUse(cfg.listen),
+        _ => Error::context(format!("cannot listen on {}", cfg.listen), e),
     })?;
     tcp.set_nonblocking(true)?;
     let unix = dir.bind_socket(cfg.api_gid().map(|(_, g)| g))?;
@@ -423,6 +437,6 @@ fn setup(cfg: &Config) -> anyhow::Result<Setup> {
     // Everything is loaded and attached: from here on bloatd works on the
     // descriptors it holds (see caps.rs for what it keeps, and why).
     caps::drop_after_start()
-        .map_err(|e| anyhow::anyhow!("cannot drop capabilities after start: {e}"))?;
+        .map_err(|e| Error::context("cannot drop capabilities after start", e))?;
     Ok((dir, lock, tcp, unix, engine, recorder))
 }

@@ -1,7 +1,8 @@
 //! `bloatd status`: is the daemon running, and how healthy is it.
 
 use super::EXIT_NOT_RUNNING;
-use crate::client::{Client, ClientError};
+use crate::client::Client;
+use crate::error::{Error, Result};
 use crate::rundir::{lock_state, LockState};
 use crate::settings::Config;
 use bloatd_model::api::Status;
@@ -16,7 +17,7 @@ pub struct StatusArgs {
 }
 
 /// `bloatd status`: exit 0 when running, 3 when not.
-pub fn run(cfg: &Config, args: &StatusArgs) -> anyhow::Result<ExitCode> {
+pub fn run(cfg: &Config, args: &StatusArgs) -> Result<ExitCode> {
     let json = args.json;
     let (state, _) = lock_state(&cfg.run_dir)?;
     let pid = match state {
@@ -40,18 +41,18 @@ pub fn run(cfg: &Config, args: &StatusArgs) -> anyhow::Result<ExitCode> {
     };
     let s = match Client::new(&cfg.socket_path()).status() {
         Ok(s) => s,
-        Err(ClientError::NotRunning(_)) if pid.is_none() => {
+        Err(Error::NotRunning(_)) if pid.is_none() => {
             println!("bloatd is not running");
             return Ok(ExitCode::from(EXIT_NOT_RUNNING));
         }
-        Err(ClientError::NotRunning(_)) => {
+        Err(Error::NotRunning(_)) => {
             println!(
                 "bloatd (pid {}) is starting or stuck: its API socket is not up",
                 pid.unwrap_or(0)
             );
             return Ok(ExitCode::from(1));
         }
-        Err(e) => return Err(e.into()),
+        Err(e) => return Err(e),
     };
     if json {
         println!("{}", serde_json::to_string_pretty(&s)?);

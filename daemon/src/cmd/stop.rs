@@ -5,6 +5,7 @@
 //! the pid file's lock meanwhile.
 
 use super::EXIT_NOT_RUNNING;
+use crate::error::{Error, Result};
 use crate::rundir::{errno, lock_state, LockState, RunDir, PID_FILE};
 use crate::settings::Config;
 use std::os::unix::fs::MetadataExt;
@@ -18,39 +19,31 @@ const PID_MAX_LIMIT: u32 = 4_194_304;
 /// is a bloatd (/proc/PID/exe) holding the pid file's lock (/proc/locks).
 /// 0 would signal our own process group and values beyond pid_max become
 /// kill(-1): both refused, as is any process that is not the daemon.
-fn daemon_pid(dir: &RunDir, cfg: &Config, pid: Option<u32>) -> anyhow::Result<i32> {
+fn daemon_pid(dir: &RunDir, cfg: &Config, pid: Option<u32>) -> Result<i32> {
     let file = cfg.pid_file();
-    let pid = pid
-        .ok_or_else(|| anyhow::anyhow!("pid file {} is locked but holds no pid", file.display()))?;
+    let pid = pid.ok_or_else(|| Error::NoPid(file.clone()))?;
     if pid == 0 || pid > PID_MAX_LIMIT {
-        anyhow::bail!(
-            "pid file {} names pid {pid}, which no process can have: refusing to signal it",
-            file.display()
-        );
+        return Err(Error::BadPid { file, pid });
     }
-    let exe = std::fs::read_link(format!("/proc/{pid}/exe")).map_err(|e| {
-        anyhow::anyhow!(
-            "pid {pid} named by {}: {e}: refusing to signal it",
-            file.display()
-        )
+    let exe = std::fs::read_link(format!("/proc/{pid}/exe")).map_err(|err| Error::PidExe {
+        pid,
+        file: file.clone(),
+        err,
     })?;
     let name = exe
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_default();
     if name.trim_end_matches(" (deleted)") != "bloatd" {
-        anyhow::bail!(
-            "pid {pid} named by {} is {}, not bloatd: refusing to signal it",
-            file.display(),
-            crate::text::printable(&exe.display().to_string())
-        );
+        return Err(Error::NotBloatd {
+            pid,
+            file,
+            exe: crate::text::printable(&exe.display().to_string()),
+        });
     }
     let m = dir.open_file(PID_FILE, libc::O_RDONLY, 0)?.metadata()?;
     if !holds_flock(pid, m.dev(), m.ino()) {
-        anyhow::bail!(
-            "pid {pid} does not hold the lock on {}: refusing to signal it",
-            file.display()
-        );
+        return Err(Error::NotHolder { pid, file });
     }
     Ok(pid as i32)
 }
@@ -73,7 +66,7 @@ fn holds_flock(pid: u32, dev: u64, ino: u64) -> bool {
 }
 
 /// `bloatd stop`.
-pub fn run(cfg: &Config) -> anyhow::Result<ExitCode> {
+pub fn run(cfg: &Config) -> Result<ExitCode> {
     let pid = match lock_state(&cfg.run_dir)? {
         (LockState::Free, dir) => {
             // Held while giving back: a start beside this stop would
@@ -82,10 +75,7 @@ pub fn run(cfg: &Config) -> anyhow::Result<ExitCode> {
             let held = match &dir {
                 Some(d) => match crate::rundir::hold_free(d)? {
                     Some(l) => Some(l),
-                    None => anyhow::bail!(
-                        "bloatd is starting (the pid file {} is locked): try again",
-                        cfg.pid_file().display()
-                    ),
+                    None => return Err(Error::Starting(cfg.pid_file())),
                 },
                 None => None,
             };
@@ -97,18 +87,16 @@ pub fn run(cfg: &Config) -> anyhow::Result<ExitCode> {
             drop(held);
             return Ok(ExitCode::from(EXIT_NOT_RUNNING));
         }
-        (LockState::NoAccess, _) => {
-            anyhow::bail!(
-                "permission denied on {}: `bloatd stop` needs root (run it with sudo)",
-                cfg.run_dir.display()
-            )
-        }
+        (LockState::NoAccess, _) => return Err(Error::StopNeedsRoot(cfg.run_dir.clone())),
         (LockState::Held(pid), Some(dir)) => daemon_pid(&dir, cfg, pid)?,
         (LockState::Held(_), None) => unreachable!("a held lock is read through the run directory"),
     };
     // SAFETY: plain kill(2) of a pid checked above to be the daemon.
     if unsafe { libc::kill(pid, libc::SIGTERM) } != 0 {
-        anyhow::bail!("cannot signal bloatd (pid {pid}): {}", errno());
+        return Err(Error::context(
+            format!("cannot signal bloatd (pid {pid})"),
+            errno(),
+        ));
     }
     let deadline = Instant::now() + Duration::from_secs(15);
     while Instant::now() < deadline {
@@ -120,10 +108,7 @@ pub fn run(cfg: &Config) -> anyhow::Result<ExitCode> {
         }
         std::thread::sleep(Duration::from_millis(50));
     }
-    anyhow::bail!(
-        "bloatd (pid {pid}) did not stop within 15 s. `kill -9 {pid}` ends it: {}; then `bloatd stop` or the next `bloatd start` gives them back",
-        CRASH_LEAVES
-    )
+    Err(Error::DidNotStop { pid })
 }
 
 /// What a daemon that dies without stopping (kill -9, the OOM killer,

@@ -5,8 +5,9 @@
 //! privilege, an engine running the probes inside this process (embedded
 //! mode), so one command is enough on a laptop.
 
-use crate::client::{Client, ClientError};
+use crate::client::Client;
 use crate::engine::Engine;
+use crate::error::{Chain, Error, Result};
 use crate::settings::Config;
 use bloatd_model::{Snapshot, SnapshotRequest};
 use bloatd_tui::Source;
@@ -41,18 +42,18 @@ enum Backend {
 impl Source for Backend {
     /// API errors become the message the dashboard shows while it keeps
     /// retrying, so a restarted daemon is picked up again.
-    fn snapshot(&mut self, req: &SnapshotRequest) -> Result<Snapshot, String> {
+    fn snapshot(&mut self, req: &SnapshotRequest) -> bloatd_tui::Result<Snapshot> {
         match self {
             Backend::Api(client) => client.snapshot(req, false).map_err(|e| match e {
-                ClientError::NotRunning(p) => format!(
+                Error::NotRunning(p) => bloatd_tui::Error::Source(format!(
                     "bloatd daemon not reachable at {}: retrying… (sudo bloatd start)",
                     p.display()
-                ),
-                e => e.to_string(),
+                )),
+                e => shown(&e),
             }),
             Backend::Embedded(engine) => {
                 engine.tick();
-                engine.snapshot(req, false, me())
+                engine.snapshot(req, false, me()).map_err(|e| shown(&e))
             }
         }
     }
@@ -61,13 +62,10 @@ impl Source for Backend {
     fn history(
         &mut self,
         since_ms: u64,
-    ) -> Result<
-        (
-            Vec<bloatd_model::journal::MinuteRow>,
-            Vec<bloatd_model::journal::Episode>,
-        ),
-        String,
-    > {
+    ) -> bloatd_tui::Result<(
+        Vec<bloatd_model::journal::MinuteRow>,
+        Vec<bloatd_model::journal::Episode>,
+    )> {
         use bloatd_model::journal::{HistoryQuery, IncidentsQuery};
         match self {
             Backend::Api(client) => {
@@ -84,51 +82,49 @@ impl Source for Backend {
                     .and_then(|m| episodes.map(|e| (m, e)))
                     .map_err(api_message)
             }
-            Backend::Embedded(_) => Err(bloatd_tui::NO_RECORDER.into()),
+            Backend::Embedded(_) => Err(bloatd_tui::Error::NoRecorder),
         }
     }
 
-    fn incident(&mut self, id: u64) -> Result<bloatd_model::journal::EpisodeDetail, String> {
+    fn incident(&mut self, id: u64) -> bloatd_tui::Result<bloatd_model::journal::EpisodeDetail> {
         match self {
             Backend::Api(client) => client.incident(id).map_err(api_message),
-            Backend::Embedded(_) => Err(bloatd_tui::NO_RECORDER.into()),
+            Backend::Embedded(_) => Err(bloatd_tui::Error::NoRecorder),
         }
     }
 
     /// The D key: DRWA on or off through the daemon.
-    fn set_drwa(&mut self, on: bool) -> Result<(), String> {
+    fn set_drwa(&mut self, on: bool) -> bloatd_tui::Result<()> {
         match self {
-            Backend::Api(client) => client.set_drwa(on).map(|_| ()).map_err(|e| match e {
-                ClientError::Status { body, .. } => body,
-                e => e.to_string(),
-            }),
-            Backend::Embedded(engine) => engine
-                .control
-                .set_drwa(on, me().uid)
-                .map_err(|e| crate::error::Chain(&e).to_string()),
+            Backend::Api(client) => client.set_drwa(on).map(|_| ()).map_err(api_message),
+            Backend::Embedded(engine) => {
+                engine.control.set_drwa(on, me().uid).map_err(|e| shown(&e))
+            }
         }
     }
 }
 
+/// An error as the dashboard shows it: its whole chain.
+fn shown(e: &Error) -> bloatd_tui::Error {
+    bloatd_tui::Error::Source(Chain(e).to_string())
+}
+
 /// An API error as the dashboard shows it: the daemon's own words.
-fn api_message(e: ClientError) -> String {
+fn api_message(e: Error) -> bloatd_tui::Error {
     match e {
-        ClientError::Status { body, .. } => body,
-        e => e.to_string(),
+        Error::Status { body, .. } => bloatd_tui::Error::Source(body),
+        e => shown(&e),
     }
 }
 
 impl Backend {
-    fn open(cfg: &Config) -> anyhow::Result<Backend> {
+    fn open(cfg: &Config) -> Result<Backend> {
         let client = Client::new(&cfg.socket_path());
         match client.status() {
             Ok(_) => Ok(Backend::Api(client)),
-            Err(ClientError::NotRunning(_)) => {
+            Err(Error::NotRunning(_)) => {
                 if crate::probes::preflight().is_err() {
-                    anyhow::bail!(
-                        "bloatd is not running, and running the probes here (embedded mode) needs root: \
-                         `sudo bloatd start` then `bloatd top`, or `sudo bloatd top`"
-                    );
+                    return Err(Error::EmbeddedNeedsRoot);
                 }
                 // Embedded mode watches; it does not register congestion
                 // controls, nor act on connections (policy, DRWA).
@@ -143,18 +139,16 @@ impl Backend {
                 engine.tick();
                 Ok(Backend::Embedded(engine))
             }
-            Err(e) => Err(e.into()),
+            Err(e) => Err(e),
         }
     }
 
     /// Every socket's numbers read from the kernel now: what `--once`
     /// prints, so it agrees with `bloatd sockets` taken beside it.
-    fn fresh(&mut self) -> anyhow::Result<Snapshot> {
+    fn fresh(&mut self) -> Result<Snapshot> {
         match self {
             Backend::Api(client) => Ok(client.snapshot(&SnapshotRequest::default(), true)?),
-            Backend::Embedded(engine) => engine
-                .snapshot(&SnapshotRequest::default(), true, me())
-                .map_err(anyhow::Error::msg),
+            Backend::Embedded(engine) => engine.snapshot(&SnapshotRequest::default(), true, me()),
         }
     }
 }
@@ -175,7 +169,7 @@ pub(crate) fn terminal_size() -> Option<(u16, u16)> {
     (ok && ws.ws_col > 0).then_some((ws.ws_col, ws.ws_row))
 }
 
-pub fn run(cfg: &Config, opts: &TopArgs) -> anyhow::Result<ExitCode> {
+pub fn run(cfg: &Config, opts: &TopArgs) -> Result<ExitCode> {
     super::init_logging("warn", &cfg.run_dir);
     let mut backend = Backend::open(cfg)?;
     if !opts.once {

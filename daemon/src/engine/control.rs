@@ -3,26 +3,8 @@
 //! the views and /metrics show it. Each switch is a map write or a sysctl;
 //! nothing here reads every socket (the policy's list takes the views').
 
-/// Why a switch asked for live (DRWA, a rule) was not made.
-#[derive(Debug, thiserror::Error)]
-pub enum ControlError {
-    #[error("DRWA is disabled in this bloatd: start it with --drwa=off (armed, switched on live) or --drwa, or drwa = \"off\" in the config")]
-    DrwaDisabled,
-    #[error("no policy rule named '{name}' (rules: {rules})")]
-    NoRule { name: String, rules: String },
-    /// The kernel's map refused the write (boxed: aya's errors are large).
-    #[error(transparent)]
-    Kernel(Box<ProbeError>),
-}
-
-impl From<ProbeError> for ControlError {
-    fn from(e: ProbeError) -> ControlError {
-        ControlError::Kernel(Box::new(e))
-    }
-}
-
 use super::loaded::Loaded;
-use crate::probes::ProbeError;
+use crate::error::{Error, Result};
 use bloatd_model::api::{DrwaInfo, PolicyCounts, PolicyInfo, RuleInfo};
 use bloatd_model::policy::{DrwaMode, Rule};
 use bloatd_model::{PolicyState, Socket, SocketPolicy};
@@ -40,7 +22,11 @@ impl Control {
     pub fn new(loaded: Arc<Loaded>, names: Vec<String>) -> Control {
         Control {
             rules: loaded.cfg.policy.clone(),
-            drwa: Mutex::new(loaded.cfg.drwa),
+            // A kernel that declines DRWA (probes/kernel.rs) armed none.
+            drwa: Mutex::new(match loaded.probes.kernel().drwa_declined() {
+                Some(_) => DrwaMode::Disabled,
+                None => loaded.cfg.drwa,
+            }),
             names,
             loaded,
         }
@@ -60,7 +46,7 @@ impl Control {
 
     /// The host's default congestion control set to `name`, as user `uid`
     /// asked; the previous one.
-    pub fn set_default_cc(&self, name: &str, uid: u32) -> anyhow::Result<String> {
+    pub fn set_default_cc(&self, name: &str, uid: u32) -> Result<String> {
         let previous = self.loaded.cc_mut().set_default(name)?;
         tracing::info!("default congestion control {previous} -> {name} (asked by uid {uid})");
         Ok(previous)
@@ -73,10 +59,13 @@ impl Control {
 
     /// DRWA on or off, live, as user `uid` asked. Err: DRWA was not armed
     /// at start.
-    pub fn set_drwa(&self, on: bool, uid: u32) -> Result<(), ControlError> {
+    pub fn set_drwa(&self, on: bool, uid: u32) -> Result<()> {
+        if let Some(why) = self.loaded.probes.kernel().drwa_declined() {
+            return Err(Error::DrwaDeclined(why));
+        }
         let mut drwa = self.drwa.lock().unwrap_or_else(PoisonError::into_inner);
         if *drwa == DrwaMode::Disabled {
-            return Err(ControlError::DrwaDisabled);
+            return Err(Error::DrwaDisabled);
         }
         self.policy_maps().set_drwa(on)?;
         *drwa = if on { DrwaMode::On } else { DrwaMode::Off };
@@ -86,17 +75,12 @@ impl Control {
 
     /// A rule on or off, live, as user `uid` asked. Err: no rule of that
     /// name.
-    pub fn set_rule_enabled(
-        &self,
-        name: &str,
-        enabled: bool,
-        uid: u32,
-    ) -> Result<(), ControlError> {
+    pub fn set_rule_enabled(&self, name: &str, enabled: bool, uid: u32) -> Result<()> {
         let i = self
             .names
             .iter()
             .position(|n| n == name)
-            .ok_or_else(|| ControlError::NoRule {
+            .ok_or_else(|| Error::NoRule {
                 name: crate::text::printable(name),
                 rules: if self.names.is_empty() {
                     "none".into()
@@ -211,17 +195,17 @@ mod tests {
     /// the kernel's refusal with its whole chain, nothing added.
     #[test]
     fn refusals_read_as_before() {
-        let e = ControlError::NoRule {
+        let e = Error::NoRule {
             name: "nope".into(),
             rules: "none".into(),
         };
         assert_eq!(e.to_string(), "no policy rule named 'nope' (rules: none)");
-        assert!(ControlError::DrwaDisabled
+        assert!(Error::DrwaDisabled
             .to_string()
             .starts_with("DRWA is disabled in this bloatd: start it with --drwa=off"));
         let io = std::io::Error::from_raw_os_error(libc::ENOENT);
         let want = format!("reading BPF map policy_ctl: {io}");
-        let e = ControlError::from(ProbeError::map("policy_ctl")(io));
+        let e = Error::map("policy_ctl")(io);
         assert_eq!(Chain(&e).to_string(), want);
     }
 }

@@ -25,6 +25,8 @@ pub struct Loaded {
     /// The flight recorder, once the daemon started it (after the probes:
     /// it runs without capabilities).
     pub recorder: std::sync::OnceLock<crate::recorder::Seam>,
+    /// What kind of queue each path waits in (classify.rs).
+    pub classifier: std::sync::Arc<super::classify::Classifier>,
 }
 
 impl Loaded {
@@ -43,6 +45,7 @@ impl Loaded {
             started_unix_ms: Clock::now().unix_ms,
             serves_metrics,
             recorder: std::sync::OnceLock::new(),
+            classifier: std::sync::Arc::new(super::classify::Classifier::new(cfg.aqm_queue_ms)),
         }
     }
 
@@ -120,7 +123,7 @@ impl Loaded {
     }
 
     /// bloatd's algorithms, those it registered, and the kernel's.
-    pub fn cc_info(&self) -> anyhow::Result<CcInfo> {
+    pub fn cc_info(&self) -> crate::error::Result<CcInfo> {
         Ok(CcInfo {
             bloatd: bloatd_cc::Algo::ALL
                 .iter()
@@ -133,7 +136,7 @@ impl Loaded {
     }
 
     /// Every floor the kernel keeps, as the probes would read it now.
-    pub fn floors(&self) -> anyhow::Result<Floors> {
+    pub fn floors(&self) -> crate::error::Result<Floors> {
         let now_s = (Clock::now().mono_ns / 1_000_000_000) as u32;
         let window_s = self.cfg.floor_window_s;
         let raw = self.probes.floors()?;

@@ -10,8 +10,10 @@
 //!   per read outside the reader's lock;
 //! - [`control`]: the policy, DRWA and the default congestion control;
 //! - [`scrape`]: /metrics, which waits on no read and no view;
+//! - [`classify`]: what kind of queue each path waits in, from the reads;
 //! - [`worker`]: the thread reads and views are made on, off the runtime's.
 
+pub mod classify;
 pub mod control;
 pub mod loaded;
 pub mod reader;
@@ -22,6 +24,7 @@ pub mod worker;
 use crate::authority::Viewer;
 use crate::cc::CcSet;
 use crate::clock::Clock;
+use crate::error::Result;
 use crate::probes::Probes;
 use crate::settings::Config;
 use crate::tracker::{Rows, Tracker};
@@ -66,9 +69,8 @@ fn drwa_saved_pin(cfg: &Config) -> Option<std::path::PathBuf> {
 
 impl Engine {
     /// Load the probes, read what exists, register the congestion controls.
-    pub fn start(cfg: &Config, mode: &'static str, with_metrics: bool) -> anyhow::Result<Engine> {
-        let policy =
-            crate::policy::resolve(&cfg.policy, &cfg.cc).map_err(|e| anyhow::anyhow!(e))?;
+    pub fn start(cfg: &Config, mode: &'static str, with_metrics: bool) -> Result<Engine> {
+        let policy = crate::policy::resolve(&cfg.policy, &cfg.cc)?;
         let saved_pin = (mode == "daemon").then(|| drwa_saved_pin(cfg)).flatten();
         let (probes, sockets) = Probes::load(
             cfg,
@@ -104,6 +106,9 @@ impl Engine {
             self.scrape.fold_services();
         }
         self.feed_recorder();
+        self.loaded
+            .classifier
+            .take(&self.reader.views_if(|_, _| false));
     }
 
     /// From now on the reads (at most one a second) go to the flight
@@ -145,6 +150,10 @@ impl Engine {
                 t_ms: views.taken_ms,
                 sockets: views.sockets(),
                 policy,
+                class_of: Some({
+                    let c = self.loaded.classifier.clone();
+                    Arc::new(move |netns, peer, interface: &str| c.class_of(netns, peer, interface))
+                }),
             },
         );
     }
@@ -168,12 +177,7 @@ impl Engine {
     /// host's summary (`bloatd_model::select::select_rows`), plus the
     /// samples of one socket newer than `since_ms`. A dashboard asking
     /// counts as someone looking. Err: a bad sort key or filter.
-    pub fn snapshot(
-        &self,
-        req: &SnapshotRequest,
-        fresh: bool,
-        viewer: Viewer,
-    ) -> Result<Snapshot, String> {
+    pub fn snapshot(&self, req: &SnapshotRequest, fresh: bool, viewer: Viewer) -> Result<Snapshot> {
         let (mut snap, rows) = self.snapshot_parts(req, fresh, viewer)?;
         if let Some(rows) = rows {
             snap.sockets = rows.iter().collect();
@@ -188,7 +192,7 @@ impl Engine {
         req: &SnapshotRequest,
         fresh: bool,
         viewer: Viewer,
-    ) -> Result<(Snapshot, Option<Rows>), String> {
+    ) -> Result<(Snapshot, Option<Rows>)> {
         let (views, series) = self.reader.look(viewer, fresh, req.series, req.since_ms);
         let cfg = &self.loaded.cfg;
         let threshold_us = cfg.bloat_threshold_us();

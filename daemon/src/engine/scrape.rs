@@ -110,6 +110,7 @@ impl Scraper {
                 .map(|c| (c, self.control.drwa())),
             services,
             episodes: self.loaded.recorder.get().map(|r| r.counts()),
+            bottlenecks: self.loaded.classifier.counts(),
         }
     }
 }

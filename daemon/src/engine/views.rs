@@ -17,6 +17,8 @@ pub struct Views {
     /// When it was read (Unix ms, as it ended).
     pub taken_ms: u64,
     reading: Reading,
+    /// Classes for the paths by peer.
+    classifier: Arc<super::classify::Classifier>,
     /// The prefix lengths paths are grouped by with `prefix`.
     prefixes: (u8, u8),
     rows: OnceLock<Arc<Vec<Socket>>>,
@@ -29,11 +31,17 @@ pub struct Views {
 }
 
 impl Views {
-    pub fn new(read: u64, reading: Reading, prefixes: (u8, u8)) -> Views {
+    pub fn new(
+        read: u64,
+        reading: Reading,
+        prefixes: (u8, u8),
+        classifier: Arc<super::classify::Classifier>,
+    ) -> Views {
         Views {
             read,
             taken_ms: Clock::now().unix_ms,
             reading,
+            classifier,
             prefixes,
             rows: OnceLock::new(),
             paths: [OnceLock::new(), OnceLock::new()],
@@ -74,11 +82,16 @@ impl Views {
     }
 
     /// Sockets grouped by path, worst queue first (`prefix`: by the
-    /// configured prefixes instead of by peer).
+    /// configured prefixes instead of by peer), by peer with the kind of
+    /// queue each waits in.
     pub fn paths(&self, prefix: bool) -> Arc<Vec<NetPath>> {
         let by = prefix.then_some(self.prefixes);
         self.once(&self.paths[prefix as usize], || {
-            crate::paths::paths_of(&self.sockets(), by)
+            let mut paths = crate::paths::paths_of(&self.sockets(), by);
+            if !prefix {
+                self.classifier.annotate(&mut paths);
+            }
+            paths
         })
     }
 

@@ -4,6 +4,7 @@
 //! the view shows it, and the kernel's counters.
 
 use super::rules::{cgroup_rel, rule_name};
+use crate::error::{Error, Result};
 use crate::probes::abi::{policy_action, policy_count, policy_flag, policy_match};
 use crate::probes::abi::{BloatdPolicyCounts, BloatdPolicyRule, BloatdSock};
 use bloatd_model::api::PolicyCounts;
@@ -21,7 +22,7 @@ pub struct Resolved {
 
 /// A cgroup path (absolute, or relative to the cgroup v2 root) as the
 /// kernel knows it: (kernfs id = inode, depth below the root).
-pub fn resolve_cgroup(path: &str, root: &Path) -> Result<(u64, u32), String> {
+pub fn resolve_cgroup(path: &str, root: &Path) -> Result<(u64, u32)> {
     use std::os::unix::fs::MetadataExt;
     let full: PathBuf = if Path::new(path).is_absolute() && Path::new(path).starts_with(root) {
         PathBuf::from(path)
@@ -29,24 +30,25 @@ pub fn resolve_cgroup(path: &str, root: &Path) -> Result<(u64, u32), String> {
         root.join(cgroup_rel(path, root))
     };
     let canon = full.canonicalize().map_err(|_| {
-        format!(
+        Error::invalid(format!(
             "no cgroup '{path}' (looked for {}): create it, or name one under {}",
             full.display(),
             root.display()
-        )
+        ))
     })?;
     if !canon.starts_with(root) {
-        return Err(format!(
+        return Err(Error::invalid(format!(
             "cgroup '{path}' is not under the cgroup v2 root {}",
             root.display()
-        ));
+        )));
     }
-    let meta = std::fs::metadata(&canon).map_err(|e| format!("cgroup '{path}': {e}"))?;
+    let meta =
+        std::fs::metadata(&canon).map_err(|e| Error::context(format!("cgroup '{path}'"), e))?;
     if !meta.is_dir() || !canon.join("cgroup.procs").exists() {
-        return Err(format!(
+        return Err(Error::invalid(format!(
             "'{path}' ({}) is not a cgroup v2 directory",
             canon.display()
-        ));
+        )));
     }
     let level = canon
         .strip_prefix(root)
@@ -58,7 +60,7 @@ pub fn resolve_cgroup(path: &str, root: &Path) -> Result<(u64, u32), String> {
 /// The checks against this system, for `start` (and `top`'s embedded
 /// mode): every algorithm a rule names exists (bloatd's own only when this
 /// bloatd registers it), every cgroup exists.
-pub fn resolve(rules: &[Rule], registered: &[String]) -> Result<Resolved, String> {
+pub fn resolve(rules: &[Rule], registered: &[String]) -> Result<Resolved> {
     let mut out = Resolved::default();
     if rules.is_empty() {
         return Ok(out);
@@ -74,16 +76,16 @@ pub fn resolve(rules: &[Rule], registered: &[String]) -> Result<Resolved, String
         if let Some(cc) = &r.cc {
             let ours = bloatd_cc::Algo::from_name(cc).is_some();
             if ours && !registered.iter().any(|x| x == cc) && !available.iter().any(|x| x == cc) {
-                return Err(format!(
+                return Err(Error::invalid(format!(
                     "policy rule '{name}': {cc} is registered by bloatd only when it is in `cc` (now: {}): add it, or drop --no-cc",
                     if registered.is_empty() { "none".into() } else { registered.join(", ") }
-                ));
+                )));
             }
             if !ours && !available.iter().any(|x| x == cc) {
-                return Err(format!(
+                return Err(Error::invalid(format!(
                     "policy rule '{name}': unknown congestion control '{cc}' (this kernel has: {}; bloatd adds bloatd_westwood and bloatd_cubic)",
                     available.join(" ")
-                ));
+                )));
             }
             k.actions |= policy_action::CC as u8;
             k.cc[..cc.len()].copy_from_slice(cc.as_bytes());
@@ -105,12 +107,12 @@ pub fn resolve(rules: &[Rule], registered: &[String]) -> Result<Resolved, String
         }
         if let Some(c) = &r.cgroup {
             let root = root.as_deref().ok_or_else(|| {
-                format!(
+                Error::invalid(format!(
                     "policy rule '{name}' selects a cgroup, but no cgroup v2 hierarchy is mounted"
-                )
+                ))
             })?;
-            let (id, level) =
-                resolve_cgroup(c, root).map_err(|e| format!("policy rule '{name}': {e}"))?;
+            let (id, level) = resolve_cgroup(c, root)
+                .map_err(|e| Error::context(format!("policy rule '{name}'"), e))?;
             k.selectors |= policy_match::CGROUP as u8;
             (k.cgroup_id, k.cgroup_level) = (id, level);
         }
@@ -818,7 +820,7 @@ mod tests {
     #[test]
     fn resolving_names_unknown_algorithms_and_cgroups() {
         let r = vec![rule("cc = \"vegas_nope\"")];
-        let e = resolve(&r, &[]).unwrap_err();
+        let e = resolve(&r, &[]).unwrap_err().to_string();
         assert!(e.contains("unknown congestion control 'vegas_nope'"), "{e}");
         let r = vec![rule("cc = \"bloatd_westwood\"")];
         if !bloatd_cc::kernel_available()
@@ -828,13 +830,17 @@ mod tests {
         {
             assert!(resolve(&r, &[])
                 .unwrap_err()
+                .to_string()
                 .contains("only when it is in `cc`"));
         }
         assert!(resolve(&r, &["bloatd_westwood".into()]).is_ok());
         let r = vec![rule("cgroup = \"no/such/cgroup/here\"\ncc = \"reno\"")];
         if crate::probes::cgroup2_root().is_some() {
-            let e = resolve(&r, &[]).unwrap_err();
-            assert!(e.contains("no cgroup 'no/such/cgroup/here'"), "{e}");
+            let e = crate::error::Chain(&resolve(&r, &[]).unwrap_err()).to_string();
+            assert!(
+                e.starts_with("policy rule 'rule1': no cgroup 'no/such/cgroup/here'"),
+                "{e}"
+            );
         }
     }
 }

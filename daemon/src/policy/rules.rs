@@ -4,6 +4,7 @@
 //! system: every rule well formed, names unique, no rule hidden by an
 //! earlier one. The rule's wire form is bloatd_model::policy::Rule.
 
+use crate::error::{Error, Result};
 use crate::text::edit_distance;
 use bloatd_model::format;
 use bloatd_model::policy::{PortRange, Rule};
@@ -56,21 +57,25 @@ pub fn rule_name(rule: &Rule, index: usize) -> String {
 }
 
 /// `--policy KEY=VALUE,...`: the keys of a `[[policy]]` table.
-pub fn parse_flag(spec: &str) -> Result<Rule, String> {
+pub fn parse_flag(spec: &str) -> Result<Rule> {
     let mut table = toml::Table::new();
     for part in spec.split(',').map(str::trim).filter(|p| !p.is_empty()) {
         let (k, v) = part.split_once('=').ok_or_else(|| {
-            format!(
+            Error::invalid(format!(
                 "--policy {spec:?}: `{part}` is not KEY=VALUE (keys: {})",
                 rule_keys()
-            )
+            ))
         })?;
         let (k, v) = (k.trim(), v.trim());
         let value = match k {
             "drwa" | "enabled" => match v {
                 "true" | "yes" | "on" => toml::Value::Boolean(true),
                 "false" | "no" | "off" => toml::Value::Boolean(false),
-                _ => return Err(format!("--policy: `{k}` must be true or false")),
+                _ => {
+                    return Err(Error::invalid(format!(
+                        "--policy: `{k}` must be true or false"
+                    )))
+                }
             },
             "bulk_bytes" | "bulk" | "dport" | "sport" | "notsent_lowat" => match v.parse::<i64>() {
                 Ok(i) => toml::Value::Integer(i),
@@ -80,10 +85,12 @@ pub fn parse_flag(spec: &str) -> Result<Rule, String> {
         };
         let key = if k == "bulk" { "bulk_bytes" } else { k };
         if table.insert(key.to_string(), value).is_some() {
-            return Err(format!("--policy {spec:?}: `{key}` given twice"));
+            return Err(Error::invalid(format!(
+                "--policy {spec:?}: `{key}` given twice"
+            )));
         }
     }
-    rule_from_table(&table).map_err(|e| format!("--policy {spec:?}: {e}"))
+    rule_from_table(&table).map_err(|e| Error::invalid(format!("--policy {spec:?}: {e}")))
 }
 
 fn rule_keys() -> String {
@@ -96,13 +103,15 @@ fn rule_keys() -> String {
 
 /// A rule from a TOML table, with errors that name the key and what it
 /// expects (and never quote a value: see config.rs).
-pub fn rule_from_table(table: &toml::Table) -> Result<Rule, String> {
+pub fn rule_from_table(table: &toml::Table) -> Result<Rule> {
     for key in table.keys() {
         if !RULE_KEYS.iter().any(|(k, _)| k == key) {
             let near = RULE_KEYS.iter().find(|(k, _)| edit_distance(k, key) <= 2);
             return Err(match near {
-                Some((k, _)) => format!("unknown key `{key}` (did you mean `{k}`?)"),
-                None => format!("unknown key (a rule's keys: {})", rule_keys()),
+                Some((k, _)) => {
+                    Error::invalid(format!("unknown key `{key}` (did you mean `{k}`?)"))
+                }
+                None => Error::invalid(format!("unknown key (a rule's keys: {})", rule_keys())),
             });
         }
     }
@@ -115,24 +124,28 @@ pub fn rule_from_table(table: &toml::Table) -> Result<Rule, String> {
                     .find(|(k, _)| k == key)
                     .map(|(_, e)| *e)
                     .unwrap_or("?");
-                return format!("`{key}` must be {expects}");
+                return Error::invalid(format!("`{key}` must be {expects}"));
             }
         }
-        "invalid rule".to_string()
+        Error::invalid("invalid rule")
     })
 }
 
 /// The `policy` key of a config file: each table checked with messages
 /// that name the rule and the key.
-pub fn check_config_value(value: &toml::Value) -> Result<(), String> {
+pub fn check_config_value(value: &toml::Value) -> Result<()> {
     let toml::Value::Array(rules) = value else {
-        return Err("`policy` must be a list of [[policy]] tables".into());
+        return Err(Error::invalid(
+            "`policy` must be a list of [[policy]] tables",
+        ));
     };
     for (i, r) in rules.iter().enumerate() {
         let toml::Value::Table(t) = r else {
-            return Err("`policy` must be a list of [[policy]] tables".into());
+            return Err(Error::invalid(
+                "`policy` must be a list of [[policy]] tables",
+            ));
         };
-        rule_from_table(t).map_err(|e| format!("policy rule {}: {e}", i + 1))?;
+        rule_from_table(t).map_err(|e| Error::invalid(format!("policy rule {}: {e}", i + 1)))?;
     }
     Ok(())
 }
@@ -212,7 +225,7 @@ pub fn describe_actions(r: &Rule) -> String {
 /// config's.
 impl crate::settings::SettingValue for Vec<Rule> {
     const JSON: &'static str = "array";
-    fn set_flag(&mut self, s: &str) -> Result<(), String> {
+    fn set_flag(&mut self, s: &str) -> Result<()> {
         self.push(parse_flag(s)?);
         Ok(())
     }
@@ -223,12 +236,12 @@ impl crate::settings::SettingValue for Vec<Rule> {
 
 /// The checks that need nothing from the system: every rule well formed,
 /// names unique, no rule shadowed by an earlier one.
-pub fn validate(rules: &[Rule]) -> Result<(), String> {
+pub fn validate(rules: &[Rule]) -> Result<()> {
     if rules.len() > MAX_RULES {
-        return Err(format!(
+        return Err(Error::invalid(format!(
             "policy: {} rules, at most {MAX_RULES}",
             rules.len()
-        ));
+        )));
     }
     let root = Path::new("/sys/fs/cgroup");
     let mut names: Vec<String> = Vec::new();
@@ -240,16 +253,16 @@ pub fn validate(rules: &[Rule]) -> Result<(), String> {
                 .chars()
                 .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c));
         if bad_name {
-            return Err(format!(
+            return Err(Error::invalid(format!(
                 "policy rule {}: `name` must be {}",
                 i + 1,
                 RULE_KEYS[0].1
-            ));
+            )));
         }
         if names.contains(&name) {
-            return Err(format!(
+            return Err(Error::invalid(format!(
                 "policy: two rules are named '{name}': names must be unique"
-            ));
+            )));
         }
         names.push(name.clone());
         check_rule(r, &name)?;
@@ -259,22 +272,22 @@ pub fn validate(rules: &[Rule]) -> Result<(), String> {
 }
 
 /// One rule's own checks: it does something, and its values are well formed.
-fn check_rule(r: &Rule, name: &str) -> Result<(), String> {
+fn check_rule(r: &Rule, name: &str) -> Result<()> {
     if r.cc.is_none() && !r.drwa && r.notsent_lowat.is_none() {
-        return Err(format!(
+        return Err(Error::invalid(format!(
             "policy rule '{name}' does nothing: give it a congestion control (cc = \"bloatd_westwood\"), drwa = true or notsent_lowat = \"128Ki\""
-        ));
+        )));
     }
     if let Some(b) = r.notsent_lowat {
         if r.bulk_bytes.is_some() {
-            return Err(format!(
+            return Err(Error::invalid(format!(
                 "policy rule '{name}': notsent_lowat is set when a connection opens, a bulk rule acts later: select the senders by sport, dport or cgroup instead"
-            ));
+            )));
         }
         if !(1024..=1 << 30).contains(&b.0) {
-            return Err(format!(
+            return Err(Error::invalid(format!(
                 "policy rule '{name}': notsent_lowat must be from 1Ki to 1Gi bytes (a bulk sender keeps its link busy with a few bandwidth-delay products, like \"128Ki\")"
-            ));
+            )));
         }
     }
     if let Some(cc) = &r.cc {
@@ -282,22 +295,22 @@ fn check_rule(r: &Rule, name: &str) -> Result<(), String> {
             || cc.len() > CC_NAME_MAX
             || !cc.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
         {
-            return Err(format!(
+            return Err(Error::invalid(format!(
                 "policy rule '{name}': unknown congestion control (a name of at most {CC_NAME_MAX} letters, digits and '_', like bloatd_westwood)"
-            ));
+            )));
         }
     }
     if r.bulk_bytes.is_some() && r.drwa {
-        return Err(format!(
+        return Err(Error::invalid(format!(
             "policy rule '{name}': a bulk rule counts the bytes a connection sends, DRWA acts on the data it receives: give DRWA its own rule (it starts after drwa_min_bytes received by itself)"
-        ));
+        )));
     }
     if let Some(c) = &r.cgroup {
         if c.trim_matches('/').is_empty() && c != "/" || c.split('/').any(|p| p == "..") {
-            return Err(format!(
+            return Err(Error::invalid(format!(
                 "policy rule '{name}': `cgroup` must be {}",
                 RULE_KEYS[3].1
-            ));
+            )));
         }
     }
     Ok(())
@@ -305,7 +318,7 @@ fn check_rule(r: &Rule, name: &str) -> Result<(), String> {
 
 /// A rule that an earlier one selects every connection of can never apply
 /// (the first rule that selects a connection decides).
-fn check_not_shadowed(rules: &[Rule], i: usize, name: &str, root: &Path) -> Result<(), String> {
+fn check_not_shadowed(rules: &[Rule], i: usize, name: &str, root: &Path) -> Result<()> {
     let r = &rules[i];
     for (j, earlier) in rules[..i].iter().enumerate() {
         if earlier.bulk_bytes.is_some() != r.bulk_bytes.is_some() || !covers(earlier, r, root) {
@@ -321,15 +334,15 @@ fn check_not_shadowed(rules: &[Rule], i: usize, name: &str, root: &Path) -> Resu
             && r.bulk_bytes == earlier.bulk_bytes
             && describe_actions(r) != describe_actions(earlier)
         {
-            return Err(format!(
+            return Err(Error::invalid(format!(
                 "policy rules '{other}' and '{name}' conflict: both select {} and one sets {}, the other {}; keep one",
                 describe_selectors(r), describe_actions(earlier), describe_actions(r)
-            ));
+            )));
         }
-        return Err(format!(
+        return Err(Error::invalid(format!(
             "policy {stage} '{name}' can never apply: '{other}' comes first and selects every connection it does ({} covers {}; the first {stage} that selects a connection decides): remove it, or move it before '{other}'",
             describe_selectors(earlier), describe_selectors(r)
-        ));
+        )));
     }
     Ok(())
 }
@@ -337,6 +350,7 @@ fn check_not_shadowed(rules: &[Rule], i: usize, name: &str, root: &Path) -> Resu
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::error::ErrText;
 
     /// The Helm chart's schema knows a rule's keys, and no others.
     #[test]
@@ -365,7 +379,7 @@ mod tests {
         rule_from_table(&toml.parse::<toml::Table>().unwrap()).unwrap()
     }
 
-    fn check(rules: &[&str]) -> Result<(), String> {
+    fn check(rules: &[&str]) -> Result<()> {
         let rules: Vec<Rule> = rules.iter().map(|r| rule(r)).collect();
         validate(&rules)
     }
@@ -400,32 +414,30 @@ mod tests {
         assert_eq!(r.bulk_bytes, Some(Bytes(1_000_000)));
         let r = parse_flag("sport=5201, cc=bloatd_westwood, enabled=false").unwrap();
         assert_eq!((r.sport.unwrap().lo, r.enabled), (5201, false));
-        let e = parse_flag("dprt=5201,cc=cubic").unwrap_err();
+        let e = parse_flag("dprt=5201,cc=cubic").err_text();
         assert!(e.contains("`dprt`") && e.contains("`dport`"), "{e}");
-        let e = parse_flag("dport=http,cc=cubic").unwrap_err();
+        let e = parse_flag("dport=http,cc=cubic").err_text();
         assert!(e.contains("`dport` must be"), "{e}");
-        assert!(parse_flag("cc").unwrap_err().contains("KEY=VALUE"));
+        assert!(parse_flag("cc").err_text().contains("KEY=VALUE"));
     }
 
     #[test]
     fn a_rule_must_do_something_and_bulk_cannot_carry_drwa() {
-        assert!(check(&["dport = 443"])
-            .unwrap_err()
-            .contains("does nothing"));
+        assert!(check(&["dport = 443"]).err_text().contains("does nothing"));
         assert!(check(&["bulk_bytes = 1000\ndrwa = true"])
-            .unwrap_err()
+            .err_text()
             .contains("DRWA"));
         assert!(check(&["cc = \"a name far too long\""])
-            .unwrap_err()
+            .err_text()
             .contains("unknown congestion control"));
         assert!(check(&["name = \"x y\"\ncc = \"cubic\""])
-            .unwrap_err()
+            .err_text()
             .contains("`name`"));
         assert!(check(&[
             "name = \"a\"\ncc = \"cubic\"",
             "name = \"a\"\ndport = 1\ncc = \"reno\""
         ])
-        .unwrap_err()
+        .err_text()
         .contains("unique"));
     }
 
@@ -445,10 +457,10 @@ mod tests {
             let table = format!("sport = 8080\nnotsent_lowat = {bad}");
             let e = rule_from_table(&table.parse::<toml::Table>().unwrap())
                 .and_then(|r| validate(&[r]))
-                .unwrap_err();
+                .err_text();
             assert!(e.contains("notsent_lowat") && e.contains(why), "{bad}: {e}");
         }
-        let e = check(&["bulk_bytes = \"1M\"\nnotsent_lowat = \"128Ki\""]).unwrap_err();
+        let e = check(&["bulk_bytes = \"1M\"\nnotsent_lowat = \"128Ki\""]).err_text();
         assert!(e.contains("bulk rule acts later"), "{e}");
     }
 
@@ -459,7 +471,7 @@ mod tests {
             "sport = 5201\ncc = \"cubic\"",
             "sport = 5201\ncc = \"bloatd_westwood\"",
         ])
-        .unwrap_err();
+        .err_text();
         assert!(
             e.contains("conflict") && e.contains("rule1") && e.contains("rule2"),
             "{e}"
@@ -469,19 +481,19 @@ mod tests {
             "dport = \"1-1024\"\ncc = \"cubic\"",
             "dport = 443\ncc = \"reno\"",
         ])
-        .unwrap_err();
+        .err_text();
         assert!(e.contains("can never apply"), "{e}");
         let e = check(&[
             "cgroup = \"system.slice\"\ncc = \"cubic\"",
             "cgroup = \"/sys/fs/cgroup/system.slice/x.service\"\ncc = \"reno\"",
         ])
-        .unwrap_err();
+        .err_text();
         assert!(e.contains("can never apply"), "{e}");
         let e = check(&[
             "bulk_bytes = 1000\ncc = \"cubic\"",
             "bulk_bytes = 5000\ncc = \"reno\"",
         ])
-        .unwrap_err();
+        .err_text();
         assert!(
             e.contains("bulk rule") && e.contains("can never apply"),
             "{e}"

@@ -15,9 +15,8 @@
 //! the kernel feature and the version that brings it (`bloatd start`,
 //! `status`, `/metrics`, top's header; README, "Supported kernels").
 
-use super::ProbeError;
-use crate::error::Chain;
-use aya::programs::BtfTracePoint;
+use crate::error::{Chain, Error};
+use aya::programs::{BtfTracePoint, Iter};
 use aya::{Btf, EbpfLoader};
 use aya_obj::btf::BtfKind;
 use bloatd_model::{Feature, FeatureState};
@@ -51,8 +50,8 @@ pub fn release() -> String {
         .unwrap_or_else(|_| "?".into())
 }
 
-fn too_old(missing: String) -> ProbeError {
-    ProbeError::KernelTooOld {
+pub(crate) fn too_old(missing: String) -> Error {
+    Error::KernelTooOld {
         release: release(),
         minimum: CORE_MINIMUM,
         missing,
@@ -67,13 +66,13 @@ pub fn has_tracepoint(btf: &Btf, name: &str) -> bool {
 
 /// [`check_core`] on the running kernel's BTF: `bloatd start` asks before
 /// it starts the daemon, so a kernel that is too old gets exit 2.
-pub fn check() -> Result<(), ProbeError> {
-    let btf = Btf::from_sys_fs().map_err(|_| ProbeError::NoBtf)?;
+pub fn check() -> Result<(), Error> {
+    let btf = Btf::from_sys_fs().map_err(|_| Error::NoBtf)?;
     check_core(&btf)
 }
 
 /// Refuse a kernel the core cannot run on, naming what it lacks.
-pub fn check_core(btf: &Btf) -> Result<(), ProbeError> {
+pub fn check_core(btf: &Btf) -> Result<(), Error> {
     for tp in CORE_TRACEPOINTS {
         if !has_tracepoint(btf, tp) {
             return Err(too_old(format!(
@@ -88,9 +87,9 @@ pub fn check_core(btf: &Btf) -> Result<(), ProbeError> {
     for (name, what, since) in CORE_PROGRAMS {
         let prog: &mut BtfTracePoint = obj
             .program_mut(name)
-            .ok_or_else(|| ProbeError::object(format!("feature probe {name} missing")))?
+            .ok_or_else(|| Error::object(format!("feature probe {name} missing")))?
             .try_into()
-            .map_err(ProbeError::object)?;
+            .map_err(Error::object)?;
         if let Err(e) = prog.load("tcp_probe", btf) {
             tracing::debug!("feature probe {name}: {}", Chain(&e));
             return Err(too_old(format!("{what} (Linux {since})")));
@@ -110,6 +109,9 @@ pub struct Kernel {
     /// sock_cgroup_data.cgroup (Linux 5.15); before, it shares a word with
     /// net_cls/net_prio v1 data (service_ops.h).
     pub sock_cgroup_ptr: bool,
+    /// bpf_setsockopt from the TCP iterator (Linux 5.15), with which DRWA
+    /// gives receive windows back (policy_ops.h, restore_windows).
+    pub tcp_iter_setsockopt: bool,
 }
 
 impl Kernel {
@@ -118,6 +120,38 @@ impl Kernel {
             cong_state_tracepoint: has_tracepoint(btf, CONG_STATE_TRACEPOINT),
             usec_ts: struct_has_member("tcp_sock", "tcp_usec_ts"),
             sock_cgroup_ptr: struct_has_member("sock_cgroup_data", "cgroup"),
+            tcp_iter_setsockopt: verifier_takes_iter(btf, "tcp_iter_setsockopt", "tcp"),
+        }
+    }
+
+    /// Why DRWA is declined on this kernel, if it is.
+    pub fn drwa_declined(&self) -> Option<&'static str> {
+        (!self.tcp_iter_setsockopt).then_some(DRWA_DECLINED)
+    }
+}
+
+/// DRWA's line where the kernel cannot give windows back.
+const DRWA_DECLINED: &str = "DRWA declined (--drwa and rules' drwa = true do nothing): giving a receive window back from the TCP iterator (bpf_setsockopt in iter/tcp) needs Linux 5.15, and without it a bloatd killed while clamping would leave the windows clamped";
+
+/// Does the verifier take the iterator program `name` of
+/// bpf/features.bpf.c over `target`? (Loaded, never attached.)
+fn verifier_takes_iter(btf: &Btf, name: &str, target: &str) -> bool {
+    let Ok(mut obj) = EbpfLoader::new().btf(Some(btf)).load(FEATURES) else {
+        return false;
+    };
+    let Some(prog) = obj.program_mut(name) else {
+        return false;
+    };
+    let prog: Result<&mut Iter, _> = prog.try_into();
+    match prog.map(|p| p.load(target, btf)) {
+        Ok(Ok(())) => true,
+        Ok(Err(e)) => {
+            tracing::debug!("feature probe {name}: {}", Chain(&e));
+            false
+        }
+        Err(e) => {
+            tracing::debug!("feature probe {name}: {}", Chain(&e));
+            false
         }
     }
 }
@@ -202,6 +236,14 @@ pub fn features(
                 "each socket's service from its cgroup v2, but sockets of processes in a net_cls or net_prio v1 cgroup count as the root (\"/\"): the kernel keeps their cgroup v2 apart only from Linux 5.15".into(),
             )
         },
+        match k.drwa_declined() {
+            None => feature(
+                "drwa",
+                On,
+                "DRWA available: the TCP iterator gives the receive windows it clamps back, at stop and at the start after a crash".into(),
+            ),
+            Some(why) => feature("drwa", Off, why.into()),
+        },
         match sockops_error {
             None => feature(
                 "sock_ops",
@@ -258,6 +300,13 @@ mod tests {
         cong_state_tracepoint: false,
         usec_ts: false,
         sock_cgroup_ptr: false,
+        tcp_iter_setsockopt: false,
+    };
+    const NEW: Kernel = Kernel {
+        cong_state_tracepoint: true,
+        usec_ts: true,
+        sock_cgroup_ptr: true,
+        tcp_iter_setsockopt: true,
     };
 
     #[test]
@@ -278,18 +327,15 @@ mod tests {
         assert!(by_name("rcv_rtt_usec").detail.contains("Linux 6.7"));
         assert!(by_name("cc_link").detail.contains("Linux 6.4"));
         assert!(by_name("services").detail.contains("Linux 5.15"));
+        assert_eq!(by_name("drwa").state, FeatureState::Off);
+        assert!(by_name("drwa").detail.contains("Linux 5.15"));
         assert_eq!(by_name("sock_ops").state, FeatureState::On);
-        assert_eq!(notes(&f).len(), 4, "{:?}", notes(&f));
+        assert_eq!(notes(&f).len(), 5, "{:?}", notes(&f));
     }
 
     #[test]
     fn without_congestion_controls_no_cc_line() {
-        let k = Kernel {
-            cong_state_tracepoint: true,
-            usec_ts: true,
-            sock_cgroup_ptr: true,
-        };
-        let f = features(&k, Some("no cgroup v2 hierarchy is mounted"), None, None);
+        let f = features(&NEW, Some("no cgroup v2 hierarchy is mounted"), None, None);
         assert!(f.iter().all(|x| x.name != "cc_link"));
         let notes = notes(&f);
         assert_eq!(notes.len(), 1);
@@ -301,13 +347,8 @@ mod tests {
 
     #[test]
     fn congestion_controls_a_kernel_refuses_are_declined_in_one_line() {
-        let k = Kernel {
-            cong_state_tracepoint: true,
-            usec_ts: true,
-            sock_cgroup_ptr: true,
-        };
         let why = "the kernel's verifier refused bloatd_cubic: BPF congestion controls need struct_ops with TCP kfuncs (Linux 5.13)";
-        let f = features(&k, None, None, Some(why));
+        let f = features(&NEW, None, None, Some(why));
         let cc = f.iter().find(|x| x.name == "cc_link").unwrap();
         assert_eq!(cc.state, FeatureState::Off);
         assert!(

@@ -28,7 +28,7 @@ pub mod policy;
 mod sampler_tests;
 mod stats;
 
-use crate::error::{Cause, Chain};
+use crate::error::{Chain, Error};
 use crate::settings::Config;
 use abi::{
     stat, BloatdCcStats, BloatdControl, BloatdFloor, BloatdRoleStats, BloatdSample,
@@ -66,64 +66,6 @@ pub fn cgroup2_root() -> Option<std::path::PathBuf> {
         let (_dev, dir, fstype) = (f.next()?, f.next()?, f.next()?);
         (fstype == "cgroup2").then(|| std::path::PathBuf::from(dir))
     })
-}
-
-#[derive(Debug, thiserror::Error)]
-pub enum ProbeError {
-    #[error("bloatd needs root (CAP_BPF, CAP_PERFMON and CAP_NET_ADMIN) to load its probes: run it with sudo")]
-    NotRoot,
-    #[error("kernel BTF not found at {BTF_PATH}: bloatd needs a kernel built with CONFIG_DEBUG_INFO_BTF=y")]
-    NoBtf,
-    #[error("this kernel ({release}) is too old for bloatd: it needs Linux {minimum} or newer, and this one lacks {missing}; nothing was attached (README, \"Supported kernels\")")]
-    KernelTooOld {
-        release: String,
-        minimum: &'static str,
-        missing: String,
-    },
-    #[error("loading probe {name} failed")]
-    Load { name: &'static str, source: Cause },
-    #[error("attaching probe {name} failed")]
-    Attach { name: &'static str, source: Cause },
-    #[error("BPF object")]
-    Object(#[source] Cause),
-    #[error("reading BPF map {map}")]
-    Map { map: &'static str, source: Cause },
-    /// The policy or DRWA needs the sock_ops program, which did not attach.
-    #[error("attaching probe sock_ops failed: {} (the policy and DRWA need it)", Chain(.0))]
-    SockOpsNeeded(SockOpsError),
-}
-
-/// Why the sock_ops program is not attached (then only closing senders
-/// go unsampled, unless the policy or DRWA needs it).
-#[derive(Debug, thiserror::Error)]
-pub enum SockOpsError {
-    #[error("program sock_ops missing from object")]
-    Missing,
-    #[error(transparent)]
-    Program(#[from] aya::programs::ProgramError),
-    #[error("loading sock_ops")]
-    Load(#[source] aya::programs::ProgramError),
-    #[error("no cgroup v2 hierarchy is mounted")]
-    NoCgroup2,
-    #[error("cgroup v2 root {}", .0.display())]
-    Root(std::path::PathBuf, #[source] std::io::Error),
-    #[error("attaching sock_ops to {}", .0.display())]
-    Attach(std::path::PathBuf, #[source] aya::programs::ProgramError),
-}
-
-impl ProbeError {
-    /// The object lacks or mistypes something bloatd needs, or aya said so.
-    pub(crate) fn object(cause: impl Into<Cause>) -> ProbeError {
-        ProbeError::Object(cause.into())
-    }
-
-    /// For `map_err`: reading or writing BPF map `map` failed.
-    pub(crate) fn map<E: Into<Cause>>(map: &'static str) -> impl Fn(E) -> ProbeError {
-        move |e| ProbeError::Map {
-            map,
-            source: e.into(),
-        }
-    }
 }
 
 /// What bloatd loaded into the kernel, shared by whoever reads it: the
@@ -260,7 +202,7 @@ fn merge_role_stats(a: &mut BloatdRoleStats, b: &BloatdRoleStats) {
 /// ("other"), made before the probes run so they always exist.
 fn make_overflow_entries(
     m: &mut BpfHashMap<MapData, BloatdSvcKey, BloatdSvcStats>,
-) -> Result<(), ProbeError> {
+) -> Result<(), Error> {
     for cc_idx in 0..abi::limits::CC_MAX {
         for role in 0..2 {
             let key = BloatdSvcKey {
@@ -269,7 +211,7 @@ fn make_overflow_entries(
                 role,
             };
             m.insert(key, BloatdSvcStats::default(), 0)
-                .map_err(ProbeError::map("svc_stats"))?;
+                .map_err(Error::map("svc_stats"))?;
         }
     }
     Ok(())
@@ -393,35 +335,35 @@ impl From<[u64; stat::MAX as usize]> for Counters {
 
 /// Check the things a user can fix before touching the kernel, so the
 /// message names the cause instead of an errno.
-pub fn preflight() -> Result<(), ProbeError> {
+pub fn preflight() -> Result<(), Error> {
     // SAFETY: geteuid has no preconditions.
     if unsafe { libc::geteuid() } != 0 {
-        return Err(ProbeError::NotRoot);
+        return Err(Error::NotRoot);
     }
     if !std::path::Path::new(BTF_PATH).exists() {
-        return Err(ProbeError::NoBtf);
+        return Err(Error::NoBtf);
     }
     Ok(())
 }
 
 /// Attach the sock_ops program to the root cgroup, so it sees every
 /// socket. A BPF link: the kernel detaches it when bloatd exits, however.
-fn attach_sock_ops(ebpf: &mut Ebpf) -> Result<(), SockOpsError> {
+fn attach_sock_ops(ebpf: &mut Ebpf) -> Result<(), Error> {
     let prog: &mut SockOps = ebpf
         .program_mut("sock_ops")
-        .ok_or(SockOpsError::Missing)?
+        .ok_or(Error::SockOpsMissing)?
         .try_into()?;
-    prog.load().map_err(SockOpsError::Load)?;
-    let root = cgroup2_root().ok_or(SockOpsError::NoCgroup2)?;
+    prog.load().map_err(Error::SockOpsLoad)?;
+    let root = cgroup2_root().ok_or(Error::NoCgroup2)?;
     let cgroup = match std::fs::File::open(&root) {
         Ok(f) => f,
-        Err(e) => return Err(SockOpsError::Root(root, e)),
+        Err(e) => return Err(Error::CgroupRoot(root, e)),
     };
     // aya attaches through bpf_link_create here, whose cgroup links always
     // coexist with other programs (BPF_F_ALLOW_MULTI is implied, and the
     // kernel rejects the flag itself with EINVAL): Single means "no flags".
     if let Err(e) = prog.attach(&cgroup, CgroupAttachMode::Single) {
-        return Err(SockOpsError::Attach(root, e));
+        return Err(Error::SockOpsAttach(root, e));
     }
     Ok(())
 }
@@ -434,27 +376,27 @@ fn iter_link(
     name: &'static str,
     target: &str,
     map: Option<&MapData>,
-) -> Result<MapIter, ProbeError> {
+) -> Result<MapIter, Error> {
     let prog: &mut Iter = ebpf
         .program_mut(name)
-        .ok_or_else(|| ProbeError::object(format!("program {name} missing from object")))?
+        .ok_or_else(|| Error::object(format!("program {name} missing from object")))?
         .try_into()
-        .map_err(ProbeError::object)?;
-    prog.load(target, btf).map_err(|e| ProbeError::Load {
+        .map_err(Error::object)?;
+    prog.load(target, btf).map_err(|e| Error::Load {
         name,
-        source: e.into(),
+        source: Box::new(e.into()),
     })?;
-    let prog_fd = prog.fd().map_err(|e| ProbeError::Load {
+    let prog_fd = prog.fd().map_err(|e| Error::Load {
         name,
-        source: e.into(),
+        source: Box::new(e.into()),
     })?;
     match map {
         Some(m) => MapIter::attach(prog_fd.as_fd(), m.fd().as_fd()),
         None => MapIter::attach_unbound(prog_fd.as_fd()),
     }
-    .map_err(|e| ProbeError::Attach {
+    .map_err(|e| Error::Attach {
         name,
-        source: e.into(),
+        source: Box::new(e.into()),
     })
 }
 
@@ -464,14 +406,16 @@ fn walk_netns(
     dump: &MapIter,
     slots: &Slots,
     into: Vec<BloatdSock>,
-) -> Result<Vec<BloatdSock>, ProbeError> {
-    let bytes = dump.read().map_err(ProbeError::map("socks"))?;
+) -> Result<Vec<BloatdSock>, Error> {
+    let bytes = dump.read().map_err(Error::map("socks"))?;
     let n = match bytes.get(..4) {
         Some(b) => u32::from_ne_bytes(b.try_into().expect("4 bytes, by get(..4)")) as usize,
         None => {
-            return Err(ProbeError::Map {
+            return Err(Error::BpfMap {
                 map: "socks",
-                source: format!("the iterator returned {} bytes, not a count", bytes.len()).into(),
+                source: Box::new(
+                    format!("the iterator returned {} bytes, not a count", bytes.len()).into(),
+                ),
             })
         }
     };
@@ -481,28 +425,28 @@ fn walk_netns(
             n
         );
     }
-    slots.read(n, into).map_err(ProbeError::map("dump"))
+    slots.read(n, into).map_err(Error::map("dump"))
 }
 
 /// Takes map `name` out of the object as the typed map `T`.
-fn take_map<T>(ebpf: &mut Ebpf, name: &'static str) -> Result<T, ProbeError>
+fn take_map<T>(ebpf: &mut Ebpf, name: &'static str) -> Result<T, Error>
 where
     T: TryFrom<Map, Error = aya::maps::MapError>,
 {
     let m = ebpf
         .take_map(name)
-        .ok_or_else(|| ProbeError::object(format!("map {name} missing from object")))?;
-    T::try_from(m).map_err(|e| ProbeError::Map {
+        .ok_or_else(|| Error::object(format!("map {name} missing from object")))?;
+    T::try_from(m).map_err(|e| Error::BpfMap {
         map: name,
-        source: e.into(),
+        source: Box::new(e.into()),
     })
 }
 
 /// Takes map `name` out of the object untyped (socket storage, the LRU
 /// floors, the dump array: the iterators and slots take their fds).
-fn take_raw(ebpf: &mut Ebpf, name: &'static str) -> Result<Map, ProbeError> {
+fn take_raw(ebpf: &mut Ebpf, name: &'static str) -> Result<Map, Error> {
     ebpf.take_map(name)
-        .ok_or_else(|| ProbeError::object(format!("map {name} missing from object")))
+        .ok_or_else(|| Error::object(format!("map {name} missing from object")))
 }
 
 /// The object with this configuration's constants (`Config::globals`) and
@@ -512,7 +456,7 @@ fn open_object(
     policy: &policy::PolicyConfig,
     btf: &Btf,
     kernel: &crate::probes::kernel::Kernel,
-) -> Result<Ebpf, ProbeError> {
+) -> Result<Ebpf, Error> {
     let globals = cfg.globals(crate::settings::Found {
         cong_state_tracepoint: kernel.cong_state_tracepoint,
         policy_nrules: policy.rules.len() as u32,
@@ -534,7 +478,25 @@ fn open_object(
         .map_max_entries(abi::map::SVC_STATS, cfg.service_entries)
         .map_max_entries(abi::map::DUMP, cfg.map_capacity + DUMP_SLACK)
         .load(OBJECT)
-        .map_err(ProbeError::object)
+        .map_err(Error::object)
+}
+
+/// Why a tracepoint program of the core did not load. A verifier that
+/// gives up within its 1,000,000 instructions (E2BIG: 5.14's, whose
+/// pruning is weaker, on tcp_probe) is a kernel too old for the core:
+/// refused as the feature probes refuse one, before anything is attached.
+fn tracepoint_load_error(name: &'static str, e: aya::programs::ProgramError) -> Error {
+    if let aya::programs::ProgramError::LoadError { io_error, .. } = &e {
+        if io_error.raw_os_error() == Some(libc::E2BIG) {
+            return crate::probes::kernel::too_old(format!(
+                "a verifier that takes the probe {name} within its 1,000,000 instructions (this one gave up: BPF_PROG_LOAD E2BIG)"
+            ));
+        }
+    }
+    Error::Load {
+        name,
+        source: Box::new(e.into()),
+    }
 }
 
 /// Loads and attaches every tracepoint program this kernel has a
@@ -543,23 +505,21 @@ fn attach_tracepoints(
     ebpf: &mut Ebpf,
     btf: &Btf,
     kernel: &crate::probes::kernel::Kernel,
-) -> Result<(), ProbeError> {
+) -> Result<(), Error> {
     for tp in TRACEPOINTS {
         if tp == crate::probes::kernel::CONG_STATE_TRACEPOINT && !kernel.cong_state_tracepoint {
             continue;
         }
         let prog: &mut BtfTracePoint = ebpf
             .program_mut(tp)
-            .ok_or_else(|| ProbeError::object(format!("program {tp} missing from object")))?
+            .ok_or_else(|| Error::object(format!("program {tp} missing from object")))?
             .try_into()
-            .map_err(ProbeError::object)?;
-        prog.load(tp, btf).map_err(|e| ProbeError::Load {
+            .map_err(Error::object)?;
+        prog.load(tp, btf)
+            .map_err(|e| tracepoint_load_error(tp, e))?;
+        prog.attach().map_err(|e| Error::Attach {
             name: tp,
-            source: e.into(),
-        })?;
-        prog.attach().map_err(|e| ProbeError::Attach {
-            name: tp,
-            source: e.into(),
+            source: Box::new(e.into()),
         })?;
     }
     Ok(())
@@ -573,7 +533,7 @@ fn attach_policy(
     ebpf: &mut Ebpf,
     btf: &Btf,
     cfg: &policy::PolicyConfig,
-) -> Result<(policy::PolicyMaps, Option<String>), ProbeError> {
+) -> Result<(policy::PolicyMaps, Option<String>), Error> {
     let mut policy_maps = policy::PolicyMaps::load(ebpf, cfg)?;
     if cfg.drwa_armed || cfg.saved_pin.is_some() {
         let it = iter_link(ebpf, btf, "restore_windows", "tcp", None)?;
@@ -591,7 +551,7 @@ fn attach_policy(
         Ok(()) => None,
         // Without the program no rule and no DRWA would act: refuse.
         Err(e) if !cfg.rules.is_empty() || cfg.drwa_armed => {
-            return Err(ProbeError::SockOpsNeeded(e))
+            return Err(Error::SockOpsNeeded(Box::new(e)))
         }
         Err(e) => {
             let e = Chain(&e).to_string();
@@ -609,16 +569,25 @@ impl Probes {
     pub fn load(
         cfg: &Config,
         policy_cfg: &policy::PolicyConfig,
-    ) -> Result<(Probes, SocketReads), ProbeError> {
+    ) -> Result<(Probes, SocketReads), Error> {
         preflight()?;
-        let btf = Btf::from_sys_fs().map_err(|_| ProbeError::NoBtf)?;
+        let btf = Btf::from_sys_fs().map_err(|_| Error::NoBtf)?;
         crate::probes::kernel::check_core(&btf)?;
         let kernel = crate::probes::kernel::Kernel::detect(&btf);
+        let without_drwa;
+        let policy_cfg = match kernel.drwa_declined() {
+            Some(why) => {
+                tracing::info!("{why}");
+                without_drwa = policy_cfg.without_drwa();
+                &without_drwa
+            }
+            None => policy_cfg,
+        };
         let mut ebpf = open_object(cfg, policy_cfg, &btf, &kernel)?;
         let stats_fd = if cfg.bpf_stats {
             Some(
                 aya::sys::enable_stats(aya::sys::Stats::RunTime)
-                    .map_err(|e| ProbeError::object(Cause::BpfStats(e)))?,
+                    .map_err(|e| Error::object(Error::BpfStats(e)))?,
             )
         } else {
             None
@@ -627,7 +596,7 @@ impl Probes {
 
         let ring: RingBuf<MapData> = take_map(&mut ebpf, abi::map::SAMPLES)?;
         let Map::SkStorage(socks) = take_raw(&mut ebpf, abi::map::SOCKS)? else {
-            return Err(ProbeError::object("map socks is not socket storage"));
+            return Err(Error::object("map socks is not socket storage"));
         };
         let mut svc_stats: BpfHashMap<MapData, BloatdSvcKey, BloatdSvcStats> =
             take_map(&mut ebpf, abi::map::SVC_STATS)?;
@@ -635,7 +604,7 @@ impl Probes {
         let mut floor_maps = Vec::new();
         for name in [abi::map::FLOORS, abi::map::PREFIX_FLOORS] {
             let Map::LruHashMap(m) = take_raw(&mut ebpf, name)? else {
-                return Err(ProbeError::object(format!("map {name} is not an LRU hash")));
+                return Err(Error::object(format!("map {name} is not an LRU hash")));
             };
             floor_maps.push(m);
         }
@@ -644,14 +613,14 @@ impl Probes {
         let (policy_maps, sockops_error) = attach_policy(&mut ebpf, &btf, policy_cfg)?;
 
         let Map::Array(dump_map) = take_raw(&mut ebpf, abi::map::DUMP)? else {
-            return Err(ProbeError::object("map dump is not an array"));
+            return Err(Error::object("map dump is not an array"));
         };
         let slots = Slots::new(
             dump_map.fd().as_fd(),
             std::mem::size_of::<BloatdSock>(),
             (cfg.map_capacity + DUMP_SLACK) as usize,
         )
-        .map_err(ProbeError::map("dump"))?;
+        .map_err(Error::map("dump"))?;
         // Every namespace in one walk where the kernel allows map-element
         // iterators, else namespace by namespace (netns.rs).
         let (dump, reach) = match iter_link(
@@ -707,18 +676,18 @@ impl Probes {
     /// `bloatd stop` with no daemon running: give back the windows a daemon
     /// that did not stop left clamped in the map pinned at `pin`, then
     /// remove the pin. Loads only the restore iterator. None: nothing there.
-    pub fn give_back_left(pin: &std::path::Path) -> Result<Option<u64>, ProbeError> {
+    pub fn give_back_left(pin: &std::path::Path) -> Result<Option<u64>, Error> {
         if !policy::pinned_usable(pin) {
             return Ok(None);
         }
         preflight()?;
-        let btf = Btf::from_sys_fs().map_err(|_| ProbeError::NoBtf)?;
+        let btf = Btf::from_sys_fs().map_err(|_| Error::NoBtf)?;
         let mut ebpf = EbpfLoader::new()
             .btf(Some(&btf))
             .map_pin_path(policy::SAVED_MAP, pin)
             .map_max_entries("dump", 1)
             .load(OBJECT)
-            .map_err(ProbeError::object)?;
+            .map_err(Error::object)?;
         let it = iter_link(&mut ebpf, &btf, "restore_windows", "tcp", None)?;
         let mut maps = policy::PolicyMaps::load(&mut ebpf, &policy::PolicyConfig::default())?;
         maps.set_restore(it, Some(pin.to_path_buf()))?;
@@ -735,7 +704,7 @@ impl Probes {
     /// seed_owners). The owners only name processes: if they fail,
     /// connections accepted from a listener opened before bloatd show
     /// none, and bloatd goes on.
-    fn seed(&mut self, btf: &Btf) -> Result<(), ProbeError> {
+    fn seed(&mut self, btf: &Btf) -> Result<(), Error> {
         if let Err(e) = self.run_iter_once(btf, "seed_owners", "task_file") {
             tracing::warn!(
                 "{}: connections accepted by listeners opened before bloatd show no process",
@@ -743,9 +712,9 @@ impl Probes {
             );
         }
         let it = iter_link(&mut self.ebpf, btf, "seed_sockets", "tcp", None)?;
-        it.read().map_err(|e| ProbeError::Attach {
+        it.read().map_err(|e| Error::Attach {
             name: "seed_sockets",
-            source: e.into(),
+            source: Box::new(e.into()),
         })?;
         // The other namespaces' sockets too, where bloatd may enter them:
         // an idle one would otherwise wait for a look at its traffic.
@@ -764,40 +733,34 @@ impl Probes {
 
     /// Load the iterator program `name` over `target`, run it once, and
     /// drop it.
-    fn run_iter_once(
-        &mut self,
-        btf: &Btf,
-        name: &'static str,
-        target: &str,
-    ) -> Result<(), ProbeError> {
+    fn run_iter_once(&mut self, btf: &Btf, name: &'static str, target: &str) -> Result<(), Error> {
         let prog: &mut Iter = self
             .ebpf
             .program_mut(name)
-            .ok_or_else(|| ProbeError::object(format!("program {name} missing from object")))?
+            .ok_or_else(|| Error::object(format!("program {name} missing from object")))?
             .try_into()
-            .map_err(ProbeError::object)?;
-        prog.load(target, btf).map_err(|e| ProbeError::Load {
+            .map_err(Error::object)?;
+        prog.load(target, btf).map_err(|e| Error::Load {
             name,
-            source: e.into(),
+            source: Box::new(e.into()),
         })?;
-        let link_id = prog.attach().map_err(|e| ProbeError::Attach {
+        let link_id = prog.attach().map_err(|e| Error::Attach {
             name,
-            source: e.into(),
+            source: Box::new(e.into()),
         })?;
-        let link = prog.take_link(link_id).map_err(|e| ProbeError::Attach {
+        let link = prog.take_link(link_id).map_err(|e| Error::Attach {
             name,
-            source: e.into(),
+            source: Box::new(e.into()),
         })?;
-        let mut file = link.into_file().map_err(|e| ProbeError::Attach {
+        let mut file = link.into_file().map_err(|e| Error::Attach {
             name,
-            source: e.into(),
+            source: Box::new(e.into()),
         })?;
         let mut sink = Vec::new();
-        file.read_to_end(&mut sink)
-            .map_err(|e| ProbeError::Attach {
-                name,
-                source: e.into(),
-            })?;
+        file.read_to_end(&mut sink).map_err(|e| Error::Attach {
+            name,
+            source: Box::new(e.into()),
+        })?;
         Ok(())
     }
 }
@@ -817,7 +780,7 @@ impl SocketReads {
 
     /// The sockets whose samples the probes stream (bounded by the map:
     /// 256; beyond it a socket is simply not watched).
-    pub fn set_watched(&mut self, cookies: &HashSet<u64>) -> Result<(), ProbeError> {
+    pub fn set_watched(&mut self, cookies: &HashSet<u64>) -> Result<(), Error> {
         for gone in self.watched.difference(cookies) {
             let _ = self.watch.remove(gone);
         }
@@ -832,9 +795,7 @@ impl SocketReads {
             watching: self.watched.len() as u32,
             pad: 0,
         };
-        self.control
-            .set(0, ctl, 0)
-            .map_err(ProbeError::map("control"))
+        self.control.set(0, ctl, 0).map_err(Error::map("control"))
     }
 
     /// Every socket record, refreshed from its socket as it is read, in
@@ -845,11 +806,11 @@ impl SocketReads {
     /// thread that enters it with the capabilities the daemon keeps
     /// (netns.rs, caps.rs). Namespaces that cannot be found any more are
     /// forgotten.
-    pub fn read_all(&mut self, mut into: Vec<BloatdSock>) -> Result<Vec<BloatdSock>, ProbeError> {
+    pub fn read_all(&mut self, mut into: Vec<BloatdSock>) -> Result<Vec<BloatdSock>, Error> {
         into.clear();
-        let own = netns::own().map_err(|e| ProbeError::Map {
+        let own = netns::own().map_err(|e| Error::BpfMap {
             map: "netns_seen",
-            source: Cause::OwnNetns(e),
+            source: Box::new(Error::OwnNetns(e)),
         })?;
         if self.reach != NetnsReach::Entering {
             return walk_netns(&self.dump, &self.slots, into);
@@ -883,9 +844,9 @@ impl SocketReads {
             (Ok(out), found.gone)
         })
         .unwrap_or_else(|| {
-            let e = ProbeError::Map {
+            let e = Error::BpfMap {
                 map: "socks",
-                source: "the namespace reader panicked".into(),
+                source: Box::new("the namespace reader panicked".into()),
             };
             (Err(e), Vec::new())
         });

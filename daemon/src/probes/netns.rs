@@ -9,11 +9,14 @@
 //! inode, since a pid can be reused), else by a scan of /run/netns and
 //! /proc (a scan opens one file per process). A namespace never looked for
 //! is scanned for at once: a short connection in a new namespace lasts less
-//! than a second. One a scan did not find is reported gone (its sockets are
-//! gone too, or it is held only by a socket or a mount outside /run/netns,
-//! which bloatd cannot enter) and looked for again only after MISS_AGE, so
-//! a namespace bloatd cannot enter costs one scan in that long, not one a
-//! read.
+//! than a second. One a scan did not find is looked for again only after
+//! MISS_AGE, so a namespace bloatd cannot enter (held only by a socket or a
+//! mount outside /run/netns) costs one scan in that long, not one a read;
+//! it is reported gone (the probes note it again with its next new socket)
+//! only once scans have missed it for FORGET_AFTER. Forgetting it at the
+//! first miss lost a living namespace's sockets for good: the probes note a
+//! namespace when a record is made, so a long download whose sockets were
+//! all made before a miss stayed unlisted (issue 30, item 10).
 
 use std::collections::HashMap;
 use std::fs::File;
@@ -24,21 +27,30 @@ use std::time::{Duration, Instant};
 
 /// A namespace a scan did not find is not looked for again for this long.
 const MISS_AGE: Duration = Duration::from_secs(10);
+/// ... and is forgotten (reported gone) once scans missed it this long.
+const FORGET_AFTER: Duration = Duration::from_secs(300);
 /// Misses remembered at most (the oldest forgotten first).
 const MISSES: usize = 4096;
+
+#[derive(Clone, Copy)]
+struct Miss {
+    first: Instant,
+    last: Instant,
+}
 
 #[derive(Default)]
 pub struct Finder {
     /// Where each namespace was found last.
     known: HashMap<u32, PathBuf>,
-    /// Namespaces a scan did not find, and when.
-    missed: HashMap<u32, Instant>,
+    /// Namespaces scans did not find: when first, and when last.
+    missed: HashMap<u32, Miss>,
     /// Scans made (for tests and the log).
     pub scans: u64,
 }
 
-/// What `Finder::open` found: the namespaces opened, those a scan did not
-/// find (gone), and those a scan missed less than MISS_AGE ago (later).
+/// What `Finder::open` found: the namespaces opened, those scans have not
+/// found for FORGET_AFTER (gone), and those missed but not that long
+/// (later).
 #[derive(Default)]
 pub struct Found {
     pub open: Vec<(u32, File)>,
@@ -113,10 +125,15 @@ impl Finder {
             }
         }
         let now = Instant::now();
-        self.missed.retain(|_, t| now.duration_since(*t) < MISS_AGE);
-        let (later, scan): (Vec<u32>, Vec<u32>) = unknown
-            .into_iter()
-            .partition(|i| self.missed.contains_key(i));
+        // Misses no read asked about for a while: their namespaces left
+        // netns_seen.
+        self.missed
+            .retain(|_, m| now.duration_since(m.last) < FORGET_AFTER);
+        let (later, scan): (Vec<u32>, Vec<u32>) = unknown.into_iter().partition(|i| {
+            self.missed
+                .get(i)
+                .is_some_and(|m| now.duration_since(m.last) < MISS_AGE)
+        });
         found.later = later;
         if scan.is_empty() {
             return found;
@@ -129,15 +146,22 @@ impl Finder {
         for ino in scan {
             match scanned.remove(&ino) {
                 Some(n) => {
+                    self.missed.remove(&ino);
                     self.known.insert(ino, n.path);
                     found.open.push((ino, n.file));
                 }
                 None => {
                     self.known.remove(&ino);
-                    if self.missed.len() < MISSES {
-                        self.missed.insert(ino, now);
+                    let first = self.missed.get(&ino).map_or(now, |m| m.first);
+                    if now.duration_since(first) >= FORGET_AFTER
+                        || (first == now && self.missed.len() >= MISSES)
+                    {
+                        self.missed.remove(&ino);
+                        found.gone.push(ino);
+                    } else {
+                        self.missed.insert(ino, Miss { first, last: now });
+                        found.later.push(ino);
                     }
-                    found.gone.push(ino);
                 }
             }
         }
@@ -167,9 +191,6 @@ mod tests {
     fn a_namespace_a_scan_missed_is_looked_for_again_only_later() {
         let mut f = Finder::default();
         let ghost = u32::MAX - 7;
-        let got = f.open(&[ghost]);
-        assert!(got.open.is_empty() && got.later.is_empty());
-        assert_eq!(got.gone, vec![ghost]);
         for _ in 0..5 {
             let got = f.open(&[ghost]);
             assert!(got.open.is_empty() && got.gone.is_empty());
@@ -178,11 +199,55 @@ mod tests {
         assert_eq!(f.scans, 1, "one scan for a namespace that cannot be found");
         // Another namespace never looked for is scanned for at once.
         let other = u32::MAX - 8;
-        assert_eq!(f.open(&[ghost, other]).gone, vec![other]);
+        assert_eq!(f.open(&[ghost, other]).later, vec![ghost, other]);
         assert_eq!(f.scans, 2);
-        f.missed.insert(ghost, Instant::now() - MISS_AGE);
-        assert_eq!(f.open(&[ghost]).gone, vec![ghost]);
+        // After MISS_AGE, scanned for again; still not gone.
+        let m = f.missed[&ghost];
+        f.missed.insert(
+            ghost,
+            Miss {
+                first: m.first,
+                last: m.last - MISS_AGE,
+            },
+        );
+        let got = f.open(&[ghost]);
+        assert!(got.gone.is_empty() && got.later == vec![ghost]);
         assert_eq!(f.scans, 3);
+    }
+
+    #[test]
+    fn a_missed_namespace_is_forgotten_only_after_forget_after() {
+        let mut f = Finder::default();
+        let ghost = u32::MAX - 9;
+        assert_eq!(f.open(&[ghost]).later, vec![ghost]);
+        // Missed by every scan for FORGET_AFTER: gone, and its miss dropped.
+        let now = Instant::now();
+        f.missed.insert(
+            ghost,
+            Miss {
+                first: now - FORGET_AFTER,
+                last: now - MISS_AGE,
+            },
+        );
+        assert_eq!(f.open(&[ghost]).gone, vec![ghost]);
+        assert!(!f.missed.contains_key(&ghost));
+    }
+
+    #[test]
+    fn a_namespace_found_again_is_no_longer_missed() {
+        let own = own().unwrap();
+        let mut f = Finder::default();
+        let now = Instant::now();
+        f.missed.insert(
+            own,
+            Miss {
+                first: now - MISS_AGE * 3,
+                last: now - MISS_AGE,
+            },
+        );
+        let got = f.open(&[own]);
+        assert_eq!(got.open.len(), 1);
+        assert!(!f.missed.contains_key(&own));
     }
 
     #[test]

@@ -10,10 +10,11 @@
 //! iterator `restore_windows`, then removes the pin. A panic gives them
 //! back on its way out ([`GiveBack`], the daemon's panic hook).
 
-use super::abi::{policy_count, BloatdPolicyCounts, BloatdPolicyCtl, BloatdPolicyRule};
+use super::abi::{
+    policy_action, policy_count, BloatdPolicyCounts, BloatdPolicyCtl, BloatdPolicyRule,
+};
 use super::map_iter::{map_update, MapIter};
-use super::ProbeError;
-use crate::error::Chain;
+use crate::error::{Chain, Error};
 use aya::maps::{Array, MapData, MapInfo, MapType};
 use aya::Ebpf;
 use std::os::fd::{AsFd, OwnedFd};
@@ -41,6 +42,27 @@ pub struct PolicyConfig {
     /// Where `drwa_saved` is pinned (reused if a daemon left it there);
     /// None: not pinned (DRWA disabled and nothing left, or no bpffs).
     pub saved_pin: Option<PathBuf>,
+}
+
+impl PolicyConfig {
+    /// The same policy on a kernel that declines DRWA
+    /// (kernel.rs, `drwa_declined`): nothing armed, no rule's DRWA action,
+    /// and no pin (the directory made for one goes).
+    pub fn without_drwa(&self) -> PolicyConfig {
+        let mut rules = self.rules.clone();
+        for r in &mut rules {
+            r.actions &= !(policy_action::DRWA as u8);
+        }
+        if let Some(pin) = self.saved_pin.as_deref().filter(|p| !pinned_usable(p)) {
+            unpin(pin);
+        }
+        PolicyConfig {
+            rules,
+            drwa_armed: false,
+            drwa_on: false,
+            saved_pin: None,
+        }
+    }
 }
 
 /// Bytes of the run directory's path kept readable in its pin's name.
@@ -89,7 +111,7 @@ fn is_bpffs(dir: &Path) -> bool {
 /// Make `pin`'s directory on bpffs, mounting the BPF file system at
 /// /sys/fs/bpf first where nothing is (systemd does at boot; a machine
 /// without it may have none). Err: why DRWA's clamps cannot be pinned.
-pub fn prepare_pin(pin: &Path) -> Result<(), PinError> {
+pub fn prepare_pin(pin: &Path) -> Result<(), Error> {
     let root = Path::new(BPFFS);
     if !is_bpffs(root) {
         let c = |s: &str| std::ffi::CString::new(s).expect("a constant without NUL");
@@ -104,24 +126,12 @@ pub fn prepare_pin(pin: &Path) -> Result<(), PinError> {
             )
         };
         if r != 0 {
-            return Err(PinError::Mount(std::io::Error::last_os_error()));
+            return Err(Error::PinMount(std::io::Error::last_os_error()));
         }
         tracing::info!("mounted the BPF file system at {BPFFS} (for DRWA's crash-safe state)");
     }
     let dir = pin.parent().unwrap_or(root);
-    std::fs::create_dir_all(dir).map_err(|e| PinError::Dir(dir.to_path_buf(), e))
-}
-
-/// Why DRWA's clamps cannot be pinned (then they are not crash-safe).
-#[derive(Debug, thiserror::Error)]
-pub enum PinError {
-    /// The errno sits inside the sentence: the fix comes after it.
-    #[error(
-        "no BPF file system at {BPFFS} and mounting one failed ({0}): `mount -t bpf bpf {BPFFS}`"
-    )]
-    Mount(std::io::Error),
-    #[error("{}", .0.display())]
-    Dir(PathBuf, #[source] std::io::Error),
+    std::fs::create_dir_all(dir).map_err(|e| Error::PinDir(dir.to_path_buf(), e))
 }
 
 /// Is the map pinned at `pin` one this bloatd can read: socket storage of
@@ -230,45 +240,40 @@ pub struct PolicyMaps {
 impl PolicyMaps {
     /// Take the maps from the loaded object and write the rules and the
     /// switches, before the sock_ops program is attached.
-    pub fn load(ebpf: &mut Ebpf, cfg: &PolicyConfig) -> Result<PolicyMaps, ProbeError> {
+    pub fn load(ebpf: &mut Ebpf, cfg: &PolicyConfig) -> Result<PolicyMaps, Error> {
         let mut take = |name: &'static str| {
             ebpf.take_map(name)
-                .ok_or_else(|| ProbeError::object(format!("map {name} missing from object")))
+                .ok_or_else(|| Error::object(format!("map {name} missing from object")))
         };
         let ctl = take("policy_ctl")?;
         let aya::maps::Map::Array(ctl_data) = &ctl else {
-            return Err(ProbeError::object("map policy_ctl is not an array"));
+            return Err(Error::object("map policy_ctl is not an array"));
         };
         let ctl_fd = ctl_data
             .fd()
             .as_fd()
             .try_clone_to_owned()
-            .map_err(ProbeError::map("policy_ctl"))?;
+            .map_err(Error::map("policy_ctl"))?;
         let mut maps = PolicyMaps {
-            rules: Array::try_from(take("policy_rules")?)
-                .map_err(ProbeError::map("policy_rules"))?,
-            ctl: Array::try_from(ctl).map_err(ProbeError::map("policy_ctl"))?,
+            rules: Array::try_from(take("policy_rules")?).map_err(Error::map("policy_rules"))?,
+            ctl: Array::try_from(ctl).map_err(Error::map("policy_ctl"))?,
             ctl_fd,
-            counts: Array::try_from(take("policy_counts")?)
-                .map_err(ProbeError::map("policy_counts"))?,
+            counts: Array::try_from(take("policy_counts")?).map_err(Error::map("policy_counts"))?,
             armed: cfg.drwa_armed,
             give_back: None,
         };
         for (i, r) in cfg.rules.iter().enumerate() {
             maps.rules
                 .set(i as u32, *r, 0)
-                .map_err(ProbeError::map("policy_rules"))?;
+                .map_err(Error::map("policy_rules"))?;
         }
         maps.set_drwa(cfg.drwa_on)?;
         Ok(maps)
     }
 
     /// The iterator that restores windows, and the pin it empties.
-    pub fn set_restore(&mut self, it: MapIter, pin: Option<PathBuf>) -> Result<(), ProbeError> {
-        let ctl = self
-            .ctl_fd
-            .try_clone()
-            .map_err(ProbeError::map("policy_ctl"))?;
+    pub fn set_restore(&mut self, it: MapIter, pin: Option<PathBuf>) -> Result<(), Error> {
+        let ctl = self.ctl_fd.try_clone().map_err(Error::map("policy_ctl"))?;
         self.give_back = Some(Arc::new(GiveBack {
             restore: it,
             ctl,
@@ -305,31 +310,29 @@ impl PolicyMaps {
         }
     }
 
-    fn ctl(&self) -> Result<BloatdPolicyCtl, ProbeError> {
-        self.ctl.get(&0, 0).map_err(ProbeError::map("policy_ctl"))
+    fn ctl(&self) -> Result<BloatdPolicyCtl, Error> {
+        self.ctl.get(&0, 0).map_err(Error::map("policy_ctl"))
     }
 
     /// DRWA on or off for every armed receiver, now.
-    pub fn set_drwa(&mut self, on: bool) -> Result<(), ProbeError> {
+    pub fn set_drwa(&mut self, on: bool) -> Result<(), Error> {
         let ctl = BloatdPolicyCtl {
             drwa_on: on as u32,
             ..self.ctl()?
         };
-        self.ctl
-            .set(0, ctl, 0)
-            .map_err(ProbeError::map("policy_ctl"))
+        self.ctl.set(0, ctl, 0).map_err(Error::map("policy_ctl"))
     }
 
     /// A rule on or off, now.
-    pub fn set_enabled(&mut self, index: u32, enabled: bool) -> Result<(), ProbeError> {
+    pub fn set_enabled(&mut self, index: u32, enabled: bool) -> Result<(), Error> {
         let mut r = self
             .rules
             .get(&index, 0)
-            .map_err(ProbeError::map("policy_rules"))?;
+            .map_err(Error::map("policy_rules"))?;
         r.enabled = enabled as u8;
         self.rules
             .set(index, r, 0)
-            .map_err(ProbeError::map("policy_rules"))
+            .map_err(Error::map("policy_rules"))
     }
 
     pub fn enabled(&self, index: u32) -> bool {
@@ -339,10 +342,8 @@ impl PolicyMaps {
             .unwrap_or(false)
     }
 
-    pub fn counts(&self) -> Result<BloatdPolicyCounts, ProbeError> {
-        self.counts
-            .get(&0, 0)
-            .map_err(ProbeError::map("policy_counts"))
+    pub fn counts(&self) -> Result<BloatdPolicyCounts, Error> {
+        self.counts.get(&0, 0).map_err(Error::map("policy_counts"))
     }
 
     /// Before the sock_ops program goes: every receiver DRWA clamps gets

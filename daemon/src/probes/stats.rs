@@ -7,9 +7,8 @@ use super::abi::{
     self, stat, BloatdCcStats, BloatdFloor, BloatdPathKey, BloatdSockCounts, BloatdSvcKey,
     BloatdSvcStats,
 };
-use super::{
-    map_iter, merge_cc_stats, Counters, NetnsReach, ProbeError, Probes, SamplerState, TRACEPOINTS,
-};
+use super::{map_iter, merge_cc_stats, Counters, NetnsReach, Probes, SamplerState, TRACEPOINTS};
+use crate::error::Error;
 use aya::programs::{BtfTracePoint, SockOps};
 use std::os::fd::AsFd;
 use std::sync::PoisonError;
@@ -17,40 +16,34 @@ use std::sync::PoisonError;
 impl Probes {
     /// Adaptive sampling as the probes run it: every CPU's state, and the
     /// sockets sampled every interval now.
-    pub fn sampler(&self) -> Result<SamplerState, ProbeError> {
+    pub fn sampler(&self) -> Result<SamplerState, Error> {
         let cpus = self
             .sampler
             .get(&0, 0)
-            .map_err(ProbeError::map("sampler"))?
+            .map_err(Error::map("sampler"))?
             .iter()
             .copied()
             .collect();
-        let hot = self.hot.get(&0, 0).map_err(ProbeError::map("hot"))?[0];
+        let hot = self.hot.get(&0, 0).map_err(Error::map("hot"))?[0];
         Ok(SamplerState { cpus, hot })
     }
 
     /// The kernel's statistics by congestion control: (name, its entry
     /// summed over CPUs). Indexes that carry the same name (two CPUs met a
     /// new name at once) are summed into one.
-    pub fn cc_stats(&self) -> Result<Vec<(String, BloatdCcStats)>, ProbeError> {
+    pub fn cc_stats(&self) -> Result<Vec<(String, BloatdCcStats)>, Error> {
         let mut out: Vec<(String, BloatdCcStats)> = Vec::new();
         for idx in 0..abi::limits::CC_MAX {
             let name = if idx == abi::limits::CC_MAX - 1 {
                 "other".to_string()
             } else {
-                let raw = self
-                    .cc_names
-                    .get(&idx, 0)
-                    .map_err(ProbeError::map("cc_names"))?;
+                let raw = self.cc_names.get(&idx, 0).map_err(Error::map("cc_names"))?;
                 crate::text::cstr(&raw)
             };
             if name.is_empty() {
                 continue;
             }
-            let per_cpu = self
-                .cc_stats
-                .get(&idx, 0)
-                .map_err(ProbeError::map("cc_stats"))?;
+            let per_cpu = self.cc_stats.get(&idx, 0).map_err(Error::map("cc_stats"))?;
             let slot = match out.iter().position(|(n, _)| *n == name) {
                 Some(i) => i,
                 None => {
@@ -89,10 +82,10 @@ impl Probes {
     }
 
     /// Records alive now by congestion control index, role and state.
-    pub fn sock_counts(&self) -> Result<BloatdSockCounts, ProbeError> {
+    pub fn sock_counts(&self) -> Result<BloatdSockCounts, Error> {
         self.sock_counts
             .get(&0, 0)
-            .map_err(ProbeError::map("sock_counts"))
+            .map_err(Error::map("sock_counts"))
     }
 
     /// The name behind a congestion control index of `sock_counts`.
@@ -112,19 +105,19 @@ impl Probes {
 
     /// Every path floor the kernel keeps (peers and prefixes), in batches
     /// of each table.
-    pub fn floors(&self) -> Result<Vec<(BloatdPathKey, BloatdFloor)>, ProbeError> {
+    pub fn floors(&self) -> Result<Vec<(BloatdPathKey, BloatdFloor)>, Error> {
         let mut out = Vec::new();
         for m in &self.floors {
             out.extend(
                 map_iter::hash_entries::<BloatdPathKey, BloatdFloor>(m.fd().as_fd(), 4096)
-                    .map_err(ProbeError::map("floors"))?,
+                    .map_err(Error::map("floors"))?,
             );
         }
         Ok(out)
     }
 
     /// How many floors the kernel keeps now, peers and prefixes.
-    pub fn floors_count(&self) -> Result<u64, ProbeError> {
+    pub fn floors_count(&self) -> Result<u64, Error> {
         Ok(self.floors()?.len() as u64)
     }
 
@@ -162,7 +155,7 @@ impl Probes {
     }
 
     /// Probe counters summed over CPUs.
-    pub fn counters(&self) -> Result<Counters, ProbeError> {
+    pub fn counters(&self) -> Result<Counters, Error> {
         let mut out = [0u64; stat::MAX as usize];
         // tcp_probe's events are counted in the sampler's state (one
         // per-CPU lookup a segment).
@@ -171,7 +164,7 @@ impl Probes {
             let per_cpu = self
                 .stats
                 .get(&(i as u32), 0)
-                .map_err(ProbeError::map("stats"))?;
+                .map_err(Error::map("stats"))?;
             *slot += per_cpu.iter().sum::<u64>();
         }
         Ok(Counters(out))

@@ -6,19 +6,27 @@
 //! A path (the paths view's grouping by prefix) or a service becomes a
 //! candidate at the first read its median queue (of its sockets that moved
 //! in the last second: `paths::path_of`, `service::view::service_of`) is at
-//! or above the threshold, an episode once it stayed there OPEN_AFTER_MS,
-//! starting at that first read; it closes once the queue stayed below for
-//! CLOSE_AFTER_MS, ending at the first read below. A read that does not see
-//! the path (its sockets closed) counts as below. What the journal needs
+//! or above the threshold, an episode once it is above OPEN_AFTER_MS or
+//! more after that first read, its start (a dip below shorter than
+//! CLOSE_AFTER_MS is bridged, as in an open episode: a path's new flow in
+//! its first round trips can pull the median under for a read); it closes
+//! once the queue stayed below for CLOSE_AFTER_MS, ending at its last sample over the threshold (the
+//! newest record over it of a moving member, at the last read that found
+//! the group above: not the read that noticed the drop, a second or more
+//! later). A read that does not see the path (its sockets closed) counts
+//! as below. What the journal needs
 //! comes out of each read as [`Write`]s: an open episode's summary and its
 //! new points every read (so a `kill -9` loses at most the last one).
+
+mod classes;
+mod record;
 
 use super::PolicySnap;
 use bloatd_model::journal::{
     Episode, EpisodeActions, EpisodeDetail, EpisodeFlow, EpisodeKind, EpisodePath, FlowPoint,
     FlowSeries, MinuteRow, PathPoint,
 };
-use bloatd_model::{FloorSource, Role, Socket};
+use bloatd_model::{BottleneckClass, FloorSource, Role, Socket};
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::net::IpAddr;
 
@@ -47,6 +55,8 @@ const FOLLOWED_MAX: usize = 256;
 const NAMES_MAX: usize = 16;
 /// Distinct flows counted per episode (beyond, the count stops).
 const SEEN_MAX: usize = 100_000;
+/// Peers of a path episode asked for their bottleneck class each read.
+const PEERS_MAX: usize = 8;
 /// A socket moved "now" if its record changed within this long (as the
 /// paths view).
 const ACTIVE_MS: u64 = 1_000;
@@ -185,6 +195,21 @@ struct Group<'a> {
     delivered: u64,
 }
 
+impl Group<'_> {
+    /// When its last sample at or above the threshold was taken, read at
+    /// `t_ms`: the newest record over it of a member that moved (a record
+    /// is as of its last sample, `idle_ms` before the read); the read's
+    /// time where no single member is over.
+    fn last_over_ms(&self, t_ms: u64, threshold_us: u32) -> u64 {
+        self.members
+            .iter()
+            .filter(|s| s.idle_ms <= ACTIVE_MS && s.view_queue_delay_us() >= threshold_us)
+            .map(|s| t_ms.saturating_sub(s.idle_ms))
+            .max()
+            .unwrap_or(t_ms)
+    }
+}
+
 /// A flow followed during an episode.
 #[derive(Clone, Debug)]
 struct FlowTrack {
@@ -206,6 +231,9 @@ struct Followed {
     service: Option<String>,
     start_ms: u64,
     last_ms: u64,
+    /// Its last sample over the threshold (`Group::last_over_ms`): its end
+    /// once below.
+    over_ms: u64,
     below_since: Option<u64>,
     points: Vec<PathPoint>,
     written_until_ms: u64,
@@ -225,6 +253,11 @@ struct Followed {
     policy_last: Option<PolicySnap>,
     /// A pid of one of its sockets, for the path's gateway.
     pid: Option<u32>,
+    /// Path episodes: the peers its moving sockets talked to at the last
+    /// read (PEERS_MAX at most), and the class the bottleneck classifier
+    /// last gave them (`Detector::classify`).
+    peers: Vec<IpAddr>,
+    bottleneck: Option<BottleneckClass>,
 }
 
 /// A minute's accumulation for one path.
@@ -456,6 +489,7 @@ impl Detector {
             f.add(t_ms, g, &deltas, dt_ms, policy);
             if above {
                 f.below_since = None;
+                f.over_ms = g.last_over_ms(t_ms, threshold);
             } else {
                 f.below_since.get_or_insert(t_ms);
             }
@@ -482,11 +516,17 @@ impl Detector {
         let mut done = Vec::new();
         for (key, f) in self.followed.iter_mut() {
             if f.id.is_none() {
-                if f.below_since.is_some() {
+                // A candidate's dip below is bridged as an episode's is
+                // (a new flow of the path in its first round trips can
+                // pull the median under for a read); below for
+                // CLOSE_AFTER_MS, it is dropped.
+                if f.below_since
+                    .is_some_and(|b| t_ms.saturating_sub(b) >= CLOSE_AFTER_MS)
+                {
                     done.push(key.clone());
                     continue;
                 }
-                if t_ms.saturating_sub(f.start_ms) < OPEN_AFTER_MS {
+                if f.below_since.is_some() || t_ms.saturating_sub(f.start_ms) < OPEN_AFTER_MS {
                     continue;
                 }
                 f.id = Some(self.next_id);
@@ -509,44 +549,18 @@ impl Detector {
         }
     }
 
-    /// At a read in a new minute: the rows of the minute before.
-    fn end_minute(&mut self, t_ms: u64, out: &mut Vec<Write>) {
-        let minute = t_ms / 60_000;
-        let was = self.minute.replace(minute);
-        let Some(was) = was.filter(|&w| w != minute) else {
-            return;
-        };
-        let rows: Vec<MinuteRow> = std::mem::take(&mut self.minutes)
-            .into_iter()
-            .map(|((netns, peer, prefix_len, interface), mut acc)| {
-                acc.queues.sort_unstable();
-                MinuteRow {
-                    t_ms: was * 60_000,
-                    netns,
-                    peer,
-                    prefix_len,
-                    interface,
-                    queue_p50_us: crate::service::view::percentile(&acc.queues, 50),
-                    queue_p90_us: crate::service::view::percentile(&acc.queues, 90),
-                    queue_max_us: acc.queue_max_us,
-                    rate_bps: rate_bps(acc.bytes, 60_000),
-                    sockets: acc.sockets,
-                    paths: None,
-                }
-            })
-            .collect();
-        if !rows.is_empty() {
-            out.push(Write::Minutes(rows));
-        }
-    }
-
     /// bloatd stops: every open episode is written as cut ("stopped"),
     /// and the minute so far.
     pub fn finish(&mut self, t_ms: u64) -> Vec<Write> {
         let threshold = self.settings.threshold_us;
         let mut out = Vec::new();
         for f in self.followed.values_mut().filter(|f| f.id.is_some()) {
-            f.below_since = Some(f.last_ms.min(t_ms));
+            // Above at its last read: it ends there; already below, at its
+            // last sample over.
+            if f.below_since.is_none() {
+                f.over_ms = f.last_ms.min(t_ms);
+                f.below_since = Some(f.over_ms);
+            }
             let mut w = f.writes(threshold, true);
             for x in w.iter_mut() {
                 if let Write::Episode(r) = x {
@@ -614,6 +628,7 @@ impl Followed {
             service,
             start_ms: t_ms,
             last_ms: t_ms,
+            over_ms: t_ms,
             below_since: None,
             points: Vec::new(),
             written_until_ms: 0,
@@ -631,6 +646,8 @@ impl Followed {
             policy_start: policy.cloned(),
             policy_last: policy.cloned(),
             pid: None,
+            peers: Vec::new(),
+            bottleneck: None,
         }
     }
 
@@ -663,10 +680,17 @@ impl Followed {
         if g.floor_us > 0 && self.floor.is_none_or(|(f, _)| g.floor_us < f) {
             self.floor = Some((g.floor_us, g.floor_source));
         }
+        self.peers.clear();
         for s in &g.members {
             let delta = deltas.get(&s.cookie).copied().unwrap_or(0);
             if s.idle_ms > ACTIVE_MS && delta == 0 {
                 continue;
+            }
+            if self.path.is_some()
+                && self.peers.len() < PEERS_MAX
+                && !self.peers.contains(&s.remote_addr)
+            {
+                self.peers.push(s.remote_addr);
             }
             if self.seen.len() < SEEN_MAX {
                 self.seen.insert(s.cookie);
@@ -764,153 +788,6 @@ impl Followed {
         });
         thin(&mut t.points);
     }
-
-    /// The flows kept: the TOP_FLOWS largest by bytes, largest first, with
-    /// their median queue.
-    fn top_flows(&self) -> Vec<FlowTrack> {
-        let mut v: Vec<FlowTrack> = self.flows.clone();
-        v.sort_by(|a, b| b.flow.bytes.cmp(&a.flow.bytes).then(a.idx.cmp(&b.idx)));
-        v.truncate(TOP_FLOWS);
-        for t in v.iter_mut() {
-            let mut q = t.queues.clone();
-            q.sort_unstable();
-            t.flow.queue_p50_us = crate::service::view::percentile(&q, 50);
-        }
-        v
-    }
-
-    fn summary(&self, threshold_us: u32) -> Episode {
-        let mut q: Vec<u32> = self.points.iter().map(|p| p.queue_us).collect();
-        q.sort_unstable();
-        let end_ms = self.below_since.unwrap_or(self.last_ms);
-        let span_ms = end_ms.saturating_sub(self.start_ms);
-        let mut actions = EpisodeActions {
-            drwa: self.policy_start.as_ref().map(|p| p.drwa.clone()),
-            drwa_at_end: self.policy_last.as_ref().map(|p| p.drwa.clone()),
-            ..Default::default()
-        };
-        if let (Some(a), Some(b)) = (&self.policy_start, &self.policy_last) {
-            actions.bulk_switched = b
-                .counts
-                .bulk_switched_total
-                .saturating_sub(a.counts.bulk_switched_total);
-            actions.drwa_rounds = b
-                .counts
-                .drwa_rounds_total
-                .saturating_sub(a.counts.drwa_rounds_total);
-            actions.drwa_held = b
-                .counts
-                .drwa_held_total
-                .saturating_sub(a.counts.drwa_held_total);
-        }
-        let mut rules = BTreeSet::new();
-        for t in &self.flows {
-            if !t.flow.policy.is_empty() {
-                actions.flows_acted_on += 1;
-            }
-            if t.flow.policy.contains('D') {
-                actions.flows_clamped += 1;
-            }
-            rules.extend(t.flow.rules.iter().cloned());
-        }
-        actions.rules = rules.into_iter().collect();
-        Episode {
-            id: self.id.unwrap_or(0),
-            kind: self.kind,
-            path: self.path.clone(),
-            service: self.service.clone(),
-            start_ms: self.start_ms,
-            end_ms,
-            open: true,
-            cut: None,
-            threshold_us,
-            floor_us: self.floor.map_or(0, |f| f.0),
-            floor_source: self.floor.and_then(|f| f.1),
-            queue_peak_us: self.peak_us,
-            queue_p50_us: crate::service::view::percentile(&q, 50),
-            queue_p90_us: crate::service::view::percentile(&q, 90),
-            throughput_bps: rate_bps(self.bytes, span_ms),
-            bytes: self.bytes,
-            sockets_max: self.sockets_max,
-            flows: self.seen.len() as u32,
-            services: self.services.iter().cloned().collect(),
-            processes: self.processes.iter().cloned().collect(),
-            ccs: self.ccs.iter().cloned().collect(),
-            actions,
-        }
-    }
-
-    /// The journal's writes for a confirmed episode: its summary and flows,
-    /// its points not written yet; closing, the final summary and a prune
-    /// of the flows not kept.
-    fn writes(&mut self, threshold_us: u32, closing: bool) -> Vec<Write> {
-        let id = self.id.expect("a confirmed episode");
-        let top = self.top_flows();
-        let mut out = Vec::new();
-        let mut named: Vec<u32> = top.iter().map(|t| t.idx).collect();
-        named.sort_unstable();
-        let due = match &self.summary_written {
-            None => true,
-            Some((at, was)) => {
-                closing || *was != named || self.last_ms.saturating_sub(*at) >= SUMMARY_EVERY_MS
-            }
-        };
-        if due {
-            let mut episode = self.summary(threshold_us);
-            episode.open = !closing;
-            out.push(Write::Episode(Box::new(EpisodeRecord {
-                episode,
-                flows: top.iter().map(|t| (t.idx, t.flow.clone())).collect(),
-            })));
-            self.summary_written = Some((self.last_ms, named));
-        }
-        // The path's points up to the episode's end (a closing episode's
-        // points after its first read below are not its own).
-        let end = if closing {
-            self.below_since.unwrap_or(u64::MAX)
-        } else {
-            u64::MAX
-        };
-        let new: Vec<Point> = self
-            .points
-            .iter()
-            .filter(|p| p.t_ms > self.written_until_ms && p.t_ms <= end)
-            .map(Point::of_path)
-            .collect();
-        if let Some(last) = new.last() {
-            self.written_until_ms = last.t_ms;
-            out.push(Write::Points {
-                episode: id,
-                flow: 0,
-                points: new,
-            });
-        }
-        for t in &top {
-            let new: Vec<Point> = t
-                .points
-                .iter()
-                .filter(|p| p.t_ms > t.written_until_ms && p.t_ms <= end)
-                .map(Point::of_flow)
-                .collect();
-            if let Some(last) = new.last() {
-                if let Some(mine) = self.flows.iter_mut().find(|x| x.idx == t.idx) {
-                    mine.written_until_ms = last.t_ms;
-                }
-                out.push(Write::Points {
-                    episode: id,
-                    flow: t.idx,
-                    points: new,
-                });
-            }
-        }
-        if closing {
-            out.push(Write::Prune {
-                episode: id,
-                keep: top.iter().map(|t| t.idx).collect(),
-            });
-        }
-        out
-    }
 }
 
 #[cfg(test)]
@@ -918,9 +795,9 @@ mod tests {
     use super::*;
     use bloatd_model::fixtures;
 
-    const T0: u64 = 1_763_683_200_000; // a whole minute
+    pub(super) const T0: u64 = 1_763_683_200_000; // a whole minute
 
-    fn settings() -> Settings {
+    pub(super) fn settings() -> Settings {
         Settings {
             threshold_us: 100_000,
             prefix: Some((24, 64)),
@@ -929,7 +806,7 @@ mod tests {
 
     /// A sender toward 10.9.2.2 (path 10.9.2.0/24 on eth0) with a 80 ms
     /// floor and `queue_ms` of queue, `acked` bytes acknowledged so far.
-    fn bulk(cookie: u64, queue_ms: u32, acked: u64) -> Socket {
+    pub(super) fn bulk(cookie: u64, queue_ms: u32, acked: u64) -> Socket {
         let mut s = fixtures::sending(fixtures::socket(cookie), 80_000, queue_ms * 1000);
         s.remote_addr = "10.9.2.2".parse().unwrap();
         s.interface = "eth0".into();
@@ -946,7 +823,7 @@ mod tests {
 
     /// Reads once a second from T0: queue of the bulk flow each second
     /// (None: the socket is gone), 250 kB acknowledged per second.
-    fn run(d: &mut Detector, queues: &[Option<u32>]) -> Vec<(u64, Vec<Write>)> {
+    pub(super) fn run(d: &mut Detector, queues: &[Option<u32>]) -> Vec<(u64, Vec<Write>)> {
         queues
             .iter()
             .enumerate()
@@ -988,7 +865,7 @@ mod tests {
         assert_eq!(first.start_ms, T0 + 2000);
         let last = eps.last().unwrap();
         assert!(!last.open);
-        assert_eq!(last.end_ms, T0 + 12_000, "ends at the first second below");
+        assert_eq!(last.end_ms, T0 + 11_000, "ends at its last sample over");
         assert_eq!(last.path.as_ref().unwrap().peer_text(), "10.9.2.0/24");
         assert_eq!(last.queue_peak_us, 400_000);
         assert_eq!(last.queue_p50_us, 400_000);
@@ -1038,6 +915,34 @@ mod tests {
     }
 
     #[test]
+    fn a_dip_shorter_than_the_close_delay_keeps_the_start() {
+        // A read below a second after the first above (a new flow joined
+        // the path) neither drops the candidate nor moves its start.
+        let mut d = Detector::new(settings(), 1);
+        let w = run(
+            &mut d,
+            &[Some(5), Some(400), Some(5), Some(400), Some(400), Some(400)],
+        );
+        let eps = episodes_of(&w, EpisodeKind::Path);
+        assert_eq!(eps.last().map(|e| e.start_ms), Some(T0 + 1000));
+        // Below for CLOSE_AFTER_MS: dropped, no episode.
+        let mut d = Detector::new(settings(), 1);
+        let w = run(
+            &mut d,
+            &[
+                Some(400),
+                Some(5),
+                Some(5),
+                Some(5),
+                Some(5),
+                Some(400),
+                Some(400),
+            ],
+        );
+        assert!(episodes_of(&w, EpisodeKind::Path).is_empty());
+    }
+
+    #[test]
     fn sockets_that_go_away_end_it() {
         let mut d = Detector::new(settings(), 1);
         let mut q = vec![Some(400); 6];
@@ -1045,7 +950,37 @@ mod tests {
         let w = run(&mut d, &q);
         let last = episodes_of(&w, EpisodeKind::Path).pop().unwrap();
         assert!(!last.open);
-        assert_eq!(last.end_ms, T0 + 6000);
+        assert_eq!(last.end_ms, T0 + 5000, "its last sample over");
+    }
+
+    #[test]
+    fn the_end_is_the_last_sample_over_not_the_read_that_saw_the_drop() {
+        let mut d = Detector::new(settings(), 1);
+        let mut socks = |t: u64, q: u32, idle_ms: u64| {
+            let mut s = bulk(1, q, 250 * t);
+            s.idle_ms = idle_ms;
+            d.observe(T0 + t, &[s], None, &no_gateway)
+        };
+        let mut w = Vec::new();
+        for t in (0..6_000).step_by(1000) {
+            w.extend(socks(t, 400, 0));
+        }
+        // The last read over: its record 300 ms old; then a read 1.4 s
+        // later below, and the close.
+        w.extend(socks(6_000, 400, 300));
+        for t in (7_400..12_000).step_by(1000) {
+            w.extend(socks(t, 5, 0));
+        }
+        let last = w
+            .iter()
+            .filter_map(|w| match w {
+                Write::Episode(r) if r.episode.kind == EpisodeKind::Path => Some(&r.episode),
+                _ => None,
+            })
+            .next_back()
+            .unwrap();
+        assert!(!last.open);
+        assert_eq!((last.start_ms, last.end_ms), (T0, T0 + 5_700));
     }
 
     #[test]

@@ -198,17 +198,15 @@ fn buffer_of(seconds: &[Second]) -> u64 {
 }
 
 /// Write the bundle of `d` into `dir` (created if missing).
-pub fn export(d: &EpisodeDetail, dir: &Path) -> anyhow::Result<Exported> {
+pub fn export(d: &EpisodeDetail, dir: &Path) -> crate::error::Result<Exported> {
     let e = &d.episode;
     let seconds = capacity(&d.series);
     if seconds.is_empty() {
-        anyhow::bail!(
-            "episode {} has fewer than two seconds of series: nothing to replay",
-            e.id
-        );
+        return Err(crate::error::Error::TooShort(e.id));
     }
-    std::fs::create_dir_all(dir)
-        .map_err(|err| anyhow::anyhow!("cannot create {}: {err}", dir.display()))?;
+    std::fs::create_dir_all(dir).map_err(|err| {
+        crate::error::Error::context(format!("cannot create {}", dir.display()), err)
+    })?;
     let measured: Vec<u64> = seconds
         .iter()
         .filter(|s| s.source == "measured")

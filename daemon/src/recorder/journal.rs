@@ -18,7 +18,11 @@
 //!   data goes, oldest first, in steps small enough for the log, when the
 //!   database's used pages near the rest; past `max_age` it goes too.
 
+mod bound;
+mod open;
+
 use super::episodes::{EpisodeRecord, Point, Write};
+use crate::error::Error;
 use crate::rundir::{DirKind, RunDir};
 use bloatd_model::journal::{
     Episode, EpisodeDetail, EpisodeFlow, FlowSeries, HistoryQuery, IncidentsQuery, MinuteRow,
@@ -75,36 +79,28 @@ impl Bounds {
     }
 }
 
-#[derive(Debug, thiserror::Error)]
-pub enum JournalError {
-    #[error("{path} is in use by another bloatd{pid}")]
-    Locked { path: String, pid: String },
-    #[error("the file system of {0} is full")]
-    Full(String),
-    #[error("{0} is on a read-only file system")]
-    ReadOnly(String),
-    #[error("{0}")]
-    Other(String),
-}
-
 /// An SQLite error as the recorder acts on it: a full or read-only disk
 /// is waited out, anything else named.
-fn classify(path: &Path, e: rusqlite::Error) -> JournalError {
+fn classify(path: &Path, e: rusqlite::Error) -> Error {
     use rusqlite::ErrorCode;
     let p = path.display().to_string();
     match e.sqlite_error_code() {
-        Some(ErrorCode::DiskFull) => JournalError::Full(p),
-        Some(ErrorCode::ReadOnly) => JournalError::ReadOnly(p),
-        _ => JournalError::Other(format!("{p}: {e}")),
+        Some(ErrorCode::DiskFull) => Error::JournalFull(p),
+        Some(ErrorCode::ReadOnly) => Error::JournalReadOnly(p),
+        _ => Error::JournalDb { path: p, err: e },
     }
 }
 
-fn io_error(path: &Path, what: &str, e: std::io::Error) -> JournalError {
+fn io_error(path: &Path, what: &'static str, e: std::io::Error) -> Error {
     let p = path.display().to_string();
     match e.raw_os_error() {
-        Some(libc::ENOSPC) | Some(libc::EDQUOT) => JournalError::Full(p),
-        Some(libc::EROFS) => JournalError::ReadOnly(p),
-        _ => JournalError::Other(format!("{p}: {what}: {e}")),
+        Some(libc::ENOSPC) | Some(libc::EDQUOT) => Error::JournalFull(p),
+        Some(libc::EROFS) => Error::JournalReadOnly(p),
+        _ => Error::JournalIo {
+            path: p,
+            what,
+            source: e,
+        },
     }
 }
 
@@ -122,7 +118,7 @@ pub struct Journal {
 }
 
 /// Take `journal.lock`, writing our pid in it; Err names the holder.
-fn take_lock(dir: &RunDir, path: &Path) -> Result<File, JournalError> {
+fn take_lock(dir: &RunDir, path: &Path) -> Result<File, Error> {
     let mut f = dir
         .open_file(LOCK, libc::O_RDWR | libc::O_CREAT, MODE)
         .map_err(|e| io_error(&dir.path().join(LOCK), "cannot open the lock", e))?;
@@ -130,7 +126,7 @@ fn take_lock(dir: &RunDir, path: &Path) -> Result<File, JournalError> {
         let mut s = String::new();
         let _ = f.read_to_string(&mut s);
         let pid = s.trim();
-        return Err(JournalError::Locked {
+        return Err(Error::JournalLocked {
             path: path.display().to_string(),
             pid: if pid.is_empty() {
                 String::new()
@@ -148,7 +144,7 @@ fn take_lock(dir: &RunDir, path: &Path) -> Result<File, JournalError> {
 
 /// Rename `FILE` (and its log and index) aside as `journal.sqlite.WHY-T`;
 /// the line to log.
-fn move_aside(dir: &RunDir, why: &str, tag: &str) -> Result<String, JournalError> {
+fn move_aside(dir: &RunDir, why: &str, tag: &str) -> Result<String, Error> {
     let stamp = crate::clock::Clock::now().unix_ms / 1000;
     let aside = format!("{FILE}.{tag}-{stamp}");
     dir.rename(FILE, &aside)
@@ -232,7 +228,7 @@ CREATE TABLE IF NOT EXISTS minutes(
 ";
 
 /// Open the journal's file for writing (created if missing), checked.
-fn open_file(dir: &RunDir, path: &Path) -> Result<Connection, Result<NotAJournal, JournalError>> {
+fn open_file(dir: &RunDir, path: &Path) -> Result<Connection, Result<NotAJournal, Error>> {
     let flags = OpenFlags::SQLITE_OPEN_READ_WRITE
         | OpenFlags::SQLITE_OPEN_CREATE
         | OpenFlags::SQLITE_OPEN_NOFOLLOW
@@ -257,165 +253,6 @@ fn open_file(dir: &RunDir, path: &Path) -> Result<Connection, Result<NotAJournal
 }
 
 impl Journal {
-    /// Open (or start) the journal in `state_dir`; the lines to log about
-    /// files moved aside, and about episodes a daemon that died left open.
-    pub fn open(
-        state_dir: &Path,
-        bounds: Bounds,
-        now_ms: u64,
-    ) -> Result<(Journal, Vec<String>), JournalError> {
-        let dir = RunDir::open_kind(state_dir, &STATE)
-            .map_err(|e| io_error(state_dir, "cannot open the state directory", e))?;
-        let path = state_dir.join(FILE);
-        let lock = take_lock(&dir, &path)?;
-        let mut notes = Vec::new();
-        match dir.lstat(FILE) {
-            Ok(st) if st.st_mode & libc::S_IFMT == libc::S_IFLNK => notes.push(move_aside(
-                &dir,
-                "a symlink (bloatd does not follow it)",
-                "symlink",
-            )?),
-            Ok(st) if st.st_mode & libc::S_IFMT != libc::S_IFREG => {
-                notes.push(move_aside(&dir, "not a regular file", "notfile")?)
-            }
-            _ => {}
-        }
-        let conn = match open_file(&dir, &path) {
-            Ok(c) => c,
-            Err(Ok(NotAJournal(why))) => {
-                notes.push(move_aside(&dir, &why, "bad")?);
-                open_file(&dir, &path).map_err(|e| match e {
-                    Ok(NotAJournal(why)) => {
-                        JournalError::Other(format!("{}: {why}", path.display()))
-                    }
-                    Err(e) => e,
-                })?
-            }
-            Err(Err(e)) => return Err(e),
-        };
-        let mut j = Journal {
-            page_size: 4096,
-            conn,
-            path,
-            _lock: lock,
-            bounds,
-            last_age_ms: 0,
-            path_ids: HashMap::new(),
-        };
-        j.setup().map_err(|e| classify(&j.path, e))?;
-        let cut = j.close_interrupted().map_err(|e| classify(&j.path, e))?;
-        if cut > 0 {
-            notes.push(format!(
-                "journal {}: {cut} episode(s) a bloatd that did not stop left open, closed at their last second",
-                j.path.display()
-            ));
-        }
-        j.bound(now_ms)?;
-        Ok((j, notes))
-    }
-
-    /// Episodes a daemon that did not stop left open: closed as
-    /// "interrupted" at their last point, their queue and bytes (the
-    /// episode's and its flows') taken from their points: the summary on
-    /// disk may be up to SUMMARY_EVERY_MS older than the points.
-    fn close_interrupted(&mut self) -> rusqlite::Result<usize> {
-        let open: Vec<(i64, i64, String, String)> = self
-            .conn
-            .prepare("SELECT id, start_ms, summary, flows FROM episodes WHERE open = 1")?
-            .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))?
-            .collect::<rusqlite::Result<_>>()?;
-        let tx = self.conn.transaction()?;
-        for (id, start, summary, flows) in &open {
-            let (Ok(mut e), Ok(mut flows)) = (
-                serde_json::from_str::<Episode>(summary),
-                serde_json::from_str::<Vec<(u32, EpisodeFlow)>>(flows),
-            ) else {
-                continue;
-            };
-            let mut queue: Vec<u32> = Vec::new();
-            let (mut end, mut peak) = (*start, 0u32);
-            // Bytes per series: each point's rate over the time since the
-            // point before it (the first one's interval began before the
-            // episode).
-            let mut bytes: HashMap<u32, (i64, u64)> = HashMap::new();
-            let mut st = tx.prepare(
-                "SELECT t_ms, flow, a, b, d FROM points WHERE t_ms >= ?1 AND episode = ?2
-                 ORDER BY flow, t_ms",
-            )?;
-            let mut rows = st.query(params![start, id])?;
-            while let Some(r) = rows.next()? {
-                let (t, flow): (i64, u32) = (r.get(0)?, r.get::<_, i64>(1)? as u32);
-                let rate = r.get::<_, i64>(4)?.max(0) as u64;
-                let b = bytes.entry(flow).or_insert((t, 0));
-                b.1 += rate * (t - b.0).max(0) as u64 / 8000;
-                b.0 = t;
-                if flow == 0 {
-                    end = end.max(t);
-                    queue.push(r.get::<_, i64>(2)?.clamp(0, u32::MAX as i64) as u32);
-                    peak = peak.max(r.get::<_, i64>(3)?.clamp(0, u32::MAX as i64) as u32);
-                }
-            }
-            queue.sort_unstable();
-            if !queue.is_empty() {
-                e.queue_p50_us = crate::service::view::percentile(&queue, 50);
-                e.queue_p90_us = crate::service::view::percentile(&queue, 90);
-                e.queue_peak_us = e.queue_peak_us.max(peak);
-            }
-            e.end_ms = e.end_ms.max(end.max(0) as u64);
-            e.bytes = e.bytes.max(bytes.get(&0).map_or(0, |b| b.1));
-            e.throughput_bps = (e.bytes * 8000)
-                .checked_div(e.end_ms.saturating_sub(e.start_ms))
-                .unwrap_or(0);
-            for (idx, f) in flows.iter_mut() {
-                f.bytes = f.bytes.max(bytes.get(idx).map_or(0, |b| b.1));
-            }
-            e.open = false;
-            e.cut = Some("interrupted".into());
-            let json = |r: serde_json::Result<String>| {
-                r.map_err(|e| rusqlite::Error::ToSqlConversionFailure(Box::new(e)))
-            };
-            tx.execute(
-                "UPDATE episodes SET open = 0, cut = 'interrupted', end_ms = ?2, summary = ?3,
-                   flows = ?4 WHERE id = ?1",
-                params![
-                    id,
-                    e.end_ms as i64,
-                    json(serde_json::to_string(&e))?,
-                    json(serde_json::to_string(&flows))?
-                ],
-            )?;
-        }
-        tx.commit()?;
-        Ok(open.len())
-    }
-
-    fn setup(&mut self) -> rusqlite::Result<()> {
-        let wal_pages = (self.bounds.wal_bytes() / 2 / PAGE_BYTES as u64).max(16);
-        self.conn.busy_timeout(Duration::from_millis(200))?;
-        let mode: String = self
-            .conn
-            .query_row("PRAGMA journal_mode = WAL", [], |r| r.get(0))?;
-        if mode != "wal" {
-            return Err(rusqlite::Error::InvalidParameterName(format!(
-                "journal mode {mode}, not WAL"
-            )));
-        }
-        self.conn.execute_batch(&format!(
-            "PRAGMA synchronous = NORMAL;
-             PRAGMA journal_size_limit = {};
-             PRAGMA wal_autocheckpoint = {wal_pages};
-             PRAGMA application_id = {APP_ID};
-             PRAGMA user_version = {SCHEMA};
-             {SCHEMA_SQL}",
-            self.bounds.wal_bytes()
-        ))?;
-        self.page_size = self
-            .conn
-            .query_row("PRAGMA page_size", [], |r| r.get::<_, i64>(0))?
-            .max(512) as u64;
-        Ok(())
-    }
-
     pub fn path(&self) -> &Path {
         &self.path
     }
@@ -444,7 +281,7 @@ impl Journal {
     }
 
     /// One read's writes in one transaction, then the bounds.
-    pub fn write(&mut self, writes: &[Write], now_ms: u64) -> Result<(), JournalError> {
+    pub fn write(&mut self, writes: &[Write], now_ms: u64) -> Result<(), Error> {
         self.write_tx(writes).map_err(|e| classify(&self.path, e))?;
         self.bound(now_ms)
     }
@@ -517,118 +354,6 @@ impl Journal {
         tx.commit()
     }
 
-    fn pragma_u64(&self, name: &str) -> rusqlite::Result<u64> {
-        self.conn
-            .query_row(&format!("PRAGMA {name}"), [], |r| r.get::<_, i64>(0))
-            .map(|n| n.max(0) as u64)
-    }
-
-    /// Bytes of the database's pages in use (its free pages are reused
-    /// before the file grows).
-    fn used_bytes(&self) -> rusqlite::Result<u64> {
-        Ok(self
-            .pragma_u64("page_count")?
-            .saturating_sub(self.pragma_u64("freelist_count")?)
-            * self.page_size)
-    }
-
-    /// The bounds: past `max_age` data goes (once a minute); when the used
-    /// pages near the database's share, the oldest data goes; a file
-    /// larger than its share (a lower bound since) gives pages back.
-    fn bound(&mut self, now_ms: u64) -> Result<(), JournalError> {
-        self.bound_inner(now_ms)
-            .map_err(|e| classify(&self.path, e))
-    }
-
-    fn bound_inner(&mut self, now_ms: u64) -> rusqlite::Result<()> {
-        if now_ms >= self.last_age_ms + AGE_EVERY_MS {
-            self.last_age_ms = now_ms;
-            let cut = now_ms.saturating_sub(self.bounds.max_age_ms);
-            while let Some(oldest) = self.oldest()? {
-                if oldest >= cut {
-                    break;
-                }
-                let step = self.step_ms()?;
-                self.delete_before(cut.min(oldest.saturating_add(step)))?;
-            }
-        }
-        let db = self.bounds.db_bytes();
-        if self.used_bytes()? > db / 100 * HIGH_PERCENT {
-            while self.used_bytes()? > db / 100 * LOW_PERCENT {
-                let Some(oldest) = self.oldest()? else { break };
-                let step = self.step_ms()?;
-                if self.delete_before(oldest.saturating_add(step))? == 0 {
-                    break;
-                }
-            }
-        }
-        let chunk = (self.bounds.wal_bytes() / 4 / self.page_size).max(1);
-        while self.pragma_u64("page_count")? * self.page_size > db
-            && self.pragma_u64("freelist_count")? > 0
-        {
-            self.conn
-                .execute_batch(&format!("PRAGMA incremental_vacuum({chunk});"))?;
-            self.checkpoint();
-        }
-        Ok(())
-    }
-
-    /// The oldest time held: the end of the oldest closed episode, or the
-    /// oldest minute.
-    fn oldest(&self) -> rusqlite::Result<Option<u64>> {
-        self.conn
-            .query_row(
-                "SELECT min(t) FROM (SELECT min(end_ms) AS t FROM episodes WHERE open = 0
-                                     UNION ALL SELECT min(t_ms) FROM minutes)",
-                [],
-                |r| r.get::<_, Option<i64>>(0),
-            )
-            .map(|t| t.map(|t| t.max(0) as u64))
-    }
-
-    /// A span of time holding about a quarter of the log's share of data:
-    /// one trim step, so no transaction grows the log past its share.
-    fn step_ms(&self) -> rusqlite::Result<u64> {
-        let (lo, hi): (Option<i64>, Option<i64>) = self.conn.query_row(
-            "SELECT min(t), max(t) FROM (SELECT start_ms AS t FROM episodes UNION ALL
-                                         SELECT t_ms FROM minutes)",
-            [],
-            |r| Ok((r.get(0)?, r.get(1)?)),
-        )?;
-        let span = (hi.unwrap_or(0) - lo.unwrap_or(0)).max(60_000) as u64;
-        let used = self.used_bytes()?.max(1);
-        let share = self.bounds.wal_bytes() / 4;
-        Ok(((span as u128 * share as u128 / used as u128) as u64).max(60_000))
-    }
-
-    /// Delete what ended before `cut` (closed episodes and their points,
-    /// minutes), in one transaction, then checkpoint; the rows deleted.
-    fn delete_before(&mut self, cut: u64) -> rusqlite::Result<usize> {
-        let cut = cut.min(i64::MAX as u64) as i64;
-        let tx = self.conn.transaction()?;
-        // Points by time: a closed episode's, and the oldest of one still
-        // open longer than what the journal keeps.
-        tx.execute("DELETE FROM points WHERE t_ms < ?1", [cut])?;
-        let mut n = tx.execute("DELETE FROM episodes WHERE open = 0 AND end_ms < ?1", [cut])?;
-        n += tx.execute("DELETE FROM minutes WHERE t_ms < ?1", [cut])?;
-        tx.execute(
-            "DELETE FROM paths WHERE id NOT IN (SELECT DISTINCT path FROM minutes)",
-            [],
-        )?;
-        tx.commit()?;
-        self.path_ids.clear();
-        self.checkpoint();
-        Ok(n)
-    }
-
-    /// Copy the log into the database and truncate it (best effort: a
-    /// reader in the middle of a query makes it wait for the next).
-    fn checkpoint(&self) {
-        let _ = self
-            .conn
-            .query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()));
-    }
-
     /// At stop: the log into the database.
     pub fn close(self) {
         self.checkpoint();
@@ -680,17 +405,12 @@ fn path_id(tx: &rusqlite::Transaction, m: &MinuteRow) -> rusqlite::Result<i64> {
 
 /// A connection for reading the journal in `state_dir` (the API, `bloatd
 /// incidents` with no daemon): None when there is no journal yet.
-pub fn open_reader(state_dir: &Path) -> Result<Option<Connection>, JournalError> {
+pub fn open_reader(state_dir: &Path) -> Result<Option<Connection>, Error> {
     let path = state_dir.join(FILE);
     match std::fs::symlink_metadata(&path) {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
         Err(e) => return Err(io_error(&path, "cannot read it", e)),
-        Ok(m) if !m.file_type().is_file() => {
-            return Err(JournalError::Other(format!(
-                "{} is not a regular file: bloatd does not read it",
-                path.display()
-            )))
-        }
+        Ok(m) if !m.file_type().is_file() => return Err(Error::JournalNotFile(path)),
         Ok(_) => {}
     }
     // Read-write without create: a reader of a WAL database may need to
@@ -706,10 +426,7 @@ pub fn open_reader(state_dir: &Path) -> Result<Option<Connection>, JournalError>
         .query_row("PRAGMA application_id", [], |r| r.get(0))
         .map_err(|e| classify(&path, e))?;
     if app != APP_ID {
-        return Err(JournalError::Other(format!(
-            "{} is not bloatd's journal",
-            path.display()
-        )));
+        return Err(Error::JournalNotOurs(path));
     }
     Ok(Some(conn))
 }
@@ -989,7 +706,8 @@ mod tests {
         let path = list.iter().find(|e| e.kind == EpisodeKind::Path).unwrap();
         assert_eq!(
             (path.start_ms, path.end_ms, path.open),
-            (T0 + 10_000, T0 + 30_000, false)
+            (T0 + 10_000, T0 + 29_000, false),
+            "20 s above: from the first to the last read over"
         );
         let det = detail(&r, path.id).unwrap().unwrap();
         assert_eq!(det.flows.len(), 1);
@@ -1106,7 +824,7 @@ mod tests {
         let dir = TempDir::new("lock");
         let (_j, _) = Journal::open(&dir.0, BIG, T0).unwrap();
         match Journal::open(&dir.0, BIG, T0) {
-            Err(JournalError::Locked { pid, .. }) => {
+            Err(Error::JournalLocked { pid, .. }) => {
                 assert_eq!(pid, format!(" (pid {})", std::process::id()))
             }
             other => panic!("{:?}", other.map(|_| ())),

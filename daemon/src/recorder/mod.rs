@@ -15,9 +15,12 @@
 //! What it costs the engine: while nothing is bloated it asks for a read
 //! when one is due at a thousandth of a core (the read's and the
 //! recorder's own cost x 1000, at least a second, at most a minute apart:
-//! the minute rows need one); when the kernel counts a bloated socket, at
-//! a two-hundredth (at most 10 s apart: an episode's onset is seen within
-//! that); while a path or service is above the threshold, at a fiftieth
+//! the minute rows need one); when the kernel starts counting bloated
+//! sockets, one read at once (a second after the last, whatever it cost;
+//! at most one such onset in ONSET_MAX_AGE: an episode's onset is seen
+//! within the second), a read a second for ONSET_FOLLOW after it while
+//! nothing is above yet (the onset read may come before a path's median
+//! crosses), then at a two-hundredth (at most ONSET_MAX_AGE apart); while a path or service is above the threshold, at a fiftieth
 //! (every second where reads are cheap). Reads made for dashboards and
 //! API clients feed it too.
 //!
@@ -30,17 +33,20 @@
 mod bench;
 pub mod episodes;
 pub mod export;
+mod flush;
 mod gateway;
 pub mod journal;
 
+use crate::error::{Error, Result};
 use bloatd_model::api::PolicyCounts;
 use bloatd_model::journal::{
     Episode, EpisodeDetail, EpisodeKind, HistoryQuery, IncidentsQuery, MinuteRow,
 };
-use bloatd_model::{Feature, FeatureState, Socket};
+use bloatd_model::{BottleneckClass, Feature, FeatureState, Socket};
 use episodes::{Detector, Write};
-use journal::{Bounds, Journal, JournalError};
+use journal::{Bounds, Journal};
 use std::collections::{HashMap, VecDeque};
+use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{Receiver, SyncSender, TrySendError};
@@ -55,6 +61,9 @@ const CHUNK_WEIGHT: usize = 20_000;
 const RETRY_MS: u64 = 10_000;
 /// Reads fed to the recorder at most this often.
 pub const FEED_EVERY: Duration = Duration::from_secs(1);
+/// A read this much short of FEED_EVERY old counts as a second old
+/// (`Seam::read_due`).
+const CHECK_SLACK: Duration = Duration::from_millis(100);
 /// Shares of a core the reads made for the recorder may take (their cost
 /// times this), and how old the last read may grow: quiet; when the kernel
 /// counted a bloated socket but no path or service is above the threshold
@@ -64,6 +73,9 @@ const QUIET_SHARE: u32 = 1000;
 const QUIET_MAX_AGE: Duration = Duration::from_secs(60);
 const ONSET_SHARE: u32 = 200;
 const ONSET_MAX_AGE: Duration = Duration::from_secs(10);
+/// After an onset read, a read a second for this long while the kernel
+/// counts bloated sockets and nothing is above yet (Onset::at_once).
+const ONSET_FOLLOW: Duration = Duration::from_secs(5);
 const HOT_SHARE: u32 = 50;
 const HOT_MAX_AGE: Duration = Duration::from_secs(5);
 /// How long the stop waits for the recorder's last writes.
@@ -82,7 +94,13 @@ pub struct Feed {
     pub t_ms: u64,
     pub sockets: Arc<Vec<Socket>>,
     pub policy: Option<PolicySnap>,
+    /// A peer's bottleneck class (netns, peer, interface), for the path
+    /// episodes.
+    pub class_of: Option<ClassOf>,
 }
+
+/// The bottleneck classifier's answer for one peer of a path.
+pub type ClassOf = Arc<dyn Fn(u32, IpAddr, &str) -> Option<BottleneckClass> + Send + Sync>;
 
 enum Msg {
     Feed(Feed),
@@ -123,14 +141,13 @@ impl Settings {
 /// so the journal's files take that group): before the capabilities go,
 /// since giving a directory a group takes CAP_CHOWN. Err: the line to log;
 /// bloatd records in memory then.
-pub fn prepare(cfg: &crate::settings::Config) -> Result<(), String> {
+pub fn prepare(cfg: &crate::settings::Config) -> Result<()> {
     crate::rundir::RunDir::prepare_kind(
         &cfg.state_dir,
         cfg.api_gid().map(|(_, g)| g),
         &journal::STATE,
     )
     .map(|_| ())
-    .map_err(|e| format!("{e:#}"))
 }
 
 /// What the thread publishes for the engine, the API and /metrics.
@@ -231,7 +248,7 @@ pub struct Recorder {
 impl Recorder {
     /// Start the recorder's thread (after the capabilities are dropped:
     /// it needs none). `dir_error`: why `prepare` refused the directory.
-    pub fn start(settings: Settings, dir_error: Option<String>) -> std::io::Result<Recorder> {
+    pub fn start(settings: Settings, dir_error: Option<Error>) -> std::io::Result<Recorder> {
         let (tx, rx) = std::sync::mpsc::sync_channel(2);
         let (done_tx, done) = std::sync::mpsc::sync_channel(1);
         let shared = Arc::new(Shared {
@@ -269,6 +286,10 @@ impl Recorder {
             shared: self.shared.clone(),
             last_fed: Mutex::new(None),
             last_check: Mutex::new(None),
+            onset: Mutex::new(Onset {
+                armed: true,
+                last: None,
+            }),
         }
     }
 
@@ -319,6 +340,45 @@ pub struct Seam {
     last_fed: Mutex<Option<u64>>,
     /// When the engine last looked at the schedule.
     last_check: Mutex<Option<Instant>>,
+    onset: Mutex<Onset>,
+}
+
+/// The read made at once when the kernel starts counting bloated sockets
+/// and no path or service is above the threshold yet.
+struct Onset {
+    /// The kernel counted no bloated socket since the last such read.
+    armed: bool,
+    last: Option<Instant>,
+}
+
+impl Onset {
+    /// Whether to read at `now`, the last read being `age` old; `bloat`:
+    /// the kernel counts bloated sockets; `hot`: a path or service is
+    /// above (its own schedule then). One read per onset, a second after
+    /// the last read at least, and at most one onset in ONSET_MAX_AGE;
+    /// then, while the kernel still counts bloated sockets and no path or
+    /// service is above, a read a second for ONSET_FOLLOW: the onset read
+    /// may come before the path's median crosses (the socket that tripped
+    /// it alone above, its path's other flows not yet), and an episode's
+    /// start is the read that sees it cross.
+    fn at_once(&mut self, now: Instant, age: Duration, bloat: bool, hot: bool) -> bool {
+        if !bloat {
+            self.armed = true;
+            return false;
+        }
+        if hot || age < FEED_EVERY {
+            return false;
+        }
+        let since = self.last.map(|t| now.saturating_duration_since(t));
+        if since.is_some_and(|d| d < ONSET_FOLLOW) {
+            return true;
+        }
+        let due = self.armed && since.is_none_or(|d| d >= ONSET_MAX_AGE);
+        if due {
+            (self.armed, self.last) = (false, Some(now));
+        }
+        due
+    }
 }
 
 impl Seam {
@@ -326,8 +386,27 @@ impl Seam {
     /// and having cost `cost`; `kernel_bloat`: the kernel counted a
     /// bloated socket in the last second.
     pub fn read_due(&self, age: Duration, cost: Duration, kernel_bloat: bool) -> bool {
+        // The schedule is looked at once a second and a read starts a few
+        // ms after the look that asked for it: a second later it is 0.99 s
+        // old, and without this slack every other second would wait for
+        // the next look (reads 2 s apart where one a second was meant:
+        // test_recorder saw +1.9, +4.0, +4.9 s).
+        let age = age.saturating_add(CHECK_SLACK);
         let cost = cost + Duration::from_nanos(self.shared.cost_ns.load(Ordering::Relaxed));
-        let (why, share, max_age) = if self.shared.hot.load(Ordering::Relaxed) {
+        let hot = self.shared.hot.load(Ordering::Relaxed);
+        if self
+            .onset
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .at_once(Instant::now(), age, kernel_bloat, hot)
+        {
+            tracing::debug!(
+                "a read for the flight recorder: the kernel started counting bloated sockets; the last {:.1} s ago",
+                age.as_secs_f64()
+            );
+            return true;
+        }
+        let (why, share, max_age) = if hot {
             (
                 "a path or service above the threshold",
                 HOT_SHARE,
@@ -436,7 +515,7 @@ fn thread_cpu_ns() -> u64 {
 }
 
 impl Writer {
-    fn new(shared: Arc<Shared>, settings: Settings, dir_error: Option<String>) -> Writer {
+    fn new(shared: Arc<Shared>, settings: Settings, dir_error: Option<Error>) -> Writer {
         let mut w = Writer {
             shared,
             settings,
@@ -447,7 +526,7 @@ impl Writer {
         };
         let now = crate::clock::Clock::now().unix_ms;
         match dir_error {
-            Some(why) => w.fail(JournalError::Other(why), now),
+            Some(e) => w.fail(e, now),
             None => w.open(now),
         }
         w
@@ -496,6 +575,9 @@ impl Writer {
             let writes =
                 rec.detector
                     .observe(f.t_ms, &f.sockets, f.policy.as_ref(), &gateway::lookup);
+            if let Some(class_of) = &f.class_of {
+                rec.detector.classify(class_of.as_ref());
+            }
             self.shared.hot.store(rec.detector.hot(), Ordering::Relaxed);
             for k in EpisodeKind::ALL {
                 let i = kind_index(k);
@@ -550,136 +632,6 @@ impl Writer {
         }
     }
 
-    /// What waits goes to the journal if it can take it.
-    fn flush(&mut self, now: u64) {
-        if let Some((_, retry)) = &self.down {
-            if now < *retry {
-                return;
-            }
-            if self.journal.is_none() {
-                self.open(now);
-                if self.journal.is_none() {
-                    return;
-                }
-            }
-        }
-        let Some(j) = self.journal.as_mut() else {
-            return;
-        };
-        let mut written = 0usize;
-        loop {
-            let batch = self
-                .shared
-                .rec
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .take(CHUNK_WEIGHT);
-            if batch.is_empty() {
-                break;
-            }
-            match j.write(&batch, now) {
-                Ok(()) => written += batch.len(),
-                Err(e) => {
-                    self.shared
-                        .rec
-                        .lock()
-                        .unwrap_or_else(PoisonError::into_inner)
-                        .put_back(batch);
-                    self.fail(e, now);
-                    return;
-                }
-            }
-        }
-        let path = j.path().display().to_string();
-        if let Some((why, _)) = self.down.take() {
-            tracing::info!(
-                "journal {path}: writable again ({why} no longer): {written} held writes recorded"
-            );
-            self.warned = false;
-        }
-        let detail = format!(
-            "{path} ({} of {})",
-            bloatd_model::format::bytes(j.bytes()),
-            bloatd_model::format::bytes(j.max_bytes())
-        );
-        self.publish_feature(FeatureState::On, detail);
-    }
-
-    fn fail(&mut self, e: JournalError, now: u64) {
-        let why = e.to_string();
-        if !self.warned {
-            self.warned = true;
-            tracing::warn!(
-                "journal: {why}: bloatd goes on, and holds what it records in memory ({MEMORY_WEIGHT} points at most) until it can be written"
-            );
-        }
-        // A full or read-only disk is waited out on the same connection;
-        // anything else opens the journal anew.
-        if !matches!(e, JournalError::Full(_) | JournalError::ReadOnly(_)) {
-            self.journal = None;
-        }
-        self.publish_feature(FeatureState::Fallback, format!("in memory only: {why}"));
-        self.down = Some((why, now + RETRY_MS));
-    }
-
-    fn open(&mut self, now: u64) {
-        match Journal::open(&self.settings.state_dir, self.settings.bounds, now) {
-            Ok((j, notes)) => {
-                for n in notes {
-                    tracing::warn!("{n}");
-                }
-                self.renumber(j.next_id());
-                self.publish_feature(FeatureState::On, j.path().display().to_string());
-                self.journal = Some(j);
-                if let Some((why, _)) = self.down.take() {
-                    // `flush` says it is writable again once it wrote.
-                    self.down = Some((why, 0));
-                }
-            }
-            Err(e) => self.fail(e, now),
-        }
-    }
-
-    /// Ids below the journal's next one (given while it could not be
-    /// read) move above it.
-    fn renumber(&mut self, next: u64) {
-        let mut rec = self
-            .shared
-            .rec
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        let mut ids: Vec<u64> = rec
-            .pending
-            .iter()
-            .filter_map(Write::episode_id)
-            .chain(rec.detector.open().iter().map(|e| e.id))
-            .filter(|&id| id < next)
-            .collect();
-        ids.sort_unstable();
-        ids.dedup();
-        let map: HashMap<u64, u64> = ids
-            .iter()
-            .enumerate()
-            .map(|(i, &id)| (id, next + i as u64))
-            .collect();
-        for w in rec.pending.iter_mut() {
-            match w {
-                Write::Episode(r) => {
-                    if let Some(&n) = map.get(&r.episode.id) {
-                        r.episode.id = n;
-                    }
-                }
-                Write::Points { episode, .. } | Write::Prune { episode, .. } => {
-                    if let Some(&n) = map.get(episode) {
-                        *episode = n;
-                    }
-                }
-                Write::Minutes(_) => {}
-            }
-        }
-        rec.detector.renumber(&map, next + map.len() as u64);
-    }
-
     fn publish_feature(&self, state: FeatureState, detail: String) {
         let mut live = self
             .shared
@@ -690,15 +642,6 @@ impl Writer {
             live.feature = feature(state, detail);
         }
     }
-}
-
-/// Why the API cannot answer from the journal.
-#[derive(Debug, thiserror::Error)]
-pub enum ReadError {
-    #[error("no episode {0} (bloatd incidents lists them)")]
-    NoSuchEpisode(u64),
-    #[error("journal: {0}")]
-    Journal(String),
 }
 
 /// The API's side: queries, each on a connection of its own, with what
@@ -725,12 +668,10 @@ impl Reader {
         journal::open_reader(&self.shared.state_dir).ok().flatten()
     }
 
-    pub fn incidents(&self, q: &IncidentsQuery, since_ms: u64) -> Result<Vec<Episode>, ReadError> {
+    pub fn incidents(&self, q: &IncidentsQuery, since_ms: u64) -> Result<Vec<Episode>> {
         let mut by_id: HashMap<u64, Episode> = HashMap::new();
         if let Some(c) = self.disk() {
-            for e in journal::incidents(&c, q, since_ms)
-                .map_err(|e| ReadError::Journal(e.to_string()))?
-            {
+            for e in journal::incidents(&c, q, since_ms).map_err(Error::JournalRead)? {
                 by_id.insert(e.id, e);
             }
         }
@@ -757,7 +698,7 @@ impl Reader {
         Ok(out)
     }
 
-    pub fn incident(&self, id: u64) -> Result<EpisodeDetail, ReadError> {
+    pub fn incident(&self, id: u64) -> Result<EpisodeDetail> {
         if let Some(d) = self
             .shared
             .rec
@@ -769,7 +710,7 @@ impl Reader {
             return Ok(d);
         }
         let mut d = match self.disk() {
-            Some(c) => journal::detail(&c, id).map_err(|e| ReadError::Journal(e.to_string()))?,
+            Some(c) => journal::detail(&c, id).map_err(Error::JournalRead)?,
             None => None,
         };
         // What waits for the journal is newer than what it has.
@@ -815,17 +756,17 @@ impl Reader {
                 Write::Prune { .. } | Write::Minutes(_) => {}
             }
         }
-        d.ok_or(ReadError::NoSuchEpisode(id))
+        d.ok_or(Error::NoSuchEpisode(id))
     }
 
-    pub fn history(&self, q: &HistoryQuery, since_ms: u64) -> Result<Vec<MinuteRow>, ReadError> {
+    pub fn history(&self, q: &HistoryQuery, since_ms: u64) -> Result<Vec<MinuteRow>> {
         let each = HistoryQuery {
             worst: false.into(),
             ..q.clone()
         };
         let mut rows = match self.disk() {
             Some(c) => journal::history(&c, if q.worst.is_set() { q } else { &each }, since_ms)
-                .map_err(|e| ReadError::Journal(e.to_string()))?,
+                .map_err(Error::JournalRead)?,
             None => Vec::new(),
         };
         let mut held: Vec<MinuteRow> = Vec::new();
@@ -857,4 +798,81 @@ impl Reader {
 /// Where the journal is kept, for commands that read it without a daemon.
 pub fn journal_path(state_dir: &Path) -> PathBuf {
     state_dir.join(journal::FILE)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_read_started_just_after_the_last_look_is_a_second_old_at_the_next() {
+        let cfg = crate::settings::Config {
+            state_dir: std::env::temp_dir().join("bloatd-test-never-made"),
+            ..Default::default()
+        };
+        // A directory refused: the journal is never opened, all in memory.
+        let rec = Recorder::start(Settings::of(&cfg), Some("test".into())).unwrap();
+        let seam = rec.seam();
+        let ms = Duration::from_millis;
+        // Hot, cheap reads: one a second, the read 0.99 s old at the look.
+        seam.shared.hot.store(true, Ordering::Relaxed);
+        assert!(seam.read_due(ms(990), ms(2), true));
+        assert!(!seam.read_due(ms(850), ms(2), true));
+        // Quiet: a thousandth of a core, at least a second.
+        seam.shared.hot.store(false, Ordering::Relaxed);
+        assert!(seam.read_due(ms(995), ms(1), false));
+        assert!(!seam.read_due(ms(995), ms(2), false));
+        rec.stop();
+    }
+
+    #[test]
+    fn an_onset_reads_at_once_one_read_per_onset() {
+        let s = Duration::from_secs;
+        let t0 = Instant::now();
+        let mut o = Onset {
+            armed: true,
+            last: None,
+        };
+        assert!(!o.at_once(t0, s(5), false, false), "quiet: no read");
+        assert!(!o.at_once(t0, s(5), true, true), "hot: its own schedule");
+        assert!(
+            !o.at_once(t0, Duration::from_millis(500), true, false),
+            "a second apart"
+        );
+        assert!(
+            o.at_once(t0 + s(1), s(1), true, false),
+            "the onset: at once"
+        );
+        // Then a read a second while it lasts, nothing above yet, for
+        // ONSET_FOLLOW; none once a path is above (the hot schedule).
+        assert!(
+            o.at_once(t0 + s(2), s(1), true, false),
+            "followed a second apart"
+        );
+        assert!(
+            !o.at_once(t0 + s(2), Duration::from_millis(300), true, false),
+            "a second apart"
+        );
+        assert!(
+            !o.at_once(t0 + s(3), s(1), true, true),
+            "hot: its own schedule"
+        );
+        assert!(o.at_once(
+            t0 + s(1) + ONSET_FOLLOW - Duration::from_millis(1),
+            s(1),
+            true,
+            false
+        ));
+        assert!(
+            !o.at_once(t0 + s(1) + ONSET_FOLLOW, s(1), true, false),
+            "once per onset, followed for ONSET_FOLLOW"
+        );
+        // Another onset within ONSET_MAX_AGE waits; after, it reads.
+        assert!(!o.at_once(t0 + s(7), s(2), false, false));
+        assert!(
+            !o.at_once(t0 + s(8), s(3), true, false),
+            "at most one in ONSET_MAX_AGE"
+        );
+        assert!(o.at_once(t0 + s(1) + ONSET_MAX_AGE, s(3), true, false));
+    }
 }

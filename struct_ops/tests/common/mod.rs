@@ -373,7 +373,7 @@ pub fn register(algos: &[bloatd_cc::Algo], opts: &bloatd_cc::Options) -> bloatd_
     loop {
         match bloatd_cc::Registration::register(algos, opts) {
             Ok(r) => return r,
-            Err(bloatd_cc::CcError::AlreadyRegistered { name }) if Instant::now() < deadline => {
+            Err(bloatd_cc::Error::AlreadyRegistered { name }) if Instant::now() < deadline => {
                 if !warned {
                     eprintln!("{name} is registered by someone else (another bloatd?): waiting up to 2 min");
                     warned = true;

@@ -32,7 +32,7 @@ impl Incidents {
             .then(|| now_ms.saturating_sub(TIMELINE_MS))
     }
 
-    pub fn apply(&mut self, answer: Result<(Vec<MinuteRow>, Vec<Episode>), String>, now_ms: u64) {
+    pub fn apply(&mut self, answer: crate::Result<(Vec<MinuteRow>, Vec<Episode>)>, now_ms: u64) {
         self.fetched_ms = Some(now_ms);
         match answer {
             Ok((minutes, episodes)) => {
@@ -45,7 +45,7 @@ impl Incidents {
                     .and_then(|id| self.episodes.iter().position(|e| e.id == id))
                     .unwrap_or(0);
             }
-            Err(e) => self.error = Some(e),
+            Err(e) => self.error = Some(e.to_string()),
         }
     }
 
@@ -61,7 +61,7 @@ impl Incidents {
         due.then_some(id)
     }
 
-    pub fn apply_detail(&mut self, answer: Result<EpisodeDetail, String>, now_ms: u64) {
+    pub fn apply_detail(&mut self, answer: crate::Result<EpisodeDetail>, now_ms: u64) {
         self.detail_fetched_ms = Some(now_ms);
         match answer {
             Ok(d) if Some(d.episode.id) == self.opened => {
@@ -69,7 +69,7 @@ impl Incidents {
                 self.detail_error = None;
             }
             Ok(_) => {}
-            Err(e) => self.detail_error = Some(e),
+            Err(e) => self.detail_error = Some(e.to_string()),
         }
     }
 

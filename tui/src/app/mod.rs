@@ -369,7 +369,7 @@ impl App {
                         prompt.error = None;
                         self.set_filter(filter);
                     }
-                    Err(e) => prompt.error = Some(e),
+                    Err(e) => prompt.error = Some(e.to_string()),
                 }
             }
             _ => {}
@@ -593,7 +593,7 @@ impl App {
 
     pub fn apply_history(
         &mut self,
-        answer: Result<(Vec<MinuteRow>, Vec<Episode>), String>,
+        answer: crate::Result<(Vec<MinuteRow>, Vec<Episode>)>,
         now_ms: u64,
     ) {
         self.now_ms = self.now_ms.max(now_ms);
@@ -607,7 +607,7 @@ impl App {
             .flatten()
     }
 
-    pub fn apply_episode(&mut self, answer: Result<EpisodeDetail, String>, now_ms: u64) {
+    pub fn apply_episode(&mut self, answer: crate::Result<EpisodeDetail>, now_ms: u64) {
         self.now_ms = self.now_ms.max(now_ms);
         self.incidents.apply_detail(answer, now_ms);
     }

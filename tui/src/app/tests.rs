@@ -111,7 +111,10 @@ fn the_source_selects_sorted_filtered_rows_and_summarises_all() {
         sort: Some("size".into()),
         ..Default::default()
     };
-    assert!(select_rows(&[], &bad, 0).unwrap_err().contains("qdelay"));
+    assert!(select_rows(&[], &bad, 0)
+        .unwrap_err()
+        .to_string()
+        .contains("qdelay"));
     let bad = SnapshotRequest {
         filter: Some("port:x".into()),
         ..Default::default()
@@ -380,7 +383,10 @@ fn filter_terms() {
     assert_eq!(matching("5201"), vec![2]);
     assert_eq!(matching("iperf cc:westwood"), vec![2]);
     assert_eq!(matching("iperf cc:cubic"), Vec::<u64>::new());
-    assert!(Filter::parse("port:https").unwrap_err().contains("port"));
+    assert!(Filter::parse("port:https")
+        .unwrap_err()
+        .to_string()
+        .contains("port"));
     assert!(Filter::parse("port:70000").is_err());
 }
 

@@ -1,0 +1,679 @@
+//! What kind of queue a path's traffic waits in (issue 33), from the reads
+//! alone: nothing is added per packet. Each read, per path (namespace,
+//! peer, interface, as `paths.rs` groups them), one observation: the
+//! median queue of its sockets that carried traffic, and its senders'
+//! congestion signals since the last read with the queue each signalling
+//! socket had:
+//!
+//! - a loss: the socket's retransmissions grew;
+//! - an ECN signal: its ssthresh changed from one finite value to another
+//!   without a retransmission (a window reduction that no loss caused:
+//!   the receiver echoed a CE mark).
+//!
+//! A sender's first slow start is a ramp, not a standing queue: the
+//! event that ends it (loss, mark or HyStart) is no signal, and a path
+//! whose senders are all still in it is observed only when it holds no
+//! queue (an AQM lets a slow start overshoot for an interval before it
+//! drops; test_lab_classify saw CoDel called drop-tail at that moment).
+//!
+//! Over the last `WINDOW_MS` of observations:
+//!
+//! | evidence | class |
+//! |---|---|
+//! | fewer than `MIN_SECONDS` observations | `unknown` |
+//! | no signal, median queue < `CLEAR_US` | `clear` |
+//! | no signal, median queue >= `aqm_queue_ms` | `droptail` (no AQM holds a standing queue that long) |
+//! | no signal, between | `unknown` |
+//! | signals, the queue at them or the median >= `aqm_queue_ms` | `droptail` |
+//! | signals at a short queue, ECN ones at least as many as losses | `ecn-aqm` |
+//! | losses at a short queue | `aqm` |
+//!
+//! Known limits: a drop-tail buffer shorter than `aqm_queue_ms` whose
+//! losses come at a short queue reads as `aqm`, and so do random (radio)
+//! losses; a path that only receives shows no losses or marks (its sender
+//! sees them), so it is classified by its queue alone; a sender that never
+//! leaves slow start (limited by the receiver's window) counts only
+//! while it holds no queue.
+
+use bloatd_model::{format, Bottleneck, BottleneckClass, Role, Socket};
+use std::collections::{HashMap, VecDeque};
+use std::net::IpAddr;
+
+/// How far back a class looks.
+pub const WINDOW_MS: u64 = 20_000;
+/// Observations (reads with traffic in flight) before any class but
+/// `unknown`.
+const MIN_SECONDS: usize = 3;
+/// Observations before `droptail`: an AQM's queue after a slow start's
+/// overshoot takes a read or two to come down (test_lab_classify saw
+/// CoDel called drop-tail at 3 s in 2 of 3 runs with 3).
+const DROPTAIL_SECONDS: usize = 5;
+/// Below this median queue, with no signal, a path is clear (CoDel's
+/// target).
+const CLEAR_US: u32 = 5_000;
+/// A socket moved within this long carries traffic (as paths.rs).
+const ACTIVE_MS: u64 = 1000;
+/// A path with no observation for this long is forgotten.
+const FORGET_MS: u64 = 60_000;
+
+/// One read of one path.
+#[derive(Clone, Copy, Debug, Default)]
+struct Obs {
+    t_ms: u64,
+    /// The median queue of its sockets that carried traffic.
+    queue_us: u32,
+    losses: u32,
+    ecn: u32,
+    /// The longest queue among the sockets that signalled (0: none did).
+    signal_queue_us: u32,
+    /// Its queue is that of senders still in their first slow start (no
+    /// sender of the path had left it): a ramp, not a standing queue.
+    slow_start: bool,
+}
+
+#[derive(Default)]
+struct History {
+    obs: VecDeque<Obs>,
+    last_ms: u64,
+    /// Whether any of its sockets sent (signals are the sender's).
+    sends: bool,
+}
+
+/// A socket's counters at the last read.
+struct Prev {
+    retrans: u32,
+    ssthresh: Option<u32>,
+    read: u64,
+}
+
+/// FxHash (rustc's): the keys here are cookies and addresses, not chosen
+/// by a remote party to collide, and SipHash was most of the cost.
+#[derive(Clone, Copy, Default)]
+struct Fx(u64);
+
+impl std::hash::Hasher for Fx {
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.write_u64(b as u64);
+        }
+    }
+    fn write_u32(&mut self, n: u32) {
+        self.write_u64(n as u64);
+    }
+    fn write_u64(&mut self, n: u64) {
+        self.0 = (self.0.rotate_left(5) ^ n).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
+    }
+    fn write_usize(&mut self, n: usize) {
+        self.write_u64(n as u64);
+    }
+    fn finish(&self) -> u64 {
+        self.0
+    }
+}
+
+type FxMap<K, V> = HashMap<K, V, std::hash::BuildHasherDefault<Fx>>;
+
+/// The classifier's memory: the per-socket counters of the last read and
+/// each path's observations.
+pub struct Bottlenecks {
+    aqm_queue_us: u32,
+    reads: u64,
+    socks: FxMap<u64, Prev>,
+    paths: FxMap<(u32, IpAddr), Vec<(String, History)>>,
+    /// One read's (path, in slow start, queue), kept for its capacity.
+    queues: Vec<(u32, bool, u32)>,
+}
+
+/// One path being summed during a read.
+#[derive(Default)]
+struct Acc {
+    losses: u32,
+    ecn: u32,
+    signal_queue_us: u32,
+    sends: bool,
+    /// Its index among the read's paths (in `queues`).
+    idx: u32,
+}
+
+impl Bottlenecks {
+    pub fn new(aqm_queue_ms: u64) -> Bottlenecks {
+        Bottlenecks {
+            aqm_queue_us: (aqm_queue_ms * 1000).min(u32::MAX as u64) as u32,
+            reads: 0,
+            socks: FxMap::default(),
+            paths: FxMap::default(),
+            queues: Vec::new(),
+        }
+    }
+
+    /// Take in one read made at `t_ms` (Unix ms).
+    pub fn observe(&mut self, t_ms: u64, socks: &[Socket]) {
+        self.reads += 1;
+        let read = self.reads;
+        let mut accs: FxMap<(u32, IpAddr, &str), Acc> =
+            FxMap::with_capacity_and_hasher(self.paths.len(), Default::default());
+        self.queues.clear();
+        for s in socks {
+            let (loss, ecn) = match self.socks.get_mut(&s.cookie) {
+                Some(p) => {
+                    // Leaving the first slow start (a loss, a mark or
+                    // HyStart: ssthresh set for the first time) says where
+                    // the ramp ended, not what holds the queue after it.
+                    let steady = p.ssthresh.is_some() && s.ssthresh.is_some();
+                    let loss = steady && s.retrans > p.retrans;
+                    let ecn = steady && !loss && s.ssthresh != p.ssthresh;
+                    (p.retrans, p.ssthresh, p.read) = (s.retrans, s.ssthresh, read);
+                    (loss, ecn)
+                }
+                None => {
+                    self.socks.insert(
+                        s.cookie,
+                        Prev {
+                            retrans: s.retrans,
+                            ssthresh: s.ssthresh,
+                            read,
+                        },
+                    );
+                    (false, false)
+                }
+            };
+            let carried = s.idle_ms <= ACTIVE_MS && s.view_rtt_us() > 0 && s.floor_us > 0;
+            if !carried && !loss && !ecn {
+                continue;
+            }
+            let n = accs.len() as u32;
+            let a = accs
+                .entry((s.netns, s.remote_addr, s.interface.as_str()))
+                .or_insert_with(|| Acc {
+                    idx: n,
+                    ..Acc::default()
+                });
+            let q = s.view_queue_delay_us();
+            if carried {
+                // A receiver cannot tell its sender's slow start.
+                let slow_start = s.role == Role::Sender && s.ssthresh.is_none();
+                self.queues.push((a.idx, slow_start, q));
+            }
+            a.sends |= s.role == Role::Sender;
+            if loss || ecn {
+                a.losses += loss as u32;
+                a.ecn += ecn as u32;
+                a.signal_queue_us = a.signal_queue_us.max(q);
+            }
+        }
+        self.socks.retain(|_, p| p.read == read);
+        // Each path's median queue: its run of (path, in slow start,
+        // queue), sorted: of its sockets past slow start if it has any.
+        self.queues.sort_unstable();
+        let mut median = vec![None; accs.len()];
+        let mut i = 0;
+        while i < self.queues.len() {
+            let idx = self.queues[i].0;
+            let run = &self.queues[i..];
+            let n = run.iter().take_while(|(p, _, _)| *p == idx).count();
+            let steady = run[..n].iter().take_while(|(_, ss, _)| !ss).count();
+            let (m, slow_start) = if steady > 0 {
+                (steady, false)
+            } else {
+                (n, true)
+            };
+            median[idx as usize] = Some((run[(m - 1) / 2].2, slow_start));
+            i += n;
+        }
+        for ((netns, peer, iface), a) in accs {
+            let Some((queue_us, slow_start)) = median[a.idx as usize] else {
+                continue;
+            };
+            let by_peer = self.paths.entry((netns, peer)).or_default();
+            let i = match by_peer.iter().position(|(i, _)| i == iface) {
+                Some(i) => i,
+                None => {
+                    by_peer.push((iface.to_string(), History::default()));
+                    by_peer.len() - 1
+                }
+            };
+            let h = &mut by_peer[i].1;
+            h.obs.push_back(Obs {
+                t_ms,
+                queue_us,
+                losses: a.losses,
+                ecn: a.ecn,
+                signal_queue_us: a.signal_queue_us,
+                slow_start,
+            });
+            while h.obs.front().is_some_and(|o| o.t_ms + WINDOW_MS <= t_ms) {
+                h.obs.pop_front();
+            }
+            h.last_ms = t_ms;
+            h.sends = a.sends;
+        }
+        self.paths.retain(|_, v| {
+            v.retain(|(_, h)| h.last_ms + FORGET_MS > t_ms);
+            !v.is_empty()
+        });
+    }
+
+    /// The class of the path toward `peer` from namespace `netns` through
+    /// `interface`, as of `now_ms`; None if it carried no traffic lately.
+    pub fn class_of(
+        &self,
+        netns: u32,
+        peer: IpAddr,
+        interface: &str,
+        now_ms: u64,
+    ) -> Option<Bottleneck> {
+        let (_, h) = self
+            .paths
+            .get(&(netns, peer))?
+            .iter()
+            .find(|(i, _)| i == interface)?;
+        let e = Evidence::of(h, now_ms)?;
+        Some(e.bottleneck(e.class(self.aqm_queue_us), self.aqm_queue_us))
+    }
+
+    /// How many paths with traffic in the window are of each class
+    /// (`BottleneckClass::ALL`'s order), for /metrics.
+    pub fn counts(&self, now_ms: u64) -> [u64; 5] {
+        let mut n = [0u64; 5];
+        for v in self.paths.values() {
+            for (_, h) in v {
+                if let Some(e) = Evidence::of(h, now_ms) {
+                    n[e.class(self.aqm_queue_us) as usize] += 1;
+                }
+            }
+        }
+        n
+    }
+}
+
+fn ms(us: u32) -> String {
+    format::ms(us as u64)
+}
+
+/// The upper median of `xs` (sorts it).
+fn median(xs: &mut [u32]) -> u32 {
+    xs.sort_unstable();
+    xs[(xs.len() - 1) / 2]
+}
+
+/// What one path's observations in the window say.
+struct Evidence {
+    seconds: u32,
+    sends: bool,
+    q50: u32,
+    losses: u32,
+    ecn: u32,
+    /// The median queue at the reads with a signal; None without one.
+    q_at: Option<u32>,
+    /// Reads left out: a slow start's ramp.
+    ramp: u32,
+}
+
+impl Evidence {
+    /// None without an observation in the window (a slow start's ramp
+    /// is none: only a slow start with no queue counts). On the stack: at most
+    /// one observation a second over `WINDOW_MS` (more are left out).
+    fn of(h: &History, now_ms: u64) -> Option<Evidence> {
+        const MAX: usize = 2 * (WINDOW_MS / 1000) as usize;
+        let (mut queues, mut at) = ([0u32; MAX], [0u32; MAX]);
+        let (mut n, mut n_at, mut losses, mut ecn) = (0, 0, 0, 0);
+        // A slow start's ramp can say that nothing queues, no more.
+        let in_window = |o: &&Obs| o.t_ms + WINDOW_MS > now_ms;
+        let ramp = |o: &&Obs| o.slow_start && (o.queue_us >= CLEAR_US || o.losses + o.ecn > 0);
+        let used = |o: &&Obs| in_window(o) && !ramp(o);
+        let ramp = h.obs.iter().filter(|o| in_window(o) && ramp(o)).count() as u32;
+        for o in h.obs.iter().rev().filter(used).take(MAX) {
+            queues[n] = o.queue_us;
+            n += 1;
+            losses += o.losses;
+            ecn += o.ecn;
+            if o.losses + o.ecn > 0 {
+                at[n_at] = o.signal_queue_us;
+                n_at += 1;
+            }
+        }
+        (n > 0 || ramp > 0).then(|| Evidence {
+            seconds: n as u32,
+            ramp,
+            sends: h.sends,
+            q50: if n > 0 { median(&mut queues[..n]) } else { 0 },
+            losses,
+            ecn,
+            q_at: (n_at > 0).then(|| median(&mut at[..n_at])),
+        })
+    }
+
+    fn class(&self, aqm_queue_us: u32) -> BottleneckClass {
+        if (self.seconds as usize) < MIN_SECONDS {
+            return BottleneckClass::Unknown;
+        }
+        match self.signalled(aqm_queue_us) {
+            BottleneckClass::Droptail if (self.seconds as usize) < DROPTAIL_SECONDS => {
+                BottleneckClass::Unknown
+            }
+            c => c,
+        }
+    }
+
+    fn signalled(&self, aqm_queue_us: u32) -> BottleneckClass {
+        match self.q_at {
+            None if self.q50 < CLEAR_US => BottleneckClass::Clear,
+            None if self.q50 >= aqm_queue_us => BottleneckClass::Droptail,
+            None => BottleneckClass::Unknown,
+            Some(q_at) if q_at >= aqm_queue_us || self.q50 >= aqm_queue_us => {
+                BottleneckClass::Droptail
+            }
+            Some(_) if self.ecn >= self.losses => BottleneckClass::EcnAqm,
+            Some(_) => BottleneckClass::Aqm,
+        }
+    }
+
+    /// The class with its evidence in one sentence.
+    fn bottleneck(&self, class: BottleneckClass, aqm_queue_us: u32) -> Bottleneck {
+        let q50 = ms(self.q50);
+        let signals = match (self.losses, self.ecn) {
+            (l, 0) => format!("{l} loss{}", if l == 1 { "" } else { "es" }),
+            (0, e) => format!("{e} ECN window reduction{}", if e == 1 { "" } else { "s" }),
+            (l, e) => format!("{l} losses and {e} ECN window reductions"),
+        };
+        let at = ms(self.q_at.unwrap_or(0));
+        let why = match class {
+            BottleneckClass::Unknown if (self.seconds as usize) < MIN_SECONDS => format!(
+                "{} of {MIN_SECONDS} reads with traffic needed so far{}",
+                self.seconds,
+                if self.ramp > 0 {
+                    format!(" ({} more in slow start, a ramp, left out)", self.ramp)
+                } else {
+                    String::new()
+                }
+            ),
+            BottleneckClass::Unknown
+                if self.signalled(aqm_queue_us) == BottleneckClass::Droptail =>
+            {
+                format!(
+                    "{q50} of queue so far: {DROPTAIL_SECONDS} reads past slow start needed before drop-tail, {} yet",
+                    self.seconds
+                )
+            }
+            BottleneckClass::Unknown if self.sends => {
+                format!("{q50} of queue, no loss or ECN mark yet")
+            }
+            BottleneckClass::Unknown => format!(
+                "{q50} of queue; only receiving here: the sender sees the losses and marks"
+            ),
+            BottleneckClass::Clear => {
+                format!("no standing queue: {q50} of queue, no loss or ECN mark")
+            }
+            BottleneckClass::Droptail if self.q_at.is_none() => format!(
+                "drop-tail buffer: a standing queue of {q50} with no loss or ECN mark, which no AQM keeps"
+            ),
+            BottleneckClass::Droptail => {
+                format!("drop-tail buffer: {q50} of queue, {signals} at {at} of queue")
+            }
+            BottleneckClass::EcnAqm => {
+                format!("an AQM marking ECN: {signals} at {at} of queue, {q50} median")
+            }
+            BottleneckClass::Aqm => format!(
+                "an AQM: {signals} at {at} of queue, {q50} median, before any buffer filled"
+            ),
+        };
+        Bottleneck {
+            class,
+            why,
+            seconds: self.seconds,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::paths::tests::sock;
+
+    const PEER: &str = "10.9.2.2";
+    const NETNS: u32 = 4026531840;
+
+    /// `seconds` reads of one sender toward PEER: at second i its queue is
+    /// queue(i) ms, and it has retransmitted retrans(i) segments with an
+    /// ssthresh of ssthresh(i) (None: infinite, slow start).
+    fn feed(
+        c: &mut Bottlenecks,
+        seconds: u64,
+        queue: impl Fn(u64) -> u32,
+        retrans: impl Fn(u64) -> u32,
+        ssthresh: impl Fn(u64) -> Option<u32>,
+    ) -> Bottleneck {
+        (0..seconds)
+            .map(|i| feed_one(c, i, queue(i), retrans(i), ssthresh(i)))
+            .last()
+            .unwrap()
+    }
+
+    /// One read at second `i` of the sender `feed` makes.
+    fn feed_one(
+        c: &mut Bottlenecks,
+        i: u64,
+        queue_ms: u32,
+        retrans: u32,
+        ssthresh: Option<u32>,
+    ) -> Bottleneck {
+        let mut s = sock(2, PEER, 80, queue_ms, 0);
+        (s.retrans, s.ssthresh) = (retrans, ssthresh);
+        let t = 1_000_000 + i * 1000;
+        c.observe(t, &[s]);
+        c.class_of(NETNS, PEER.parse().unwrap(), "wlan0", t)
+            .unwrap()
+    }
+
+    fn class(b: &Bottleneck) -> &'static str {
+        b.class.as_str()
+    }
+
+    #[test]
+    fn a_buffer_that_fills_until_it_overflows_is_droptail() {
+        // CUBIC into a 500 ms buffer: the queue grows to the buffer, a loss,
+        // back to 0.7 of the window, again.
+        let mut c = Bottlenecks::new(30);
+        let q = |i: u64| [100, 300, 500, 330, 420, 500, 340][(i % 7) as usize];
+        let b = feed(
+            &mut c,
+            14,
+            q,
+            |i| (i / 7) as u32 * 3,
+            |i| Some(80 + (i / 7) as u32),
+        );
+        assert_eq!(class(&b), "droptail", "{b:?}");
+        assert!(b.why.contains("loss"), "{}", b.why);
+        // No loss yet, but a standing queue no AQM would keep (past slow
+        // start: HyStart ended it).
+        let mut c = Bottlenecks::new(30);
+        let b = feed(&mut c, 5, |_| 250, |_| 0, |_| Some(80));
+        assert_eq!(class(&b), "droptail", "{b:?}");
+        // Slow start fills a 500 ms buffer until it overflows; the
+        // standing queue after says drop-tail from the fifth read past it.
+        let mut c = Bottlenecks::new(30);
+        let q = |i: u64| [100, 300, 500, 480, 350, 420, 460, 380][i as usize];
+        let b = feed(
+            &mut c,
+            7,
+            q,
+            |i| if i >= 3 { 5 } else { 0 },
+            |i| (i >= 3).then_some(100),
+        );
+        assert_eq!((class(&b), b.seconds), ("unknown", 4), "{b:?}");
+        assert!(
+            b.why.contains("5 reads past slow start needed"),
+            "{}",
+            b.why
+        );
+        let b = feed_one(&mut c, 7, q(7), 5, Some(100));
+        assert_eq!((class(&b), b.seconds), ("droptail", 5), "{b:?}");
+    }
+
+    #[test]
+    fn losses_at_a_short_queue_are_an_aqm() {
+        // CoDel: 1-6 ms of queue, a drop every few seconds.
+        let mut c = Bottlenecks::new(30);
+        let b = feed(
+            &mut c,
+            12,
+            |i| [2, 5, 1, 6, 3][(i % 5) as usize],
+            |i| (i / 4) as u32,
+            |i| (i >= 4).then_some(70 + (i / 4) as u32),
+        );
+        assert_eq!(class(&b), "aqm", "{b:?}");
+        // The slow start's reads with a queue (5 and 6 ms) are left out.
+        assert_eq!(b.seconds, 10);
+    }
+
+    /// CoDel lets a slow start overshoot for an interval before it drops:
+    /// the ramp and the loss that ends it are no drop-tail evidence
+    /// (test_lab_classify saw CoDel called drop-tail for one read there
+    /// before this rule; this test failed without it).
+    #[test]
+    fn a_slow_starts_overshoot_under_an_aqm_is_never_droptail() {
+        let mut c = Bottlenecks::new(30);
+        let queue = |i: u64| match i {
+            0..=2 => [10, 60, 120][i as usize],
+            3 => 80,
+            _ => [3, 1, 5, 2][(i % 4) as usize],
+        };
+        let retrans = |i: u64| if i < 3 { 0 } else { 2 + (i as u32 - 3) / 3 };
+        let ssthresh = |i: u64| (i >= 3).then_some(70 + (i as u32 - 3) / 3);
+        for i in 0..14u64 {
+            let b = feed_one(&mut c, i, queue(i), retrans(i), ssthresh(i));
+            assert_ne!(class(&b), "droptail", "read {i}: {b:?}");
+            if i == 13 {
+                assert_eq!(class(&b), "aqm", "{b:?}");
+            }
+        }
+    }
+
+    /// A sender that never leaves slow start (its receiver's window limits
+    /// it) with a queue is left out: unknown, and why.
+    #[test]
+    fn a_sender_that_never_leaves_slow_start_is_unknown() {
+        let mut c = Bottlenecks::new(30);
+        let b = feed(&mut c, 10, |_| 300, |_| 0, |_| None);
+        assert_eq!(class(&b), "unknown", "{b:?}");
+        assert!(b.why.contains("10 more in slow start"), "{}", b.why);
+    }
+
+    #[test]
+    fn window_reductions_without_loss_at_a_short_queue_are_ecn() {
+        let mut c = Bottlenecks::new(30);
+        let b = feed(
+            &mut c,
+            12,
+            |i| [4, 6, 3][(i % 3) as usize],
+            |_| 0,
+            |i| Some(60 + (i / 3) as u32 % 2),
+        );
+        assert_eq!(class(&b), "ecn-aqm", "{b:?}");
+    }
+
+    #[test]
+    fn slow_starts_first_ssthresh_is_no_ecn_mark() {
+        // HyStart (or the first reduction) sets ssthresh from infinite.
+        let mut c = Bottlenecks::new(30);
+        let b = feed(&mut c, 6, |_| 2, |_| 0, |i| (i >= 2).then_some(90));
+        assert_eq!(class(&b), "clear", "{b:?}");
+    }
+
+    #[test]
+    fn too_little_traffic_or_a_middling_queue_is_unknown_and_says_why() {
+        let mut c = Bottlenecks::new(30);
+        let b = feed(&mut c, 2, |_| 2, |_| 0, |_| None);
+        assert_eq!(class(&b), "unknown");
+        assert!(b.why.contains("2 of 3 reads"), "{}", b.why);
+        let mut c = Bottlenecks::new(30);
+        let b = feed(&mut c, 5, |_| 15, |_| 0, |_| Some(80));
+        assert_eq!(class(&b), "unknown");
+        assert!(b.why.contains("no loss or ECN mark yet"), "{}", b.why);
+    }
+
+    #[test]
+    fn a_receiver_is_classified_by_its_queue_alone() {
+        let mut c = Bottlenecks::new(30);
+        for i in 0..5u64 {
+            let mut s = sock(2, PEER, 80, 0, 0);
+            s.role = Role::Receiver;
+            s.rcv_queue_delay_us = 15_000;
+            s.rcv_rtt_us = 95_000;
+            c.observe(1000 * i, &[s]);
+        }
+        let b = c
+            .class_of(NETNS, PEER.parse().unwrap(), "wlan0", 4000)
+            .unwrap();
+        assert_eq!(class(&b), "unknown");
+        assert!(b.why.contains("only receiving"), "{}", b.why);
+    }
+
+    #[test]
+    fn old_evidence_leaves_the_window_and_idle_paths_are_forgotten() {
+        let mut c = Bottlenecks::new(30);
+        feed(&mut c, 5, |_| 400, |_| 0, |_| None);
+        // 30 s later the same path carries traffic again with no queue.
+        for i in 0..4u64 {
+            c.observe(1_034_000 + i * 1000, &[sock(2, PEER, 80, 1, 0)]);
+        }
+        let b = c
+            .class_of(NETNS, PEER.parse().unwrap(), "wlan0", 1_037_000)
+            .unwrap();
+        assert_eq!(class(&b), "clear", "{b:?}");
+        assert_eq!(c.counts(1_037_000), [1, 0, 0, 0, 0]);
+        c.observe(1_200_000, &[]);
+        assert!(c.paths.is_empty() && c.socks.is_empty());
+        assert_eq!(c.counts(1_200_000), [0; 5]);
+    }
+
+    /// The classifier's cost at 10,000 busy sockets (not a test: run by
+    /// hand, docs/measurements.md has the numbers):
+    ///
+    ///     cargo test --release -p bloatd bottleneck::tests::cost -- --ignored --nocapture
+    ///
+    /// One observation a second (the engine's most) of 10,000 senders,
+    /// every one carrying traffic and a tenth of them signalling each
+    /// read, grouped in 1,000 and in 10,000 paths; and the class of every
+    /// path (what `bloatd paths` and a scrape of /metrics take).
+    #[test]
+    #[ignore]
+    fn cost_10k_busy_sockets() {
+        for per_path in [10u32, 1] {
+            let n = 10_000u32;
+            let mut socks: Vec<Socket> = (0..n)
+                .map(|i| {
+                    let p = i / per_path;
+                    let peer = format!("10.{}.{}.2", p >> 8, p & 255);
+                    let mut s = sock(i as u64 + 1, &peer, 40, 10 + i % 50, 0);
+                    s.ssthresh = Some(100);
+                    s
+                })
+                .collect();
+            let mut c = Bottlenecks::new(30);
+            let reads = 30u64;
+            let mut observe = std::time::Duration::ZERO;
+            for r in 0..reads {
+                for (i, s) in socks.iter_mut().enumerate() {
+                    if (i as u64 + r).is_multiple_of(10) {
+                        s.retrans += 1;
+                    }
+                }
+                let t0 = std::time::Instant::now();
+                c.observe(1_000_000 + r * 1000, &socks);
+                observe += t0.elapsed();
+            }
+            let t0 = std::time::Instant::now();
+            let counts = c.counts(1_000_000 + (reads - 1) * 1000);
+            let classes = t0.elapsed();
+            let per_read = observe / reads as u32;
+            println!(
+                "{n} sockets in {} paths: observe {:.3} ms a read ({:.4}% of a core at one read a second); classes of every path {:.3} ms; counts {counts:?}",
+                n / per_path,
+                per_read.as_secs_f64() * 1000.0,
+                per_read.as_secs_f64() * 100.0,
+                classes.as_secs_f64() * 1000.0,
+            );
+        }
+    }
+}
