@@ -10,7 +10,8 @@ RULES  := daemon/dist/prometheus
 FLEET_CHECK := daemon/dist/kubernetes/check
 
 .PHONY: all deps build lint test unit-test kernel-test rules-test fleet-test integration-test vm-test bench docs \
-        install uninstall release deb image fleet-manifest vmlinux demo lab lab-quick delayline clean kernels-table
+        install uninstall release deb image fleet-manifest vmlinux demo lab lab-quick delayline clean kernels-table \
+        api-schema
 
 all: build
 
@@ -28,16 +29,22 @@ build:
 ## 6.12 in VMs, and this host's)
 test: deps build lint unit-test rules-test fleet-test kernel-test integration-test vm-test
 
-## lint: rustfmt and clippy (warnings are errors), kernel-test code included
+## lint: rustfmt and clippy (warnings are errors), kernel-test code included;
+## shellcheck on every shell script, pyflakes on the Python
 lint:
 	$(CARGO) fmt --all -- --check
 	rustfmt --check --edition 2021 bpf/build_bpf.rs
 	$(CARGO) clippy --release --workspace --all-targets -- -D warnings
 	$(CARGO) clippy --release -p bloatd-cc --features kernel-tests --all-targets -- -D warnings
+	shellcheck -x $$(git ls-files | xargs grep -lsE '^#!.*(bash|/sh)')
+	pyflakes3 $$(git ls-files '*.py')
 
-## unit-test: root-free, fast (what `cargo test` runs anywhere)
+## unit-test: root-free, fast (what `cargo test` runs anywhere), and the
+## lab emulator's CoDel/FQ-CoDel against RFC 8289/8290 in simulated time
+## (scripts/lab/delayline/aqm_test.c: under a second)
 unit-test:
 	$(CARGO) test --release --workspace
+	scripts/lab/delayline/aqm_test.sh
 
 ## kernel-test: the struct_ops algorithms loaded into this kernel (root)
 kernel-test:
@@ -54,6 +61,12 @@ rules-test:
 fleet-test: build
 	@command -v go >/dev/null || { echo "fleet-test: needs Go >= 1.26 (go.mod of $(FLEET_CHECK))" >&2; exit 1; }
 	cd $(FLEET_CHECK) && BLOATD_BIN=$(CURDIR)/$(BIN) go test -count=1 ./...
+
+## api-schema: write docs/api.schema.json from bloatd-model's types (a unit
+## test fails while the two differ; commit the file with the change)
+api-schema:
+	BLOATD_WRITE_SCHEMA=1 $(CARGO) test --release -p bloatd-model -- schema::tests::the_checked_in
+	@git diff --stat -- docs/api.schema.json
 
 ## fleet-manifest: regenerate daemon/dist/kubernetes/bloatd.yaml from the chart
 fleet-manifest:

@@ -42,6 +42,7 @@ die() { echo "demo: $*" >&2; exit 1; }
 [[ $DEMO_SECONDS =~ ^[0-9]+$ ]] || die "DEMO_SECONDS must be a number of seconds"
 [[ -z $DEMO_DRWA_AT || $DEMO_DRWA_AT =~ ^[0-9]+$ ]] || die "DEMO_DRWA_AT must be a number of seconds"
 
+# shellcheck source=scripts/lab/bloatd.sh
 source "$ROOT/scripts/lab/bloatd.sh"
 PIDS=()
 cleanup() {

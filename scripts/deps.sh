@@ -21,14 +21,19 @@ PKGS=(
 	buildah podman runc
 	# the benchmarks' variant builds (scripts/bench/cold_breakdown.py)
 	patch
-	# plots and statistics for the lab
-	python3 python3-matplotlib
+	# plots and statistics for the lab; the tests check the API's answers
+	# against docs/api.schema.json (python3-jsonschema)
+	python3 python3-matplotlib python3-jsonschema
 	# the kernel matrix (scripts/vm/): VMs, their initramfs, the guest
-	# kernels' module dependencies
-	qemu-system-x86 busybox-static kmod cpio
+	# kernels' module dependencies, and building its Linux 5.14 (with BTF:
+	# pahole from dwarves)
+	qemu-system-x86 busybox-static kmod cpio flex bison bc libssl-dev dwarves
 	# make release: glibc's static archive (libc.a; libelf.a and libz.a come
 	# with libelf-dev, zlib1g-dev); test_release.py: a Debian 11 root, `file`
 	libc6-dev debootstrap file
+	# make lint: the shell scripts and the Python (pyflakes: ruff is not in
+	# Debian 12, and nothing here comes from PyPI)
+	shellcheck pyflakes3
 )
 
 if [[ $(id -u) -ne 0 ]]; then

@@ -50,7 +50,7 @@ if readelf -lW "$BUILT" | grep -q 'INTERP' || readelf -dW "$BUILT" | grep -q '(N
 fi
 bad=$(nm "$BUILT" | awk '$2 ~ /^[TtWw]$/ {print $3}' | grep -xE "$NSS" || true)
 if [[ -n $bad ]]; then
-	echo "release: $BUILT calls NSS lookups that a static glibc cannot serve on another distribution: $(echo $bad)" >&2
+	echo "release: $BUILT calls NSS lookups that a static glibc cannot serve on another distribution: ${bad//$'\n'/ }" >&2
 	exit 1
 fi
 

@@ -36,12 +36,10 @@ import argparse
 import os
 import shutil
 import subprocess
-import sys
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from scale import REPO, Daemon, Load, scale_lab  # noqa: E402
-from share import bpf_share, prog_runs, span  # noqa: E402
+from scale import REPO, Load, scale_lab, start_daemon
+from share import bpf_share, prog_runs, span
 
 VARIANTS = [("empty", 10), ("gate", 1), ("record", 2), ("slot", 4), ("echo", 3),
             ("fill", 6), ("nostats", 5), ("full", 0), ("phase", 11), ("second", 12)]
@@ -113,7 +111,7 @@ def main():
             for r in range(args.rounds):
                 for name in (names if r % 2 == 0 else names[::-1]):
                     before = set(prog_runs())
-                    d = Daemon(bpf_stats=True, binary=bins[name])
+                    d = start_daemon(bins[name], bpf_stats=True)
                     progs = set(prog_runs()) - before
                     try:
                         load.touch()
@@ -122,7 +120,7 @@ def main():
                         time.sleep(args.seconds)
                         p1, t1 = prog_runs(), time.monotonic()
                     finally:
-                        d.stop()
+                        d.cleanup()
                     share, ns = bpf_share(progs, p0, p1, t1 - t0)
                     ev = sum(p1[i][2] - p0[i][2] for i in progs
                              if i in p0 and p1[i][0] == "tcp_probe") / (t1 - t0)

@@ -16,8 +16,8 @@ trap 'pkill -f "iperf3 -s -p 5301" || true; scripts/lab/topo.sh down evw >/dev/n
 ip netns exec evw-snd iperf3 -s -p 5301 -D
 sleep 1
 echo "idle: $(ip netns exec evw-snd ping -c 20 -i 0.2 10.9.2.2 | tail -1)"
-ip netns exec evw-rcv iperf3 -c 10.9.1.1 -p 5301 -R -C cubic -t $T -i 0 > "$OUT/iperf.txt" &
-ip netns exec evw-snd ping -D -i 0.2 -w $T 10.9.2.2 > "$OUT/ping.txt" || true
+ip netns exec evw-rcv iperf3 -c 10.9.1.1 -p 5301 -R -C cubic -t "$T" -i 0 > "$OUT/iperf.txt" &
+ip netns exec evw-snd ping -D -i 0.2 -w "$T" 10.9.2.2 > "$OUT/ping.txt" || true
 wait
 /usr/bin/python3 - "$OUT/ping.txt" <<'PY'
 import re, sys

@@ -4,7 +4,7 @@ reports, it does not judge): the numbers behind the chart's resources
 (daemon/dist/helm/bloatd/values.yaml, README "Fleet").
 
 The pod runs from the image (make image) with the chart's defaults, as
-scripts/tests/test_image.py runs it (bloatdtest.Pod); the loads are
+scripts/tests/test_image.py runs it (harness.Pod); the loads are
 scripts/bench/scale.py's (10k-busy: 10,000 sockets all busy; 100k:
 100,000 sockets, 10,000 busy). Measured for --seconds: the pod's CPU, what
 its memory cgroup holds (the daemon, the clients `kubectl exec` would run
@@ -16,13 +16,11 @@ Usage: scripts/bench/pod.py [--seconds S] [--case NAME]... [--memory-limit Q]   
 import argparse
 import json
 import os
-import sys
 import time
 import urllib.request
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
-from bloatdtest import Pod, render  # noqa: E402
-from scale import CASES, Load, proc_cpu_s, scale_lab, timed  # noqa: E402
+from bloatdpy.harness import Pod, render
+from scale import CASES, Load, proc_cpu_s, scale_lab, timed
 
 MIB = 1 << 20
 

@@ -65,9 +65,10 @@ run() {
 	"$BIN" --run-dir "$RUN" start --no-cc --bpf-stats --listen "127.0.0.1:$PORT" "$@" >/dev/null
 	sleep 0.5
 	read -r n0 t0 < <(sockops_stats)
-	local t_start=$(date +%s.%N)
-	local g=$(download "$SECS")
-	local t_end=$(date +%s.%N)
+	local t_start g t_end
+	t_start=$(date +%s.%N)
+	g=$(download "$SECS")
+	t_end=$(date +%s.%N)
 	read -r n1 t1 < <(sockops_stats)
 	"$BIN" --run-dir "$RUN" stop >/dev/null
 	echo "$name|$g|$((n1 - n0))|$((t1 - t0))|$t_start|$t_end" >>"$RESULTS"

@@ -30,9 +30,10 @@ import resource
 import shutil
 import statistics
 import subprocess
-import sys
 import tempfile
 import time
+
+from bloatdpy.harness import Daemon
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 TOPO = os.path.join(REPO, "scripts", "lab", "topo.sh")
@@ -78,43 +79,30 @@ def timed(fn, runs=3):
     return statistics.median(times), out
 
 
-class Daemon:
-    def __init__(self, bpf_stats=False, binary=BLOATD, extra=()):
-        self.bin = binary
-        self.run_dir = tempfile.mkdtemp(prefix="bloatd-scale-")
-        # (--map-entries, the old spelling, is gone since the aliases were
-        # removed: a baseline older than that needs it back here.)
-        args = [binary, "--run-dir", self.run_dir, "start", "--no-cc", "--listen", "127.0.0.1:9498",
-                "--map-capacity", "262144", *extra]
-        if bpf_stats:
-            args.append("--bpf-stats")
-        # The flight recorder's journal in the run directory, not the
-        # host's /var/lib/bloatd (an environment variable: a baseline
-        # build without the recorder ignores it).
-        sh(*args, env={**os.environ, "BLOATD_STATE_DIR": os.path.join(self.run_dir, "state")})
-        self.pid = int(open(os.path.join(self.run_dir, "bloatd.pid")).read())
+# The daemons' metrics port, which share.py's scrapers read.
+METRICS_PORT = 9498
 
-    def cli(self, *args):
-        return sh(self.bin, "--run-dir", self.run_dir, *args).stdout
 
-    def sockets_json(self):
-        """`bloatd sockets --json > FILE`: wall ms and the sockets listed.
-        Into a file, as a user keeps it: read through a Python pipe, the
-        same 63 MB took Python's reading 100-250 ms more."""
-        with tempfile.TemporaryFile() as f:
-            t0 = time.monotonic()
-            subprocess.run([self.bin, "--run-dir", self.run_dir, "sockets", "--json"], stdout=f, check=True)
-            ms = (time.monotonic() - t0) * 1000
-            f.seek(0)
-            return ms, len(json.load(f))
+def start_daemon(binary=BLOATD, extra=(), bpf_stats=False):
+    """A daemon for a measurement, started (harness.Daemon: its own run
+    and state directories, the tests' one class): no congestion controls
+    registered, room for every socket of the largest case."""
+    d = Daemon("--no-cc", "--map-capacity", "262144", *extra, *(["--bpf-stats"] if bpf_stats else []),
+               binary=binary, port=METRICS_PORT, sandbox=False)
+    d.start()
+    return d
 
-    def api(self, target):
-        return sh("curl", "-sf", "--unix-socket", os.path.join(self.run_dir, "bloatd.sock"),
-                  f"http://bloatd{target}").stdout
 
-    def stop(self):
-        subprocess.run([self.bin, "--run-dir", self.run_dir, "stop"], capture_output=True)
-        shutil.rmtree(self.run_dir, ignore_errors=True)
+def sockets_json(d):
+    """`bloatd sockets --json > FILE`: wall ms and the sockets listed.
+    Into a file, as a user keeps it: read through a Python pipe, the
+    same 63 MB took Python's reading 100-250 ms more."""
+    with tempfile.TemporaryFile() as f:
+        t0 = time.monotonic()
+        subprocess.run([d.binary, *d.dirs(), "sockets", "--json"], stdout=f, check=True)
+        ms = (time.monotonic() - t0) * 1000
+        f.seek(0)
+        return ms, len(json.load(f))
 
 
 class Load:
@@ -182,10 +170,10 @@ def ss_cpu(seconds):
 
 
 def measure_daemon(d, seconds):
-    c0, m0, t0 = proc_cpu_s(d.pid), machine_busy_s(), time.monotonic()
+    c0, m0, t0 = proc_cpu_s(d.pid()), machine_busy_s(), time.monotonic()
     time.sleep(seconds)
-    c1, m1, t1 = proc_cpu_s(d.pid), machine_busy_s(), time.monotonic()
-    return 100 * (c1 - c0) / (t1 - t0), 100 * (m1 - m0) / (t1 - t0), proc_rss_mb(d.pid)
+    c1, m1, t1 = proc_cpu_s(d.pid()), machine_busy_s(), time.monotonic()
+    return 100 * (c1 - c0) / (t1 - t0), 100 * (m1 - m0) / (t1 - t0), proc_rss_mb(d.pid())
 
 
 def tcp_probe_ns():
@@ -197,21 +185,26 @@ def tcp_probe_ns():
 def measure(binary, extra, seconds, load):
     """One daemon binary under the running load: its CPU, RSS and what its
     clients wait for."""
-    d = Daemon(binary=binary, extra=extra)
+    d = start_daemon(binary, extra)
     try:
         load.touch()
         time.sleep(3)
         cpu, machine, rss = measure_daemon(d, seconds)
-        status = json.loads(d.cli("status", "--json"))
-        sockets = [d.sockets_json() for _ in range(3)]
+        status = json.loads(d.cli("status", "--json").stdout)
+        # A user's next whole answer waits six times what its last took
+        # (at most 5 s, stream.rs): 5 s apart, each call times the read.
+        sockets = []
+        for i in range(3):
+            time.sleep(5 if i else 0)
+            sockets.append(sockets_json(d))
         sockets_ms = statistics.median(ms for ms, _ in sockets)
         metrics_ms, text = timed(lambda: sh("curl", "-sf", "http://127.0.0.1:9498/metrics").stdout, runs=5)
-        snap_ms, snap = timed(lambda: d.api("/v1/snapshot"))
+        snap_ms, snap = timed(lambda: d.api("/v1/snapshot", check=False))
         return {"cpu": cpu, "machine": machine, "rss": rss, "tracked": status["sockets"],
                 "listed": sockets[-1][1], "sockets_ms": sockets_ms, "metrics_ms": metrics_ms,
-                "metrics_kb": len(text) / 1000, "snap_ms": snap_ms, "snap_kb": len(snap) / 1000}
+                "metrics_kb": len(text) / 1000, "snap_ms": snap_ms, "snap_kb": len(json.dumps(snap)) / 1000}
     finally:
-        d.stop()
+        d.cleanup()
 
 
 def table(runs, rows):
@@ -224,12 +217,12 @@ def table(runs, rows):
 
 def probe_ns(variants, seconds, runs):
     for name, binary, extra in variants:
-        d = Daemon(bpf_stats=True, binary=binary, extra=extra)
+        d = start_daemon(binary, extra, bpf_stats=True)
         try:
             time.sleep(seconds)
             runs[name]["probe_ns"] = tcp_probe_ns()
         finally:
-            d.stop()
+            d.cleanup()
 
 
 def run_case(name, loadgen, seconds, variants):
@@ -272,18 +265,18 @@ def churn(loadgen, n, rate, peers, d=None):
     try:
         if srv.stdout.readline().strip() != "listening":
             raise SystemExit("loadgen serve did not listen")
-        c0 = proc_cpu_s(d.pid) if d else 0
+        c0 = proc_cpu_s(d.pid()) if d else 0
         m0, t0 = machine_busy_s(), time.monotonic()
         out = sh(*nsx("rcv", loadgen, "churn", "10.9.1.1", str(PORT), str(PORTS), str(n), str(rate),
                       "10.9.3", str(peers)), timeout=n / rate * 3 + 60).stdout.strip()
         t1 = time.monotonic()
         r = {"machine": 100 * (machine_busy_s() - m0) / (t1 - t0), "out": out}
         if d:
-            r["cpu"] = 100 * (proc_cpu_s(d.pid) - c0) / (t1 - t0)
-            r["rss"] = proc_rss_mb(d.pid)
-            st = json.loads(d.cli("status", "--json"))
+            r["cpu"] = 100 * (proc_cpu_s(d.pid()) - c0) / (t1 - t0)
+            r["rss"] = proc_rss_mb(d.pid())
+            st = json.loads(d.cli("status", "--json").stdout)
             r["tracked"] = st["sockets"]
-            r["floors"] = len(json.loads(d.api("/v1/floors")).get("floors", [])) if d.bin == BLOATD else 0
+            r["floors"] = len(d.api("/v1/floors", check=False).get("floors", [])) if d.binary == BLOATD else 0
         return r
     finally:
         srv.stdin.close()
@@ -306,14 +299,14 @@ def run_churn(loadgen, n, rate, peers, variants):
     base = churn(loadgen, n, rate, peers)
     runs = {}
     for name, binary, extra in variants:
-        d = Daemon(bpf_stats=True, binary=binary, extra=extra)
+        d = start_daemon(binary, extra, bpf_stats=True)
         try:
             time.sleep(2)
             p0 = prog_stats()
             runs[name] = churn(loadgen, n, rate, peers, d)
             p1 = prog_stats()
         finally:
-            d.stop()
+            d.cleanup()
         for prog in ("tcp_probe", "inet_sock_set_state", "sock_ops"):
             dt = p1.get(prog, (0, 0))[0] - p0.get(prog, (0, 0))[0]
             dc = p1.get(prog, (0, 0))[1] - p0.get(prog, (0, 0))[1]

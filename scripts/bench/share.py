@@ -51,9 +51,8 @@ import threading
 import time
 import urllib.request
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from scale import (BLOATD, PORT, PORTS, REPO, Daemon, Load, machine_busy_s, nsx, proc_cpu_s,  # noqa: E402
-                   proc_rss_mb, scale_lab, sh)
+from scale import (BLOATD, PORT, PORTS, REPO, Load, machine_busy_s, nsx, proc_cpu_s, proc_rss_mb, scale_lab, sh,
+                   sockets_json, start_daemon)
 
 METRICS = "http://127.0.0.1:9498/metrics"
 TARGET = os.environ.get("CARGO_TARGET_DIR", os.path.join(REPO, "target"))
@@ -128,7 +127,7 @@ class Build:
 
     def start(self, bpf_stats=False):
         before = set(prog_runs())
-        d = Daemon(bpf_stats=bpf_stats, binary=self.binary, extra=self.extra)
+        d = start_daemon(self.binary, self.extra, bpf_stats=bpf_stats)
         d.progs = set(prog_runs()) - before
         return d
 
@@ -164,7 +163,7 @@ def side_by_side(builds, r, measure):
             time.sleep(3)
             got[b.name] = measure()
         finally:
-            d.stop()
+            d.cleanup()
     return got
 
 
@@ -192,7 +191,7 @@ def cold(builds, rounds, seconds, res):
                     empty_ns = empty.ns(p0, p1)
                     sampling = metric_values("bloatd_probe_sampling_odds", "bloatd_probe_hot_sockets")
             finally:
-                d.stop()
+                d.cleanup()
             res[b.name].setdefault("bpf_share", []).append(share)
             res[b.name].setdefault("probe_cold_ns", []).append(ns)
             res[b.name].setdefault("empty_cold_ns", []).append(empty_ns)
@@ -241,15 +240,15 @@ def watch(builds, rounds, seconds, res):
                 scraper = Scraper()
                 scraper.start()
                 time.sleep(5)
-                c0, k0, t0 = proc_cpu_s(d.pid), proc_cpu_s(top), time.monotonic()
+                c0, k0, t0 = proc_cpu_s(d.pid()), proc_cpu_s(top), time.monotonic()
                 time.sleep(seconds)
-                c1, k1, t1 = proc_cpu_s(d.pid), proc_cpu_s(top), time.monotonic()
+                c1, k1, t1 = proc_cpu_s(d.pid()), proc_cpu_s(top), time.monotonic()
                 scraper.stop.set()
                 dcpu, tcpu = 100 * (c1 - c0) / (t1 - t0), 100 * (k1 - k0) / (t1 - t0)
             finally:
                 if server:
                     subprocess.run(["tmux", "-L", server, "kill-server"], capture_output=True)
-                d.stop()
+                d.cleanup()
             res[b.name].setdefault("daemon_watch", []).append(dcpu)
             res[b.name].setdefault("top_watch", []).append(tcpu)
             res[b.name].setdefault("watch_total", []).append(dcpu + tcpu)
@@ -329,7 +328,7 @@ def hot(builds, rounds, seconds, res):
                 download(seconds)
                 _, ns = bpf_share(d.progs, p0, prog_runs(), time.monotonic() - t0)
             finally:
-                d.stop()
+                d.cleanup()
             res[b.name].setdefault("probe_hot_ns", []).append(ns)
         print(f"  hot round {r + 1}/{rounds}: " + ", ".join(
             f"{b.name} {res[b.name]['probe_hot_ns'][-1]:.0f} ns" for b in builds), flush=True)
@@ -344,13 +343,13 @@ def timed_ms(fn):
 def snapshot_rss(d):
     """The whole /v1/snapshot: wall ms, bytes, and the daemon's resident
     memory growth while it answered (peak RSS reset before, MB)."""
-    with open(f"/proc/{d.pid}/clear_refs", "w") as f:
+    with open(f"/proc/{d.pid()}/clear_refs", "w") as f:
         f.write("5")
-    rss0 = proc_rss_mb(d.pid)
+    rss0 = proc_rss_mb(d.pid())
     ms, body = timed_ms(lambda: subprocess.run(
         ["curl", "-sf", "--unix-socket", os.path.join(d.run_dir, "bloatd.sock"), "http://bloatd/v1/snapshot"],
         check=True, capture_output=True).stdout)
-    for line in open(f"/proc/{d.pid}/status"):
+    for line in open(f"/proc/{d.pid()}/status"):
         if line.startswith("VmHWM:"):
             peak = int(line.split()[1]) / 1024
     return ms, len(body), peak - rss0
@@ -366,14 +365,14 @@ def many(builds, rounds, load, res):
                 time.sleep(3)
                 # The first read after the load's sockets appeared, then
                 # five more as a daemon that has run for a while answers.
-                first, listed = d.sockets_json()
+                first, listed = sockets_json(d)
                 # Apart: back to back they are a loop, which the daemon
-                # paces (a user's next whole answer waits five times what
-                # its last took, stream.rs).
+                # paces (a user's next whole answer waits six times what
+                # its last took, at most 5 s: stream.rs).
                 again = []
                 for _ in range(5):
-                    time.sleep(2)
-                    again.append(d.sockets_json()[0])
+                    time.sleep(5)
+                    again.append(sockets_json(d)[0])
                 res[b.name].setdefault("sockets_json_first_ms", []).append(first)
                 res[b.name].setdefault("sockets_json_ms", []).append(statistics.median(again))
                 res[b.name].setdefault("sockets_listed", []).append(listed)
@@ -383,7 +382,7 @@ def many(builds, rounds, load, res):
                 res[b.name].setdefault("snapshot_mb", []).append(size / 1e6)
                 res[b.name].setdefault("snapshot_rss_mb", []).append(grew)
             finally:
-                d.stop()
+                d.cleanup()
         print(f"  100k round {r + 1}/{rounds}: " + ", ".join(
             f"{b.name} sockets --json {res[b.name]['sockets_json_ms'][-1]:.0f} ms" for b in builds), flush=True)
 

@@ -12,7 +12,6 @@ means carry a 95% confidence interval (Student's t).
 import json
 import math
 import os
-import re
 
 # Two-sided 95% Student t quantiles, by degrees of freedom.
 _T95 = [12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228,
@@ -28,13 +27,6 @@ WW = "bloatd_westwood"
 
 
 # ------------------------------------------------------------ small helpers
-
-def rate_bps(rate):
-    m = re.fullmatch(r"([0-9.]+)([kmg]?)(bit|bps)?", rate.lower())
-    if not m:
-        raise ValueError(f"bad rate {rate!r}")
-    return float(m.group(1)) * {"": 1, "k": 1e3, "m": 1e6, "g": 1e9}[m.group(2)]
-
 
 def fmt_ms(us):
     return "-" if us is None else f"{us / 1000:.0f} ms"
@@ -111,9 +103,11 @@ def reject_outliers(xs):
     return [x for x in xs if q1 - 9 * iqr <= x <= q3 + 9 * iqr]
 
 
-def mean_ci(xs):
-    """(n, mean, 95% CI half-width or None) after outlier rejection."""
-    xs = reject_outliers(xs)
+def mean_ci(xs, reject=True):
+    """(n, mean, 95% CI half-width or None), after outlier rejection unless
+    `reject` is False (F5: a web transfer DRWA did not act on is a result,
+    and the rule dropped such transfers from a tight group of the others)."""
+    xs = reject_outliers(xs) if reject else sorted(x for x in xs if x is not None)
     n = len(xs)
     if n == 0:
         return 0, None, None
@@ -125,11 +119,15 @@ def mean_ci(xs):
     return n, mean, t * sd / math.sqrt(n)
 
 
-def diff_ci(xs, ys):
+def diff_ci(xs, ys, reject=True):
     """(mean of xs - mean of ys, 95% CI half-width or None), Welch's t
     interval (unequal variances, Welch-Satterthwaite degrees of freedom),
-    after the same outlier rejection as mean_ci."""
-    xs, ys = reject_outliers(xs), reject_outliers(ys)
+    after the same outlier rejection as mean_ci (none if `reject` is
+    False)."""
+    if reject:
+        xs, ys = reject_outliers(xs), reject_outliers(ys)
+    else:
+        xs, ys = [x for x in xs if x is not None], [y for y in ys if y is not None]
     if not xs or not ys:
         return None, None
     d = sum(xs) / len(xs) - sum(ys) / len(ys)
@@ -166,6 +164,16 @@ def fmt_stat(st, scale=1.0, digits=2):
 
 def ratio(a, b):
     return a / b if a is not None and b not in (None, 0) else None
+
+
+def ratio_ci(a, b):
+    """(a's mean / b's mean, its 95% CI half-width or None) of two
+    (n, mean, CI) stats: the delta method, the two means independent
+    (r x sqrt((ci_a / a)^2 + (ci_b / b)^2))."""
+    r = ratio(a[1], b[1])
+    if r is None or a[2] is None or b[2] is None or not a[1]:
+        return r, None
+    return r, abs(r) * math.sqrt((a[2] / a[1]) ** 2 + (b[2] / b[1]) ** 2)
 
 
 def fmt_ratio(r):

@@ -15,8 +15,8 @@ on the 3g and 3.5g profiles. Per web transfer: its response time, and over
 its duration the receiver's RTT by ping (ICMP from the server through the
 same bottleneck queue, no TCP, no bloatd), the receiver's queueing delay as
 bloatd sees it on the bulk flows' sockets, and the bulk flows' goodput
-(bytes their receivers got). Means with 95% CIs over the web transfers
-(analysis.mean_ci). The finding line F5 compares DRWA with neither, as
+(bytes their receivers got). Means with 95% CIs over the web transfers, every
+transfer counted (mean_ci: no outlier rule). The finding line F5 compares DRWA with neither, as
 Jiang et al. did (RTT -25..49%, throughput up to +51%).
 
     sudo $(scripts/python.sh) scripts/lab/lab.py --f5           # 3g + 3.5g, ~35 min
@@ -29,12 +29,13 @@ armed and the rule: lab.py starts bloatd with BLOATD_ARGS when none runs.
 import json
 import os
 import re
+import statistics
 import subprocess
 import threading
 import time
 
 import analysis
-import instrument
+from bloatdpy import api, instrument
 
 ARMS = ["none", "drwa", "westwood"]
 ARM_LABEL = {"none": "neither", "drwa": "DRWA (receiver)", "westwood": "bulk→Westwood+ (sender)"}
@@ -55,6 +56,17 @@ MIN_WINDOW_SEGMENTS = 2
 PAPER = "paper: RTT -25…49%, throughput up to +51%"
 
 
+def mean_ci(xs):
+    """(n, mean, 95% CI) over every web transfer: F5 rejects no outlier. The
+    lab's rule (analysis.reject_outliers, the paper's for its runs) dropped
+    a transfer DRWA did not act on from beside a tight group of those it
+    did (3.5g C, 514 ms among 249-254 ms), and one it did from among those
+    it did not (3g C, 858 ms among 1373-1413 ms): each a result. Where the
+    transfers fall in groups the mean says less than the values:
+    compare() prints them too."""
+    return analysis.mean_ci(xs, reject=False)
+
+
 def plan(quick):
     """Web transfers per configuration. 3g is slow: a 320 kB transfer takes
     about 19 s alone, two to six times that beside one or five bulk flows,
@@ -65,13 +77,14 @@ def plan(quick):
     return {"3.5g": {"C": 10, "D": 8}, "3g": {"C": 3, "D": 2}}
 
 
-def steps_of(p, profiles, reps=1):
+def steps_of(p, profiles, reps=1, first_rep=0):
     """Every (profile, run, arm), arms next to each other so drift between
-    them is as small as it can be."""
+    them is as small as it can be; repetitions numbered from first_rep (a
+    campaign in parts)."""
     out = []
     for prof in profiles:
         for run, shorts in p.get(prof, {}).items():
-            for rep in range(reps):
+            for rep in range(first_rep, first_rep + reps):
                 for arm in ARMS:
                     out.append({"profile": prof, "run": run, "arm": arm, "rep": rep,
                                 "shorts": shorts, "bg_cc": "cubic", "short_cc": "cubic"})
@@ -86,7 +99,7 @@ def step_label(s):
 
 def check_daemon():
     """The running bloatd can switch the arms: DRWA armed, the bulk rule."""
-    info = instrument.bloatd_get("/v1/policy")
+    info = api.get("/v1/policy")
     if info["drwa"]["mode"] == "disabled" or BULK_RULE not in [r["name"] for r in info["rules"]]:
         raise SystemExit(
             "lab --f5: the running bloatd cannot switch the arms: it needs DRWA armed and the rule "
@@ -95,8 +108,8 @@ def check_daemon():
 
 
 def set_arm(arm):
-    instrument.bloatd_request("POST", "/v1/policy/drwa", {"on": arm == "drwa"})
-    instrument.bloatd_request("POST", f"/v1/policy/rules/{BULK_RULE}", {"enabled": arm == "westwood"})
+    api.request("POST", "/v1/policy/drwa", {"on": arm == "drwa"})
+    api.request("POST", f"/v1/policy/rules/{BULK_RULE}", {"enabled": arm == "westwood"})
 
 
 # ------------------------------------------------------------ measuring
@@ -105,7 +118,7 @@ class Monitor:
     """During a step: ping from the server to the receiver (timestamped, -D)
     and bloatd's receiver sockets of the bulk flows, every half second."""
 
-    def __init__(self, lab_name, bg_ports):
+    def __init__(self, lab_name, bg_ports, backlog=None):
         self.bg_ports = set(bg_ports)
         self.rcv_ino = instrument.netns_inode(f"{lab_name}-rcv")
         self.snd_ino = instrument.netns_inode(f"{lab_name}-snd")
@@ -114,6 +127,10 @@ class Monitor:
         # The last DRWA state bloatd showed of each receiver of the server
         # (bulk and web): its clamp, RTT_min and where that came from.
         self.drwa_last = {}
+        # Every reading of the server's connections, both ends (the
+        # timeline: f5_timeline.jsonl), and the bottleneck's queue.
+        self.timeline = []
+        self.backlog = backlog
         self._stop = threading.Event()
         self.ping = subprocess.Popen(["ip", "netns", "exec", f"{lab_name}-snd", "ping", "-D", "-n",
                                       "-i", "0.2", RCV_ADDR], stdout=subprocess.PIPE, text=True,
@@ -130,24 +147,34 @@ class Monitor:
             if m:
                 self.pings.append((float(m.group(1)), float(m.group(2))))
 
-    def read(self):
+    def read(self, keep=False):
         rcv, ccs = {}, {}
-        for s in instrument.bloatd_get("/v1/sockets?all=1"):
+        line = {"t": time.time(), "rcv": {}, "snd": {}}
+        for s in api.get("/v1/sockets?all=1"):
             if s.get("netns") == self.rcv_ino and s["remote_port"] == SERVER_PORT:
                 drwa = ((s.get("policy") or {}).get("drwa")) or {}
                 if drwa.get("rounds"):
                     self.drwa_last[s["local_port"]] = drwa
+                line["rcv"][s["local_port"]] = {
+                    "bytes": s["bytes_received"], "rtt_us": s.get("rcv_ts_rtt_us") or s["rcv_rtt_us"],
+                    "drwa": {k: drwa.get(k) for k in TIMELINE_DRWA} if drwa else None}
+            if s.get("netns") == self.snd_ino and s["local_port"] == SERVER_PORT:
+                line["snd"][s["remote_port"]] = {k: s.get(k) for k in TIMELINE_SENDER}
             if s.get("netns") == self.rcv_ino and s["local_port"] in self.bg_ports:
                 clamp = (((s.get("policy") or {}).get("drwa")) or {}).get("clamp_bytes", 0)
                 rcv[s["local_port"]] = (s["bytes_received"], s["rcv_queue_delay_us"], clamp)
             if s.get("netns") == self.snd_ino and s["remote_port"] in self.bg_ports:
                 ccs[s["remote_port"]] = s["cc"]
+        if keep:
+            if self.backlog:
+                line["backlog"] = self.backlog()
+            self.timeline.append(line)
         return rcv, ccs
 
     def _poll(self):
         while not self._stop.is_set():
             try:
-                rcv, ccs = self.read()
+                rcv, ccs = self.read(keep=True)
                 self.samples.append((time.time(), rcv, ccs))
             except (OSError, ValueError):
                 pass
@@ -185,6 +212,12 @@ class Monitor:
         return out
 
 
+# What the timeline keeps of each receiver's DRWA state and each sender.
+TIMELINE_DRWA = ("clamp_bytes", "rcvd_per_rtt_bytes", "rtt_us", "min_rtt_us", "min_rtt_source",
+                 "held_rounds_left", "rounds", "held")
+TIMELINE_SENDER = ("cc", "cwnd", "ssthresh", "inflight", "srtt_us", "retrans", "lost", "ca_state")
+
+
 def drwa_line(who, d):
     """A receiver's DRWA state for the progress line: clamp, RTT_min and its
     source, cuts taken back."""
@@ -213,7 +246,9 @@ def wait_acted(mon, arm, n_bg, timeout_s):
     return None
 
 
-def run_step(lab, prof, step, read_event, bg_flows):
+def run_step(lab, prof, step, read_event, bg_flows, timeline=None):
+    """One step; its readings go to `timeline` (a list) with the web
+    transfers' times and ports."""
     set_arm(step["arm"])
     n_bg = bg_flows[step["run"]]
     bg, ports = [], []
@@ -221,7 +256,7 @@ def run_step(lab, prof, step, read_event, bg_flows):
         p = lab.fetch(step["bg_cc"], nbytes=0, seconds=3600, label=f"bg{i}")
         ports.append(read_event(p, "open")["local_port"])
         bg.append(p)
-    mon = Monitor(lab.name, ports)
+    mon = Monitor(lab.name, ports, lab.backlog_bytes)
     try:
         time.sleep(prof.warmup_s)
         acted_s = None
@@ -240,6 +275,7 @@ def run_step(lab, prof, step, read_event, bg_flows):
             done = read_event(p, "done")
             w = mon.window(done["wall"], done["wall"] + done["response_s"])
             rec = {"kind": "short", "response_s": done["response_s"], "bytes": done["bytes"],
+                   "t0": done["wall"],
                    "acted_s": acted_s, "local_port": opened["local_port"], **w,
                    "web_drwa": mon.drwa_last.get(opened["local_port"]),
                    "bulk_drwa": [mon.drwa_last.get(port) for port in ports]}
@@ -258,16 +294,22 @@ def run_step(lab, prof, step, read_event, bg_flows):
         return recs
     finally:
         mon.stop()
+        if timeline is not None:
+            timeline.append({"bulk_ports": ports, "web": [
+                {"port": r["local_port"], "t0": r["t0"], "t1": r["t0"] + r["response_s"]}
+                for r in recs], "lines": mon.timeline})
         for b in bg:
             lab.stop(b)
         set_arm("none")
 
 
 def run_campaign(args, labmod):
-    """The F5 campaign: results in args.out/f5.jsonl, then the report."""
+    """The F5 campaign: results in args.out/f5.jsonl, then the report. With
+    --f5-builds, each build's into args.out/NAME/, builds alternating run by
+    run (run_builds)."""
     p = plan(args.quick)
     profiles = args.profiles.split(",") if args.profiles else list(p)
-    steps = steps_of(p, profiles, args.f5_reps)
+    steps = steps_of(p, profiles, args.f5_reps, args.f5_first_rep)
     if args.runs:
         steps = [s for s in steps if s["run"] in args.runs.upper().split(",")]
     arms = args.f5_arms.split(",")
@@ -275,25 +317,104 @@ def run_campaign(args, labmod):
     for s in steps:
         s["shorts"] = args.shorts or s["shorts"]
     profs = {name: labmod.Profile(name) for name in profiles}
+    builds = parse_builds(args.f5_builds) if args.f5_builds else None
     if args.dry_run:
         for s in steps:
             print(f"{s['profile']:5} {step_label(s)}")
-        print(f"lab: {len(steps)} F5 steps")
+        print(f"lab: {len(steps)} F5 steps" + (f", each of {len(builds)} builds" if builds else ""))
         return 0
+    if builds:
+        return run_builds(args, labmod, steps, profs, builds)
     check_daemon()
-    os.makedirs(args.out, exist_ok=True)
-    path = os.path.join(args.out, "f5.jsonl")
-    if os.path.exists(path) and not args.append:
-        os.rename(path, path + ".old")
-    meta = {"started": time.strftime("%Y-%m-%d %H:%M:%S"), "quick": args.quick, "reps": args.f5_reps,
+    rc = measure(args.out, steps, profs, args.append, args.name, labmod)
+    return rc or report(args.out)
+
+
+def parse_builds(spec):
+    """--f5-builds NAME=BINARY[:CONFIG],...: each binary must be named bloatd
+    (`bloatd stop` signals only a process whose executable is), each name
+    once; CONFIG, a config file the build starts with (`bloatd --config`:
+    one binary, two settings side by side)."""
+    builds = []
+    for part in spec.split(","):
+        name, sep, path = part.partition("=")
+        path, _, config = path.partition(":")
+        if not sep or not name or not path:
+            raise SystemExit(f"lab --f5-builds: '{part}' is not NAME=PATH/bloatd[:CONFIG]")
+        if os.path.basename(path) != "bloatd" or not os.access(path, os.X_OK):
+            raise SystemExit(f"lab --f5-builds: {path} is not an executable named bloatd: copy each "
+                             "build to a directory of its own as .../bloatd (`bloatd stop` refuses "
+                             "to signal a process of another name)")
+        if config and not os.path.isfile(config):
+            raise SystemExit(f"lab --f5-builds: the config file {config} of {name} does not exist")
+        if name in [b[0] for b in builds]:
+            raise SystemExit(f"lab --f5-builds: the name {name} is given twice")
+        builds.append((name, os.path.abspath(path), os.path.abspath(config) if config else None))
+    if len(builds) < 2:
+        raise SystemExit("lab --f5-builds: give two builds or more, NAME=PATH,NAME=PATH")
+    return builds
+
+
+def run_builds(args, labmod, steps, profs, builds):
+    """Builds side by side, alternating run by run: for each repetition,
+    each build in turn (its bloatd started, then stopped), the first build
+    of a repetition running every arm, the others every arm but none (with
+    DRWA off no build touches a receiver: the none arm is one, pooled by
+    compare()). The order alternates from one repetition to the next, so
+    the first build of one is the last of the next. Each build's results
+    go to args.out/NAME/ (appended), the comparison to
+    args.out/f5_compare.txt."""
+    if labmod.bloatd_status(builds[0][1]) == 0:
+        raise SystemExit("lab --f5-builds: a bloatd is running: stop it (each build's is started "
+                         "and stopped in turn)")
+    dirs = [os.path.join(args.out, b[0]) for b in builds]
+    begun = set()   # builds with results of this campaign in their directory
+    for rep in sorted({s["rep"] for s in steps}):
+        order = builds if rep % 2 == 0 else builds[::-1]
+        for i, (name, binary, config) in enumerate(order):
+            mine = [s for s in steps if s["rep"] == rep and (i == 0 or s["arm"] != "none")]
+            if not mine:
+                continue
+            print(f"lab: repetition {rep}, build {name} ({binary}"
+                  f"{', ' + config if config else ''})", flush=True)
+            labmod.bloatd_start(binary, BLOATD_ARGS, config)
+            try:
+                check_daemon()
+                rc = measure(os.path.join(args.out, name), mine, profs,
+                             args.append or name in begun, args.name, labmod, build=binary,
+                             config=config)
+                begun.add(name)
+            finally:
+                labmod.bloatd_stop(binary)
+            if rc:
+                return rc
+    for d in dirs:
+        report(d)
+    return compare(dirs, os.path.join(args.out, "f5_compare.txt"))
+
+
+def measure(out_dir, steps, profs, append, lab_name, labmod, build=None, config=None):
+    """Run `steps`: their web transfers into out_dir/f5.jsonl, the readings
+    into f5_timeline.jsonl, what ran into f5_meta.json (appended to, with
+    `append`, as an earlier part's). Returns 130 if interrupted, else 0."""
+    os.makedirs(out_dir, exist_ok=True)
+    path = os.path.join(out_dir, "f5.jsonl")
+    timeline_path = os.path.join(out_dir, "f5_timeline.jsonl")
+    for f in (path, timeline_path):
+        if os.path.exists(f) and not append:
+            os.rename(f, f + ".old")
+    profiles = sorted({s["profile"] for s in steps})
+    meta = {"started": time.strftime("%Y-%m-%d %H:%M:%S"), "reps": sorted({s["rep"] for s in steps}),
             "profiles": {n: profs[n].as_dict() for n in profiles}, "bulk_bytes": BULK_BYTES,
-            "policy": instrument.bloatd_get("/v1/policy")["drwa"], "kernel": os.uname().release}
-    lab = labmod.Lab(args.name)
+            "policy": api.get("/v1/policy")["drwa"], "kernel": os.uname().release,
+            "build": build or labmod.BLOATD_BIN, "load": os.getloadavg(),
+            "config": open(config).read() if config else None}
+    lab = labmod.Experiment(lab_name)
     cur = None
     t_start = time.monotonic()
     failed = []
     try:
-        with open(path, "a" if args.append else "w") as out:
+        with open(path, "a" if append else "w") as out:
             for i, step in enumerate(steps):
                 prof = profs[step["profile"]]
                 if prof.name != cur:
@@ -302,8 +423,9 @@ def run_campaign(args, labmod):
                     cur = prof.name
                 print(f"[{i + 1:3d}/{len(steps)}] {(time.monotonic() - t_start) / 60:5.1f} min | "
                       f"{prof.name} {step_label(step)}", flush=True)
+                timeline = []
                 try:
-                    recs = run_step(lab, prof, step, labmod.read_event, labmod.BG_FLOWS)
+                    recs = run_step(lab, prof, step, labmod.read_event, labmod.BG_FLOWS, timeline)
                 except RuntimeError as e:
                     print(f"    step failed: {e}", flush=True)
                     failed.append({**step, "error": str(e)})
@@ -313,6 +435,10 @@ def run_campaign(args, labmod):
                     r.update({k: v for k, v in step.items() if k != "shorts"})
                     out.write(json.dumps(r) + "\n")
                 out.flush()
+                with open(timeline_path, "a") as tl:
+                    for t in timeline:
+                        tl.write(json.dumps({**{k: v for k, v in step.items() if k != "shorts"},
+                                             **t}) + "\n")
                 lab.wait_drained(prof.drain_s + 5)
     except KeyboardInterrupt:
         print("\nlab: interrupted: stopping traffic and removing the lab", flush=True)
@@ -324,13 +450,13 @@ def run_campaign(args, labmod):
     lab.down()
     meta["minutes"] = round((time.monotonic() - t_start) / 60, 1)
     meta["failed_steps"] = failed
-    meta_path = os.path.join(args.out, "f5_meta.json")
-    if args.append and os.path.exists(meta_path):
+    meta_path = os.path.join(out_dir, "f5_meta.json")
+    if append and os.path.exists(meta_path):
         meta = {"earlier": json.load(open(meta_path)), **meta}
     with open(meta_path, "w") as f:
         json.dump(meta, f, indent=1)
     print(f"lab: F5 measured in {meta['minutes']} min", flush=True)
-    return report(args.out)
+    return 0
 
 
 # ------------------------------------------------------------ analysis
@@ -359,10 +485,11 @@ COMPARE = [("ping_rtt_ms", "receiver RTT by ping (ms)", 1, 0),
 def compare(dirs, out=None):
     """Builds side by side: for each directory (one build's F5 runs, its
     name the label), each profile and run, the means and 95% CIs of COMPARE
-    per arm, DRWA / none, and the RTT bound of the smallest windows. With
-    DRWA off a build's receivers are not touched, so a directory without
-    the none arm is set against the none arm of all directories together
-    (labelled "none*"). Written to `out` too."""
+    per arm over every web transfer, DRWA / none, the receiver's ping RTT
+    of each transfer sorted (groups show there, not in a mean), and the RTT
+    bound of the smallest windows. With DRWA off no build touches a
+    receiver, so the none arm is one: pooled over every directory. Written
+    to `out` too."""
     rows = {}
     profs = {}
     lam = 3.0
@@ -373,8 +500,7 @@ def compare(dirs, out=None):
             for name, pr in meta.get("profiles", {}).items():
                 profs.setdefault(name, pr)
             meta = meta.get("earlier")
-        recs = with_shares(load(d))
-        for r in recs:
+        for r in with_shares(load(d)):
             rows.setdefault((r["profile"], r["run"], os.path.basename(d.rstrip("/")), r["arm"]),
                             []).append(r)
     lines = []
@@ -386,27 +512,36 @@ def compare(dirs, out=None):
                      f"{lam * profs[prof]['delay_ms']:.0f} ms")
         lines.append(f"  {'build':14} {'arm':5} {'n':>3} " +
                      " ".join(f"{lab:>28}" for _, lab, _, _ in COMPARE))
-        for d in dirs:
-            b = os.path.basename(d.rstrip("/"))
-            st = {}
-            for arm in ("none", "drwa"):
-                xs, label = rows.get((prof, run, b, arm), []), arm
-                if not xs and arm == "none":
-                    xs, label = [r for (p, rn, _, a), rs in rows.items() for r in rs
-                                 if (p, rn, a) == (prof, run, "none")], "none*"
-                st[arm] = {m: analysis.mean_ci([r.get(m) for r in xs]) for m, *_ in COMPARE}
-                if xs:
-                    lines.append(f"  {b:14} {label:5} {len(xs):>3} " + " ".join(
-                        f"{analysis.fmt_stat(st[arm][m], sc, dg):>28}" for m, _, sc, dg in COMPARE))
+        none = [r for (p, rn, _, a), rs in rows.items() for r in rs if (p, rn, a) == (prof, run, "none")]
+        groups = [("none", "none", none)] + [
+            (os.path.basename(d.rstrip("/")), "drwa",
+             rows.get((prof, run, os.path.basename(d.rstrip("/")), "drwa"), [])) for d in dirs]
+        st = {}
+        for b, arm, xs in groups:
+            st[b] = {m: mean_ci([r.get(m) for r in xs]) for m, *_ in COMPARE}
+            if xs:
+                lines.append(f"  {b:14} {arm:5} {len(xs):>3} " + " ".join(
+                    f"{analysis.fmt_stat(st[b][m], sc, dg):>28}" for m, _, sc, dg in COMPARE))
+        for b, arm, xs in groups[1:]:
+            if not xs:
+                continue
             ratios = []
             for m, lab, _, _ in COMPARE:
-                r = analysis.ratio(st["drwa"][m][1], st["none"][m][1])
-                ratios.append(f"{'-' if r is None else f'{r:.2f}':>28}")
+                r, ci = analysis.ratio_ci(st[b][m], st["none"][m])
+                cell = "-" if r is None else f"{r:.2f}" + ("" if ci is None else f" ± {ci:.2f}")
+                ratios.append(f"{cell:>28}")
             lines.append(f"  {b:14} {'D/n':5} {'':>3} " + " ".join(ratios))
-            rtt_none = st["none"]["ping_rtt_ms"][1]
-            if rtt_none:
-                lines.append(f"  {b:14} bound / none {bound / rtt_none:.2f}; DRWA / bound "
-                             f"{(st['drwa']['ping_rtt_ms'][1] or 0) / bound:.2f}")
+        rtt_none = st["none"]["ping_rtt_ms"][1]
+        for b, arm, xs in groups:
+            rtts = sorted(r["ping_rtt_ms"] for r in xs if r.get("ping_rtt_ms") is not None)
+            if not rtts:
+                continue
+            med = statistics.median(rtts)
+            tail = (f"; bound / none {bound / rtt_none:.2f}, DRWA / bound {st[b]['ping_rtt_ms'][1] / bound:.2f}"
+                    if arm == "drwa" and rtt_none else "")
+            rel = f" ({med / rtt_none:.2f} of none's mean)" if rtt_none else ""
+            lines.append(f"  {b:14} ping RTT median {med:.0f} ms{rel}"
+                         f"{tail}; each: " + " ".join(f"{x:.0f}" for x in rtts))
     text = "\n".join(lines)
     if out:
         with open(out, "w") as f:
@@ -462,11 +597,11 @@ def share_table(recs):
                 for a in ("none", "drwa")}
         for m, label in SHARES:
             xs = {a: [r.get(m) for r in rows[a]] for a in rows}
-            cells = [analysis.fmt_stat(analysis.mean_ci(xs[a]), 1e-3, 1) for a in ("none", "drwa")]
-            d, ci = analysis.diff_ci(xs["drwa"], xs["none"])
+            cells = [analysis.fmt_stat(mean_ci(xs[a]), 1e-3, 1) for a in ("none", "drwa")]
+            d, ci = analysis.diff_ci(xs["drwa"], xs["none"], reject=False)
             diff = "-" if d is None else f"{d / 1e3:+.1f}" + (f" ± {ci / 1e3:.1f}" if ci is not None else "")
             mark = "*" if d is not None and ci is not None and abs(d) > ci else " "
-            n = "/".join(str(analysis.mean_ci(xs[a])[0]) for a in ("none", "drwa"))
+            n = "/".join(str(mean_ci(xs[a])[0]) for a in ("none", "drwa"))
             lines.append(f"{prof:7} {run:3} {label:13} {cells[0]:>22} {cells[1]:>22} "
                          f"{diff:>22}{mark}  {n}")
     return "\n".join(lines)
@@ -477,7 +612,7 @@ def stats(recs):
     groups = {}
     for r in recs:
         groups.setdefault((r["profile"], r["run"], r["arm"]), []).append(r)
-    return {k: {m: analysis.mean_ci([r.get(m) for r in rows]) for m, *_ in METRICS}
+    return {k: {m: mean_ci([r.get(m) for r in rows]) for m, *_ in METRICS}
             for k, rows in groups.items()}
 
 

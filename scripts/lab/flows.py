@@ -23,7 +23,9 @@ is one 320 kB transfer on its own connection.
 udp-blast and udp-sink measure a link rather than TCP: the blaster sends
 1500-byte IP packets (1472-byte UDP payloads carrying a sequence number) at
 a fixed packet rate, the sink records when each arrives (CLOCK_MONOTONIC,
-the clock every namespace shares) and prints them as one JSON object.
+the clock every namespace shares) and prints them as one JSON object, or
+with --count only how many came (the lab's external cross traffic: an
+unresponsive stream bloatd cannot see).
 
 fetch prints one JSON object per line: {"event": "open", ...} as soon as the
 connection is up (the local port identifies the flow to the instruments),
@@ -152,12 +154,25 @@ def fetch_one(addr, port, nbytes, cc, seconds, label, half_close=False):
         else:
             got += n
     t1 = time.monotonic()
+    options = tcp_options(sock)
     sock.close()
     if not header.startswith(b"OK"):
         raise OSError(header.decode(errors="replace").strip() or "server closed without answer")
     return {"event": "done", "label": label, "cc": cc, "local_port": local_port,
             "wall": wall0, "bytes": got, "response_s": t1 - t0,
-            "goodput_bps": got * 8 / max(t1 - (t_first or t0), 1e-9)}
+            "goodput_bps": got * 8 / max(t1 - (t_first or t0), 1e-9), "tcp_options": options}
+
+
+# struct tcp_info's tcpi_options (byte 5) bits, as ss would print them
+# (this iproute2's ss prints none of them).
+TCPI_OPTS = {"ts": 1, "sack": 2, "wscale": 4, "ecn": 8, "ecn_seen": 16}
+
+
+def tcp_options(sock):
+    """The options the connection negotiated, and whether it saw ECN
+    (ECT or CE packets): the receiver's kernel's own view (TCP_INFO)."""
+    info = sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, 8)
+    return [name for name, bit in TCPI_OPTS.items() if info[5] & bit]
 
 
 def recv_exactly(sock, n, buf):
@@ -277,6 +292,8 @@ def udp_sink(args):
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 8 << 20)
     sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
     sock.bind(("0.0.0.0", args.port))
+    if args.count:
+        return udp_count(sock, args)
     offset = realtime_minus_monotonic_ns()
     print(json.dumps({"event": "listening", "port": args.port}), flush=True)
     t, seq = [], []
@@ -300,6 +317,34 @@ def udp_sink(args):
     drift = realtime_minus_monotonic_ns() - offset
     print(json.dumps({"event": "arrivals", "t_ns": t, "seq": seq, "clock_drift_ns": drift}), flush=True)
     return 0
+
+
+def udp_count(sock, args):
+    """udp-sink --count: only how many packets and bytes came, and when the
+    first and last did (CLOCK_MONOTONIC of the reading; for a rate over
+    seconds, not for per-packet times); prints {"event": "count", ...}."""
+    print(json.dumps({"event": "listening", "port": args.port}), flush=True)
+    packets = nbytes = 0
+    first = last = None
+    end = time.monotonic() + args.seconds
+    while time.monotonic() < end:
+        sock.settimeout(args.idle if packets else max(0.01, end - time.monotonic()))
+        try:
+            n = sock.recv_into(_count_buf)
+        except socket.timeout:
+            if packets:
+                break
+            continue
+        last = time.monotonic_ns()
+        first = first or last
+        packets += 1
+        nbytes += n
+    print(json.dumps({"event": "count", "packets": packets, "bytes": nbytes,
+                      "first_ns": first, "last_ns": last}), flush=True)
+    return 0
+
+
+_count_buf = bytearray(2048)
 
 
 def main():
@@ -333,6 +378,8 @@ def main():
     k.add_argument("--seconds", type=float, required=True, help="longest time to listen")
     k.add_argument("--idle", type=float, default=2.0,
                    help="stop after this long without a packet, once one came")
+    k.add_argument("--count", action="store_true",
+                   help="only count packets and bytes (a long stream's rate)")
     args = ap.parse_args()
     run = {"serve": serve, "fetch": fetch, "udp-blast": udp_blast, "udp-sink": udp_sink}
     try:

@@ -29,12 +29,13 @@ import subprocess
 import sys
 import time
 
+import analysis
+import f5  # issue 10: acting on bloat, finding F5
+import replay  # issue 32: a recorded episode, replayed
+from bloatdpy import api, instrument, truth  # the API's client; the queue, who shares it, what it counted
+from bloatdpy.harness import Lab  # the topology
+
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
-import analysis  # noqa: E402
-import f5  # noqa: E402  issue 10: acting on bloat, finding F5
-import instrument  # noqa: E402
-import replay  # noqa: E402  issue 32: a recorded episode, replayed
 
 PY = sys.executable  # the flows run with the lab's own Python
 TOPO = os.path.join(HERE, "topo.sh")
@@ -106,11 +107,27 @@ def quick_plan(ccs, link="const"):
     return plan
 
 
+def base_profile(spec):
+    """A profile spec's profile name: 3.5g for 3.5g:aqm=codel:udp=4mbit."""
+    return spec.split(":", 1)[0]
+
+
+def spec_roles(roles, profiles):
+    """The link roles (fast, slow, contrast) played by the profile specs of
+    this campaign: the findings read 3.5g:aqm=codel's steps as the fast
+    link's when that is what ran."""
+    return {role: next((p for p in profiles if base_profile(p) == name), name)
+            for role, name in roles.items()}
+
+
 def expand(plan, profiles):
-    """The plan as a list of steps, each a dict, in execution order."""
+    """The plan as a list of steps, each a dict, in execution order. A
+    profile may carry topo.sh's options (3.5g:aqm=fq_codel:ecn=1:udp=4mbit):
+    the steps are its profile's, run on that bottleneck with that cross
+    traffic."""
     steps = []
     for prof in profiles:
-        spec = plan.get(prof, {})
+        spec = plan.get(base_profile(prof), {})
         for run in ("B", "A", "C", "D"):
             r = spec.get(run)
             if not r:
@@ -136,15 +153,23 @@ def expand(plan, profiles):
 
 class Profile:
     def __init__(self, name):
-        out = subprocess.run([TOPO, "profile", name], capture_output=True,
-                             text=True, check=True).stdout.split()
-        kv = dict(f.split("=", 1) for f in out)
+        r = subprocess.run([TOPO, "profile", name], capture_output=True, text=True)
+        if r.returncode != 0:
+            sys.exit(f"lab: {r.stderr.strip()}")
+        kv = dict(f.split("=", 1) for f in r.stdout.split())
         self.name = name
         self.rate = kv["rate"]
-        self.rate_bps = analysis.rate_bps(kv["rate"])
+        self.rate_bps = truth.rate_bps(kv["rate"])
         self.delay_ms = float(kv["delay_ms"])
         self.buffer_bytes = int(kv["buffer_bytes"])
         self.trace = kv.get("trace")  # a capacity trace's file, or None: constant rate
+        # the bottleneck's queue (topo.sh's profile options) and the cross
+        # traffic that shares it for the whole profile
+        self.aqm = kv["aqm"]
+        self.ecn = kv["ecn"] == "1"
+        self.target_ms = float(kv["target_ms"])
+        self.interval_ms = float(kv["interval_ms"])
+        self.cross = {k: kv[k] for k in ("nbr", "udp", "xtcp") if k in kv}
 
     @property
     def drain_s(self):
@@ -171,35 +196,56 @@ class Profile:
 
     def as_dict(self):
         d = {"name": self.name, "rate": self.rate, "rate_bps": self.rate_bps,
-             "delay_ms": self.delay_ms, "buffer_bytes": self.buffer_bytes}
+             "delay_ms": self.delay_ms, "buffer_bytes": self.buffer_bytes,
+             "aqm": self.aqm, "ecn": self.ecn}
+        if self.aqm != "droptail":
+            d.update(target_ms=self.target_ms, interval_ms=self.interval_ms)
         if self.trace:
             d["trace"] = os.path.basename(self.trace)
+        if self.cross:
+            d["cross"] = self.cross
         return d
 
 
-class Lab:
-    """One topology, its server and every process started in it."""
+class Experiment:
+    """The papers' runs on one lab topology (harness.Lab, the tests' one
+    class for it): its flow server, the profile's cross traffic and every
+    flow started, stopped in order before the namespaces go."""
 
     def __init__(self, name):
         self.name = name
+        self.topo = None
         self.procs = []
         self.server = None
+        self.traffic = None
+        self.keep = []  # the server and the profile's cross traffic
 
     def up(self, profile, topo_args=None):
         """The topology of `profile` (topo.sh's), or of `topo_args` (a
         replayed episode's trace, delay and buffer)."""
-        args = topo_args or ["--profile", profile.name]
-        subprocess.run([TOPO, "up", self.name, *args], check=True, stdout=subprocess.DEVNULL)
+        self.topo = Lab(self.name, topo_args=topo_args or ["--profile", profile.name])
         self.server = self.spawn("snd", [PY, FLOWS, "serve", "--port", str(PORT)])
         line = self.server.stdout.readline()
         if '"listening"' not in line:
             raise RuntimeError(f"flow server did not start: {line!r}")
+        self.traffic = truth.Traffic(self.name, self.spawn, PY)
+        self.keep = [self.server] + self.traffic.from_profile()
+
+    def write_truth(self, out_dir, profile):
+        """The lab's truth for this profile's steps (truth-PROFILE.json):
+        its queue, the cross traffic, what each owner sent, lost and had
+        marked."""
+        path = os.path.join(out_dir, f"truth-{profile.name.replace(':', '_')}.json")
+        try:
+            with open(path, "w") as f:
+                json.dump(truth.read(self.name, self.traffic.flows), f, indent=1)
+        except (OSError, RuntimeError, TimeoutError, subprocess.SubprocessError) as e:
+            log(f"lab: could not record the truth of {profile.name}: {e}")
 
     def spawn(self, side, argv):
         # A session of its own: the terminal's Ctrl-C reaches only us, and
         # we stop the traffic in order before the namespaces go.
-        p = subprocess.Popen(["ip", "netns", "exec", f"{self.name}-{side}"] + argv,
-                             stdout=subprocess.PIPE, text=True, start_new_session=True)
+        p = self.topo.spawn(side, *argv, stdout=subprocess.PIPE, stderr=None, start_new_session=True)
         self.procs.append(p)
         return p
 
@@ -221,9 +267,9 @@ class Lab:
             self.procs.remove(p)
 
     def stop_flows(self):
-        """Stop every client, keep the server."""
+        """Stop every client, keep the server and the cross traffic."""
         for p in list(self.procs):
-            if p is not self.server:
+            if p not in self.keep:
                 self.stop(p)
 
     def backlog_bytes(self):
@@ -232,15 +278,26 @@ class Lab:
 
     def wait_drained(self, timeout_s):
         """Until the bottleneck queue is empty: the next step must not start
-        behind the last one's data."""
+        behind the last one's data. Cross traffic keeps a queue of its
+        own: then the time a full buffer takes to drain."""
+        if len(self.keep) > 1:
+            time.sleep(timeout_s)
+            return
         end = time.monotonic() + timeout_s
         while self.backlog_bytes() > 0 and time.monotonic() < end:
             time.sleep(0.1)
 
     def down(self):
+        """Stop every flow, then remove the topology (one an earlier run
+        left too)."""
         for p in list(self.procs):
             self.stop(p)
-        subprocess.run([TOPO, "down", self.name], check=False)
+        self.keep = []
+        if self.topo:
+            self.topo.close()
+            self.topo = None
+        else:
+            subprocess.run([TOPO, "down", self.name], check=False)
 
 
 def read_event(proc, want):
@@ -339,41 +396,65 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 BLOATD_BIN = os.environ.get("BLOATD_BIN", os.path.join(REPO, "target", "release", "bloatd"))
 
 
+def bloatd_status(binary=None):
+    """`bloatd status`: 0 running, 3 not running, anything else an error."""
+    return subprocess.run([binary or BLOATD_BIN, "status"], capture_output=True).returncode
+
+
+def bloatd_start(binary, extra_args=(), config=None):
+    """`bloatd start` with `config` (a file) if given."""
+    r = subprocess.run([binary, *(["--config", config] if config else []), "start", *extra_args],
+                       capture_output=True, text=True)
+    if r.returncode != 0:
+        sys.exit(f"lab: could not start {binary}: {(r.stderr or r.stdout).strip()}")
+
+
+def bloatd_stop(binary):
+    """Stop the bloatd the lab started, and see it gone: a stop that fails
+    (e.g. a binary not named bloatd, which `bloatd stop` refuses to
+    signal) would leave it measuring the next build's runs."""
+    r = subprocess.run([binary, "stop"], capture_output=True, text=True)
+    end = time.monotonic() + 10
+    while bloatd_status(binary) != 3:
+        if time.monotonic() > end:
+            sys.exit(f"lab: `{binary} stop` left bloatd running (exit {r.returncode}: "
+                     f"{(r.stderr or r.stdout).strip()}): stop it by hand")
+        time.sleep(0.2)
+
+
 def bloatd_ensure(extra_args=()):
     """Use the bloatd that is running, or start one (as the demo does) so
     that bloatd_cubic and bloatd_westwood are registered and the lab
     measures with it. Returns True when it started one: the caller stops
     only that one. The same rule as bloatd.sh's bloatd_ensure (the demo's):
     `bloatd status` 0 is running, 3 is not, anything else is an error."""
-    if instrument.BLOATD_SOCK != "/run/bloatd/bloatd.sock":
+    if api.BLOATD_SOCK != "/run/bloatd/bloatd.sock":
         return False  # someone else's daemon, by choice: do not start another
     if not os.access(BLOATD_BIN, os.X_OK):
         sys.exit(f"lab: no bloatd at {BLOATD_BIN}: run `make build` (or set BLOATD_BIN)")
-    st = subprocess.run([BLOATD_BIN, "status"], capture_output=True).returncode
+    st = bloatd_status()
     if st == 0:
         log("lab: bloatd is running: using it")
         return False
     if st != 3:
         sys.exit(f"lab: `{BLOATD_BIN} status` failed (exit {st}): see its output")
-    r = subprocess.run([BLOATD_BIN, "start", *extra_args], capture_output=True, text=True)
-    if r.returncode != 0:
-        sys.exit(f"lab: could not start bloatd: {(r.stderr or r.stdout).strip()}")
+    bloatd_start(BLOATD_BIN, extra_args)
     log("lab: started bloatd (stopped again at the end)")
     return True
 
 
 def bloatd_release(started):
     if started:
-        subprocess.run([BLOATD_BIN, "stop"], capture_output=True)
+        bloatd_stop(BLOATD_BIN)
         log("lab: stopped the bloatd the lab started")
 
 
 def pick_instrument(choice):
     if choice in ("auto", "bloatd"):
-        if instrument.bloatd_available():
+        if api.available():
             return "bloatd"
         if choice == "bloatd":
-            sys.exit(f"lab: bloatd is not answering on {instrument.BLOATD_SOCK}: "
+            sys.exit(f"lab: bloatd is not answering on {api.BLOATD_SOCK}: "
                      "start it (sudo target/release/bloatd start) or use --instrument ss")
         log("lab: bloatd is not running: measuring with ss (the kernel's view) instead")
     return "ss"
@@ -459,7 +540,7 @@ def run_step(lab, inst, prof, step, backend, raw, failed):
 def measure(args, steps, profs, backend, raw_path, t_start):
     """Runs the steps, one lab per profile in turn; the failed steps, or None if interrupted."""
     total_est = sum(profs[s["profile"]].estimate_s(s) for s in steps)
-    lab = Lab(args.name)
+    lab = Experiment(args.name)
     failed = []
     done_est = 0.0
     cur_prof = None
@@ -471,6 +552,7 @@ def measure(args, steps, profs, backend, raw_path, t_start):
                 if prof.name != cur_prof:
                     if inst:
                         inst.stop()
+                        lab.write_truth(args.out, profs[cur_prof])
                     lab.down()
                     lab.up(prof)
                     inst = instrument.Instrument(backend, f"{args.name}-snd", PORT,
@@ -499,6 +581,7 @@ def measure(args, steps, profs, backend, raw_path, t_start):
         raise
     if inst:
         inst.stop()
+        lab.write_truth(args.out, profs[cur_prof])
     lab.down()
     return failed
 
@@ -509,7 +592,7 @@ def run_campaign(args):
     ccs = args.ccs.split(",")
     plan = quick_plan(ccs, args.link) if args.quick else full_plan(ccs, args.link)
     profiles = args.profiles.split(",") if args.profiles else list(plan)
-    unknown = [p for p in profiles if p not in plan]
+    unknown = [p for p in profiles if base_profile(p) not in plan]
     if unknown:
         other = [k for k in LINKS if k != args.link][0]
         print(f"lab: profile(s) {', '.join(unknown)} not in the {args.link} link model's plan "
@@ -527,7 +610,7 @@ def run_campaign(args):
     backend = pick_instrument(args.instrument)
     os.makedirs(args.out, exist_ok=True)
     meta = {"started": time.strftime("%Y-%m-%d %H:%M:%S"), "quick": args.quick,
-            "link": args.link, "roles": LINKS[args.link],
+            "link": args.link, "roles": spec_roles(LINKS[args.link], profiles),
             "instrument": backend, "ccs": ccs, "missing_ccs": missing,
             "profiles": {p: profs[p].as_dict() for p in profiles},
             "kernel": os.uname().release}
@@ -565,7 +648,10 @@ def main():
                     help="link model: const (tbf at the papers' rates) or trace (measured "
                          "cellular capacity, ../shared/traces or scripts/lab/traces); default %(default)s")
     ap.add_argument("--profiles", help="comma list of the plan's profiles to run "
-                    "(const: 3.5g,3g,4g; trace: lte,evdo; default all)")
+                    "(const: 3.5g,3g,4g; trace: lte,evdo; default all), each with topo.sh's "
+                    "options if wanted: 3.5g:aqm=fq_codel:ecn=1:udp=4mbit runs 3.5g's steps "
+                    "behind FQ-CoDel with ECN beside an external 4 Mbit/s UDP stream "
+                    "(aqm, ecn, target_ms, interval_ms; cross traffic nbr=CC, udp=RATE, xtcp=CC)")
     ap.add_argument("--runs", help="comma list among A,B,C,D (default: all)")
     ap.add_argument("--ccs", default=",".join(CCS), help="congestion controls (default: %(default)s)")
     ap.add_argument("--shorts", type=int, help="short flows per configuration (override)")
@@ -587,6 +673,13 @@ def main():
                          "the trace-driven link and run arms on it (scripts/lab/replay.py)")
     ap.add_argument("--replay-arms", default=",".join(replay.ARMS),
                     help="comma list of replay arms (default: %(default)s)")
+    ap.add_argument("--f5-first-rep", type=int, default=0,
+                    help="number the F5 repetitions from this one (a campaign in parts, with "
+                         "--append; with --f5-builds it also decides which build goes first)")
+    ap.add_argument("--f5-builds", metavar="NAME=BIN,NAME=BIN",
+                    help="F5 of builds side by side, alternating run by run: each BIN a bloatd "
+                         "(named bloatd) started in turn, its results in --out/NAME/, the "
+                         "comparison (--f5-compare) in --out/f5_compare.txt; no bloatd may run")
     ap.add_argument("--f5-compare", nargs="+", metavar="DIR",
                     help="F5 of builds side by side: each DIR one build's runs (arms none and drwa); "
                          "means, 95%% CIs, DRWA / none and the smallest-windows bound, also written "
@@ -615,7 +708,7 @@ def main():
     if args.f5:
         if os.geteuid() != 0 and not args.dry_run:
             sys.exit("lab: needs root (network namespaces, qdiscs, iptables): run with sudo")
-        started = False if args.dry_run else bloatd_ensure(f5.BLOATD_ARGS)
+        started = False if args.dry_run or args.f5_builds else bloatd_ensure(f5.BLOATD_ARGS)
         try:
             return f5.run_campaign(args, sys.modules[__name__])
         finally:

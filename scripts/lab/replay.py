@@ -30,7 +30,7 @@ import os
 import statistics
 import time
 
-import instrument
+from bloatdpy import api, instrument
 
 ARMS = ["cubic", "bloatd_westwood", "drwa", "notsent_lowat"]
 LOWAT_RULE = "lab-lowat"
@@ -46,7 +46,7 @@ def log(msg):
 
 
 class ReplayProfile:
-    """What lab.Lab needs of a profile, from the bundle."""
+    """What lab.Experiment needs of a profile, from the bundle."""
 
     def __init__(self, bundle_dir, meta):
         self.name = "replay"
@@ -66,7 +66,7 @@ class ReplayProfile:
 
 def arms_available():
     """Which arms the running bloatd can switch, and why not the others."""
-    policy = instrument.bloatd_get("/v1/policy")
+    policy = api.get("/v1/policy")
     have = set(ARMS)
     why = []
     if policy["drwa"]["mode"] == "disabled":
@@ -83,11 +83,11 @@ def arms_available():
 
 
 def set_arm(arm):
-    info = instrument.bloatd_get("/v1/policy")
+    info = api.get("/v1/policy")
     if info["drwa"]["mode"] != "disabled":
-        instrument.bloatd_request("POST", "/v1/policy/drwa", {"on": arm == "drwa"})
+        api.request("POST", "/v1/policy/drwa", {"on": arm == "drwa"})
     if LOWAT_RULE in [r["name"] for r in info["rules"]]:
-        instrument.bloatd_request("POST", f"/v1/policy/rules/{LOWAT_RULE}",
+        api.request("POST", f"/v1/policy/rules/{LOWAT_RULE}",
                                   {"enabled": arm == "notsent_lowat"})
 
 
@@ -172,7 +172,7 @@ def run(args, labmod):
         f"of seconds estimated); recorded: queue p50 {rec['queue_p50_ms']:.0f} ms"
         + (f", bulk flow ({rec['bulk_cc']}) {rec['bulk_queue_p50_ms']:.0f} ms"
            if rec.get("bulk_queue_p50_ms") is not None else ""))
-    lab = labmod.Lab(args.name)
+    lab = labmod.Experiment(args.name)
     lab.profile = prof
     results = []
     try:

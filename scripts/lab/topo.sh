@@ -29,6 +29,26 @@
 #   the delay is immaterial for a constant delay; what matters is that the
 #   delay line itself never queues behind the bottleneck (it does not: it is
 #   on the other direction) and never reorders (it is FIFO).
+#
+# With an AQM (--aqm codel|fq_codel) the bottleneck is the link emulator
+# (scripts/lab/delayline/, its --rate or --trace link with CoDel or
+# FQ-CoDel) instead of tbf: the host has neither sch_codel nor
+# sch_fq_codel. With cross traffic (--cross, or a profile naming some)
+# three more namespaces share the bottleneck, each with a known owner:
+#
+#   NAME-far eth0 10.9.3.1  <->  far0 10.9.3.2 NAME-rtr   (far side: the
+#        external traffic's senders, "the rest of the internet")
+#   NAME-rcv nbr0 10.9.4.1  <->  eth0 10.9.4.2 NAME-nbr   (a container or
+#        pod beside the receiver: its own namespace, sockets bloatd sees)
+#   NAME-rcv ext0 10.9.5.1  <->  eth0 10.9.5.2 NAME-ext   (another device
+#        behind the same link: traffic bloatd cannot see or is told to ignore)
+#
+# The receiver routes to nbr and ext, so all of their downlink crosses the
+# router's rcv0 and its bottleneck, and their uplink the delay line. The
+# external TCP comes from its own namespace and not from the router's: a
+# flow sent by the router itself would meet the bottleneck on its own
+# egress, where TCP Small Queues keeps it to a few packets queued, and it
+# would not load the queue as another user's traffic does.
 set -euo pipefail
 
 usage() {
@@ -58,6 +78,14 @@ options for up:
   --buffer-bytes N     bottleneck buffer in bytes (tbf limit or the trace
                        link's drop-tail buffer, default 1500000)
   --delay-ms N         base RTT added by the router's delay line (default 0)
+  --aqm A              the bottleneck's queue: droptail (default), codel (RFC 8289)
+                       or fq_codel (RFC 8290), run by the link emulator
+  --ecn                with an AQM: mark ECN-capable packets CE instead of
+                       dropping them; every end namespace sets tcp_ecn=1
+  --target-ms N        CoDel's target (default 5)
+  --interval-ms N      CoDel's interval (default 100)
+  --cross              add the cross-traffic namespaces (NAME-far, NAME-nbr,
+                       NAME-ext; see the top of this file)
   --direct             no router, no bottleneck, offloads on: NAME-snd and
                        NAME-rcv joined by one veth pair (10.9.1.1/16 and
                        10.9.2.2/16), the line-rate setup of the benchmarks
@@ -67,7 +95,16 @@ only default to the host's tcp_allowed_congestion_control. So the lab never
 relies on a namespace default: every flow sets its congestion control on the
 socket (iperf3 -C NAME, setsockopt TCP_CONGESTION), which root may always do.
 
-Namespaces are NAME-snd, NAME-rtr and NAME-rcv. NAME: 1-8 of [a-z0-9].
+A profile may carry options after its name, P:key=value:...: aqm, ecn (0
+or 1), target_ms, interval_ms (the flags above), and the cross traffic it
+runs, which brings up the cross-traffic namespaces: nbr=CC (a neighbour's
+bulk download), udp=RATE (an external UDP stream), xtcp=CC (an external
+TCP bulk download); lab.py and the tests start that traffic. Example:
+3.5g:aqm=fq_codel:ecn=1:udp=4mbit. Flags override the profile's values.
+
+Namespaces are NAME-snd, NAME-rtr and NAME-rcv (and NAME-far, NAME-nbr,
+NAME-ext with cross traffic). NAME: 1-8 of [a-z0-9]. `up` writes what the
+lab is (link, AQM, hosts, owners) to /run/bloatd-lab/NAME.json.
 On error or Ctrl-C during `up`, everything made so far is removed.
 TXT
 }
@@ -147,8 +184,9 @@ traces_dir() {
 		[[ -e $f ]] || continue
 		d=$out/$(basename "$f" .xz)
 		[[ -s $d ]] && continue
-		t=$(mktemp "$d.XXXXXX") && xz -dc "$f" >"$t" && chmod 644 "$t" && mv "$t" "$d" ||
+		if ! { t=$(mktemp "$d.XXXXXX") && xz -dc "$f" >"$t" && chmod 644 "$t" && mv "$t" "$d"; }; then
 			die "cannot decompress $f"
+		fi
 	done
 	echo "$out"
 }
@@ -179,27 +217,69 @@ trace_rate() {
 	awk 'END { if ($1 > 0) printf "%dbit\n", NR * 1500 * 8 * 1000 / $1 }' "$1"
 }
 
-# "RATE DELAY_MS BUFFER_BYTES TRACE" of a profile (TRACE "-": constant rate;
-# RATE of a trace profile: the trace's mean).
+# The options of a profile spec (P:key=value:...) and their defaults.
+OPTION_DEFAULTS='aqm=droptail ecn=0 target_ms=5 interval_ms=100'
+
+# One option key=value, checked; dies naming what is wrong.
+check_option() {
+	local k=${1%%=*} v=${1#*=}
+	[[ $1 == *=* ]] || die "profile option '$1': want key=value"
+	case $k in
+	aqm) [[ $v =~ ^(droptail|codel|fq_codel)$ ]] || die "aqm=$v: want droptail, codel or fq_codel" ;;
+	ecn) [[ $v =~ ^[01]$ ]] || die "ecn=$v: want 0 or 1" ;;
+	target_ms|interval_ms) [[ $v =~ ^[0-9]+(\.[0-9]+)?$ && $v != 0 ]] || die "$k=$v: want a positive number of ms" ;;
+	nbr|xtcp) [[ $v =~ ^[a-z0-9_]+$ ]] || die "$k=$v: want a congestion control name" ;;
+	udp) rate_bps "$v" >/dev/null ;;
+	*) die "unknown profile option '$k' (aqm, ecn, target_ms, interval_ms, nbr, udp, xtcp)" ;;
+	esac
+}
+
+# "RATE DELAY_MS BUFFER_BYTES TRACE key=value..." of a profile spec (TRACE
+# "-": constant rate; RATE of a trace profile: the trace's mean; the
+# options with their defaults, then the spec's own).
 profile_fields() {
-	local line t
-	line=$(awk -v p="$1" '$1 == p {print $2, $3, $4, "-"}' <<<"$PROFILES")
+	local name=${1%%:*} opts='' line t o
+	[[ $1 == *:* ]] && opts=${1#*:}
+	line=$(awk -v p="$name" '$1 == p {print $2, $3, $4, "-"}' <<<"$PROFILES")
 	if [[ -z $line ]]; then
-		line=$(awk -v p="$1" '$1 == p {print $2, $3, $4}' <<<"$TRACE_PROFILES")
-		[[ -n $line ]] || die "unknown profile '$1' (3g, 3.5g, 4g, umts, evdo, lte, or custom with --rate/--trace/--delay-ms/--buffer-bytes)"
+		line=$(awk -v p="$name" '$1 == p {print $2, $3, $4}' <<<"$TRACE_PROFILES")
+		[[ -n $line ]] || die "unknown profile '$name' (3g, 3.5g, 4g, umts, evdo, lte, or custom with --rate/--trace/--delay-ms/--buffer-bytes)"
 		read -r t _ <<<"$line"
 		t=$(trace_file "$t") || exit 2
 		line="$(trace_rate "$t") ${line#* } $t"
 	fi
+	line="$line $OPTION_DEFAULTS"
+	if [[ -n $opts ]]; then
+		local -a list
+		IFS=: read -r -a list <<<"$opts"
+		for o in "${list[@]}"; do
+			check_option "$o"
+			line="$line $o"
+		done
+	fi
 	echo "$line"
 }
 
+# key=value of a profile spec's options (the last one given wins), or $2.
+option() {
+	local v=$3 o
+	for o in $1; do
+		[[ $o == "$2="* ]] && v=${o#*=}
+	done
+	echo "$v"
+}
+
 profile() {
-	local f
+	local f rate delay buffer trace opts k out
 	f=$(profile_fields "$1") || exit 2
-	awk '{printf "rate=%s delay_ms=%s buffer_bytes=%s", $1, $2, $3
-	      if ($4 != "-") printf " trace=%s", $4
-	      printf "\n"}' <<<"$f"
+	read -r rate delay buffer trace opts <<<"$f"
+	out="rate=$rate delay_ms=$delay buffer_bytes=$buffer"
+	[[ $trace != - ]] && out="$out trace=$trace"
+	for k in aqm ecn target_ms interval_ms nbr udp xtcp; do
+		local v; v=$(option "$opts" "$k" "")
+		[[ -n $v ]] && out="$out $k=$v"
+	done
+	echo "$out"
 }
 
 # tc rates to bit/s, so the tbf burst can follow the rate.
@@ -246,7 +326,7 @@ down() {
 		[[ $pid =~ ^[0-9]+$ ]] && stop_pid "$pid"
 	done
 	# Deleting a namespace removes its veths, qdiscs and iptables rules with it.
-	for ns in "$name-snd" "$name-rtr" "$name-rcv"; do
+	for ns in "$name-snd" "$name-rtr" "$name-rcv" "$name-far" "$name-nbr" "$name-ext"; do
 		if ns_exists "$ns"; then
 			# Processes left in the namespace (servers, the delay line...)
 			# would keep its sockets alive: end them first.
@@ -257,7 +337,7 @@ down() {
 		fi
 	done
 	rm -f "$LAB_RUN/$name.delay.pid" "$LAB_RUN/$name.delay.log" "$LAB_RUN/$name.delay.ms" \
-		"$LAB_RUN/$name.link.pid" "$LAB_RUN/$name.link.log"
+		"$LAB_RUN/$name.link.pid" "$LAB_RUN/$name.link.log" "$LAB_RUN/$name.json"
 }
 
 offloads_off() {
@@ -278,15 +358,110 @@ delay_up() {
 	nsx "$name-rtr" ip6tables -w -t raw -A PREROUTING -i rcv0 -j NFQUEUE --queue-num 0
 }
 
-# The trace-driven downlink: a second delay line process (queue 1) in trace
-# mode for the packets the router forwards toward the receiver. FORWARD
-# only: what the router itself sends or receives (neighbour discovery)
-# does not cross the emulated link.
+# The emulated downlink: a second delay line process (queue 1) with a
+# trace (--trace) or constant-rate (--rate) link and its buffer, drop-tail
+# or an AQM, for the packets the router forwards toward the receiver (from
+# the sender, and from NAME-far with cross traffic). FORWARD only: what the
+# router itself sends or receives (neighbour discovery) does not cross the
+# emulated link.
 link_up() {
-	local name=$1 trace=$2 buffer=$3
-	LINK_CHILD=$(emulator_start "$name" link --trace "$trace" --buffer-bytes "$buffer" --queue 1)
-	nsx "$name-rtr" iptables -w -t mangle -A FORWARD -i snd0 -o rcv0 -j NFQUEUE --queue-num 1
-	nsx "$name-rtr" ip6tables -w -t mangle -A FORWARD -i snd0 -o rcv0 -j NFQUEUE --queue-num 1
+	local name=$1; shift
+	LINK_CHILD=$(emulator_start "$name" link "$@" --queue 1)
+	nsx "$name-rtr" iptables -w -t mangle -A FORWARD -o rcv0 -j NFQUEUE --queue-num 1
+	nsx "$name-rtr" ip6tables -w -t mangle -A FORWARD -o rcv0 -j NFQUEUE --queue-num 1
+}
+
+# A namespace joined to another by a veth pair: veth_ns NS IP4 IP6 PEER_NS
+# PEER_IF PEER_IP4 PEER_IP6 (addresses with their prefix length); the new
+# namespace's default route goes through the peer.
+veth_ns() {
+	local ns=$1 a4=$2 a6=$3 peer=$4 pif=$5 p4=$6 p6=$7
+	ip netns add "$ns"
+	nsx "$ns" ip link set lo up
+	nsx "$ns" sysctl -qw net.ipv6.conf.default.accept_dad=0 net.ipv6.conf.all.accept_dad=0
+	nsx "$ns" sysctl -qw net.ipv4.tcp_no_metrics_save=1
+	ip -n "$ns" link add eth0 type veth peer name "$pif" netns "$peer"
+	ip -n "$ns" addr add "$a4" dev eth0
+	ip -n "$ns" addr add "$a6" dev eth0 nodad
+	ip -n "$peer" addr add "$p4" dev "$pif"
+	ip -n "$peer" addr add "$p6" dev "$pif" nodad
+	offloads_off "$ns" eth0; offloads_off "$peer" "$pif"
+	ip -n "$ns" link set eth0 up
+	ip -n "$peer" link set "$pif" up
+	ip -n "$ns" route add default via "${p4%/*}"
+	ip -n "$ns" -6 route add default via "${p6%/*}"
+}
+
+# The cross-traffic namespaces (see the top of this file).
+cross_up() {
+	local name=$1 rtr=$1-rtr rcv=$1-rcv
+	veth_ns "$name-far" 10.9.3.1/24 fd09:3::1/64 "$rtr" far0 10.9.3.2/24 fd09:3::2/64
+	veth_ns "$name-nbr" 10.9.4.2/24 fd09:4::2/64 "$rcv" nbr0 10.9.4.1/24 fd09:4::1/64
+	veth_ns "$name-ext" 10.9.5.2/24 fd09:5::2/64 "$rcv" ext0 10.9.5.1/24 fd09:5::1/64
+	nsx "$rcv" sysctl -qw net.ipv4.ip_forward=1 net.ipv6.conf.all.forwarding=1
+	local n
+	for n in 4 5; do
+		ip -n "$rtr" route add "10.9.$n.0/24" via 10.9.2.2
+		ip -n "$rtr" -6 route add "fd09:$n::/64" via fd09:2::2
+	done
+}
+
+# The kernel's count of what each owner was sent through the bottleneck
+# (the router, before it: "offered") and what came out of it (the
+# receiver, after it: "delivered"): rules without a target, one per owner,
+# named by comment; lab truth reads their counters. In the router's mangle
+# FORWARD they come before the link emulator's NFQUEUE rule.
+accounting_up() {
+	local name=$1 cross=$2 tool owner a4 a6 dir
+	for tool in iptables ip6tables; do
+		for owner in self neighbour external; do
+			case $owner in
+			self) a4=10.9.2.2 a6=fd09:2::2 dir="INPUT -i eth0" ;;
+			neighbour) a4=10.9.4.0/24 a6=fd09:4::/64 dir="FORWARD -i eth0 -o nbr0" ;;
+			external) a4=10.9.5.0/24 a6=fd09:5::/64 dir="FORWARD -i eth0 -o ext0" ;;
+			esac
+			[[ $owner != self && $cross == 0 ]] && continue
+			[[ $tool == ip6tables ]] && a4=$a6
+			nsx "$name-rtr" "$tool" -w -t mangle -A FORWARD -o rcv0 -d "$a4" \
+				-m comment --comment "lab offered $owner"
+			# shellcheck disable=SC2086  # "CHAIN -i IF [-o IF]"
+			nsx "$name-rcv" "$tool" -w -A $dir -d "$a4" -m comment --comment "lab delivered $owner"
+		done
+	done
+}
+
+# What the lab is, for whoever reads its truth ($LAB_RUN/NAME.json): the
+# link and its queue, the hosts and which owner each belongs to.
+write_config() {
+	local name=$1 prof=$2 kind=$3 rate=$4 bps=$5 trace=$6 buffer=$7 delay_ms=$8 \
+		bottleneck=$9 aqm=${10} ecn=${11} target=${12} interval=${13} cross=${14} opts=${15}
+	local tr=null k v traffic=
+	[[ $trace != - ]] && tr="\"$trace\""
+	for k in nbr udp xtcp; do
+		v=$(option "$opts" "$k" "")
+		[[ -n $v ]] && traffic="$traffic${traffic:+, }\"$k\": \"$v\""
+	done
+	local hosts='"snd": {"ns": "'$name'-snd", "addr": "10.9.1.1", "addr6": "fd09:1::1"},
+  "rtr": {"ns": "'$name'-rtr"},
+  "rcv": {"ns": "'$name'-rcv", "addr": "10.9.2.2", "addr6": "fd09:2::2"}'
+	local owners='"self": {"near": "rcv", "far": "snd"}'
+	if ((cross)); then
+		hosts="$hosts"',
+  "far": {"ns": "'$name'-far", "addr": "10.9.3.1", "addr6": "fd09:3::1"},
+  "nbr": {"ns": "'$name'-nbr", "addr": "10.9.4.2", "addr6": "fd09:4::2"},
+  "ext": {"ns": "'$name'-ext", "addr": "10.9.5.2", "addr6": "fd09:5::2"}'
+		owners="$owners"', "neighbour": {"near": "nbr", "far": "snd"}, "external": {"near": "ext", "far": "far"}'
+	fi
+	cat >"$LAB_RUN/$name.json.new" <<JSON
+{"name": "$name", "profile": "$prof", "link": "$kind", "rate": "$rate", "rate_bps": $bps,
+ "trace": $tr, "buffer_bytes": $buffer, "delay_ms": $delay_ms, "bottleneck": "$bottleneck",
+ "aqm": "$aqm", "ecn": $( ((ecn)) && echo true || echo false), "target_ms": $target, "interval_ms": $interval,
+ "cross": $( ((cross)) && echo true || echo false), "traffic": {$traffic},
+ "hosts": {
+  $hosts},
+ "owners": {$owners}}
+JSON
+	mv "$LAB_RUN/$name.json.new" "$LAB_RUN/$name.json"
 }
 
 # Start the delay line binary as its own process in the router namespace
@@ -342,7 +517,7 @@ direct_up() {
 
 up() {
 	local name=$1; shift
-	local rate=10mbit buffer=1500000 delay_ms=0 prof=custom direct=0 trace=-
+	local rate=10mbit buffer=1500000 delay_ms=0 prof=custom direct=0 trace=- opts=$OPTION_DEFAULTS
 	local -A set=()
 	while (($#)); do
 		case $1 in
@@ -351,6 +526,11 @@ up() {
 		--trace) set[trace]=${2:?}; shift 2 ;;
 		--buffer-bytes) set[buffer]=${2:?}; shift 2 ;;
 		--delay-ms) set[delay_ms]=${2:?}; shift 2 ;;
+		--aqm) set[aqm]=${2:?}; shift 2 ;;
+		--ecn) set[ecn]=1; shift ;;
+		--target-ms) set[target_ms]=${2:?}; shift 2 ;;
+		--interval-ms) set[interval_ms]=${2:?}; shift 2 ;;
+		--cross) set[cross]=1; shift ;;
 		--direct) direct=1; shift ;;
 		-h|--help) usage; exit 0 ;;
 		*) die "unknown option '$1' (see --help)" ;;
@@ -359,8 +539,17 @@ up() {
 	if [[ $prof != custom ]]; then
 		local f
 		f=$(profile_fields "$prof") || exit 2
-		read -r rate delay_ms buffer trace <<<"$f"
+		read -r rate delay_ms buffer trace opts <<<"$f"
 	fi
+	local k
+	for k in aqm ecn target_ms interval_ms; do
+		[[ -n ${set[$k]:-} ]] && { check_option "$k=${set[$k]}"; opts="$opts $k=${set[$k]}"; }
+	done
+	local aqm ecn target_ms interval_ms cross=${set[cross]:-0}
+	aqm=$(option "$opts" aqm droptail) ecn=$(option "$opts" ecn 0)
+	target_ms=$(option "$opts" target_ms 5) interval_ms=$(option "$opts" interval_ms 100)
+	[[ $ecn == 1 && $aqm == droptail ]] && die "ecn=1 marks instead of dropping: it needs an AQM (--aqm codel or fq_codel)"
+	[[ -n $(option "$opts" nbr "")$(option "$opts" udp "")$(option "$opts" xtcp "") ]] && cross=1
 	[[ -n ${set[rate]:-} && -n ${set[trace]:-} ]] && die "--rate and --trace exclude each other"
 	[[ -n ${set[rate]:-} ]] && trace=-
 	[[ -n ${set[trace]:-} ]] && { trace=$(trace_file "${set[trace]}") || exit 2; }
@@ -374,11 +563,13 @@ up() {
 	# Whatever stops us before the end (an error under set -e, Ctrl-C,
 	# TERM), the EXIT trap removes what was made so far.
 	# (Expanded now: the trap runs after this function's locals are gone.)
+	# shellcheck disable=SC2064
 	trap "echo 'topo.sh: setup of $name did not finish, removing it' >&2; down $name" EXIT
 	trap 'exit 130' INT
 	trap 'exit 143' TERM
 
 	if ((direct)); then
+		[[ $aqm == droptail && $cross == 0 ]] || die "--direct has no bottleneck: no AQM, no cross traffic"
 		direct_up "$name"
 		setup_done
 		echo "lab $name up: direct veth pair, no bottleneck"
@@ -419,17 +610,34 @@ up() {
 	# connection: no flow may start from the ssthresh or RTT of the last.
 	nsx "$snd" sysctl -qw net.ipv4.tcp_no_metrics_save=1
 	nsx "$rcv" sysctl -qw net.ipv4.tcp_no_metrics_save=1
+	((cross)) && cross_up "$name"
+	if [[ $ecn == 1 ]]; then
+		# ECN only marks flows that negotiated it: every end asks for it
+		local ends=("$snd" "$rcv")
+		((cross)) && ends+=("$name-far" "$name-nbr" "$name-ext")
+		for ns in "${ends[@]}"; do
+			nsx "$ns" sysctl -qw net.ipv4.tcp_ecn=1
+		done
+	fi
+	accounting_up "$name" "$cross"
 
-	local up_trace=
-	if [[ $trace == - ]]; then
+	local up_trace='' bottleneck=delayline
+	local -a aqm_args=()
+	[[ $aqm != droptail ]] && aqm_args=(--aqm "$aqm" --target-ms "$target_ms" --interval-ms "$interval_ms")
+	[[ $ecn == 1 ]] && aqm_args+=(--ecn)
+	if [[ $trace != - ]]; then
+		link_up "$name" --trace "$trace" --buffer-bytes "$buffer" "${aqm_args[@]}"
+		up_trace=$(trace_up_file "$trace")
+	elif [[ $aqm != droptail ]]; then
+		# no sch_codel here: the link emulator is the constant-rate link too
+		link_up "$name" --rate "$bps" --buffer-bytes "$buffer" "${aqm_args[@]}"
+	else
 		# tbf needs a bucket of at least one MTU and enough for one timer
 		# tick at the configured rate, or it cannot reach the rate.
 		local burst=$(( bps / 8 / 250 ))
 		(( burst < 3028 )) && burst=3028
 		nsx "$rtr" tc qdisc replace dev rcv0 root tbf rate "$rate" burst "$burst" limit "$buffer"
-	else
-		link_up "$name" "$trace" "$buffer"
-		up_trace=$(trace_up_file "$trace")
+		bottleneck=tbf
 	fi
 
 	if [[ -n $up_trace ]]; then
@@ -438,11 +646,17 @@ up() {
 	elif [[ $delay_ms != 0 ]]; then
 		delay_up "$name" "$delay_ms"
 	fi
+	write_config "$name" "$prof" "$([[ $trace == - ]] && echo const || echo trace)" "$rate" "$bps" \
+		"$trace" "$buffer" "$delay_ms" "$bottleneck" "$aqm" "$ecn" "$target_ms" "$interval_ms" \
+		"$cross" "$opts"
 	setup_done
+	local queue=$aqm
+	[[ $ecn == 1 ]] && queue="$queue+ecn"
+	((cross)) && queue="$queue, cross-traffic namespaces"
 	if [[ $trace == - ]]; then
-		echo "lab $name up: profile $prof, rate $rate, buffer $buffer B, base RTT ${delay_ms} ms"
+		echo "lab $name up: profile $prof, rate $rate, buffer $buffer B ($queue), base RTT ${delay_ms} ms"
 	else
-		echo "lab $name up: profile $prof, trace $(basename "$trace") (mean $rate${up_trace:+, uplink $(basename "$up_trace")}), buffer $buffer B, base RTT ${delay_ms} ms"
+		echo "lab $name up: profile $prof, trace $(basename "$trace") (mean $rate${up_trace:+, uplink $(basename "$up_trace")}), buffer $buffer B ($queue), base RTT ${delay_ms} ms"
 	fi
 }
 
@@ -454,7 +668,8 @@ status() {
 	for role in delay link; do
 		pid=$(cat "$LAB_RUN/$name.$role.pid" 2>/dev/null || true)
 		if [[ -n $pid ]] && kill -0 "$pid" 2>/dev/null; then
-			echo "$role emulator: pid $pid, $(grep -m1 trace "$LAB_RUN/$name.$role.log" || head -1 "$LAB_RUN/$name.$role.log")"
+			echo "$role emulator: pid $pid, $(grep -m1 -E 'trace|rate' "$LAB_RUN/$name.$role.log" || head -1 "$LAB_RUN/$name.$role.log")"
+			grep -m1 'delayline: aqm' "$LAB_RUN/$name.$role.log" || true
 		else
 			echo "$role emulator: none"
 		fi
@@ -491,8 +706,9 @@ set_delay() {
 	local name=$1 ms=${2:-} pid
 	[[ $ms =~ ^[0-9]+(\.[0-9]+)?$ ]] || die "delay: want a delay in ms, not '$ms'"
 	pid=$(cat "$LAB_RUN/$name.delay.pid" 2>/dev/null || true)
-	[[ $pid =~ ^[0-9]+$ ]] && kill -0 "$pid" 2>/dev/null ||
+	if ! { [[ $pid =~ ^[0-9]+$ ]] && kill -0 "$pid" 2>/dev/null; }; then
 		die "lab $name has no delay line (up with --delay-ms > 0)"
+	fi
 	echo "$ms" >"$LAB_RUN/$name.delay.ms.new"
 	mv "$LAB_RUN/$name.delay.ms.new" "$LAB_RUN/$name.delay.ms"
 	kill -HUP "$pid"

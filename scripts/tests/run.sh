@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
-# Runs every integration test (scripts/tests/test_*.py, on bloatdtest.py)
+# Runs every integration test (scripts/tests/test_*.py, on scripts/bloatdpy/harness.py)
 # one after another, as root, on the real kernel. Tests that measure share
 # two cores: running them in parallel would make them measure each other.
 #   scripts/tests/run.sh              all of them
 #   scripts/tests/run.sh test_daemon  those whose name contains the word
 set -uo pipefail
-cd "$(dirname "$0")/../.."
+cd "$(dirname "$0")/../.." || exit 1
 [[ $(id -u) -eq 0 ]] || { echo "scripts/tests/run.sh: run as root (BPF, network namespaces)" >&2; exit 1; }
 export BLOATD_BIN=${BLOATD_BIN:-$PWD/target/release/bloatd}
 [[ -x $BLOATD_BIN ]] || { echo "no $BLOATD_BIN: run make build first" >&2; exit 1; }

@@ -31,7 +31,7 @@ import sys
 import tempfile
 import time
 
-from bloatdtest import (RCV4, RULES, TOPO, Lab, TestCase, main, rules_with_short_for, run,
+from bloatdpy.harness import (RCV4, RULES, TOPO, Lab, TestCase, main, rules_with_short_for, run,
                         wait_for)
 
 LINK_BPS = 16_000_000

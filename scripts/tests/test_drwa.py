@@ -20,7 +20,7 @@ import statistics
 import subprocess
 import time
 
-from bloatdtest import BLOATD, FLOWS, RCV4, SND4, TestCase, main, wait_for
+from bloatdpy.harness import BLOATD, FLOWS, RCV4, SND4, TestCase, main, wait_for
 
 # An application that sets its own TCP_WINDOW_CLAMP (32 kB) while DRWA
 # clamps its window, its buffer left to autotuning (no SO_RCVBUF): once it
@@ -73,6 +73,34 @@ for k in range(conns):
     s.close()
     time.sleep(0.5)
 print(json.dumps(out), flush=True)
+"""
+
+# A server that reads a request bigger than drwa_min_bytes (an upload, a
+# form) and then sends a download into a standing queue: `seconds` of
+# data after `req` bytes read. Its own RTT is its download's queue.
+BIG_REQUEST_SERVER = r"""
+import socket, sys, time
+port, req, seconds = int(sys.argv[1]), int(sys.argv[2]), float(sys.argv[3])
+srv = socket.socket()
+srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+srv.bind(("0.0.0.0", port))
+srv.listen(1)
+c, _ = srv.accept()
+c.setsockopt(socket.IPPROTO_TCP, socket.TCP_CONGESTION, b"cubic")
+got = 0
+while got < req:
+    got += len(c.recv(65536))
+end, buf = time.time() + seconds, b"\0" * 65536
+while time.time() < end:
+    c.sendall(buf)
+c.close()
+"""
+BIG_REQUEST_CLIENT = r"""
+import socket, sys
+s = socket.create_connection((sys.argv[1], int(sys.argv[2])))
+s.sendall(b"\0" * int(sys.argv[3]))
+while s.recv(1 << 20):
+    pass
 """
 
 RATE_BPS = 16_000_000
@@ -216,6 +244,38 @@ class Drwa(TestCase):
                         f"the buffers autotuned: {conns}")
         raised = [c for c in conns if c["raised"]]
         self.assertFalse(raised, f"DRWA raised the application's 32768 clamp: {raised}")
+
+    def test_a_server_that_read_a_big_request_keeps_its_window(self):
+        """Issue 34: a server that read a request above drwa_min_bytes was a
+        receiver to DRWA; answering it into a standing queue, its samples
+        (its own download's RTT) shut its window to 2 segments, and an
+        upload after on the same connection would crawl. A socket that
+        sent more than it received is not clamped (lab: 100 kB request, a
+        CUBIC answer into 1 MB at 16 Mbit/s, 80 ms; ~20 s)."""
+        d = self.daemon("--no-cc", "--drwa=on")
+        d.start()
+        lab = self.lab("bd4", rate="16mbit", buffer_bytes=1_000_000, delay_ms=BASE_RTT_MS)
+        self.idle_ms = statistics.median(lab.ping("snd", RCV4, count=5))
+        lab.spawn("snd", "python3", "-c", BIG_REQUEST_SERVER, "5309", "100000", "14")
+        wait_for(lambda: lab.exec("snd", "ss", "-tlnH", "sport = :5309").stdout.strip(),
+                 what="the server listening")
+        lab.spawn("rcv", "python3", "-c", BIG_REQUEST_CLIENT, SND4, "5309", "100000")
+        lab.wait_for_queue(self.idle_ms, 200)
+        time.sleep(4)  # rounds of the server's samples over the queue
+
+        def server():
+            socks = [s for s in lab.ss("snd") if s["local_port"] == 5309 and s["state"] == "ESTAB"]
+            return socks[0] if socks else None
+        srv = wait_for(server, what="the server's connection")
+        queue_ms = statistics.median(lab.ping("snd", RCV4, count=5)) - self.idle_ms
+        clamped = [c for c in d.api("/v1/policy")["drwa_connections"]
+                   if c["local"].endswith(":5309") and c["drwa"]["clamp_bytes"] > 0]
+        print(f"    queue {queue_ms:.0f} ms; server: rcv_ssthresh {srv['rcv_ssthresh']} B, "
+              f"bytes_received {srv.get('bytes_received')}; DRWA: {clamped}", flush=True)
+        self.assertGreater(queue_ms, 150, "the server's download holds a standing queue")
+        self.assertGreater(srv["rcv_ssthresh"], 20 * 1448,
+                           "ss: the server's window is not shut by its own download's queue")
+        self.assertFalse(clamped, "bloatd: DRWA clamps no server connection")
 
     def test_the_d_key_of_bloatd_top_switches_drwa(self):
         d = self.daemon("--no-cc", "--drwa=off")

@@ -39,7 +39,7 @@ import subprocess
 import tempfile
 import time
 
-from bloatdtest import (FLOWS, RCV4, TOPO, TestCase, main, run, stop, wait_for)
+from bloatdpy.harness import (FLOWS, RCV4, TOPO, TestCase, main, run, stop, wait_for)
 
 BASE_MS, LONG_MS = 40, 200
 RATE = "8mbit"

@@ -18,7 +18,8 @@ import subprocess
 import sys
 import time
 
-from bloatdtest import FLOWS, RCV4, SND4, TestCase, bpf_map_dump, main, run, wait_for
+from bloatdpy import api
+from bloatdpy.harness import FLOWS, RCV4, SND4, TestCase, bpf_map_dump, main, run, wait_for
 
 NEW_ADDR = "10.9.4.2"
 
@@ -138,8 +139,10 @@ class Floors(TestCase):
         while True:
             try:
                 series = d.api(f"/v1/series/{s['cookie']}")["samples"]
-            except subprocess.CalledProcessError:
-                break  # closed: the last ACK came
+            except api.ApiError as e:
+                if e.status != 404:
+                    raise
+                break  # gone: the last ACK came
             after = [x for x in series if x["t_ms"] > closed_ms]
             time.sleep(0.3)
         print(f"    {state}: {len(after)} samples after the close, queue "

@@ -12,7 +12,7 @@ import math
 import os
 import sys
 
-from bloatdtest import FLOWS, REPO, SND4, TestCase, main, wait_for
+from bloatdpy.harness import FLOWS, REPO, SND4, TestCase, main, wait_for
 
 DASHBOARD = os.path.join(REPO, "daemon", "dist", "grafana", "bloatd.json")
 RULES = os.path.join(REPO, "daemon", "dist", "prometheus", "bloatd.rules.yml")

@@ -26,7 +26,7 @@ limit, and the exec probes run as the kubelet runs them. Then:
   without CAP_SYS_ADMIN: why the chart's pod runs Unconfined.
 
 How podman stands in for the kubelet, and what this machine needs of it:
-bloatdtest.Pod.
+harness.Pod.
 """
 
 import json
@@ -36,7 +36,7 @@ import shutil
 import tempfile
 import urllib.request
 
-from bloatdtest import (BLOATD, PROBE_PROGS, REPO, Pod, TestCase, bpf_prog_ids, main, read, render, run,
+from bloatdpy.harness import (BLOATD, PROBE_PROGS, REPO, Pod, TestCase, bpf_prog_ids, main, read, render, run,
                         sock_ops_attached, wait_for)
 
 CAPS = {"CHOWN": 0, "NET_ADMIN": 12, "SYS_PTRACE": 19, "SYS_ADMIN": 21, "PERFMON": 38, "BPF": 39}

@@ -11,7 +11,7 @@ import re
 import subprocess
 import time
 
-from bloatdtest import RCV4, REPO, SND4, TestCase, main, run, topo_profile
+from bloatdpy.harness import RCV4, REPO, SND4, TestCase, main, run, topo_profile
 
 N = "bldelay"
 DELAYLINE_BUILD = os.path.join(REPO, "scripts", "lab", "delayline", "build.sh")

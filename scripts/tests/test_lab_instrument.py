@@ -8,8 +8,8 @@ import subprocess
 import sys
 import time
 
-from bloatdtest import FLOWS, SND4, TestCase, main
-import instrument  # scripts/lab/instrument.py: bloatdtest puts scripts/lab on the path
+from bloatdpy.harness import FLOWS, SND4, TestCase, main
+from bloatdpy import instrument
 
 N = "blinst"
 PORT = 8000

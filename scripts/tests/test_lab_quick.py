@@ -23,7 +23,7 @@ import sys
 import tempfile
 import time
 
-from bloatdtest import BLOATD, LAB_PY, TOPO, TestCase, main, run
+from bloatdpy.harness import BLOATD, LAB_PY, TOPO, TestCase, main, run
 
 N = "blquick"
 MAX_S = 300

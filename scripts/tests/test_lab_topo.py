@@ -1,6 +1,6 @@
 """The lab topology (scripts/lab/topo.sh) comes up as specified and goes
 away completely: no namespace, qdisc, iptables rule, emulator process or
-run file is left (bloatdtest.lab_leftovers), also when `up` is interrupted
+run file is left (harness.lab_leftovers), also when `up` is interrupted
 (SIGINT) at any point of its work, when lab.py is interrupted in the middle
 of an experiment, and when `up` fails.
 """
@@ -13,7 +13,7 @@ import sys
 import tempfile
 import time
 
-from bloatdtest import FLOWS, LAB_PY, LAB_RUN, RCV4, TOPO, TestCase, lab_leftovers, main, netns_list, run
+from bloatdpy.harness import FLOWS, LAB_PY, LAB_RUN, RCV4, TOPO, TestCase, lab_leftovers, main, netns_list, run
 
 N = "bltopo"
 

@@ -18,7 +18,7 @@ exactly one, so:
 
 The downlink (the .down trace, no delay) and the uplink (the .up trace, then
 the profile's base delay) of `lte`, and the downlink of `umts`. Nothing may
-be left behind after the lab goes (bloatdtest.lab_leftovers;
+be left behind after the lab goes (harness.lab_leftovers;
 test_lab_topo.py interrupts a trace link's `up` too).
 """
 import bisect
@@ -28,7 +28,7 @@ import re
 import subprocess
 import sys
 
-from bloatdtest import FLOWS, LAB_RUN, RCV4, SND4, TOPO, TestCase, lab_leftovers, main, run, topo_profile
+from bloatdpy.harness import FLOWS, LAB_RUN, RCV4, SND4, TOPO, TestCase, lab_leftovers, main, run, topo_profile
 
 BLAST_S = 12.0
 SETTLE_S = 1.5      # the buffer fills (1 MB at 3x the mean rate beyond it: < 0.5 s)

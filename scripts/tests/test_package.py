@@ -15,7 +15,7 @@ import os
 import shutil
 import tempfile
 
-from bloatdtest import REPO, TestCase, free_port, main, run
+from bloatdpy.harness import REPO, TestCase, free_port, main, run
 from test_release import assert_static
 
 INSTALLED = "/usr/bin/bloatd"

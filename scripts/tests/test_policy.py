@@ -25,7 +25,7 @@ import sysconfig
 import tempfile
 import time
 
-from bloatdtest import (FLOWS, RCV4, SND4, TOPO, TestCase, bpf_map_dump, cgroup2_root, main,
+from bloatdpy.harness import (FLOWS, RCV4, SND4, TOPO, TestCase, bpf_map_dump, cgroup2_root, main,
                         run, sock_ops_attached, stop, wait_for)
 
 BULK_BYTES = 2_000_000

@@ -8,7 +8,7 @@ import subprocess
 import sys
 import time
 
-from bloatdtest import SND4, TestCase, main, wait_for
+from bloatdpy.harness import SND4, TestCase, main, wait_for
 
 
 def histogram(text, name, labels):
@@ -70,12 +70,15 @@ class PrometheusScrape(TestCase):
         self.assertEqual(r.returncode, 0, f"promtool: {r.stdout}{r.stderr}")
         # Labels are bounded: no socket detail (addresses, ports, pids)
         # ever becomes a label; those stay in the API.
-        # `kind`: an episode's, path or service (the flight recorder).
+        # `kind`: an episode's, path or service (the flight recorder);
+        # `class`: a path's kind of queue (the bottleneck classifier).
         keys = set(re.findall(r'[{,]([a-z_]+)="', text))
         self.assertLessEqual(keys, {"cc", "role", "state", "probe", "reason", "le", "version", "action",
-                                    "feature", "service", "kind"}, keys)
+                                    "feature", "service", "kind", "class"}, keys)
         kinds = set(re.findall(r'[{,]kind="([^"]*)"', text))
         self.assertLessEqual(kinds, {"path", "service"}, kinds)
+        classes = set(re.findall(r'[{,]class="([^"]*)"', text))
+        self.assertEqual(classes, {"clear", "droptail", "aqm", "ecn-aqm", "unknown"}, classes)
 
 
     def test_kernel_histogram_counts_socket_time_as_the_samples_do(self):

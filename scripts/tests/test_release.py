@@ -34,7 +34,7 @@ import tarfile
 import tempfile
 import threading
 
-from bloatdtest import (CC_AVAILABLE, PROBE_PROGS, REPO, TestCase, bpf_prog_ids, close_enough, find,
+from bloatdpy.harness import (CC_AVAILABLE, PROBE_PROGS, REPO, TestCase, bpf_prog_ids, close_enough, find,
                         free_port, main, parse_ss, read, run, sock_ops_attached, wait_for)
 from test_top import table_rows
 

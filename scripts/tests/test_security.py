@@ -10,7 +10,6 @@ Issue 18: the API group watches, only root and the admin group act (tried
 as throwaway users of each group); API clients cannot exhaust the daemon.
 """
 
-import ctypes
 import json
 import os
 import resource
@@ -23,7 +22,7 @@ import tempfile
 import threading
 import time
 
-from bloatdtest import (BLOATD, CC_DEFAULT, PROBE_PROGS, Loadgen, TestCase, bpf_map_dump, bpf_prog_ids, free_port, main,
+from bloatdpy.harness import (BLOATD, CC_DEFAULT, PROBE_PROGS, Loadgen, TestCase, bpf_map_dump, bpf_prog_ids, free_port, main,
                         read, run, wait_for, write)
 
 NOBODY = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
@@ -511,8 +510,8 @@ class LoopingReader(TestCase):
         of every socket ~160 ms of a core; a read was made as soon as the
         last was 100 ms old, and each answer made at once, so one client
         asking for /v1/sockets in a loop kept the daemon busy. Reads for API
-        clients are now shared for six times their cost, and a user's next
-        whole answer waits five times what its last took: for 10 s of such
+        clients are now shared for nine times their cost, and a user's next
+        whole answer waits six times what its last took: for 10 s of such
         a loop the daemon stays under 30% of a core, and /metrics answers
         (median under 50 ms)."""
         tmp = tempfile.mkdtemp(prefix="bloatd-loop-")

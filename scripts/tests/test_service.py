@@ -18,7 +18,7 @@ import socket
 import subprocess
 import sys
 
-from bloatdtest import (BLOATD, CC_ALLOWED, CC_DEFAULT, REPO, TestCase, bpf_prog_ids, free_port, main,
+from bloatdpy.harness import (BLOATD, CC_ALLOWED, CC_DEFAULT, REPO, TestCase, bpf_prog_ids, free_port, main,
                         proc_status, read, run, wait_for, write)
 
 UNIT = os.path.join(REPO, "daemon", "dist", "bloatd.service")

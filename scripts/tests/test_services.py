@@ -20,7 +20,7 @@ import subprocess
 import sys
 import time
 
-from bloatdtest import BLOATD, FLOWS, RCV4, SND4, TestCase, main, wait_for
+from bloatdpy.harness import BLOATD, FLOWS, RCV4, SND4, TestCase, main, wait_for
 
 # The histograms that carry the service label.
 SERVICE_FAMILIES = ("bloatd_tcp_queueing_delay_seconds", "bloatd_tcp_srtt_seconds")

@@ -10,7 +10,7 @@ the receiver, within 10% or 1 segment / 1 ms.
 
 import time
 
-from bloatdtest import RCV6, SND6, TestCase, close_enough, find, main, wait_for
+from bloatdpy.harness import RCV6, SND6, TestCase, close_enough, find, main, wait_for
 
 
 class KernelOracle(TestCase):

@@ -6,7 +6,7 @@ dashboard surviving a daemon restart."""
 import re
 import time
 
-from bloatdtest import BLOATD, TestCase, find, main, run, wait_for
+from bloatdpy.harness import BLOATD, TestCase, find, main, run, wait_for
 
 def parse_ms(v):
     m = re.match(r"^(\d+(?:\.\d+)?)(ms|s)$", v)

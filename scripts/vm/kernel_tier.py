@@ -6,22 +6,32 @@ One daemon, one lab topology (sender - router - receiver, 10 Mbit/s, 500 kB
 buffer, 40 ms from the NFQUEUE delay line), the kernel's own view (`ss`,
 bpftool, the congestion control sysctls) as the oracle:
 
-  start            bloatd start with a policy rule by port and DRWA armed
+  start            bloatd start with policy rules by port and by cgroup and
+                   DRWA armed
   kill -9          the daemon killed: nothing attached is left, and the next
                    start works (a registration left by map update, before
                    Linux 6.4, is removed: the log says so)
   sockets          a CUBIC download's sender against `ss -ti` (cwnd, srtt)
   cc               bloatd_westwood and bloatd_cubic each carry a download
-  policy           a connection to the rule's port gets bloatd_westwood
+  policy           a connection to the rule's port gets bloatd_westwood; one
+                   to a server in the rule's cgroup gets bloatd_cubic
   drwa             DRWA switched on clamps the download's receive window
-                   (`ss`'s rcv_ssthresh under the clamp bloatd reports)
+                   (`ss`'s rcv_ssthresh under the clamp bloatd reports), or,
+                   where the kernel lacks what DRWA needs, `start` and
+                   `status` name why and `policy drwa on` is refused
+  bloated flow     one CUBIC flow alone behind 8 Mbit/s and a 1.5 MB buffer
+                   (seconds of standing queue): every read over its life
+                   lists it in `sockets`, `paths` and `status`, its srtt
+                   against `ss`, its queueing delay against ping through the
+                   same queue
   metrics, top, paths   /metrics, `top --once` and `paths` show the flow
   stop             nothing attached is left, the algorithms unregistered
 
 A kernel below the core's minimum must refuse `start` with exit 2, a
 message naming the minimum and what is missing, and nothing attached; the
 rest is then declined ("skip"). From Linux 6.1 on every part must run: a
-part the daemon declines there is a failure.
+part the daemon declines there is a failure. Below, a declined part must
+say why in `start` and `status` (a "skip" naming it).
 
 Writes OUT/result.json: the kernel, the features `bloatd status` reports,
 and every check (pass, fail or skip, with a detail and its seconds). Exit 1
@@ -33,21 +43,30 @@ import json
 import os
 import re
 import signal
+import statistics
+import subprocess
 import sys
 import time
 import traceback
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-sys.path.insert(0, os.path.join(REPO, "scripts", "tests"))
-from bloatdtest import (  # noqa: E402
-    PROBE_PROGS, RCV4, SND4, Daemon, Lab, available_cc, bpf_prog_ids, close_enough, run,
-    sock_ops_attached, wait_for)
+from bloatdpy.harness import (
+    BLOATD, PROBE_PROGS, RCV4, REPO, SND4, Cgroup, Daemon, Lab, available_cc, bpf_prog_ids, close_enough,
+    private_state_dir, run, sock_ops_attached, stop, wait_for)
 
 # Every part must run from this kernel on (issue 16: Debian 12's 6.1).
 FULL_FROM = (6, 1)
 ALGOS = ("bloatd_westwood", "bloatd_cubic")
 RULE_PORT = 5301
+# The cgroup rule's server (in the rule's cgroup) and the bloated flow's.
+CGROUP_PORT = 5302
+BLOATED_PORT = 5204
 LAB = "kt"
+# How long `bloatd start` may take: the verifier on an emulated CPU.
+START_TIMEOUT = 400
+# The bloated flow's bottleneck: 8 Mbit/s over a 1.5 MB buffer, 1.5 s of
+# queue when full (issue 30, item 10: a 1000-packet pfifo under the tbf).
+BLOATED_RATE = "8mbit"
+BLOATED_BUFFER = 1_500_000
 
 
 class Skip(Exception):
@@ -77,6 +96,8 @@ class Tier:
         except Exception as e:  # noqa: BLE001  a failed check must not stop the tier
             status = "fail"
             detail = f"{type(e).__name__}: {e}".strip()
+            if isinstance(e, subprocess.CalledProcessError) and e.stderr:
+                detail += f" ({e.stderr.strip()[-300:]})"
             traceback.print_exc()
         secs = round(time.time() - t0, 1)
         self.checks.append({"name": name, "status": status, "detail": detail, "seconds": secs})
@@ -85,7 +106,7 @@ class Tier:
     def write(self):
         failed = any(c["status"] == "fail" for c in self.checks)
         with open(os.path.join(self.out, "result.json"), "w") as f:
-            json.dump({"kernel": self.release, "features": self.features,
+            json.dump({"kernel": self.release, "bloatd": BLOATD, "features": self.features,
                        "start": self.start_output, "checks": self.checks,
                        "exit": int(failed)}, f, indent=1)
         return 1 if failed else 0
@@ -109,12 +130,23 @@ class Run:
 
     def __init__(self, tier):
         self.t = tier
+        self.cg = Cgroup("kt")
         self.d = Daemon("--drwa=off", "--policy", f"name=port,sport={RULE_PORT},cc=bloatd_westwood",
+                        "--policy", f"name=cg,cgroup={self.cg.service},cc=bloatd_cubic",
                         sandbox=False)
         self.lab = None
+        self.idle_ms = None
+        self.long_download = None
+
+    def start_daemon(self):
+        """`bloatd start`, with the time an emulated CPU needs: the
+        verifier of 5.15 took over a minute of TCG for the probes."""
+        os.environ["BLOATD_READY_TIMEOUT_S"] = str(START_TIMEOUT - 10)
+        return self.d.cli("start", "--listen", f"127.0.0.1:{self.d.port}", *self.d.extra,
+                          check=False, timeout=START_TIMEOUT)
 
     def start(self):
-        r = self.d.start(check=False)
+        r = self.start_daemon()
         self.t.start_output = (r.stdout + r.stderr).strip()
         if r.returncode == 2:
             msg = r.stderr.strip()
@@ -149,7 +181,7 @@ class Run:
         left = [a for a in ALGOS if a in available_cc()]
         if not by_map:
             assert not left, f"links closed with the process, yet still registered: {left}"
-        r = self.d.start(check=False)
+        r = self.start_daemon()
         assert r.returncode == 0, f"the start after kill -9 failed: {(r.stdout + r.stderr).strip()}"
         self.status()
         if by_map:
@@ -165,10 +197,16 @@ class Run:
         self.lab = Lab(LAB, rate="10mbit", buffer_bytes=500000, delay_ms=40)
         idle = self.lab.ping("snd", RCV4, count=3)
         assert idle and min(idle) >= 39, f"the delay line does not delay: ping {idle}"
-        for port in (5201, 5202, 5203, RULE_PORT):
+        self.idle_ms = min(idle)
+        for port in (5201, 5202, 5203, RULE_PORT, BLOATED_PORT):
             self.lab.iperf_server("snd", port=port)
-        # Long enough for every check; the lab's close ends it.
-        self.lab.download("cubic", 600, port=5201)
+        p = self.lab.spawn("snd", "iperf3", "-s", "-p", str(CGROUP_PORT), cgroup=self.cg)
+        wait_for(lambda: self.lab.exec("rcv", "bash", "-c", f"exec 3<>/dev/tcp/{SND4}/{CGROUP_PORT}",
+                                       check=False).returncode == 0 or p.poll() is not None,
+                 what=f"iperf3 server in {self.cg.service}")
+        assert p.poll() is None, f"the iperf3 server in the cgroup exited: {p.stderr.read()}"
+        # Long enough for every check but the bloated flow's, which ends it.
+        self.long_download = self.lab.download("cubic", 600, port=5201)
         wait_for(lambda: self.sender(5201), timeout=60, what="the cubic download")
         return f"idle RTT {min(idle):.1f} ms"
 
@@ -214,39 +252,156 @@ class Run:
         assert all(states.get(a) for a in ALGOS), f"no exported state: {states}"
         return ", ".join(f"{a} {n // 1000} kB" for a, n in sorted(got.items()))
 
-    def policy(self):
-        self.lab.spawn("rcv", "iperf3", "-c", SND4, "-p", str(RULE_PORT), "-t", "4", "-R")
-        sock = wait_for(lambda: [s for s in self.lab.ss("snd") if s.get("local_port") == RULE_PORT
+    def rule_applies(self, port, rule, cc):
+        """A download from the sender's `port` gets `cc` (ss) and bloatd
+        names `rule` on it; the long download stays as it was."""
+        self.lab.spawn("rcv", "iperf3", "-c", SND4, "-p", str(port), "-t", "4", "-R")
+        sock = wait_for(lambda: [s for s in self.lab.ss("snd") if s.get("local_port") == port
                                  and s["state"] == "ESTAB" and s.get("bytes_acked", 0) > 10_000],
-                        timeout=30, what="the rule's connection carrying data")
+                        timeout=30, what=f"rule {rule}'s connection carrying data")
         ccs = {s.get("cc") for s in sock}
-        assert "bloatd_westwood" in ccs, f"the rule's port got {ccs}"
-        ours = [s for s in self.d.sockets() if s["local_port"] == RULE_PORT
-                and (s.get("policy") or {}).get("cc_rule") == "port"]
-        assert ours, "bloatd does not name the rule on the connection"
-        assert self.sender(5201), "the rule touched another port's download"
-        return f"port {RULE_PORT}: bloatd_westwood (ss), rule named by bloatd"
+        assert cc in ccs, f"rule {rule}'s connection got {ccs}"
+        ours = [s for s in self.d.sockets() if s["local_port"] == port
+                and (s.get("policy") or {}).get("cc_rule") == rule]
+        assert ours, f"bloatd does not name rule {rule} on the connection"
+        assert self.sender(5201), f"rule {rule} touched another connection"
+        return f"{cc} (ss), rule named by bloatd"
+
+    def policy(self):
+        return f"port {RULE_PORT}: " + self.rule_applies(RULE_PORT, "port", "bloatd_westwood")
 
     def drwa(self):
+        f = next((f for f in self.t.features if f["name"] == "drwa"), None)
+        assert f, f"no drwa feature in status: {self.t.features}"
+        if f["state"] == "off":
+            # Declined (status() refused that from FULL_FROM on): named in
+            # start's lines and status, and the switch refused with it.
+            assert "Linux 5.15" in f["detail"], f"declined without naming the kernel feature: {f}"
+            assert "drwa off: " in self.t.start_output, f"start did not say: {self.t.start_output}"
+            r = self.d.cli("policy", "drwa", "on", check=False)
+            assert r.returncode != 0 and "Linux 5.15" in r.stderr, \
+                f"`policy drwa on` on a kernel that declines DRWA: exit {r.returncode}: {r.stderr}"
+            raise Skip("declined: bpf_setsockopt in iter/tcp needs Linux 5.15 (`policy drwa on` "
+                       "refused, saying so)")
         self.d.cli("policy", "drwa", "on")
+        try:
+            return self.drwa_clamps()
+        finally:
+            # Never left on for the checks after this one (the bloated
+            # flow's queue would not form under a clamp).
+            self.d.cli("policy", "drwa", "off")
 
+    def drwa_clamps(self):
+        """DRWA's clamp on the download's receiver, as bloatd names it, and
+        ss's rcv_ssthresh under it. DRWA sets a new clamp each round: ss is
+        held to bloatd's clamp as read beside it, and a failure shows each
+        pair read."""
         def clamped():
             for s in self.d.sockets():
                 dr = (s.get("policy") or {}).get("drwa")
                 if s["role"] == "receiver" and s["local_addr"] == RCV4 and dr and dr.get("clamp_bytes"):
-                    return s, dr
+                    return s, dr["clamp_bytes"]
             return None
-        s, dr = wait_for(clamped, timeout=30, step=1, what="DRWA clamping the download's receiver")
-        clamp = dr["clamp_bytes"]
+        s, clamp = wait_for(clamped, timeout=30, step=1, what="DRWA clamping the download's receiver")
+        trail = []
 
         def under():
+            got = clamped()
+            if not got or got[0]["local_port"] != s["local_port"]:
+                trail.append(f"bloatd: no clamp on port {s['local_port']}")
+                return None
+            clamp = got[1]
             for x in self.lab.ss("rcv"):
                 if x["local_port"] == s["local_port"] and x["rcv_ssthresh"] > 0:
-                    return x["rcv_ssthresh"] <= clamp + 2 * x.get("mss", 1448) and x
+                    trail.append(f"clamp {clamp}/rcv_ssthresh {x['rcv_ssthresh']}")
+                    return x["rcv_ssthresh"] <= clamp + 2 * x.get("mss", 1448) and (clamp, x)
+            trail.append(f"ss: no socket on port {s['local_port']}")
             return None
-        x = wait_for(under, timeout=15, step=1, what=f"ss's rcv_ssthresh under the clamp {clamp}")
-        self.d.cli("policy", "drwa", "off")
+        try:
+            clamp, x = wait_for(under, timeout=15, step=1,
+                                what="ss's rcv_ssthresh under DRWA's clamp")
+        except AssertionError as e:
+            raise AssertionError(f"{e}; bloatd's clamp/ss's rcv_ssthresh (B) at each read: "
+                                 f"{', '.join(trail)}") from None
         return f"clamp {clamp} B, ss rcv_ssthresh {x['rcv_ssthresh']} B"
+
+    def policy_cgroup(self):
+        return f"{self.cg.service}: " + self.rule_applies(CGROUP_PORT, "cg", "bloatd_cubic")
+
+    def bloated(self):
+        """One CUBIC flow alone behind seconds of buffer (issue 30, item
+        10: on 6.12 `sockets` once answered [] for it)."""
+        stop(self.long_download, grace=0)
+        wait_for(lambda: not [s for s in self.lab.ss("snd") if s["local_port"] == 5201
+                              and s["state"] == "ESTAB"], timeout=20, what="the long download to end")
+        self.lab.exec("rtr", "tc", "qdisc", "replace", "dev", "rcv0", "root", "tbf", "rate",
+                      BLOATED_RATE, "burst", "4000", "limit", str(BLOATED_BUFFER))
+        idle = self.idle_ms
+        # Long enough for six reads on an emulated CPU (each read, ping and
+        # ss take seconds there): at 40 s the server's timer ended the flow
+        # mid-check on 5.14 (bloatd listed it in FIN-WAIT-1, ss's ESTAB
+        # filter did not). Stopped when the reads are done.
+        client = self.lab.download("cubic", 120, port=BLOATED_PORT)
+        self.lab.wait_for_queue(idle, 1000, timeout=40)
+        reads, bloated, pings, qdelays = [], 0, [], []
+        last = None  # the previous round's last ss read
+        for _ in range(6):
+            theirs = self.sender(BLOATED_PORT)
+            ours = [s for s in self.d.sockets() if s["role"] == "sender" and
+                    s["local_port"] == BLOATED_PORT and s["remote_addr"] == RCV4]
+            # ss again right after bloatd's read: on an emulated CPU the
+            # two reads are a second or more apart, and CUBIC's sawtooth
+            # moves the srtt by hundreds of ms in that time (5.15: bloatd
+            # 1323 ms between ss's 1598 and its next). And an API read is
+            # shared for nine times what it cost (engine/reader.rs): on an
+            # emulated CPU bloatd's answer may come from a read made before
+            # this round's first ss (6.1: bloatd 1173 ms, ss 1479 before
+            # and after). bloatd's is held to the nearest of ss's reads
+            # before and after it and the previous round's last, with the
+            # tolerance.
+            after = self.sender(BLOATED_PORT)
+            st = json.loads(self.d.cli("status", "--json").stdout)
+            n = st["sockets"]
+            paths = [p for p in json.loads(self.d.cli("paths", "--json").stdout)
+                     if RCV4 in json.dumps(p)]
+            ping = statistics.median(self.lab.ping("snd", RCV4, count=3))
+            assert theirs, "ss lists no ESTAB cubic sender on the flow's port with 50 kB acked: " \
+                f"{[x for x in self.lab.ss('snd') if x['local_port'] == BLOATED_PORT]}; " \
+                f"bloatd lists {ours}; after {len(reads)} good reads; iperf3 client " \
+                f"{'running' if client.poll() is None else f'exited {client.returncode}: ' + client.stderr.read()[-400:]}"
+            assert len(ours) == 1, f"bloatd sockets lists {len(ours)} sockets of the flow ss has " \
+                f"(srtt {theirs['srtt_us'] / 1000:.0f} ms); status counts {n}, health " \
+                f"{ {k: v for k, v in st['health'].items() if k != 'features'} }"
+            assert n >= 1 and paths, f"status counts {n} sockets, paths to {RCV4}: {paths}"
+            o = ours[0]
+            srtt, ss_srtt = o["srtt_us"] / 1000, theirs["srtt_us"] / 1000
+            near = [x["srtt_us"] / 1000 for x in (after, last) if x]
+            # the ss read nearest to bloatd's, as the reference
+            ss_srtt = min([ss_srtt] + near, key=lambda x: abs(x - srtt))
+            last = after or theirs
+            qdelay = o["queue_delay_us"] / 1000
+            # bloatd's numbers are the kernel's (ss) at every read: the
+            # srtt, and the queueing delay as the srtt over the idle path's.
+            assert close_enough(srtt, ss_srtt, rel=0.15, absolute=50), \
+                f"srtt {srtt:.0f} ms, ss {ss_srtt:.0f} ms"
+            assert close_enough(qdelay, ss_srtt - idle, rel=0.15, absolute=100), \
+                f"queueing delay {qdelay:.0f} ms, ss srtt {ss_srtt:.0f} ms over an idle {idle:.0f} ms"
+            # Ping comes seconds after the read on an emulated CPU and
+            # CUBIC's queue moves meanwhile (one read: bloatd 1510 ms, ss
+            # alike, ping 735 over idle; another: the queue drained, ping
+            # 346 ms): ping says the queue held seconds, at most reads, and
+            # the reads' medians agree loosely.
+            bloated += ping - idle > 500
+            pings.append(ping - idle)
+            qdelays.append(qdelay)
+            reads.append(f"{srtt:.0f}/{ss_srtt:.0f}/{qdelay:.0f}/{ping:.0f}")
+            time.sleep(2)
+        stop(client, grace=0)
+        assert bloated >= 4, f"the queue held seconds at {bloated} of 6 reads, not 4: " + " ".join(reads)
+        q, p = statistics.median(qdelays), statistics.median(pings)
+        assert close_enough(q, p, rel=0.5, absolute=300), \
+            f"median queueing delay {q:.0f} ms, ping's {p:.0f} ms over idle: " + " ".join(reads)
+        return (f"srtt bloatd/ss, qdelay, ping (ms) at each read ({bloated} bloated): " + " ".join(reads))
 
     def metrics(self):
         text = self.d.metrics()
@@ -280,12 +435,14 @@ class Run:
         if self.lab:
             self.lab.close()
         self.d.cleanup()
+        self.cg.remove()
 
 
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", required=True)
     args = ap.parse_args()
+    private_state_dir()
     tier = Tier(args.out)
     print(f"kernel tier on {tier.release}", flush=True)
     r = Run(tier)
@@ -300,6 +457,12 @@ def main():
         tier.check("DRWA", r.drwa)
         tier.check("congestion controls", r.cc)
         tier.check("policy by port", r.policy)
+        tier.check("policy by cgroup", r.policy_cgroup)
+        tier.check("bloated flow", r.bloated)
+        if any(c["status"] == "fail" for c in tier.checks) and r.d:
+            # what the daemon said, for a failure in a guest that is gone
+            print("--- bloatd.log (last 40 lines) ---\n" + "\n".join(r.d.log().splitlines()[-40:]),
+                  flush=True)
         tier.check("stop", r.stop)
     finally:
         r.close()

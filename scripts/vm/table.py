@@ -19,6 +19,8 @@ END = "<!-- supported-kernels:end -->"
 # Column order and what each kernel is.
 KERNELS = [
     ("5.10", "Debian 11"),
+    ("5.14", "Linux 5.14, built: RHEL 9's base"),
+    ("5.15", "Ubuntu 22.04"),
     ("6.1", "Debian 12"),
     ("6.12", "Debian 13"),
     ("host", "this host"),
@@ -30,7 +32,9 @@ CHECK_ROWS = [
      ["start", "sockets vs ss", "top --once", "paths", "metrics", "stop"]),
     ("`kill -9`, then `start` again", ["kill -9, start"]),
     ("congestion controls: bloatd_westwood, bloatd_cubic carry a flow", ["congestion controls"]),
+    ("a bloated flow (seconds of queue) against `ss` and ping", ["bloated flow"]),
     ("policy: a rule by port", ["policy by port"]),
+    ("policy: a rule by cgroup", ["policy by cgroup"]),
     ("DRWA on a delay-line link", ["DRWA"]),
 ]
 
@@ -41,6 +45,7 @@ FEATURE_ROWS = [
     ("congestion state events (`ca_state_events`)", "ca_state_events",
      "read per sample; tracepoint needs 5.19"),
     ("closing senders, policy, DRWA hook (`sock_ops`)", "sock_ops", None),
+    ("DRWA's window give-back (`drwa`)", "drwa", None),
 ]
 
 

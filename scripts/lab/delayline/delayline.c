@@ -47,8 +47,32 @@
  * of it waits for it (the delay falls over one old delay, never out of
  * order).
  *
+ * Constant-rate link (--rate BITS): as the trace link, with a departure
+ * every packet's transmission time after the one before (the queue a tbf
+ * would hold, with no burst).
+ *
+ * Active queue management (--aqm codel|fq_codel, on a trace or rate link):
+ * the lab also needs the bottlenecks that do not only tail-drop. An AQM
+ * decides at dequeue, from how long the head packet waited, so here the
+ * departures are no longer computed at arrival: packets wait in the AQM's
+ * queues (CoDel: one FIFO; FQ-CoDel: one per flow, served by DRR) and the
+ * link dequeues one whenever it can carry it (a rate link when the packet
+ * before it has been sent, a trace link at each opportunity). CoDel (RFC
+ * 8289: target 5 ms, interval 100 ms) drops the head while the queue has
+ * stood above target for an interval, at the control law's rate; FQ-CoDel
+ * (RFC 8290) runs one CoDel per flow, as Linux's fq_codel does. With --ecn
+ * a packet CoDel would drop is marked CE instead when it is ECN-capable
+ * (ECT(0), ECT(1); CE stays CE): its header is rewritten (IPv4: checksum
+ * fixed; IPv6: traffic class) and returned with the verdict, so the
+ * whole packet crosses to user space in this mode. Released packets get a
+ * verdict each (flows leave out of arrival order); drops and marks are
+ * counted in total and per source/destination/protocol, the lab's truth
+ * of who sent what through the bottleneck and what it cost them. The
+ * drop-tail modes above are not touched by any of this.
+ *
  * Usage: delayline -d DELAY_MS [-q QUEUE] [-p PIDFILE] [-r PRIO]
- *        delayline --trace FILE [--buffer-bytes N | --buffer-packets N]
+ *        delayline --trace FILE | --rate BITS [--buffer-bytes N | --buffer-packets N]
+ *                  [--aqm codel|fq_codel [--ecn] [--target-ms T] [--interval-ms I]]
  *                  [-d DELAY_MS] [-q QUEUE] [-p PIDFILE] [-r PRIO]
  *        delayline -t SECONDS [-r PRIO]   (the host's own timer lateness)
  * The pid file is written once the queue is bound: callers insert their
@@ -57,6 +81,7 @@
  */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <math.h>
 #include <getopt.h>
 #include <poll.h>
 #include <sched.h>
@@ -76,6 +101,8 @@
 #include <linux/netlink.h>
 #include <libnetfilter_queue/libnetfilter_queue.h>
 
+#include "aqm.h"
+
 /*
  * Packets held at once: rate x delay. 100 Mbit/s of 1500-byte packets for
  * 1 s is 8333 packets; the ring and the kernel queue allow 8x that.
@@ -88,10 +115,15 @@
 
 struct held {
 	uint32_t id;
-	uint32_t bytes;		/* trace mode: IP length */
+	uint32_t bytes;		/* link modes: IP length */
 	uint64_t due_ns;	/* release: departure + delay */
-	uint64_t depart_ns;	/* trace mode: leaves the link (else = arrival) */
+	uint64_t depart_ns;	/* link modes: leaves the link (else = arrival) */
+	uint32_t slot;		/* AQM mode: the packet's slot (its CE mark, its bytes) */
 };
+
+/* Constant-rate link (rate_bps == 0: none). */
+static uint64_t rate_bps;
+static uint64_t link_free_ns;	/* the rate link has sent everything before this */
 
 /* Trace-driven link state (trace_n == 0: no trace, constant delay only). */
 static uint32_t *trace_ms;	/* opportunity times within one period */
@@ -105,6 +137,46 @@ static uint32_t dep_head;	/* first held packet not departed yet */
 
 static const char *delay_file;	/* --delay-file: the delay, re-read on SIGHUP */
 
+/*
+ * AQM mode (aqm.kind != AQM_NONE, on a rate or trace link). A packet's
+ * slot holds what the AQM needs (slots[]) and what its verdict needs
+ * (slot_id, slot_data, slot_path); free slots are chained through
+ * slots[].next. The link dequeues at link_free_ns (rate) or at the
+ * current opportunity (trace); a packet bigger than what an opportunity
+ * has left stays in transit over the next ones.
+ */
+static struct aqm_params aqm = {
+	.kind = AQM_NONE, .target_ns = 5000000, .interval_ns = 100000000,
+	.flows = 1024, .quantum = 1500, .mtu = 1500,
+};
+static struct aqm_pkt *slots;
+static uint32_t *slot_id;
+static unsigned char **slot_data;	/* --ecn: the whole packet, to rewrite */
+static uint16_t *slot_path;
+static uint32_t slot_free = AQM_NIL;
+static uint32_t transit = AQM_NIL;	/* trace link: the packet being sent */
+static uint32_t transit_left;		/* its bytes still to carry */
+static uint32_t flow_seed;		/* FQ-CoDel's flow hash perturbation */
+
+/*
+ * Who sent what through the AQM: counters per (source, destination,
+ * protocol), the lab's truth of whose packets waited, went, were dropped
+ * or marked. A small open-addressed table; what does not fit counts in
+ * the last entry (all zeros: "other").
+ */
+#define PATHS		64u
+struct path {
+	uint8_t family, proto, used;
+	uint8_t src[16], dst[16];
+	uint64_t packets, bytes, ect, delivered_pkts, delivered_bytes;
+	uint64_t codel_dropped, overlimit_dropped, ce_marked;
+};
+static struct path paths[PATHS + 1];
+
+#define SOJOURN_BIN_US	100u	/* AQM sojourn histogram: 0.1 ms bins up to 5 s */
+#define SOJOURN_BINS	50000u
+static uint64_t *sojourn_hist;
+
 static struct held ring[RING_SIZE];
 static uint32_t ring_head, ring_tail;	/* free-running; index with % RING_SIZE */
 static uint64_t delay_ns;
@@ -116,8 +188,9 @@ static struct {
 	uint64_t late_us_sum;
 	uint64_t late_us_max;
 	uint64_t late_hist[HIST_US + 1];
-	uint64_t dropped;	/* trace mode: refused by the full buffer */
+	uint64_t dropped;	/* link modes: refused by the full buffer */
 	uint64_t delivered_bytes;
+	uint64_t sojourn_n;	/* AQM mode: packets the link sent */
 } st;
 
 static uint64_t now_ns(void)
@@ -182,8 +255,28 @@ static uint64_t trace_depart(uint64_t now, uint32_t bytes)
 	return opp_ns(opp);
 }
 
+/* Time the rate link takes to send `bytes`. */
+static uint64_t tx_ns(uint32_t bytes)
+{
+	return (uint64_t)bytes * 8000000000ull / rate_bps;
+}
+
+/* When a packet of `bytes` arriving at `now` has crossed the rate link. */
+static uint64_t rate_depart(uint64_t now, uint32_t bytes)
+{
+	if (link_free_ns < now)
+		link_free_ns = now;
+	link_free_ns += tx_ns(bytes);
+	return link_free_ns;
+}
+
+static int link_on(void)
+{
+	return trace_n || rate_bps;
+}
+
 /* Forget the packets that have left the link by `now` (buffer accounting). */
-static void trace_departed(uint64_t now)
+static void link_departed(uint64_t now)
 {
 	while (dep_head != ring_tail) {
 		struct held *h = &ring[dep_head % RING_SIZE];
@@ -208,6 +301,327 @@ static uint32_t ip_length(struct nfq_data *nfa)
 	return 0;
 }
 
+/* ------------------------------------------------------------ AQM mode */
+
+/* What the AQM mode reads from a packet's headers. */
+struct hdr {
+	uint32_t bytes;		/* IP length (0: unknown) */
+	uint8_t family, proto, ecn;
+	uint8_t src[16], dst[16];
+	uint16_t sport, dport;	/* TCP and UDP; 0 otherwise */
+	uint32_t hdr_len;	/* the IP header's length */
+};
+
+static void parse_header(const unsigned char *p, int n, struct hdr *h)
+{
+	memset(h, 0, sizeof(*h));
+	if (n >= 20 && (p[0] >> 4) == 4) {
+		uint32_t ihl = (p[0] & 15u) * 4;
+		int first_fragment = !(((p[6] & 0x1f) << 8) | p[7]);
+
+		h->family = 4;
+		h->bytes = (uint32_t)p[2] << 8 | p[3];
+		h->ecn = p[1] & 3;
+		h->proto = p[9];
+		h->hdr_len = ihl;
+		memcpy(h->src, p + 12, 4);
+		memcpy(h->dst, p + 16, 4);
+		if (ihl >= 20 && (uint32_t)n >= ihl + 4 && first_fragment &&
+		    (h->proto == IPPROTO_TCP || h->proto == IPPROTO_UDP)) {
+			h->sport = (uint16_t)(p[ihl] << 8 | p[ihl + 1]);
+			h->dport = (uint16_t)(p[ihl + 2] << 8 | p[ihl + 3]);
+		}
+	} else if (n >= 40 && (p[0] >> 4) == 6) {
+		h->family = 6;
+		h->bytes = ((uint32_t)p[4] << 8 | p[5]) + 40;
+		h->ecn = (p[1] >> 4) & 3;
+		h->proto = p[6];	/* extension headers: counted as their own protocol */
+		h->hdr_len = 40;
+		memcpy(h->src, p + 8, 16);
+		memcpy(h->dst, p + 24, 16);
+		if (n >= 44 && (h->proto == IPPROTO_TCP || h->proto == IPPROTO_UDP)) {
+			h->sport = (uint16_t)(p[40] << 8 | p[41]);
+			h->dport = (uint16_t)(p[42] << 8 | p[43]);
+		}
+	}
+}
+
+static uint32_t mix(uint32_t h, uint32_t v)
+{
+	h ^= v;
+	h *= 0x9e3779b1u;
+	return h ^ (h >> 15);
+}
+
+/* A hash of the addresses, protocol and (with ports) the ports. */
+static uint32_t hdr_hash(const struct hdr *h, int ports)
+{
+	uint32_t x = flow_seed, w, k;
+
+	for (k = 0; k < 16; k += 4) {
+		memcpy(&w, h->src + k, 4);
+		x = mix(x, w);
+		memcpy(&w, h->dst + k, 4);
+		x = mix(x, w);
+	}
+	x = mix(x, h->proto);
+	if (ports)
+		x = mix(x, (uint32_t)h->sport << 16 | h->dport);
+	x ^= x >> 16;
+	x *= 0x85ebca6bu;
+	x ^= x >> 13;
+	return x;
+}
+
+/* The counters of the packet's (source, destination, protocol). */
+static uint16_t path_of(const struct hdr *h)
+{
+	uint32_t k = hdr_hash(h, 0) % PATHS, n;
+
+	for (n = 0; n < PATHS; n++, k = (k + 1) % PATHS) {
+		struct path *e = &paths[k];
+
+		if (!e->used) {
+			e->used = 1;
+			e->family = h->family;
+			e->proto = h->proto;
+			memcpy(e->src, h->src, 16);
+			memcpy(e->dst, h->dst, 16);
+			return (uint16_t)k;
+		}
+		if (e->family == h->family && e->proto == h->proto &&
+		    !memcmp(e->src, h->src, 16) && !memcmp(e->dst, h->dst, 16))
+			return (uint16_t)k;
+	}
+	return PATHS;
+}
+
+static void slot_release(uint32_t i)
+{
+	free(slot_data[i]);
+	slot_data[i] = NULL;
+	slots[i].next = slot_free;
+	slot_free = i;
+}
+
+static struct nfq_q_handle *queue_h;	/* for the AQM's drop verdicts */
+
+/* aqm.h: the AQM let go of a packet; the kernel frees it. */
+void aqm_drop(uint32_t i, enum aqm_drop_why why)
+{
+	struct path *e = &paths[slot_path[i]];
+
+	if (why == AQM_DROP_CODEL) {
+		e->codel_dropped++;
+	} else {
+		e->overlimit_dropped++;
+		st.dropped++;
+	}
+	if (nfq_set_verdict(queue_h, slot_id[i], NF_DROP, 0, NULL) < 0)
+		fprintf(stderr, "delayline: drop verdict for id %u failed: %s\n",
+			slot_id[i], strerror(errno));
+	slot_release(i);
+}
+
+/* AQM mode: the packet joins the AQM's queues (or is dropped there). */
+static int aqm_arrive(struct nfq_q_handle *qh, struct nfq_data *nfa,
+		      uint32_t id, uint64_t now)
+{
+	unsigned char *p;
+	int n = nfq_get_payload(nfa, &p);
+	struct path *e;
+	struct hdr h;
+	uint32_t i;
+
+	if (slot_free == AQM_NIL) {
+		/* as with the ring above: never hold a packet forever */
+		st.ring_full++;
+		nfq_set_verdict(qh, id, NF_ACCEPT, 0, NULL);
+		return 0;
+	}
+	parse_header(p, n, &h);
+	i = slot_free;
+	slot_free = slots[i].next;
+	slots[i] = (struct aqm_pkt){
+		.enq_ns = now, .bytes = h.bytes ? h.bytes : OPP_BYTES, .ecn = h.ecn,
+		.flow = aqm.kind == AQM_FQ_CODEL ? hdr_hash(&h, 1) % aqm.flows : 0,
+	};
+	slot_id[i] = id;
+	slot_path[i] = path_of(&h);
+	e = &paths[slot_path[i]];
+	e->packets++;
+	e->bytes += slots[i].bytes;
+	if (h.ecn != ECN_NOT_ECT)
+		e->ect++;
+	/* Only a packet we hold whole can leave with a rewritten header. */
+	if (aqm.ecn && h.ecn != ECN_NOT_ECT && h.bytes && (uint32_t)n == h.bytes &&
+	    h.hdr_len <= h.bytes) {
+		slot_data[i] = malloc(n);
+		if (slot_data[i]) {
+			memcpy(slot_data[i], p, n);
+			slots[i].markable = 1;
+		}
+	}
+	/* An idle link starts on this packet: now, or its next opportunity. */
+	if (!aqm_backlog_pkts() && transit == AQM_NIL) {
+		if (trace_n) {
+			if (opp_ns(opp) < now) {
+				opp = opp_at_or_after(now);
+				opp_left = OPP_BYTES;
+			}
+		} else if (link_free_ns < now) {
+			link_free_ns = now;
+		}
+	}
+	aqm_enqueue(i);
+	if (held_count() + aqm_backlog_pkts() > st.held_max)
+		st.held_max = held_count() + aqm_backlog_pkts();
+	return 0;
+}
+
+/* The link sent packet i, dequeued at `deq` and fully across at `depart`. */
+static void link_sent(uint32_t i, uint64_t deq, uint64_t depart)
+{
+	struct path *e = &paths[slot_path[i]];
+	uint64_t us = deq > slots[i].enq_ns ? (deq - slots[i].enq_ns) / 1000 : 0;
+	uint64_t bin = us / SOJOURN_BIN_US;
+
+	sojourn_hist[bin < SOJOURN_BINS ? bin : SOJOURN_BINS]++;
+	st.sojourn_n++;
+	st.delivered_bytes += slots[i].bytes;
+	e->delivered_pkts++;
+	e->delivered_bytes += slots[i].bytes;
+	if (slots[i].ce)
+		e->ce_marked++;
+	ring[ring_tail % RING_SIZE] = (struct held){
+		slot_id[i], slots[i].bytes, depart + delay_ns, depart, i };
+	ring_tail++;
+}
+
+/* Rate link: one packet each time the one before it has been sent. */
+static void rate_serve(uint64_t now)
+{
+	while (aqm_backlog_pkts() && link_free_ns <= now) {
+		uint64_t t = link_free_ns;
+		uint32_t i = aqm_dequeue(t);
+
+		if (i == AQM_NIL)
+			break;
+		link_free_ns = t + tx_ns(slots[i].bytes);
+		link_sent(i, t, link_free_ns);
+	}
+}
+
+/*
+ * Trace link, Mahimahi's way: each opportunity up to `now` carries up to
+ * 1500 bytes of what waits at its time; a packet longer than what is left
+ * stays in transit over the next ones; what an opportunity does not carry
+ * is lost. Each dequeue is at the opportunity's time, so CoDel sees the
+ * sojourn time the emulated link gave, whenever this process ran.
+ */
+static void trace_serve(uint64_t now)
+{
+	static uint64_t transit_deq_ns;	/* when the packet in transit was dequeued */
+
+	while ((transit != AQM_NIL || aqm_backlog_pkts()) && opp_ns(opp) <= now) {
+		uint64_t t = opp_ns(opp);
+
+		while (opp_left) {
+			if (transit == AQM_NIL) {
+				transit = aqm_dequeue(t);
+				if (transit == AQM_NIL)
+					break;
+				transit_left = slots[transit].bytes;
+				transit_deq_ns = t;
+			}
+			if (transit_left > opp_left) {
+				transit_left -= opp_left;
+				opp_left = 0;
+				break;
+			}
+			opp_left -= transit_left;
+			transit_left = 0;
+			link_sent(transit, transit_deq_ns, t);
+			transit = AQM_NIL;
+		}
+		opp++;
+		opp_left = OPP_BYTES;
+	}
+}
+
+/* Every packet the link can send by `now`. */
+static void link_serve(uint64_t now)
+{
+	if (trace_n)
+		trace_serve(now);
+	else
+		rate_serve(now);
+}
+
+/* IPv4: ECN bits of the TOS byte, header checksum recomputed; IPv6: traffic class. */
+static void set_ce(unsigned char *p)
+{
+	uint32_t sum = 0, k, ihl;
+
+	if ((p[0] >> 4) != 4) {
+		p[1] |= ECN_CE << 4;
+		return;
+	}
+	ihl = (p[0] & 15u) * 4;
+	p[1] |= ECN_CE;
+	p[10] = p[11] = 0;
+	for (k = 0; k + 1 < ihl; k += 2)
+		sum += (uint32_t)p[k] << 8 | p[k + 1];
+	while (sum >> 16)
+		sum = (sum & 0xffff) + (sum >> 16);
+	sum = ~sum & 0xffff;
+	p[10] = (unsigned char)(sum >> 8);
+	p[11] = (unsigned char)sum;
+}
+
+/*
+ * AQM mode's release: one verdict per packet (FQ-CoDel sends flows out of
+ * arrival order, so "every id up to N" would release packets still
+ * queued); a packet CoDel marked goes back rewritten.
+ */
+static void aqm_release(struct nfq_q_handle *qh, const struct held *h)
+{
+	uint32_t i = h->slot;
+	int rc;
+
+	if (slots[i].ce && slot_data[i]) {
+		set_ce(slot_data[i]);
+		rc = nfq_set_verdict(qh, h->id, NF_ACCEPT, slots[i].bytes, slot_data[i]);
+	} else {
+		rc = nfq_set_verdict(qh, h->id, NF_ACCEPT, 0, NULL);
+	}
+	if (rc < 0)
+		fprintf(stderr, "delayline: verdict for id %u failed: %s\n", h->id, strerror(errno));
+	slot_release(i);
+}
+
+/* The slots and counters of AQM mode; 0, or -1 with a message. */
+static int aqm_setup(void)
+{
+	uint32_t i;
+
+	slots = calloc(RING_SIZE, sizeof(*slots));
+	slot_id = calloc(RING_SIZE, sizeof(*slot_id));
+	slot_data = calloc(RING_SIZE, sizeof(*slot_data));
+	slot_path = calloc(RING_SIZE, sizeof(*slot_path));
+	sojourn_hist = calloc(SOJOURN_BINS + 1, sizeof(*sojourn_hist));
+	if (!slots || !slot_id || !slot_data || !slot_path || !sojourn_hist) {
+		fprintf(stderr, "delayline: out of memory for the AQM's slots\n");
+		return -1;
+	}
+	for (i = RING_SIZE; i-- > 0;) {
+		slots[i].next = slot_free;
+		slot_free = i;
+	}
+	flow_seed = (uint32_t)now_ns() | 1;
+	return aqm_init(&aqm, slots);
+}
+
 /* Called by libnetfilter_queue once per queued packet. */
 static int on_packet(struct nfq_q_handle *qh, struct nfgenmsg *msg,
 		     struct nfq_data *nfa, void *data)
@@ -229,22 +643,24 @@ static int on_packet(struct nfq_q_handle *qh, struct nfgenmsg *msg,
 		nfq_set_verdict(qh, id, NF_ACCEPT, 0, NULL);
 		return 0;
 	}
-	if (trace_n) {
+	if (aqm.kind != AQM_NONE)
+		return aqm_arrive(qh, nfa, id, now);
+	if (link_on()) {
 		bytes = ip_length(nfa);
 		if (!bytes)
 			bytes = OPP_BYTES;
-		trace_departed(now);
+		link_departed(now);
 		if ((buf_bytes_max && queued_bytes + bytes > buf_bytes_max) ||
 		    (buf_pkts_max && ring_tail - dep_head + 1 > buf_pkts_max)) {
 			st.dropped++;
 			nfq_set_verdict(qh, id, NF_DROP, 0, NULL);
 			return 0;
 		}
-		depart = trace_depart(now, bytes);
+		depart = trace_n ? trace_depart(now, bytes) : rate_depart(now, bytes);
 		queued_bytes += bytes;
 		st.delivered_bytes += bytes;
 	}
-	ring[ring_tail % RING_SIZE] = (struct held){ id, bytes, depart + delay_ns, depart };
+	ring[ring_tail % RING_SIZE] = (struct held){ id, bytes, depart + delay_ns, depart, 0 };
 	ring_tail++;
 	if (held_count() > st.held_max)
 		st.held_max = held_count();
@@ -308,15 +724,15 @@ static int load_trace(const char *path)
 	return 0;
 }
 
-/* Accept every packet that is due, with one batch verdict. */
+/* Accept every packet that is due: with one batch verdict (AQM mode: one each). */
 static void release_due(struct nfq_q_handle *qh, uint64_t now)
 {
 	uint32_t last_id = 0;
 	int any = 0;
 
 	/* released packets have left the link: keep the buffer count ahead */
-	if (trace_n)
-		trace_departed(now);
+	if (link_on() && aqm.kind == AQM_NONE)
+		link_departed(now);
 	while (ring_head != ring_tail) {
 		struct held *h = &ring[ring_head % RING_SIZE];
 		uint64_t late_us;
@@ -329,8 +745,12 @@ static void release_due(struct nfq_q_handle *qh, uint64_t now)
 			st.late_us_max = late_us;
 		st.late_hist[late_us < HIST_US ? late_us : HIST_US]++;
 		st.packets++;
-		last_id = h->id;
-		any = 1;
+		if (aqm.kind != AQM_NONE) {
+			aqm_release(qh, h);
+		} else {
+			last_id = h->id;
+			any = 1;
+		}
 		ring_head++;
 	}
 	if (any && nfq_set_verdict_batch(qh, last_id, NF_ACCEPT) < 0)
@@ -338,22 +758,74 @@ static void release_due(struct nfq_q_handle *qh, uint64_t now)
 			last_id, strerror(errno));
 }
 
-static uint64_t percentile_us(double p)
+/* The bin holding the p-quantile of the n samples in hist[0..bins]. */
+static uint64_t hist_percentile(const uint64_t *hist, uint32_t bins, uint64_t n, double p)
 {
 	uint64_t want, seen = 0;
 	uint32_t i;
 
-	if (!st.packets)
+	if (!n)
 		return 0;
-	want = (uint64_t)(p * st.packets);
-	if (want >= st.packets)
-		want = st.packets - 1;
-	for (i = 0; i <= HIST_US; i++) {
-		seen += st.late_hist[i];
+	want = (uint64_t)(p * n);
+	if (want >= n)
+		want = n - 1;
+	for (i = 0; i <= bins; i++) {
+		seen += hist[i];
 		if (seen > want)
 			return i;
 	}
-	return HIST_US;
+	return bins;
+}
+
+static uint64_t percentile_us(double p)
+{
+	return hist_percentile(st.late_hist, HIST_US, st.packets, p);
+}
+
+static uint64_t sojourn_us(double p)
+{
+	return hist_percentile(sojourn_hist, SOJOURN_BINS, st.sojourn_n, p) * SOJOURN_BIN_US;
+}
+
+static const char *aqm_name(void)
+{
+	return aqm.kind == AQM_CODEL ? "codel" : aqm.kind == AQM_FQ_CODEL ? "fq_codel" : "droptail";
+}
+
+/* One line per (source, destination, protocol) the AQM has seen. */
+static void print_paths(void)
+{
+	uint32_t k;
+
+	for (k = 0; k <= PATHS; k++) {
+		const struct path *e = &paths[k];
+		char src[INET6_ADDRSTRLEN] = "other", dst[INET6_ADDRSTRLEN] = "other";
+		int af = e->family == 6 ? AF_INET6 : AF_INET;
+
+		if (!e->packets)
+			continue;
+		if (e->used) {
+			inet_ntop(af, e->src, src, sizeof(src));
+			inet_ntop(af, e->dst, dst, sizeof(dst));
+		}
+		fprintf(stderr, "delayline path: src=%s dst=%s proto=%u packets=%llu bytes=%llu "
+			"ect=%llu delivered_packets=%llu delivered_bytes=%llu codel_dropped=%llu "
+			"overlimit_dropped=%llu ce_marked=%llu\n", src, dst, e->proto,
+			(unsigned long long)e->packets, (unsigned long long)e->bytes,
+			(unsigned long long)e->ect, (unsigned long long)e->delivered_pkts,
+			(unsigned long long)e->delivered_bytes,
+			(unsigned long long)e->codel_dropped,
+			(unsigned long long)e->overlimit_dropped,
+			(unsigned long long)e->ce_marked);
+	}
+}
+
+/* AQM mode: queued, in transit or sent and awaiting release. */
+static uint32_t held_now(void)
+{
+	if (aqm.kind == AQM_NONE)
+		return held_count();
+	return held_count() + aqm_backlog_pkts() + (transit != AQM_NIL);
 }
 
 /*
@@ -385,8 +857,13 @@ static void print_stats(unsigned int queue)
 {
 	unsigned long qdrop, udrop;
 
-	if (trace_n)
-		trace_departed(now_ns());
+	if (link_on() && aqm.kind == AQM_NONE)
+		link_departed(now_ns());
+	if (aqm.kind != AQM_NONE) {
+		queued_bytes = aqm_backlog_bytes() + (transit != AQM_NIL ? transit_left : 0);
+		/* the paths first: a reader that sees the stats line has them all */
+		print_paths();
+	}
 	kernel_drops(queue, &qdrop, &udrop);
 	fprintf(stderr,
 		"delayline stats: delay_us=%llu packets=%llu held=%u held_max=%u "
@@ -394,9 +871,9 @@ static void print_stats(unsigned int queue)
 		"late_us_mean=%.1f late_us_p50=%llu late_us_p99=%llu "
 		"late_us_p999=%llu late_us_max=%llu ring_full=%llu "
 		"queue_dropped=%lu user_dropped=%lu buffer_dropped=%llu "
-		"delivered_bytes=%llu\n",
+		"delivered_bytes=%llu aqm=%s",
 		(unsigned long long)(delay_ns / 1000),
-		(unsigned long long)st.packets, held_count(), st.held_max,
+		(unsigned long long)st.packets, held_now(), st.held_max,
 		(unsigned long long)queued_bytes,
 		st.packets ? (double)st.late_us_sum / st.packets : 0.0,
 		(unsigned long long)percentile_us(0.50),
@@ -405,7 +882,24 @@ static void print_stats(unsigned int queue)
 		(unsigned long long)st.late_us_max,
 		(unsigned long long)st.ring_full, qdrop, udrop,
 		(unsigned long long)st.dropped,
-		(unsigned long long)st.delivered_bytes);
+		(unsigned long long)st.delivered_bytes, aqm_name());
+	if (aqm.kind != AQM_NONE) {
+		const struct aqm_stats *a = aqm_stats();
+
+		fprintf(stderr, " ecn=%d target_us=%llu interval_us=%llu codel_dropped=%llu "
+			"overlimit_dropped=%llu ce_marked=%llu sent_packets=%llu "
+			"sojourn_us_p50=%llu sojourn_us_p90=%llu sojourn_us_p99=%llu",
+			aqm.ecn, (unsigned long long)(aqm.target_ns / 1000),
+			(unsigned long long)(aqm.interval_ns / 1000),
+			(unsigned long long)a->codel_dropped,
+			(unsigned long long)a->overlimit_dropped,
+			(unsigned long long)a->ce_marked,
+			(unsigned long long)st.sojourn_n,
+			(unsigned long long)sojourn_us(0.50),
+			(unsigned long long)sojourn_us(0.90),
+			(unsigned long long)sojourn_us(0.99));
+	}
+	fputc('\n', stderr);
 	fflush(stderr);
 }
 
@@ -451,7 +945,8 @@ static void usage(void)
 {
 	fprintf(stderr,
 		"usage: delayline -d DELAY_MS [-q QUEUE] [-p PIDFILE] [-r PRIO]\n"
-		"       delayline --trace FILE [--buffer-bytes N | --buffer-packets N] [-d MS] ...\n"
+		"       delayline --trace FILE | --rate BITS [--buffer-bytes N | --buffer-packets N]\n"
+		"                 [--aqm codel|fq_codel [--ecn] [--target-ms T] [--interval-ms I]] [-d MS] ...\n"
 		"       delayline -t SECONDS [-r PRIO]\n"
 		"  -d, --delay-ms MS   delay every queued packet by MS (fractions allowed)\n"
 		"  -D, --delay-file F  the delay in ms from the file F, read again on SIGHUP\n"
@@ -459,14 +954,25 @@ static void usage(void)
 		"  --trace FILE        send through a link following FILE (Mahimahi format:\n"
 		"                      one 1500-byte opportunity per line, ms); -d then adds\n"
 		"                      a constant delay after the link (default 0)\n"
-		"  --buffer-bytes N    trace mode: drop-tail buffer of N bytes\n"
-		"  --buffer-packets N  trace mode: drop-tail buffer of N packets\n"
-		"                      (neither: unlimited, as Mahimahi's default)\n"
+		"  --rate BITS         send through a constant-rate link (bit/s; k, m, g and a\n"
+		"                      trailing 'bit' allowed: 16mbit); -d adds a delay after it\n"
+		"  --buffer-bytes N    link modes: buffer of N bytes (drop-tail, or the AQM's limit)\n"
+		"  --buffer-packets N  link modes: buffer of N packets\n"
+		"                      (neither: unlimited, as Mahimahi's default; with --aqm,\n"
+		"                      Linux's limits: codel 1000, fq_codel 10240 packets)\n"
+		"  --aqm KIND          link modes: codel (RFC 8289) or fq_codel (RFC 8290)\n"
+		"                      instead of drop-tail\n"
+		"  --ecn               with --aqm: mark ECN-capable packets CE instead of dropping\n"
+		"  --target-ms T       CoDel's target (default 5)\n"
+		"  --interval-ms I     CoDel's interval (default 100)\n"
+		"  --flows N           FQ-CoDel's queues (default 1024)\n"
+		"  --quantum B         FQ-CoDel's DRR quantum in IP bytes (default 1500)\n"
 		"  -q, --queue N       NFQUEUE number to serve (default 0)\n"
 		"  -p, --pidfile F     write our pid to F once the queue is bound\n"
 		"  -r, --rt PRIO       run SCHED_FIFO at PRIO (1-99) for timer accuracy\n"
 		"  -t, --timer-test S  no queue: measure this host's timer lateness for S seconds\n"
-		"signals: USR1 prints lateness statistics, USR2 resets them, HUP re-reads\n"
+		"signals: USR1 prints statistics (with --aqm, a line per source/destination/\n"
+		"protocol first), USR2 resets them, HUP re-reads\n"
 		"--delay-file, TERM/INT exit\n");
 }
 
@@ -495,17 +1001,101 @@ static int write_pidfile(const char *path)
 }
 
 struct args {
-	const char *pidfile, *trace;
+	const char *pidfile, *trace, *rate, *aqm;
 	unsigned int queue;
-	double delay_ms, timer_secs;
+	double delay_ms, timer_secs, target_ms, interval_ms;
+	long flows, quantum;
 	int rt_prio;
 };
+
+/* A rate in bit/s: "16000000", "16mbit", "1.5m", "150kbit"; 0 if malformed. */
+static uint64_t parse_rate(const char *s)
+{
+	char *end;
+	double v = strtod(s, &end), unit = 1;
+
+	if (end == s || v <= 0)
+		return 0;
+	switch (*end) {
+	case 'k': case 'K': unit = 1e3; end++; break;
+	case 'm': case 'M': unit = 1e6; end++; break;
+	case 'g': case 'G': unit = 1e9; end++; break;
+	}
+	if (!strcmp(end, "bit"))
+		end += 3;
+	if (*end)
+		return 0;
+	return (uint64_t)(v * unit + 0.5);
+}
+
+/* The AQM options, once the link is known; -1, or the exit code. */
+static int check_aqm_args(struct args *a)
+{
+	if (!a->aqm) {
+		if (a->target_ms > 0 || a->interval_ms > 0 || a->flows || a->quantum || aqm.ecn) {
+			fprintf(stderr, "delayline: --ecn, --target-ms, --interval-ms, --flows "
+				"and --quantum need --aqm\n");
+			return 2;
+		}
+		return -1;
+	}
+	if (!strcmp(a->aqm, "codel")) {
+		aqm.kind = AQM_CODEL;
+	} else if (!strcmp(a->aqm, "fq_codel")) {
+		aqm.kind = AQM_FQ_CODEL;
+	} else {
+		fprintf(stderr, "delayline: --aqm %s: want codel or fq_codel\n", a->aqm);
+		return 2;
+	}
+	if (!link_on()) {
+		fprintf(stderr, "delayline: --aqm needs a link to queue at: --rate or --trace\n");
+		return 2;
+	}
+	if (a->target_ms > 0)
+		aqm.target_ns = (uint64_t)(a->target_ms * 1e6 + 0.5);
+	if (a->interval_ms > 0)
+		aqm.interval_ns = (uint64_t)(a->interval_ms * 1e6 + 0.5);
+	if (a->target_ms < 0 || a->interval_ms < 0 || aqm.target_ns >= aqm.interval_ns) {
+		fprintf(stderr, "delayline: want 0 < --target-ms < --interval-ms\n");
+		return 2;
+	}
+	if (a->flows)
+		aqm.flows = (uint32_t)a->flows;
+	if (a->quantum)
+		aqm.quantum = (uint32_t)a->quantum;
+	if (a->flows < 0 || a->flows > 65536 || a->quantum < 0 ||
+	    (a->quantum && a->quantum < 64)) {
+		fprintf(stderr, "delayline: --flows 1..65536, --quantum >= 64\n");
+		return 2;
+	}
+	aqm.limit_bytes = buf_bytes_max;
+	aqm.limit_pkts = buf_pkts_max;
+	if (!buf_bytes_max && !buf_pkts_max)
+		aqm.limit_pkts = aqm.kind == AQM_CODEL ? 1000 : 10240;
+	return -1;
+}
 
 /* The combinations getopt cannot refuse; loads the trace. */
 static int check_args(struct args *a)
 {
-	if ((buf_bytes_max || buf_pkts_max) && !a->trace) {
-		fprintf(stderr, "delayline: --buffer-bytes/--buffer-packets need --trace\n");
+	int rc;
+
+	if (a->rate) {
+		if (a->trace) {
+			fprintf(stderr, "delayline: --rate and --trace exclude each other\n");
+			return 2;
+		}
+		rate_bps = parse_rate(a->rate);
+		if (!rate_bps) {
+			fprintf(stderr, "delayline: --rate %s: want bits per second (16mbit, 150kbit)\n",
+				a->rate);
+			return 2;
+		}
+		if (a->delay_ms < 0)
+			a->delay_ms = 0;
+	}
+	if ((buf_bytes_max || buf_pkts_max) && !a->trace && !a->rate) {
+		fprintf(stderr, "delayline: --buffer-bytes/--buffer-packets need --trace or --rate\n");
 		return 2;
 	}
 	if (buf_bytes_max && buf_pkts_max) {
@@ -522,6 +1112,9 @@ static int check_args(struct args *a)
 		if (a->delay_ms < 0)
 			a->delay_ms = 0;
 	}
+	rc = check_aqm_args(a);
+	if (rc >= 0)
+		return rc;
 	if (a->delay_ms < 0 && a->timer_secs <= 0) {
 		fprintf(stderr, "delayline: -d DELAY_MS is required (0..60000)\n");
 		usage();
@@ -550,6 +1143,13 @@ static int parse_args(int argc, char **argv, struct args *a)
 		{ "trace", required_argument, NULL, 'T' },
 		{ "buffer-bytes", required_argument, NULL, 'B' },
 		{ "buffer-packets", required_argument, NULL, 'P' },
+		{ "rate", required_argument, NULL, 'R' },
+		{ "aqm", required_argument, NULL, 'A' },
+		{ "ecn", no_argument, NULL, 'E' },
+		{ "target-ms", required_argument, NULL, 1 },
+		{ "interval-ms", required_argument, NULL, 2 },
+		{ "flows", required_argument, NULL, 3 },
+		{ "quantum", required_argument, NULL, 4 },
 		{ "help", no_argument, NULL, 'h' },
 		{ 0 }
 	};
@@ -574,6 +1174,13 @@ static int parse_args(int argc, char **argv, struct args *a)
 		case 'T': a->trace = optarg; break;
 		case 'B': buf_bytes_max = strtoull(optarg, NULL, 10); if (!buf_bytes_max) { fprintf(stderr, "delayline: --buffer-bytes must be a positive integer\n"); return 2; } break;
 		case 'P': buf_pkts_max = strtoull(optarg, NULL, 10); if (!buf_pkts_max) { fprintf(stderr, "delayline: --buffer-packets must be a positive integer\n"); return 2; } break;
+		case 'R': a->rate = optarg; break;
+		case 'A': a->aqm = optarg; break;
+		case 'E': aqm.ecn = 1; break;
+		case 1: a->target_ms = strtod(optarg, NULL); if (a->target_ms <= 0) a->target_ms = -1; break;
+		case 2: a->interval_ms = strtod(optarg, NULL); if (a->interval_ms <= 0) a->interval_ms = -1; break;
+		case 3: a->flows = strtol(optarg, NULL, 10); if (!a->flows) a->flows = -1; break;
+		case 4: a->quantum = strtol(optarg, NULL, 10); if (!a->quantum) a->quantum = -1; break;
 		case 'h': usage(); return 0;
 		default: usage(); return 2;
 		}
@@ -633,11 +1240,14 @@ static int open_queue(const struct args *a, struct nfq_handle **h,
 		return 1;
 	}
 	/*
-	 * Metadata only: the packet never leaves the kernel. A trace link
-	 * needs each packet's length: its first 40 bytes (the IP header).
+	 * Metadata only: the packet never leaves the kernel. A link needs
+	 * each packet's length: its first 40 bytes (the IP header); an AQM
+	 * also its ports (FQ-CoDel's flows), and marking ECN the whole
+	 * packet, which goes back rewritten.
 	 */
-	if ((a->trace ? nfq_set_mode(*qh, NFQNL_COPY_PACKET, 40)
-		      : nfq_set_mode(*qh, NFQNL_COPY_META, 0)) < 0 ||
+	if ((aqm.kind != AQM_NONE ? nfq_set_mode(*qh, NFQNL_COPY_PACKET, aqm.ecn ? 0xffff : 64)
+	     : link_on() ? nfq_set_mode(*qh, NFQNL_COPY_PACKET, 40)
+	     : nfq_set_mode(*qh, NFQNL_COPY_META, 0)) < 0 ||
 	    nfq_set_queue_maxlen(*qh, RING_SIZE) < 0) {
 		fprintf(stderr, "delayline: cannot configure queue %u (%s)\n",
 			a->queue, strerror(errno));
@@ -645,9 +1255,9 @@ static int open_queue(const struct args *a, struct nfq_handle **h,
 	}
 	/*
 	 * Keep GSO packets whole: segmenting them only to delay them is waste.
-	 * A trace link carries packets: there the kernel segments them first.
+	 * A link carries packets: there the kernel segments them first.
 	 */
-	if (!a->trace)
+	if (!link_on())
 		nfq_set_queue_flags(*qh, NFQA_CFG_F_GSO, NFQA_CFG_F_GSO);
 	nfnl_rcvbufsiz(nfq_nfnlh(*h), NETLINK_RCVBUF);
 	setsockopt(nfq_fd(*h), SOL_NETLINK, NETLINK_NO_ENOBUFS, &one, sizeof(one));
@@ -666,6 +1276,36 @@ static void print_start(const struct args *a)
 			(unsigned long long)(buf_bytes_max ? buf_bytes_max : buf_pkts_max),
 			buf_bytes_max ? "bytes" : buf_pkts_max ? "packets" : "(unlimited)",
 			(unsigned long long)trace_start_ns);
+	if (a->rate)
+		fprintf(stderr, "delayline: rate %.3f Mbit/s, buffer %llu %s\n", rate_bps / 1e6,
+			(unsigned long long)(buf_bytes_max ? buf_bytes_max : buf_pkts_max),
+			buf_bytes_max ? "bytes" : buf_pkts_max ? "packets" : "(unlimited)");
+	if (aqm.kind != AQM_NONE)
+		fprintf(stderr, "delayline: aqm %s, ecn %s, target %.3f ms, interval %.3f ms, "
+			"limit %llu %s\n", aqm_name(), aqm.ecn ? "on" : "off",
+			aqm.target_ns / 1e6, aqm.interval_ns / 1e6,
+			(unsigned long long)(aqm.limit_bytes ? aqm.limit_bytes : aqm.limit_pkts),
+			aqm.limit_bytes ? "bytes" : "packets");
+	if (aqm.kind == AQM_FQ_CODEL)
+		fprintf(stderr, "delayline: fq_codel %u flows, quantum %u B\n", aqm.flows, aqm.quantum);
+}
+
+/* SIGUSR2: every counter and histogram from zero (the paths keep their keys). */
+static void reset_stats(void)
+{
+	uint32_t k;
+
+	memset(&st, 0, sizeof(st));
+	if (aqm.kind == AQM_NONE)
+		return;
+	aqm_stats_reset();
+	memset(sojourn_hist, 0, (SOJOURN_BINS + 1) * sizeof(*sojourn_hist));
+	for (k = 0; k <= PATHS; k++) {
+		struct path *e = &paths[k];
+
+		e->packets = e->bytes = e->ect = e->delivered_pkts = e->delivered_bytes = 0;
+		e->codel_dropped = e->overlimit_dropped = e->ce_marked = 0;
+	}
 }
 
 /* Reads the pending signals; returns 1 when one asks the line to stop. */
@@ -678,7 +1318,7 @@ static int on_signals(int sfd, unsigned int queue)
 		if (si.ssi_signo == SIGUSR1) {
 			print_stats(queue);
 		} else if (si.ssi_signo == SIGUSR2) {
-			memset(&st, 0, sizeof(st));
+			reset_stats();
 		} else if (si.ssi_signo == SIGHUP && delay_file) {
 			double ms = read_delay_file(delay_file);
 
@@ -706,12 +1346,20 @@ static void run(struct nfq_handle *h, struct nfq_q_handle *qh, int sfd,
 	for (;;) {
 		struct pollfd pfd[2] = { { fd, POLLIN, 0 }, { sfd, POLLIN, 0 } };
 		struct timespec ts, *tsp = NULL;
-		uint64_t now = now_ns();
+		uint64_t now = now_ns(), next = UINT64_MAX;
 		int n;
 
+		if (aqm.kind != AQM_NONE) {
+			link_serve(now);
+			/* the link's next chance to send what waits */
+			if (aqm_backlog_pkts() || transit != AQM_NIL)
+				next = trace_n ? opp_ns(opp) : link_free_ns;
+		}
 		release_due(qh, now);
-		if (ring_head != ring_tail) {
-			uint64_t wait = ring[ring_head % RING_SIZE].due_ns - now;
+		if (ring_head != ring_tail && ring[ring_head % RING_SIZE].due_ns < next)
+			next = ring[ring_head % RING_SIZE].due_ns;
+		if (next != UINT64_MAX) {
+			uint64_t wait = next > now ? next - now : 0;
 
 			ts.tv_sec = wait / 1000000000ull;
 			ts.tv_nsec = wait % 1000000000ull;
@@ -754,9 +1402,12 @@ int main(int argc, char **argv)
 	if (a.timer_secs > 0)
 		return timer_test(a.timer_secs);
 
+	if (aqm.kind != AQM_NONE && aqm_setup() < 0)
+		return 1;
 	sfd = signal_fd();
 	if (open_queue(&a, &h, &qh))
 		return 1;
+	queue_h = qh;
 	if (a.pidfile && write_pidfile(a.pidfile) < 0) {
 		fprintf(stderr, "delayline: cannot write %s: %s\n", a.pidfile,
 			strerror(errno));

@@ -25,9 +25,9 @@ import unittest
 import urllib.parse
 import urllib.request
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-sys.path.insert(0, os.path.join(REPO, "scripts", "lab"))
-from instrument import parse_ss  # noqa: E402  one `ss` parser for the lab and the tests
+from . import api, truth
+from .api import REPO, api_schema
+from .ss import parse_ss
 BLOATD = os.environ.get("BLOATD_BIN", os.path.join(REPO, "target", "release", "bloatd"))
 TOPO = os.path.join(REPO, "scripts", "lab", "topo.sh")
 FLOWS = os.path.join(REPO, "scripts", "lab", "flows.py")
@@ -40,12 +40,16 @@ LAB_RUN = "/run/bloatd-lab"  # topo.sh's pid files and logs of the emulators
 UNIT_SANDBOX = os.environ.get("BLOATD_UNIT_SANDBOX") == "1"
 SANDBOX = [sys.executable, os.path.join(REPO, "scripts", "tests", "unit_sandbox.py")]
 
-# Every bloatd a test starts keeps its flight recorder's journal in a
-# directory of the test's (Daemon gives each its own), never in the host's
-# /var/lib/bloatd; removed when the test process ends.
-if "BLOATD_STATE_DIR" not in os.environ:
-    os.environ["BLOATD_STATE_DIR"] = tempfile.mkdtemp(prefix="bloatd-test-state-")
-    atexit.register(shutil.rmtree, os.environ["BLOATD_STATE_DIR"], True)
+
+def private_state_dir():
+    """Every bloatd this process starts keeps its flight recorder's journal
+    in a directory of its own (Daemon gives each its own), never in the
+    host's /var/lib/bloatd; removed when the process ends. For the tests
+    (main) and the kernel matrix, not for the lab, whose daemon is the
+    user's."""
+    if "BLOATD_STATE_DIR" not in os.environ:
+        os.environ["BLOATD_STATE_DIR"] = tempfile.mkdtemp(prefix="bloatd-test-state-")
+        atexit.register(shutil.rmtree, os.environ["BLOATD_STATE_DIR"], True)
 
 SND4, RCV4 = "10.9.1.1", "10.9.2.2"
 SND6, RCV6 = "fd09:1::1", "fd09:2::2"
@@ -122,14 +126,17 @@ def wait_for(pred, timeout=10.0, step=0.1, what="condition"):
 
 
 class Daemon:
-    """A bloatd daemon with its own run directory and metrics port."""
+    """A bloatd daemon with its own run directory and metrics port: the
+    tests', the benchmarks' (scripts/bench/scale.py's start_daemon) and
+    the kernel matrix's."""
 
-    def __init__(self, *extra, sandbox=UNIT_SANDBOX, state_dir=None):
+    def __init__(self, *extra, sandbox=UNIT_SANDBOX, state_dir=None, binary=BLOATD, port=None):
+        self.binary = binary
         self.run_dir = tempfile.mkdtemp(prefix="bloatd-test-")
         # The flight recorder's journal: the test's own, not the host's
         # /var/lib/bloatd (removed with the run directory).
         self.state_dir = state_dir or os.path.join(self.run_dir, "state")
-        self.port = free_port()
+        self.port = port or free_port()
         self.extra = list(extra)
         self.sandbox = sandbox
 
@@ -137,13 +144,13 @@ class Daemon:
         return ["--run-dir", self.run_dir, "--state-dir", self.state_dir]
 
     def cli(self, *args, check=True, timeout=60):
-        return run(BLOATD, *self.dirs(), *args, check=check, timeout=timeout)
+        return run(self.binary, *self.dirs(), *args, check=check, timeout=timeout)
 
     def start(self, *args, check=True):
         args = ("start", "--listen", f"127.0.0.1:{self.port}", *self.extra, *args)
         if not self.sandbox:
             return self.cli(*args, check=check)
-        return run(*SANDBOX, BLOATD, *self.dirs(), *args, check=check)
+        return run(*SANDBOX, self.binary, *self.dirs(), *args, check=check)
 
     def stop(self):
         return self.cli("stop", check=False)
@@ -155,15 +162,22 @@ class Daemon:
         except (OSError, ValueError):
             return None
 
-    def api(self, target):
-        """GET an API route on the daemon's Unix socket; the JSON answer."""
-        out = run("curl", "-sf", "--unix-socket", os.path.join(self.run_dir, "bloatd.sock"),
-                  f"http://bloatd{target}")
-        return json.loads(out.stdout)
+    def api(self, target, body=None, timeout=60, check=True):
+        """GET an API route on the daemon's Unix socket (POST `body`); the
+        JSON answer, a GET's checked against the route's schema
+        (api.ApiSchema) unless `check` is False (a benchmark timing it)."""
+        return api.request("GET" if body is None else "POST", target, body,
+                           sock_path=os.path.join(self.run_dir, "bloatd.sock"), timeout=timeout, check=check)
+
+    def cli_json(self, route, *args):
+        """A command's `--json` answer (`args` include it), checked against
+        the schema of the API route it prints."""
+        answer = json.loads(self.cli(*args).stdout)
+        api_schema().check(route, answer)
+        return answer
 
     def sockets(self, all=False):
-        args = ["sockets", "--json"] + (["--all"] if all else [])
-        return json.loads(self.cli(*args).stdout)
+        return self.cli_json("/v1/sockets", "sockets", "--json", *(["--all"] if all else []))
 
     def metrics(self):
         with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/metrics", timeout=10) as r:
@@ -207,10 +221,10 @@ def lab_leftovers(name):
     left += [f"process {line}" for line in procs.splitlines()]
     left += [f"run file {f}" for f in sorted(glob.glob(f"{LAB_RUN}/{name}.*"))]
     for line in run("ip", "-br", "link").stdout.splitlines():
-        if re.match(r"(snd0|rcv0)(@|\s)", line):
+        if re.match(r"(snd0|rcv0|far0|nbr0|ext0)(@|\s)", line):
             left.append(f"root link {line}")
     left += [f"root qdisc {line}" for line in run("tc", "qdisc", "show").stdout.splitlines()
-             if re.search(r"dev (snd0|rcv0) ", line)]
+             if re.search(r"dev (snd0|rcv0|far0|nbr0|ext0) ", line)]
     for tool in ("iptables", "ip6tables"):
         for table in ("raw", "mangle"):
             rules = run(tool, "-t", table, "-S", check=False).stdout
@@ -221,14 +235,25 @@ def lab_leftovers(name):
 class Lab:
     """The sender-router-receiver topology of scripts/lab/topo.sh."""
 
-    def __init__(self, name, rate="10mbit", buffer_bytes=1500000, delay_ms=0, profile=None):
-        """A constant-rate link, or with `profile` one of topo.sh's profiles
-        as it is (3.5g, lte, ...)."""
+    def __init__(self, name, rate="10mbit", buffer_bytes=1500000, delay_ms=0, profile=None,
+                 aqm=None, ecn=False, cross=False, trace=None, topo_args=None):
+        """A constant-rate link, with `trace` a trace-driven one (a
+        Mahimahi file; its .up beside it, if any, drives the uplink), or
+        with `profile` one of topo.sh's profiles (3.5g, lte, ..., with
+        options: "3.5g:aqm=codel:ecn=1:udp=4mbit"); `aqm` (codel,
+        fq_codel), `ecn` and `cross` (the cross-traffic namespaces) on top
+        of any; or `topo_args`, topo.sh up's own arguments (the lab's
+        replayed episodes)."""
         self.name = name
         args = ["--profile", profile] if profile else [
-            "--rate", rate, "--buffer-bytes", str(buffer_bytes), "--delay-ms", str(delay_ms)]
-        run(TOPO, "up", name, *args, timeout=120)
+            *(["--trace", trace] if trace else ["--rate", rate]),
+            "--buffer-bytes", str(buffer_bytes), "--delay-ms", str(delay_ms)]
+        args += (["--aqm", aqm] if aqm else []) + (["--ecn"] if ecn else []) + \
+            (["--cross"] if cross else [])
+        args = topo_args or args
         self.procs = []
+        self._traffic = None
+        run(TOPO, "up", name, *args, timeout=120)
 
     def ns(self, side):
         return f"{self.name}-{side}"
@@ -289,26 +314,34 @@ class Lab:
         return Pinger()
 
     def delay_line_pid(self, role="delay"):
-        """The pid of this topology's delay line, or of its trace link with
-        role "link" (topo.sh's pid file)."""
+        """The pid of this topology's delay line, or of its link emulator
+        (trace or AQM link) with role "link" (topo.sh's pid file)."""
         return int(read(f"{LAB_RUN}/{self.name}.{role}.pid"))
 
     def emulator_reset(self, role="delay"):
         """Start the emulator's statistics afresh (SIGUSR2)."""
-        os.kill(self.delay_line_pid(role), signal.SIGUSR2)
+        truth.emulator_reset(self.name, role)
 
     def emulator_stats(self, role="delay"):
         """The emulator's statistics since its last reset: the fields of the
         `delayline stats:` line it prints on SIGUSR1 to its log."""
-        log = f"{LAB_RUN}/{self.name}.{role}.log"
+        return truth.emulator_stats(self.name, role)[0]
 
-        def lines():
-            return [x for x in read(log).splitlines() if x.startswith("delayline stats:")]
-        before = len(lines())
-        os.kill(self.delay_line_pid(role), signal.SIGUSR1)
-        got = wait_for(lambda: len(lines()) > before and lines(), timeout=5,
-                       what=f"the {role} emulator's statistics (SIGUSR1)")
-        return dict(f.split("=", 1) for f in got[-1].split()[2:])
+    @property
+    def traffic(self):
+        """Flows with a known owner (self, neighbour, external) through this
+        lab, recorded for `truth` (scripts/bloatdpy/truth.py's Traffic); they
+        end with the lab."""
+        if self._traffic is None:
+            self._traffic = truth.Traffic(
+                self.name, lambda side, argv: self.spawn(side, *argv, stdout=subprocess.PIPE))
+        return self._traffic
+
+    def truth(self):
+        """What this lab's bottleneck is, who shares it and what it counted
+        for each (scripts/bloatdpy/truth.py's read), the flows started through
+        `traffic` included."""
+        return truth.read(self.name, self.traffic.flows)
 
     def add_receiver_address(self, cidr):
         """A second address on the receiver, in another prefix, reached
@@ -778,6 +811,7 @@ class TestCase(unittest.TestCase):
 def main():
     if os.geteuid() != 0:
         raise SystemExit("integration tests need root (BPF, network namespaces)")
+    private_state_dir()
     if not os.path.exists(BLOATD):
         raise SystemExit(f"{BLOATD} not found: run `make build` first")
     received = [signal.SIGINT]
