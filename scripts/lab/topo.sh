@@ -337,7 +337,8 @@ down() {
 		fi
 	done
 	rm -f "$LAB_RUN/$name.delay.pid" "$LAB_RUN/$name.delay.log" "$LAB_RUN/$name.delay.ms" \
-		"$LAB_RUN/$name.link.pid" "$LAB_RUN/$name.link.log" "$LAB_RUN/$name.json"
+		"$LAB_RUN/$name.link.pid" "$LAB_RUN/$name.link.log" "$LAB_RUN/$name.json" \
+		"$LAB_RUN/$name.json.new" "$LAB_RUN/$name.delay.ms.new"
 }
 
 offloads_off() {
