@@ -4,9 +4,12 @@
 //! - `trace.down`: the bottleneck's delivery opportunities in Mahimahi's
 //!   format (one line per 1500-byte opportunity, in ms; the trace repeats
 //!   at its last line), one second at a time from the episode's delivery
-//!   rates. Where the path held a standing queue (median queue at least
-//!   SATURATED_QUEUE_US) the link was saturated and what it delivered is
-//!   its capacity ("measured"); elsewhere the capacity is not known, only
+//!   rates (each read's rate spread over its interval, so reads off the
+//!   second's grid count by their share). Where the path held a standing
+//!   queue (median queue at least SATURATED_QUEUE_US) through the second
+//!   and STANDING_AFTER_MS after it, and lost no socket, the link was
+//!   saturated and what it delivered is its capacity ("measured");
+//!   elsewhere the capacity is not known, only
 //!   that it was at least what was delivered: it is interpolated between
 //!   the measured seconds around it ("interpolated"), or held from the
 //!   nearest one at the ends ("held"), never below the delivery.
@@ -25,8 +28,20 @@ use std::path::Path;
 /// A median queue from which the bottleneck counts as saturated (a
 /// standing queue: more than a few packets at cellular rates).
 pub const SATURATED_QUEUE_US: u32 = 20_000;
-/// What one trace opportunity carries (Mahimahi's MTU).
+/// A second counts as saturated only if the queue still stands this long
+/// after it: a socket's queue is its smoothed RTT less the floor, and it
+/// lags the bottleneck's. When a bulk flow ends, a web fetch in slow start
+/// behind its backlog still reads hundreds of ms of queue for a second or
+/// two while the link idles (exported 4.0 Mbit/s on a 13.9 Mbit/s link;
+/// an episode's end reads up to 2.4 s after ping's).
+const STANDING_AFTER_MS: u64 = 2000;
+/// What one trace opportunity carries (Mahimahi's MTU)...
 pub const OPPORTUNITY_BYTES: u64 = 1500;
+/// ...of which a full-size TCP segment's payload, what the delivery rates
+/// count: 1500 less 20 B of IP, 20 of TCP and 12 of the timestamp option
+/// (Linux's default). Counting an opportunity as 1500 payload bytes made
+/// the exported link 3.5% slower than the one recorded.
+pub const SEGMENT_PAYLOAD_BYTES: u64 = 1448;
 /// A flow with at least this many bytes, or a fifth of the episode's, is
 /// a bulk flow of the mix; the rest are short flows.
 const BULK_BYTES: u64 = 1_000_000;
@@ -42,23 +57,77 @@ pub struct Second {
     pub queue_us: u32,
 }
 
-/// The episode's series on a one-second grid from its first point: each
-/// second takes the point whose interval (since the point before it)
-/// covers the second's middle.
-fn per_second(series: &[PathPoint]) -> Vec<(u64, u32)> {
-    let Some(first) = series.first() else {
+/// One second of the episode's series on a one-second grid from its
+/// first point.
+struct GridSecond {
+    /// What the path delivered in the second: each point's rate spread
+    /// evenly over its interval (since the point before), weighted by how
+    /// much of the interval falls in the second. Reads are about a second
+    /// apart but not on the grid (an API client's read comes between), so
+    /// taking one interval's rate for the second would count a 0.4 s or a
+    /// 1.6 s interval as the second.
+    rate_bps: u64,
+    /// The queue at the point whose interval covers the second's middle.
+    queue_us: u32,
+    /// Every interval in the second ended with a standing queue, the queue
+    /// still stood STANDING_AFTER_MS later,
+    /// delivered something, and lost no socket: the link was saturated
+    /// throughout, and all it delivered was counted (a socket gone between
+    /// two reads took its last bytes with it: a bulk flow's last second
+    /// read 6.4 Mbit/s on a 14.4 Mbit/s link).
+    saturated: bool,
+}
+
+fn per_second(series: &[PathPoint]) -> Vec<GridSecond> {
+    let (Some(first), Some(last)) = (series.first(), series.last()) else {
         return Vec::new();
     };
-    let last = series.last().expect("non-empty").t_ms;
-    let n = (last.saturating_sub(first.t_ms) / 1000) as usize;
+    let n = (last.t_ms.saturating_sub(first.t_ms) / 1000) as usize;
     let mut out = Vec::with_capacity(n);
-    let mut j = 1.min(series.len() - 1);
+    // The first interval that may reach into the current second.
+    let mut i = 1;
     for k in 0..n {
-        let mid = first.t_ms + k as u64 * 1000 + 500;
-        while j + 1 < series.len() && series[j].t_ms < mid {
-            j += 1;
+        let (a, b) = (
+            first.t_ms + k as u64 * 1000,
+            first.t_ms + (k as u64 + 1) * 1000,
+        );
+        while i + 1 < series.len() && series[i].t_ms <= a {
+            i += 1;
         }
-        out.push((series[j].rate_bps, series[j].queue_us));
+        let (mut sum, mut covered, mut saturated, mut queue_us) = (0u128, 0u64, true, 0);
+        let mid = a + 500;
+        for j in i..series.len() {
+            let (lo, hi) = (series[j - 1].t_ms, series[j].t_ms);
+            if lo >= b {
+                break;
+            }
+            let overlap = hi.min(b).saturating_sub(lo.max(a));
+            if overlap == 0 {
+                continue;
+            }
+            let p = &series[j];
+            sum += p.rate_bps as u128 * overlap as u128;
+            covered += overlap;
+            saturated &= p.queue_us >= SATURATED_QUEUE_US
+                && p.rate_bps > 0
+                && p.sockets >= series[j - 1].sockets;
+            if lo < mid && mid <= hi {
+                queue_us = p.queue_us;
+            }
+        }
+        // The queue still standing STANDING_AFTER_MS later.
+        let until = b + STANDING_AFTER_MS;
+        let stood = last.t_ms >= until
+            && series[i..]
+                .iter()
+                .skip_while(|p| p.t_ms <= b)
+                .take_while(|p| p.t_ms <= until)
+                .all(|p| p.queue_us >= SATURATED_QUEUE_US);
+        out.push(GridSecond {
+            rate_bps: sum.checked_div(covered as u128).unwrap_or(0) as u64,
+            queue_us,
+            saturated: saturated && stood && covered > 0,
+        });
     }
     out
 }
@@ -68,7 +137,7 @@ pub fn capacity(series: &[PathPoint]) -> Vec<Second> {
     let grid = per_second(series);
     let measured: Vec<Option<u64>> = grid
         .iter()
-        .map(|&(rate, q)| (q >= SATURATED_QUEUE_US && rate > 0).then_some(rate))
+        .map(|g| g.saturated.then_some(g.rate_bps))
         .collect();
     // The measured seconds: (second, capacity).
     let known: Vec<(usize, u64)> = measured
@@ -78,7 +147,8 @@ pub fn capacity(series: &[PathPoint]) -> Vec<Second> {
         .collect();
     grid.iter()
         .enumerate()
-        .map(|(i, &(delivered, queue_us))| {
+        .map(|(i, g)| {
+            let (delivered, queue_us) = (g.rate_bps, g.queue_us);
             let (capacity, source) = match measured[i] {
                 Some(c) => (c, "measured"),
                 None => {
@@ -114,7 +184,7 @@ pub fn mahimahi(seconds: &[Second]) -> String {
     let mut carry = 0.0f64;
     let mut last = 0u64;
     for (k, s) in seconds.iter().enumerate() {
-        let exact = s.capacity_bps as f64 / (OPPORTUNITY_BYTES * 8) as f64 + carry;
+        let exact = s.capacity_bps as f64 / (SEGMENT_PAYLOAD_BYTES * 8) as f64 + carry;
         let n = exact.floor() as u64;
         carry = exact - n as f64;
         for j in 0..n {
@@ -188,12 +258,18 @@ fn write(dir: &Path, name: &str, text: &str) -> std::io::Result<()> {
 /// median queue times that second's capacity (a queue in time drains at
 /// the link's rate then: on a link whose rate varies, the peak queue times
 /// a typical rate counts the bytes of a slow second at a fast rate; the
-/// lab's 1 MB LTE buffer came out 2.0 MB that way).
+/// lab's 1 MB LTE buffer came out 2.0 MB that way). Only the measured
+/// seconds, where both are known, if there are any: a held second's
+/// capacity is a neighbour's, and its queue may be a slow start's behind a
+/// drained backlog (the 1 MB buffer came out 1.35 MB with them).
 fn buffer_of(seconds: &[Second]) -> u64 {
-    seconds
-        .iter()
-        .map(|s| (s.queue_us as u128 * s.capacity_bps as u128 / 8_000_000) as u64)
+    let bytes = |s: &Second| (s.queue_us as u128 * s.capacity_bps as u128 / 8_000_000) as u64;
+    let measured = seconds.iter().filter(|s| s.source == "measured");
+    measured
+        .clone()
+        .map(bytes)
         .max()
+        .or_else(|| seconds.iter().map(bytes).max())
         .unwrap_or(0)
 }
 
@@ -220,7 +296,8 @@ pub fn export(d: &EpisodeDetail, dir: &Path) -> crate::error::Result<Exported> {
         all[all.len() / 2]
     });
     let mean = seconds.iter().map(|s| s.capacity_bps).sum::<u64>() / seconds.len() as u64;
-    let buffer_bytes = buffer_of(&seconds);
+    // The queue's payload as the link's packets take it.
+    let buffer_bytes = buffer_of(&seconds) * OPPORTUNITY_BYTES / SEGMENT_PAYLOAD_BYTES;
     let total: u64 = d.flows.iter().map(|f| f.bytes).sum::<u64>().max(1);
     let flows: Vec<FlowMix> = d
         .flows
@@ -326,12 +403,18 @@ mod tests {
 
     #[test]
     fn saturated_seconds_are_the_capacity_the_others_estimated() {
+        let with = |t_s, rate, queue_ms, sockets| PathPoint {
+            sockets,
+            ..point(t_s, rate, queue_ms)
+        };
         let s = vec![
-            point(0, 0, 0),
-            point(1, 2_000_000, 300),
-            point(2, 1_000_000, 5), // not saturated: delivered less than it could
-            point(3, 3_000_000, 300),
-            point(4, 1_000_000, 2),
+            with(0, 0, 300, 1),
+            with(1, 2_000_000, 300, 1),
+            with(2, 1_000_000, 300, 0), // a socket left: its last bytes uncounted
+            with(3, 3_000_000, 300, 0),
+            with(4, 3_000_000, 300, 0),
+            with(5, 3_000_000, 300, 0),
+            with(6, 1_000_000, 2, 0), // not saturated: delivered less than it could
         ];
         let c = capacity(&s);
         let got: Vec<(u64, &str)> = c.iter().map(|x| (x.capacity_bps, x.source)).collect();
@@ -341,14 +424,54 @@ mod tests {
                 (2_000_000, "measured"),
                 (2_500_000, "interpolated"),
                 (3_000_000, "measured"),
+                // The queue did not stand 2 s after these (at 6 s, or
+                // the series ends): held.
+                (3_000_000, "held"),
+                (3_000_000, "held"),
                 (3_000_000, "held"),
             ]
         );
     }
 
     #[test]
+    fn a_read_between_counts_its_share_of_the_second() {
+        // Second 0 delivered 8 Mbit/s, unevenly: 4 Mbit/s until an API
+        // client's read at 0.4 s, then 10.67 Mbit/s. The second is what
+        // both intervals delivered, not the one covering its middle.
+        let at = |t_ms: u64, rate_bps: u64| PathPoint {
+            t_ms: 1_000_000 + t_ms,
+            ..point(0, rate_bps, 300)
+        };
+        let s = vec![
+            at(0, 0),
+            at(400, 4_000_000),
+            at(1000, 10_666_667),
+            at(2000, 16_000_000),
+            at(2500, 4_000_000),
+            at(3000, 4_000_000),
+            at(4000, 4_000_000),
+            at(5000, 4_000_000),
+            at(6000, 4_000_000),
+        ];
+        let c = capacity(&s);
+        let got: Vec<u64> = c[..3].iter().map(|x| x.capacity_bps / 1000).collect();
+        assert_eq!(got, vec![8000, 16_000, 4000]);
+        assert!(c[..4].iter().all(|x| x.source == "measured"));
+        // A second with one interval that ended below the standing queue
+        // was not saturated throughout; one that lost a socket did not
+        // count all it delivered.
+        let mut s2 = s.clone();
+        s2[1].queue_us = 5_000;
+        assert_eq!(capacity(&s2)[0].source, "held");
+        let mut s3 = s.clone();
+        s3[3].sockets = 2;
+        let c3 = capacity(&s3);
+        assert_eq!((c3[1].source, c3[2].source), ("measured", "interpolated"));
+    }
+
+    #[test]
     fn the_trace_carries_the_capacity_each_second() {
-        let secs: Vec<Second> = [1_200_000u64, 2_400_000, 600_000]
+        let secs: Vec<Second> = [1_158_400u64, 2_316_800, 579_200]
             .iter()
             .enumerate()
             .map(|(i, &c)| Second {
@@ -367,7 +490,7 @@ mod tests {
                 .filter(|&&m| m > k * 1000 && m <= (k + 1) * 1000)
                 .count()
         };
-        // 1.2 Mbit/s is 100 packets of 1500 B a second.
+        // 1.1584 Mbit/s of payload is 100 full-size segments a second.
         assert_eq!((per(0), per(1)), (100, 200));
         assert_eq!(*ms.last().unwrap(), 3000, "the period is the span");
         assert!(per(2) == 50 || per(2) == 51);
