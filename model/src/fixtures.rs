@@ -4,8 +4,8 @@
 //! the dashboard (their dev-dependency turns the feature on).
 
 use crate::{
-    BottleneckClass, CaState, CcState, FloorSource, Health, NetPath, Role, Sample, Series,
-    ServiceView, Snapshot, Socket,
+    Bottleneck, BottleneckClass, CaState, CcState, FloorSource, Health, NetPath, Role, Sample,
+    Series, ServiceView, Snapshot, Socket,
 };
 use std::net::{IpAddr, Ipv4Addr};
 
@@ -128,17 +128,24 @@ pub fn cubic_download_paths() -> Vec<NetPath> {
             }
         };
     vec![
-        path(
-            v4(93, 184, 215, 14),
-            "wlan0",
-            47_000,
-            FloorSource::Peer,
-            420_000,
-            431_000,
-            2,
-            9_600_000,
-            &["cubic"],
-        ),
+        NetPath {
+            bottleneck: Some(Bottleneck {
+                class: BottleneckClass::Droptail,
+                why: "drop-tail buffer: 420ms of queue, 3 losses at 431ms of queue".into(),
+                seconds: 12,
+            }),
+            ..path(
+                v4(93, 184, 215, 14),
+                "wlan0",
+                47_000,
+                FloorSource::Peer,
+                420_000,
+                431_000,
+                2,
+                9_600_000,
+                &["cubic"],
+            )
+        },
         path(
             v4(198, 51, 100, 7),
             "wlan0",
@@ -150,17 +157,24 @@ pub fn cubic_download_paths() -> Vec<NetPath> {
             12_000,
             &["cubic"],
         ),
-        path(
-            v4(1, 1, 1, 1),
-            "wlan0",
-            9_000,
-            FloorSource::Socket,
-            0,
-            0,
-            1,
-            0,
-            &["bbr"],
-        ),
+        NetPath {
+            bottleneck: Some(Bottleneck {
+                class: BottleneckClass::Clear,
+                why: "no standing queue: 0.0ms of queue, no loss or ECN mark".into(),
+                seconds: 20,
+            }),
+            ..path(
+                v4(1, 1, 1, 1),
+                "wlan0",
+                9_000,
+                FloorSource::Socket,
+                0,
+                0,
+                1,
+                0,
+                &["bbr"],
+            )
+        },
         // A connection with no RTT sample yet: nothing to grade.
         NetPath {
             measured: 0,

@@ -158,6 +158,19 @@ impl BottleneckClass {
     }
 }
 
+impl BottleneckClass {
+    /// Where a queue of this kind waits, to follow "holds 420ms of queue"
+    /// ("" where it says nothing).
+    pub fn where_phrase(self) -> &'static str {
+        match self {
+            BottleneckClass::Droptail => " in a drop-tail buffer",
+            BottleneckClass::Aqm => " under an AQM",
+            BottleneckClass::EcnAqm => " under an ECN-marking AQM",
+            BottleneckClass::Clear | BottleneckClass::Unknown => "",
+        }
+    }
+}
+
 /// A path's class and the evidence for it.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct Bottleneck {
@@ -174,6 +187,13 @@ impl NetPath {
     /// F otherwise. None without an RTT sample: an unmeasured path is no A+.
     pub fn grade(&self) -> Option<&'static str> {
         (self.measured > 0).then(|| grade(self.queue_delay_p50_us))
+    }
+
+    /// The kind of queue it waits in, as a table's cell: the class, or
+    /// `-` where the classifier has not seen it (a prefix, a path no read
+    /// observed, or no daemon).
+    pub fn bottleneck_text(&self) -> &'static str {
+        self.bottleneck.as_ref().map_or("-", |b| b.class.as_str())
     }
 
     /// Loaded responsiveness in round trips per minute (IETF responsiveness
@@ -219,8 +239,9 @@ impl NetPath {
 }
 
 /// One sentence on the worst path (the first: paths come worst queue
-/// first), for a laptop user: where the queue is, how much, and how many
-/// flows wait behind it. None when nothing queues (60 ms, grade C, or more).
+/// first), for a laptop user: where the queue is, how much, of what kind
+/// where the classifier has decided, and how many flows wait behind it.
+/// None when nothing queues (60 ms, grade C, or more).
 pub fn worst_path_sentence(paths: &[NetPath]) -> Option<String> {
     let p = paths.first().filter(|p| p.queue_delay_p50_us >= 60_000)?;
     let flows = if p.sockets == 1 {
@@ -229,10 +250,11 @@ pub fn worst_path_sentence(paths: &[NetPath]) -> Option<String> {
         format!("{} flows wait", p.sockets)
     };
     Some(format!(
-        "the link to {} ({}) holds {} of queue, {flows} behind it: grade {}, {} RPM (passive loaded estimate)",
+        "the link to {} ({}) holds {} of queue{}, {flows} behind it: grade {}, {} RPM (passive loaded estimate)",
         p.peer_text(),
         if p.interface.is_empty() { "?" } else { &p.interface },
         crate::format::ms(p.queue_delay_p50_us as u64),
+        p.bottleneck.as_ref().map_or("", |b| b.class.where_phrase()),
         p.grade()?,
         p.rpm()?
     ))

@@ -264,13 +264,15 @@ fn paths_view() {
     insta::assert_snapshot!(t.backend());
     let text = ui::buffer_text(t.backend().buffer());
     assert!(
-        text.contains("the link to 93.184.215.14 (wlan0) holds 420ms of queue, 2 flows wait behind it: grade F"),
+        text.contains(
+            "the link to 93.184.215.14 (wlan0) holds 420ms of queue in a drop-tail buffer, 2 flows wait behind it: grade F"
+        ),
         "{text}"
     );
-    // 80 columns keep the path, its floor, queue, grade and RPM
+    // 80 columns keep the path, its floor, queue, grade, RPM and kind
     let narrow = ui::buffer_text(draw(&mut app, 80, 24).backend().buffer());
     let head = narrow.lines().find(|l| l.contains("PEER")).unwrap();
-    for col in ["PEER", "FLOOR", "QUEUE", "GRADE", "RPM"] {
+    for col in ["PEER", "FLOOR", "QUEUE", "GRADE", "RPM", "KIND"] {
         assert!(head.contains(col), "{head}");
     }
     app.handle_key(Key::Char('v'));

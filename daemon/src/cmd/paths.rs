@@ -72,7 +72,7 @@ fn paths_table(paths: &[NetPath]) -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,
-        "{:<10} {:<28} {:<10} {:>9} {:<8} {:>9} {:>9} {:<5} {:>6} {:>5} {:>12}  {:<16} SERVICES",
+        "{:<10} {:<28} {:<10} {:>9} {:<8} {:>9} {:>9} {:<5} {:>6} {:<8} {:>5} {:>12}  {:<16} SERVICES",
         "NETNS",
         "PEER",
         "IFACE",
@@ -82,6 +82,7 @@ fn paths_table(paths: &[NetPath]) -> String {
         "QMAX",
         "GRADE",
         "RPM",
+        "KIND",
         "SOCKS",
         "THROUGHPUT",
         "CC"
@@ -90,7 +91,7 @@ fn paths_table(paths: &[NetPath]) -> String {
         let [floor, queue, qmax, grade, rpm] = p.measured_text();
         let _ = writeln!(
             out,
-            "{:<10} {:<28} {:<10} {:>9} {:<8} {:>9} {:>9} {:<5} {:>6} {:>5} {:>12}  {:<16} {}",
+            "{:<10} {:<28} {:<10} {:>9} {:<8} {:>9} {:>9} {:<5} {:>6} {:<8} {:>5} {:>12}  {:<16} {}",
             p.netns,
             p.peer_text(),
             if p.interface.is_empty() {
@@ -104,6 +105,7 @@ fn paths_table(paths: &[NetPath]) -> String {
             qmax,
             grade,
             rpm,
+            p.bottleneck_text(),
             p.sockets,
             format::rate(p.throughput_bps),
             p.ccs.join(","),
@@ -180,12 +182,30 @@ mod tests {
             seconds: 12,
         });
         let text = super::paths_table(&paths);
-        let lines: Vec<&str> = text.lines().filter(|l| l.contains("droptail")).collect();
+        let lines: Vec<&str> = text
+            .lines()
+            .filter(|l| l.contains("s of traffic)"))
+            .collect();
         assert_eq!(
             lines,
             ["93.184.216.34 (wlan0): droptail, drop-tail buffer: 400ms of queue, 2 losses at 410ms of queue (12 s of traffic)"],
             "{text}"
         );
         assert!(!text.contains("1.1.1.1 (wlan0):"), "{text}");
+        // The table's KIND column: the class, `-` where unclassified.
+        let kind = |peer: &str| {
+            let row = text.lines().find(|l| l.contains(peer)).unwrap();
+            row.split_whitespace().nth(9).unwrap().to_string()
+        };
+        assert_eq!(
+            (kind("93.184.216.34 "), kind("1.1.1.1 ")),
+            ("droptail".into(), "-".into()),
+            "{text}"
+        );
+        // The worst path's sentence says where its queue waits.
+        assert!(
+            text.contains("holds 400ms of queue in a drop-tail buffer, 1 flow waits behind it"),
+            "{text}"
+        );
     }
 }
