@@ -237,6 +237,8 @@ struct bloatd_sock {
 	__u32 rcv_queue_delay_us;	/* receiver view: the receiver RTT - floor_us */
 	__u32 total_retrans;	/* segments retransmitted over the life */
 	__u32 lost;		/* segments marked lost over the life */
+	__u32 delivered_ce;	/* segments delivered with an ECN echo (ECE: the receiver saw
+				 * CE) over the life, tp->delivered_ce */
 	__u32 rate_delivered;	/* segments delivered in the last rate sample */
 	__u32 rate_interval_us;	/* and the interval they took */
 	__u32 unsent_bytes;	/* written by the application, not sent yet (write_seq - snd_nxt) */

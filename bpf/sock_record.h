@@ -107,6 +107,7 @@ static __always_inline void sock_fill(struct bloatd_sock *s,
 	s->min_rtt_us = min_rtt == ~0U ? 0 : min_rtt;
 	s->total_retrans = tp->total_retrans;
 	s->lost = tp->lost;
+	s->delivered_ce = tp->delivered_ce;
 	s->rate_delivered = tp->rate_delivered;
 	s->rate_interval_us = tp->rate_interval_us;
 	s->bytes_acked = tp->bytes_acked;

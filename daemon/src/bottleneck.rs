@@ -6,9 +6,9 @@
 //! socket had:
 //!
 //! - a loss: the socket's retransmissions grew;
-//! - an ECN signal: its ssthresh changed from one finite value to another
-//!   without a retransmission (a window reduction that no loss caused:
-//!   the receiver echoed a CE mark).
+//! - an ECN mark: without a retransmission, segments were delivered with
+//!   an ECN echo (the kernel's `delivered_ce` grew: the receiver saw CE
+//!   marks); one per socket and read, however many segments.
 //!
 //! A sender's first slow start is a ramp, not a standing queue: the
 //! event that ends it (loss, mark or HyStart) is no signal, and a path
@@ -82,6 +82,7 @@ struct History {
 /// A socket's counters at the last read.
 struct Prev {
     retrans: u32,
+    delivered_ce: u32,
     ssthresh: Option<u32>,
     read: u64,
 }
@@ -161,8 +162,9 @@ impl Bottlenecks {
                     // the ramp ended, not what holds the queue after it.
                     let steady = p.ssthresh.is_some() && s.ssthresh.is_some();
                     let loss = steady && s.retrans > p.retrans;
-                    let ecn = steady && !loss && s.ssthresh != p.ssthresh;
-                    (p.retrans, p.ssthresh, p.read) = (s.retrans, s.ssthresh, read);
+                    let ecn = steady && !loss && s.delivered_ce > p.delivered_ce;
+                    (p.retrans, p.delivered_ce, p.ssthresh, p.read) =
+                        (s.retrans, s.delivered_ce, s.ssthresh, read);
                     (loss, ecn)
                 }
                 None => {
@@ -170,6 +172,7 @@ impl Bottlenecks {
                         s.cookie,
                         Prev {
                             retrans: s.retrans,
+                            delivered_ce: s.delivered_ce,
                             ssthresh: s.ssthresh,
                             read,
                         },
@@ -373,8 +376,8 @@ impl Evidence {
         let q50 = ms(self.q50);
         let signals = match (self.losses, self.ecn) {
             (l, 0) => format!("{l} loss{}", if l == 1 { "" } else { "es" }),
-            (0, e) => format!("{e} ECN window reduction{}", if e == 1 { "" } else { "s" }),
-            (l, e) => format!("{l} losses and {e} ECN window reductions"),
+            (0, e) => format!("{e} ECN mark{}", if e == 1 { "" } else { "s" }),
+            (l, e) => format!("{l} losses and {e} ECN marks"),
         };
         let at = ms(self.q_at.unwrap_or(0));
         let why = match class {
@@ -559,17 +562,43 @@ mod tests {
         assert!(b.why.contains("10 more in slow start"), "{}", b.why);
     }
 
+    /// One sender past slow start at a short queue whose CE-echoed
+    /// deliveries are ce(i) at second i, its ssthresh ssthresh(i).
+    fn feed_ce(
+        c: &mut Bottlenecks,
+        ce: impl Fn(u64) -> u32,
+        ssthresh: impl Fn(u64) -> u32,
+    ) -> Bottleneck {
+        (0..12u64)
+            .map(|i| {
+                let mut s = sock(2, PEER, 80, [4, 6, 3][(i % 3) as usize], 0);
+                (s.delivered_ce, s.ssthresh) = (ce(i), Some(ssthresh(i)));
+                let t = 1_000_000 + i * 1000;
+                c.observe(t, &[s]);
+                c.class_of(NETNS, PEER.parse().unwrap(), "wlan0", t)
+                    .unwrap()
+            })
+            .last()
+            .unwrap()
+    }
+
+    /// CE marks echoed to the sender (its delivered_ce grew), no loss, a
+    /// short queue: a marking AQM.
     #[test]
-    fn window_reductions_without_loss_at_a_short_queue_are_ecn() {
+    fn ce_marks_without_loss_at_a_short_queue_are_ecn() {
         let mut c = Bottlenecks::new(30);
-        let b = feed(
-            &mut c,
-            12,
-            |i| [4, 6, 3][(i % 3) as usize],
-            |_| 0,
-            |i| Some(60 + (i / 3) as u32 % 2),
-        );
+        let b = feed_ce(&mut c, |i| (i / 3) as u32 * 40, |_| 60);
         assert_eq!(class(&b), "ecn-aqm", "{b:?}");
+        assert!(b.why.contains("3 ECN marks at"), "{}", b.why);
+    }
+
+    /// A window that changes with no CE echo and no loss (an undo, a
+    /// congestion control's own choice) is no ECN mark.
+    #[test]
+    fn a_window_reduction_without_a_ce_echo_is_no_mark() {
+        let mut c = Bottlenecks::new(30);
+        let b = feed_ce(&mut c, |_| 0, |i| 60 + (i / 3) as u32 % 2);
+        assert_eq!(class(&b), "clear", "{b:?}");
     }
 
     #[test]

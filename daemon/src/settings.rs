@@ -356,7 +356,7 @@ settings! {
         to: To::Bpf,
         ..Meta::NONE
     };
-    /// A path whose losses or ECN window reductions come below this much
+    /// A path whose losses or ECN marks come below this much
     /// queue has an AQM; a standing queue this long, or losses above it,
     /// is a drop-tail buffer (`bloatd paths`, docs/design.md "Bottleneck
     /// classes").

@@ -257,6 +257,7 @@ impl View {
             interface: cstr(&r.ifname),
             retrans: r.total_retrans,
             lost: r.lost,
+            delivered_ce: r.delivered_ce,
             ca_state: ca_state(r.ca_state),
             bytes_acked: r.bytes_acked,
             bytes_received: r.bytes_received,

@@ -608,6 +608,11 @@ pub struct Socket {
     pub retrans: u32,
     /// Segments marked lost over the socket's life.
     pub lost: u32,
+    /// A sender's segments delivered with an ECN echo over its life (the
+    /// kernel's delivered_ce: the receiver saw them, or ones beside them,
+    /// CE-marked by an AQM); 0 without ECN.
+    #[serde(default)]
+    pub delivered_ce: u32,
     pub ca_state: CaState,
     pub bytes_acked: u64,
     pub bytes_received: u64,
