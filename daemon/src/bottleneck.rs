@@ -51,8 +51,6 @@ const DROPTAIL_SECONDS: usize = 5;
 /// Below this median queue, with no signal, a path is clear (CoDel's
 /// target).
 const CLEAR_US: u32 = 5_000;
-/// A socket moved within this long carries traffic (as paths.rs).
-const ACTIVE_MS: u64 = 1000;
 /// A path with no observation for this long is forgotten.
 const FORGET_MS: u64 = 60_000;
 
@@ -180,7 +178,7 @@ impl Bottlenecks {
                     (false, false)
                 }
             };
-            let carried = s.idle_ms <= ACTIVE_MS && s.view_rtt_us() > 0 && s.floor_us > 0;
+            let carried = s.is_active() && s.view_rtt_us() > 0 && s.floor_us > 0;
             if !carried && !loss && !ecn {
                 continue;
             }

@@ -7,9 +7,6 @@ use bloatd_model::{FloorSource, NetPath, Socket};
 use std::collections::BTreeMap;
 use std::net::IpAddr;
 
-/// A socket's traffic counts as "now" if it moved within this long.
-const ACTIVE_MS: u64 = 1000;
-
 /// `addr` with only its first `bits` bits.
 pub fn mask(addr: IpAddr, bits: u8) -> IpAddr {
     match addr {
@@ -90,11 +87,7 @@ pub fn path_of(key: PathKey<'_>, members: &[&Socket]) -> NetPath {
         .iter()
         .filter(|s| s.view_rtt_us() > 0 && s.floor_us > 0)
         .collect();
-    let active: Vec<&&Socket> = measured
-        .iter()
-        .copied()
-        .filter(|s| s.idle_ms <= ACTIVE_MS)
-        .collect();
+    let active: Vec<&&Socket> = measured.iter().copied().filter(|s| s.is_active()).collect();
     let mut delays: Vec<u32> = if active.is_empty() {
         &measured
     } else {

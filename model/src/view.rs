@@ -539,6 +539,10 @@ impl BloatThreshold {
     }
 }
 
+/// A socket's traffic counts as "now" if its record moved within this
+/// long ([`Socket::is_active`]).
+pub const ACTIVE_MS: u64 = 1000;
+
 /// One TCP socket as the kernel sees it.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct Socket {
@@ -769,6 +773,13 @@ impl Socket {
     /// same on both sides of a transfer: it is the path's).
     pub fn view_min_rtt_us(&self) -> u32 {
         self.floor_us
+    }
+
+    /// Whether its traffic counts as "now": its record moved within the
+    /// last `ACTIVE_MS` (the paths, services, recorder and classifier all
+    /// count a socket active by this).
+    pub fn is_active(&self) -> bool {
+        self.idle_ms <= ACTIVE_MS
     }
 
     /// Whether the socket counts as bloated: its queueing delay, seen from its

@@ -57,9 +57,6 @@ const NAMES_MAX: usize = 16;
 const SEEN_MAX: usize = 100_000;
 /// Peers of a path episode asked for their bottleneck class each read.
 const PEERS_MAX: usize = 8;
-/// A socket moved "now" if its record changed within this long (as the
-/// paths view).
-const ACTIVE_MS: u64 = 1_000;
 
 /// What the detector is told.
 #[derive(Clone, Debug)]
@@ -203,7 +200,7 @@ impl Group<'_> {
     fn last_over_ms(&self, t_ms: u64, threshold_us: u32) -> u64 {
         self.members
             .iter()
-            .filter(|s| s.idle_ms <= ACTIVE_MS && s.view_queue_delay_us() >= threshold_us)
+            .filter(|s| s.is_active() && s.view_queue_delay_us() >= threshold_us)
             .map(|s| t_ms.saturating_sub(s.idle_ms))
             .max()
             .unwrap_or(t_ms)
@@ -427,7 +424,7 @@ impl Detector {
                 floor_us: p.floor_us,
                 floor_source: (p.floor_us > 0).then_some(p.floor_source),
                 measured: p.measured > 0,
-                active: members.iter().any(|s| s.idle_ms <= ACTIVE_MS),
+                active: members.iter().any(|s| s.is_active()),
                 delivered: delivered_of(&members, &deltas),
                 members,
             };
@@ -683,7 +680,7 @@ impl Followed {
         self.peers.clear();
         for s in &g.members {
             let delta = deltas.get(&s.cookie).copied().unwrap_or(0);
-            if s.idle_ms > ACTIVE_MS && delta == 0 {
+            if !s.is_active() && delta == 0 {
                 continue;
             }
             if self.path.is_some()

@@ -8,9 +8,6 @@
 use bloatd_model::{ServiceView, Socket};
 use std::collections::BTreeMap;
 
-/// A socket's traffic counts as "now" if it moved within this long (as
-/// the paths view).
-const ACTIVE_MS: u64 = 1000;
 /// The responsiveness draft's trimmed mean: the samples above this
 /// percentile are left out (TMP, 95%).
 const TRIM_PERCENTILE: usize = 95;
@@ -72,11 +69,7 @@ pub fn service_of(name: &str, members: &[&Socket]) -> ServiceView {
         .copied()
         .filter(|s| s.view_rtt_us() > 0 && s.floor_us > 0)
         .collect();
-    let active: Vec<&Socket> = measured
-        .iter()
-        .copied()
-        .filter(|s| s.idle_ms <= ACTIVE_MS)
-        .collect();
+    let active: Vec<&Socket> = measured.iter().copied().filter(|s| s.is_active()).collect();
     let now = if active.is_empty() {
         &measured
     } else {
