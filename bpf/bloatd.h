@@ -320,6 +320,7 @@ struct bloatd_abi {
 	struct bloatd_policy_ctl policy_ctl;
 	struct bloatd_policy_counts policy_counts;
 	struct bloatd_drwa_saved drwa_saved;
+	struct bloatd_drwa_path drwa_path;
 	struct drwa_measure drwa_measure;
 	struct bloatd_owner owner;
 	struct bloatd_svc_key svc_key;
@@ -335,6 +336,7 @@ struct bloatd_abi {
 	enum bloatd_policy_action policy_action;
 	enum bloatd_policy_count policy_count;
 	enum bloatd_policy_flag policy_flag;
+	enum bloatd_drwa_base drwa_base;
 };
 
 #endif /* BLOATD_H */

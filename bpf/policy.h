@@ -148,13 +148,33 @@ struct bloatd_policy_sock {
 	__u8 lowat_rule;	/* 1 + index of the rule that set TCP_NOTSENT_LOWAT, 0 none */
 	__u8 drwa_base_src;	/* where drwa_base_us came from: enum bloatd_floor_source
 				 * (SOCKET: the connection's own minimum; PEER, PREFIX,
-				 * INFERRED: the path's floor), or DRWA_BASE_HELD */
-	__u8 pad[4];
+				 * INFERRED: the path's floor), or enum bloatd_drwa_base */
+	__u32 drwa_cut_low_us;	/* the lowest sample of the round that began the
+				 * current cut sequence, or of the last round whose
+				 * RTT rose (0: not cutting) */
+	__u8 drwa_flat;		/* rounds in a row at the smallest window with the
+				 * RTT no lower than drwa_cut_low_us */
+	__u8 pad[3];
 };
 
-/* drwa_base_src of an RTT_min held at the RTT a connection had when a cut
- * drained nothing (drwa_round). */
-#define DRWA_BASE_HELD 8
+/* drwa_base_src beyond the floors' sources (enum bloatd_floor_source). */
+enum bloatd_drwa_base {
+	/* An RTT_min held at the RTT a connection had when a cut drained
+	 * nothing (drwa_round). */
+	BLOATD_DRWA_BASE_HELD = 8,
+	/* The RTT_min the other receivers on the same path use (a
+	 * connection's first rounds: drwa_path_floor). */
+	BLOATD_DRWA_BASE_RECEIVERS = 9,
+};
+
+/*
+ * A connection's first rounds, before it received this much: its sender is
+ * in slow start, and a round's rate is not yet one the take-back rule can
+ * judge a cut by. A floor no round has tested (a prefix's, an inferred one,
+ * a peer's from before the path got longer) then cut the window round
+ * after round to 2 segments (docs/measurements.md, "DRWA from 8 KiB").
+ */
+#define DRWA_TRUSTED_BYTES 65536
 
 /*
  * What DRWA found on a socket before it first clamped it: the value of the
@@ -178,9 +198,15 @@ struct bloatd_drwa_saved {
 struct bloatd_drwa_path {
 	__u64 bytes;		/* bytes they received, counted at each ACK */
 	__u64 used_us;		/* TCP clock when one last counted */
+	__u64 base_at_us;	/* TCP clock when base_us was last set */
+	__u64 held_at_us;	/* TCP clock when held_us was last set */
 	__u32 netns;
 	__u32 route_id;
 	__u32 peer;		/* the peer's address folded to 32 bits */
+	__u32 base_us;		/* the RTT_min the last round of a receiver past its
+				 * first rounds (DRWA_TRUSTED_BYTES) used, not held */
+	__u32 held_us;		/* the RTT_min a receiver on the path holds at after
+				 * a cut that drained nothing (drwa_path_floor) */
 	__u32 pad;
 };
 
@@ -196,11 +222,16 @@ struct drwa_measure {
 	__u32 min_bytes;	/* the clamp's floor */
 	__u32 limit;		/* the clamp the socket has without DRWA: never above */
 	__u32 floor_us;		/* the path's floor as bloatd knows it (floor.h), 0 none */
-	__u32 floor_src;	/* where it came from, enum bloatd_floor_source */
+	__u32 floor_src;	/* where it came from: enum bloatd_floor_source, or
+				 * BLOATD_DRWA_BASE_RECEIVERS (drwa_path_floor) */
 	__u32 resolution_us;	/* RTT_est's granularity (millisecond timestamps: 1000) */
 	__u32 lambda_x256;	/* lambda, 8 fraction bits */
 	__u32 holes;		/* out-of-order segments it received: a loss stalled
 				 * its delivery */
+	__u32 path_held;	/* a receiver on the path holds its RTT_min after a
+				 * cut that drained nothing (drwa_path_floor) */
+	__u32 first;		/* one of the connection's first rounds
+				 * (DRWA_TRUSTED_BYTES) */
 };
 
 /* The ports a rule selects. */
@@ -218,6 +249,9 @@ static __always_inline int policy_ports_match(const struct bloatd_policy_rule *r
  * minimum again: 16, doubling with each try that fails, up to 256. */
 #define DRWA_RETRY_ROUNDS 16
 #define DRWA_RETRY_MAX_SHIFT 4
+/* Rounds at the smallest window with the RTT flat before the cuts that got
+ * there are taken back (drwa_round). */
+#define DRWA_FLAT_ROUNDS 4
 
 /* The clamp never goes above `limit` nor below `floor`. */
 static __always_inline __u32 drwa_bound(__u64 w, __u32 floor, __u32 limit)
@@ -227,6 +261,46 @@ static __always_inline __u32 drwa_bound(__u64 w, __u32 floor, __u32 limit)
 	if (limit && w > limit)
 		w = limit;
 	return w > 0x7fffffff ? 0x7fffffff : (__u32)w;
+}
+
+/*
+ * What the other receivers DRWA acts on along the same path say of its
+ * RTT_min, within `fresh_us` of `now_us`: the RTT a receiver holds at after
+ * a cut that drained nothing (*held = 1: the path's floors are below the
+ * path now, and a share one gives up is not drained by the other), else
+ * the RTT_min a receiver past its first rounds uses, whose cuts the
+ * take-back rule has judged (the download a web fetch opens beside), else
+ * 0. A connection's first rounds take only this (its own minimum aside);
+ * while one is held, no round counts a share it gave up as a sibling's.
+ */
+static __always_inline __u32 drwa_path_floor(const struct bloatd_drwa_path *l, __u64 now_us,
+					     __u64 fresh_us, __u32 *held)
+{
+	*held = 0;
+	if (!l)
+		return 0;
+	if (l->held_us && now_us - l->held_at_us <= fresh_us) {
+		*held = 1;
+		return l->held_us;
+	}
+	if (l->base_us && now_us - l->base_at_us <= fresh_us)
+		return l->base_us;
+	return 0;
+}
+
+/* What a receiver's round tells the others on its path (drwa_path_floor). */
+static __always_inline void drwa_path_tell(struct bloatd_drwa_path *l,
+					   const struct bloatd_policy_sock *p, __u64 now_us)
+{
+	if (!p->drwa_base_us)
+		return;
+	if (p->drwa_base_src == BLOATD_DRWA_BASE_HELD) {
+		l->held_us = p->drwa_base_us;
+		l->held_at_us = now_us;
+	} else {
+		l->base_us = p->drwa_base_us;
+		l->base_at_us = now_us;
+	}
 }
 
 /* RTT_min for the round: the lowest of the connection's own minimum and
@@ -241,6 +315,31 @@ static __always_inline void drwa_lowest_min(struct bloatd_policy_sock *p,
 		p->drwa_base_us = p->drwa_min_us;
 		p->drwa_base_src = BLOATD_FLOOR_SOCKET;
 	}
+}
+
+/* A cut that drained nothing, taken back (drwa_round): the window goes
+ * back to what delivered the best recent rate, and RTT_min is held at the
+ * RTT the connection has now (`low`) for DRWA_RETRY_ROUNDS rounds, twice as
+ * many after each try that fails the same way. */
+static __always_inline __u32 drwa_take_back(struct bloatd_policy_sock *p,
+					    const struct drwa_measure *m, __u32 low, __u32 prev)
+{
+	__u32 shift, b;
+	__u64 w;
+
+	p->drwa_held++;
+	shift = p->drwa_fails < DRWA_RETRY_MAX_SHIFT ? p->drwa_fails : DRWA_RETRY_MAX_SHIFT;
+	if (p->drwa_fails < 255)
+		p->drwa_fails++;
+	p->drwa_retry = DRWA_RETRY_ROUNDS << shift;
+	p->drwa_base_us = low;
+	p->drwa_base_src = BLOATD_DRWA_BASE_HELD;
+	p->drwa_ref_low_us = 0;
+	p->drwa_cut_low_us = 0;
+	p->drwa_flat = 0;
+	b = low < m->resolution_us ? m->resolution_us : low;
+	w = (p->drwa_max_rate * b / 1000000 * m->lambda_x256) >> 8;
+	return drwa_bound(w > prev ? w : prev, m->min_bytes, m->limit);
 }
 
 /*
@@ -258,7 +357,10 @@ static __always_inline void drwa_lowest_min(struct bloatd_policy_sock *p,
  * else its prefix's, else inferred from its bottleneck's queue; floor.h).
  * A connection opened behind a standing queue (a web fetch beside a
  * download) has that queue in its own minimum and would take it for the
- * path; the floor, learned before the queue formed, does not. A floor can
+ * path; the floor, learned before the queue formed, does not. In its
+ * first rounds (DRWA_TRUSTED_BYTES) the floor is only the RTT_min the
+ * other receivers on the path use (drwa_path_floor): a slow start's rate
+ * gives the take-back rule nothing to judge a wrong floor by. A floor can
  * also be below the connection's propagation delay (a prefix's or an
  * inferred one that is wrong, one learned before the path got longer):
  * the second rule below catches that, as it does a stale own minimum.
@@ -285,10 +387,14 @@ static __always_inline void drwa_lowest_min(struct bloatd_policy_sock *p,
  *   them, whose queue it is and which DRWA cuts as well (a web fetch beside
  *   a download), and it cuts on. Otherwise DRWA takes the cut back (`drwa_held`): the window
  *   goes back to what delivered the best recent rate, RTT_min is held at
- *   the RTT the connection has now (DRWA_BASE_HELD), and it tries the
+ *   the RTT the connection has now (BLOATD_DRWA_BASE_HELD), and it tries the
  *   lowest RTT_min again after DRWA_RETRY_ROUNDS rounds, twice as many
  *   after every try that fails the same way (a try costs about one round
- *   at a reduced rate).
+ *   at a reduced rate). Cuts that reach the smallest window with the RTT,
+ *   for DRWA_FLAT_ROUNDS rounds, no lower (by 1/16) than when they began
+ *   or last rose are taken back too, whoever kept the rate: there the rate cannot fall any more, and a window held
+ *   at 2 segments behind someone else's queue (a sibling held at a path
+ *   that got longer) would stay there.
  * A round in which data arrived out of order (m->holes: a loss, its
  * retransmission a round later) delivered less than its window let
  * through: it neither sets nor tests the rate a cut is judged by, and a
@@ -304,7 +410,7 @@ static __always_inline __u32 drwa_round(struct bloatd_policy_sock *p,
 					const struct drwa_measure *m, __u32 prev)
 {
 	__u64 rate, path_rate, w, b;
-	__u32 low = m->low_us ? m->low_us : m->rtt_us, shift;
+	__u32 low = m->low_us ? m->low_us : m->rtt_us;
 
 	if (!prev)
 		prev = m->limit;
@@ -339,7 +445,23 @@ static __always_inline __u32 drwa_round(struct bloatd_policy_sock *p,
 		if (!p->drwa_retry)
 			p->drwa_fails = 0;
 		p->drwa_ref_low_us = 0;
+		p->drwa_cut_low_us = 0;
+		p->drwa_flat = 0;
 		return drwa_bound(w > prev ? w : prev, m->min_bytes, m->limit);
+	}
+	/* The cuts reached the smallest window and for DRWA_FLAT_ROUNDS the
+	 * RTT is no lower than when they began (or last rose: someone else's
+	 * queue growing beside them): they drained nothing, whoever kept the
+	 * rate (at 2 segments the rate cannot fall any more, so the rule
+	 * below would hold the window there for good). */
+	if (!p->drwa_cut_low_us || low * 16 > p->drwa_cut_low_us * 17) {
+		p->drwa_cut_low_us = low;
+		p->drwa_flat = 0;
+	} else if (prev <= m->min_bytes && low * 16 >= p->drwa_cut_low_us * 15) {
+		if (++p->drwa_flat >= DRWA_FLAT_ROUNDS)
+			return drwa_take_back(p, m, low, prev);
+	} else {
+		p->drwa_flat = 0;
 	}
 	path_rate = m->path_rcvd >= m->rcvd ? m->path_rcvd * 1000000 / m->dur_us : 0;
 	if (!p->drwa_ref_low_us || low * 16 < p->drwa_ref_low_us * 15 ||
@@ -357,20 +479,11 @@ static __always_inline __u32 drwa_round(struct bloatd_policy_sock *p,
 	/* Its rate fell, but the receivers DRWA acts on along its path kept
 	 * theirs: its share went to one of them (a web transfer beside a
 	 * download), whose queue it is, and which DRWA cuts too. */
-	if (path_rate && p->drwa_ref_path_rate && path_rate * 16 >= p->drwa_ref_path_rate * 13)
+	if (path_rate && p->drwa_ref_path_rate && !m->path_held &&
+	    path_rate * 16 >= p->drwa_ref_path_rate * 13)
 		return drwa_bound(w, m->min_bytes, m->limit);
 	/* The rate fell and the RTT did not: take the cut back. */
-	p->drwa_held++;
-	shift = p->drwa_fails < DRWA_RETRY_MAX_SHIFT ? p->drwa_fails : DRWA_RETRY_MAX_SHIFT;
-	if (p->drwa_fails < 255)
-		p->drwa_fails++;
-	p->drwa_retry = DRWA_RETRY_ROUNDS << shift;
-	p->drwa_base_us = low;
-	p->drwa_base_src = DRWA_BASE_HELD;
-	p->drwa_ref_low_us = 0;
-	b = low < m->resolution_us ? m->resolution_us : low;
-	w = (p->drwa_max_rate * b / 1000000 * m->lambda_x256) >> 8;
-	return drwa_bound(w > prev ? w : prev, m->min_bytes, m->limit);
+	return drwa_take_back(p, m, low, prev);
 }
 
 /*

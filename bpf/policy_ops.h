@@ -59,7 +59,7 @@ const volatile __u32 drwa_armed = 0;
 /* DRWA's lambda, 8 fraction bits (paper: 3). */
 const volatile __u32 drwa_lambda_x256 = 3 * 256;
 /* Bytes a connection receives before DRWA clamps it: only receivers. */
-const volatile __u64 drwa_min_bytes = 65536;
+const volatile __u64 drwa_min_bytes = 8192;
 
 /* A receiver that gets data ACKs at least this often (the kernel's delayed
  * ACK ceiling, TCP_DELACK_MAX): a longer silence, and one longer than an
@@ -101,6 +101,10 @@ struct {
 #define DRWA_PATH_SLOTS 256
 /* A slot another path has not counted into for this long is taken over. */
 #define DRWA_PATH_IDLE_US 1000000
+/* How long what a receiver told its path holds (drwa_path_floor): a round
+ * is an RTT, over a second on a busy 3g link, so a second lost it between
+ * a download's rounds; a few rounds there. */
+#define DRWA_PATH_FRESH_US 4000000
 
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
@@ -460,10 +464,13 @@ static __always_inline int drwa_on(const struct bloatd_sock *s)
 }
 
 /*
- * An application pause: no ACK for longer than an RTT (and than the
+ * An application pause: no ACK for longer than 1.5 RTT (and than the
  * delayed-ACK ceiling). The round under way spans it: the data it counted
  * says nothing of the sender's window, and the first segment after it
- * echoes an ACK from before it, an RTT sample as long as the pause.
+ * echoes an ACK from before it, an RTT sample as long as the pause. Not
+ * one RTT: a window of 2 segments is one ACK an RTT, and with a gap of
+ * one RTT give or take its jitter, half its ACKs were pauses that began
+ * the round again, so no round closed (test_drwa_harm, case 6).
  */
 static __always_inline int drwa_idle(struct bloatd_policy_sock *p, __u64 now_us)
 {
@@ -471,6 +478,7 @@ static __always_inline int drwa_idle(struct bloatd_policy_sock *p, __u64 now_us)
 	__u32 rtt = p->drwa_rtt_us > p->drwa_min_us ? p->drwa_rtt_us : p->drwa_min_us;
 
 	p->drwa_last_us = now_us;
+	rtt += rtt / 2;
 	if (rtt < DRWA_IDLE_MIN_US)
 		rtt = DRWA_IDLE_MIN_US;
 	return last && now_us - last > rtt;
@@ -527,6 +535,8 @@ static __always_inline struct bloatd_drwa_path *drwa_path_count(struct bloatd_so
 		l->netns = s->netns;
 		l->route_id = s->route_id;
 		l->peer = peer;
+		l->base_us = 0;
+		l->held_us = 0;
 	}
 	/* The first count only marks where it starts: what the socket got
 	 * before (DRWA switched on under a long download) is no round's. */
@@ -611,7 +621,7 @@ static __always_inline void drwa_apply(struct bpf_sock_ops *skops, struct bloatd
  */
 static __always_inline void drwa_round_close(struct bpf_sock_ops *skops, struct bloatd_sock *s,
 					     struct tcp_sock *tp, __u64 now_us,
-					     const struct bloatd_drwa_path *l)
+					     struct bloatd_drwa_path *l)
 {
 	struct bloatd_policy_sock *p = &s->pol;
 	struct drwa_scratch *sc;
@@ -659,14 +669,28 @@ static __always_inline void drwa_round_close(struct bpf_sock_ops *skops, struct 
 	mp->resolution_us = tp->tcp_header_len > 20 &&
 			  !tcp_usec_ts(tp) ? 1000 : 0;
 	mp->lambda_x256 = drwa_lambda_x256;
-	/* The path's floor, as the probes keep it in the record (floor.h). */
-	mp->floor_us = s->floor_us;
-	mp->floor_src = s->floor_source;
+	/* The path's floor, as the probes keep it in the record (floor.h);
+	 * in the connection's first rounds only what the other receivers on
+	 * its path use (drwa_path_floor). */
+	/* (In the measure, not on the stack: 6.1's verifier counts the
+	 * program's and the floor code's frames together, 512 bytes at most.) */
+	mp->first = tp->bytes_received < DRWA_TRUSTED_BYTES;
+	mp->floor_us = drwa_path_floor(l, now_us, DRWA_PATH_FRESH_US, &mp->path_held);
+	mp->floor_src = BLOATD_DRWA_BASE_RECEIVERS;
+	if (!mp->first) {
+		mp->floor_us = s->floor_us;
+		mp->floor_src = s->floor_source;
+	}
 	/* cwnd_est, for the view: the data of one RTT */
 	rcvd = rcvd * rtt_us / dur;
 	p->drwa_rcvd_rtt = rcvd > 0xffffffff ? 0xffffffff : (__u32)rcvd;
 	p->drwa_rtt_us = rtt_us;
 	drwa_round_start(p, tp, now_us, l);
+	/* What it used last round, for the others on the path (non-atomic
+	 * pairs: a torn read costs one round's floor; before the round, not
+	 * after: 6.1's verifier counted the 16 bytes kept across it). */
+	if (l && !mp->first)
+		drwa_path_tell(l, p, now_us);
 	drwa_apply(skops, s, tp, mp);
 	sc->depth = slot;
 	if (p->drwa_held != held)

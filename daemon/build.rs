@@ -31,6 +31,7 @@ fn main() {
             "bloatd_policy_ctl",
             "bloatd_policy_counts",
             "bloatd_drwa_saved",
+            "bloatd_drwa_path",
             "drwa_measure",
             "bloatd_owner",
             "bloatd_svc_key",
@@ -48,6 +49,7 @@ fn main() {
             "bloatd_policy_action",
             "bloatd_policy_count",
             "bloatd_policy_flag",
+            "bloatd_drwa_base",
         ],
     );
     std::fs::write(out.join("abi.rs"), abi).unwrap();

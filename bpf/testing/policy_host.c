@@ -10,6 +10,18 @@ __u32 bloatd_drwa_round(struct bloatd_policy_sock *p, const struct drwa_measure 
 	return drwa_round(p, m, prev);
 }
 
+__u32 bloatd_drwa_path_floor(const struct bloatd_drwa_path *l, __u64 now_us, __u64 fresh_us,
+			     __u32 *held)
+{
+	return drwa_path_floor(l, now_us, fresh_us, held);
+}
+
+void bloatd_drwa_path_tell(struct bloatd_drwa_path *l, const struct bloatd_policy_sock *p,
+			   __u64 now_us)
+{
+	drwa_path_tell(l, p, now_us);
+}
+
 __u32 bloatd_drwa_give_back(const struct bloatd_drwa_saved *sv, __u32 rcvbuf, __u32 scaling_ratio)
 {
 	return drwa_give_back(sv, rcvbuf, scaling_ratio);

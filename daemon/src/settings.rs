@@ -527,7 +527,7 @@ settings! {
         ..Meta::NONE
     };
     /// Bytes a connection receives before DRWA clamps its window.
-    drwa_min_bytes: u64 = 65_536, Meta {
+    drwa_min_bytes: u64 = 8_192, Meta {
         unit: "bytes",
         range: Some((0.0, (1u64 << 40) as f64)),
         expects: "an integer (bytes a connection receives before DRWA acts on it)",

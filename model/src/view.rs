@@ -67,6 +67,10 @@ pub enum FloorSource {
     /// The handshake RTT minus the queue the bottleneck held at that moment,
     /// as sockets with observed floors on the same route measured it.
     Inferred,
+    /// DRWA's RTT_min only, never a socket's floor: the one the other
+    /// receivers DRWA acts on along the same path use (a connection's first
+    /// rounds, bpf/policy.h drwa_first_floor).
+    Receivers,
 }
 
 impl FloorSource {
@@ -76,6 +80,7 @@ impl FloorSource {
             FloorSource::Peer => "peer",
             FloorSource::Prefix => "prefix",
             FloorSource::Inferred => "inferred",
+            FloorSource::Receivers => "receivers",
         }
     }
 }
@@ -711,9 +716,10 @@ pub struct Drwa {
     /// RTT DRWA holds at after a cut that drained no queue.
     pub rtt_us: u32,
     pub min_rtt_us: u32,
-    /// Where RTT_min came from: the connection's own minimum (`socket`) or
+    /// Where RTT_min came from: the connection's own minimum (`socket`),
     /// the path's floor (`peer`: learned toward the same peer over the same
-    /// interface and gateway; `prefix`; `inferred`). None while it is held
+    /// interface and gateway; `prefix`; `inferred`), or in its first rounds
+    /// the RTT_min the other receivers on the path use (`receivers`). None while it is held
     /// at the RTT of a cut taken back (`held_rounds_left`), or before the
     /// first round.
     #[serde(default)]
@@ -745,6 +751,7 @@ impl Drwa {
             Some(FloorSource::Peer) => "path floor".into(),
             Some(FloorSource::Prefix) => "prefix floor".into(),
             Some(FloorSource::Inferred) => "inferred floor".into(),
+            Some(FloorSource::Receivers) => "other receivers".into(),
             None => "-".into(),
         }
     }

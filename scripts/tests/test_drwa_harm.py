@@ -27,6 +27,10 @@ moved the RTT) are the oracles.
    hides a clamp that is too small.
 5. lambda at its lowest allowed value (2; 1.0 is refused), the path getting
    longer as in 1.
+6. A new connection beside a download DRWA holds, opened 0.3 s after the
+   path got longer: its first rounds (slow start) take the RTT_min the
+   other receivers on the path use, and the download's is still the 40 ms
+   one until its next cut is taken back.
 
 All cases are measured before any is judged, so one run prints every
 number (the failing run on the old code in the README's table).
@@ -46,8 +50,8 @@ RATE = "8mbit"
 BUFFER = 1_500_000
 SECONDS = 16
 # Servers: each lab's own ports; DRWA's rule selects the `hon` ones.
-OFF_PORTS = {"iperf": 5401, "flows": 5402}
-ON_PORTS = {"iperf": 5501, "flows": 5502}
+OFF_PORTS = {"iperf": 5401, "flows": 5402, "second": 5403}
+ON_PORTS = {"iperf": 5501, "flows": 5502, "second": 5503}
 BG_PORT = 5301          # the background flow (no DRWA in either lab)
 RULE = "name=harm,dport=5500-5599,drwa=true"
 PREFIX_PEER = "10.9.1.3"   # same /24 as the lab's sender 10.9.1.1
@@ -66,8 +70,9 @@ class Pair:
             run("ip", "-n", lab.ns("snd"), "addr", "add", f"{NEW_PEER}/24", "dev", "eth0")
             run("ip", "-n", lab.ns("rtr"), "route", "add", "10.9.3.0/24", "via", "10.9.1.1")
             lab.iperf_server("snd", port=BG_PORT)
-        self.off.iperf_server("snd", port=OFF_PORTS["iperf"])
-        self.on.iperf_server("snd", port=ON_PORTS["iperf"])
+        for lab, ports in ((self.off, OFF_PORTS), (self.on, ON_PORTS)):
+            lab.iperf_server("snd", port=ports["iperf"])
+            lab.iperf_server("snd", port=ports["second"])
         for lab, ports in ((self.off, OFF_PORTS), (self.on, ON_PORTS)):
             lab.spawn("snd", "python3", FLOWS, "serve", "--port", str(ports["flows"]))
             wait_for(lambda lab=lab, p=ports["flows"]: lab.exec(
@@ -82,9 +87,11 @@ class Pair:
             run(TOPO, "delay", lab.name, str(ms))
 
     def download(self, server, seconds, port_key="iperf"):
-        self.clients = [lab.spawn("rcv", "iperf3", "-c", server, "-p", str(ports[port_key]),
-                                  "-R", "-C", "cubic", "-t", str(seconds))
-                        for lab, ports in self.both()]
+        if port_key == "iperf":
+            self.clients = []
+        self.clients += [lab.spawn("rcv", "iperf3", "-c", server, "-p", str(ports[port_key]),
+                                   "-R", "-C", "cubic", "-t", str(seconds))
+                         for lab, ports in self.both()]
 
     def end_downloads(self):
         """The case's downloads end (their connections close)."""
@@ -141,6 +148,7 @@ class DrwaDoesNoHarm(TestCase):
         self.prefix_floor(d, pair)
         self.inferred_floor(d, pair)
         self.pause_and_resume(d, pair)
+        self.beside_a_download_as_the_path_grows(d, pair)
         d.cleanup()
         self.lowest_lambda(pair)
         code, err = self.lambda_one
@@ -228,6 +236,21 @@ class DrwaDoesNoHarm(TestCase):
         self.record("4 256 kB responses 1.5 s apart on one connection (s per response)",
                     1 / off, 1 / on, f"(median response off {off:.2f} s, on {on:.2f} s; "
                     f"off {[round(x, 2) for x in times[0]]}, on {[round(x, 2) for x in times[1]]})")
+
+    def beside_a_download_as_the_path_grows(self, d, pair):
+        pair.set_delay(BASE_MS)
+        pair.download("10.9.1.1", SECONDS + 12)
+        wait_for(lambda: self.drwa_summary(d).get("clamp_bytes", 0) > 0, timeout=20,
+                 what="DRWA's clamp on the download")
+        time.sleep(2)
+        pair.set_delay(LONG_MS)
+        time.sleep(0.3)
+        pair.download("10.9.1.1", SECONDS + 2, port_key="second")
+        off, on = goodputs(pair, SECONDS, port_key="second")
+        self.record("6 a new connection beside a download, the path 40->200 ms as it opens",
+                    off, on, f"(the new one: {self.drwa_summary(d, ON_PORTS['second'])}; "
+                    f"the download: {self.drwa_summary(d)})")
+        pair.end_downloads()
 
     def lowest_lambda(self, pair):
         with tempfile.NamedTemporaryFile("w", suffix=".toml", delete=False) as f:

@@ -5,11 +5,11 @@
 
 use super::rules::{cgroup_rel, rule_name};
 use crate::error::{Error, Result};
-use crate::probes::abi::{policy_action, policy_count, policy_flag, policy_match};
+use crate::probes::abi::{drwa_base, policy_action, policy_count, policy_flag, policy_match};
 use crate::probes::abi::{BloatdPolicyCounts, BloatdPolicyRule, BloatdSock};
 use bloatd_model::api::PolicyCounts;
 use bloatd_model::policy::Rule;
-use bloatd_model::{Drwa, SocketPolicy};
+use bloatd_model::{Drwa, FloorSource, SocketPolicy};
 use std::path::{Path, PathBuf};
 
 /// What the kernel is given: the rules with their cgroups resolved and
@@ -151,7 +151,7 @@ pub fn socket_policy(rec: &BloatdSock, names: &[String]) -> Option<SocketPolicy>
                     rcvd_per_rtt_bytes: p.drwa_rcvd_rtt,
                     rtt_us: p.drwa_rtt_us,
                     min_rtt_us: p.drwa_base_us,
-                    min_rtt_source: crate::tracker::floor_source_of(p.drwa_base_src as u32),
+                    min_rtt_source: drwa_base_source(p.drwa_base_src),
                     held_rounds_left: p.drwa_retry,
                     rounds: p.drwa_rounds,
                     held: p.drwa_held,
@@ -171,6 +171,16 @@ pub fn socket_policy(rec: &BloatdSock, names: &[String]) -> Option<SocketPolicy>
 
 /// The policy's counters from the kernel's (bpf/policy.h, enum
 /// bloatd_policy_count).
+/// Where DRWA's RTT_min came from (bloatd_policy_sock.drwa_base_src): a
+/// floor's source, the other receivers on the path, or None (held at the
+/// RTT of a cut taken back, or no round yet).
+fn drwa_base_source(src: u8) -> Option<FloorSource> {
+    match src as u32 {
+        drwa_base::RECEIVERS => Some(FloorSource::Receivers),
+        v => crate::tracker::floor_source_of(v),
+    }
+}
+
 pub fn policy_counts(c: &BloatdPolicyCounts) -> PolicyCounts {
     let n = |i: u32| c.n[i as usize];
     let total = |i: u32| n(i).max(0) as u64;
@@ -196,9 +206,20 @@ pub fn policy_counts(c: &BloatdPolicyCounts) -> PolicyCounts {
 /// the tests run the kernel's arithmetic.
 #[cfg(test)]
 mod c {
-    use crate::probes::abi::{BloatdDrwaSaved, BloatdPolicySock, DrwaMeasure};
+    use crate::probes::abi::{BloatdDrwaPath, BloatdDrwaSaved, BloatdPolicySock, DrwaMeasure};
     use bloatd_bpf_testing as _;
     extern "C" {
+        pub fn bloatd_drwa_path_floor(
+            l: *const BloatdDrwaPath,
+            now_us: u64,
+            fresh_us: u64,
+            held: *mut u32,
+        ) -> u32;
+        pub fn bloatd_drwa_path_tell(
+            l: *mut BloatdDrwaPath,
+            p: *const BloatdPolicySock,
+            now_us: u64,
+        );
         pub fn bloatd_drwa_round(p: *mut BloatdPolicySock, m: *const DrwaMeasure, prev: u32)
             -> u32;
         pub fn bloatd_drwa_give_back(sv: *const BloatdDrwaSaved, rcvbuf: u32, ratio: u32) -> u32;
@@ -541,6 +562,75 @@ mod tests {
     }
 
     #[test]
+    fn first_rounds_take_only_the_rtt_min_the_other_receivers_use() {
+        use crate::probes::abi::{floor_source, BloatdDrwaPath};
+        let floor = |l: Option<&BloatdDrwaPath>, now: u64| {
+            let mut held = 0u32;
+            let l = l.map_or(std::ptr::null(), |l| l as *const _);
+            // SAFETY: pure C; a null slot is "no path known".
+            let f = unsafe { c::bloatd_drwa_path_floor(l, now, 1_000_000, &mut held) };
+            (f, held)
+        };
+        let tell = |l: &mut BloatdDrwaPath, base: u32, src: u32, now: u64| {
+            let p = BloatdPolicySock {
+                drwa_base_us: base,
+                drwa_base_src: src as u8,
+                ..Default::default()
+            };
+            // SAFETY: pure C.
+            unsafe { c::bloatd_drwa_path_tell(l, &p, now) }
+        };
+        // No path known, or no receiver past its first rounds on it: none
+        // (the connection's own minimum only).
+        assert_eq!(floor(None, 5_000_000), (0, 0));
+        let mut l = BloatdDrwaPath::default();
+        assert_eq!(floor(Some(&l), 5_000_000), (0, 0));
+        // A download on the path uses 150 ms: a web fetch's first rounds
+        // take it.
+        tell(&mut l, 150_000, floor_source::PEER, 4_500_000);
+        assert_eq!(floor(Some(&l), 5_000_000), (150_000, 0));
+        // Its last round more than a second ago: gone, nothing taken.
+        assert_eq!(floor(Some(&l), 5_600_000), (0, 0));
+        // A receiver holds at 600 ms after a cut that drained nothing (the
+        // path got longer): that, and held, while it lasts, whoever else
+        // tells its floor.
+        tell(&mut l, 600_000, drwa_base::HELD, 6_000_000);
+        tell(&mut l, 40_000, floor_source::PEER, 6_100_000);
+        assert_eq!(floor(Some(&l), 6_200_000), (600_000, 1));
+        assert_eq!(floor(Some(&l), 7_050_000), (40_000, 0));
+        // Through a round: a fetch behind a 1.25 s queue cuts against it.
+        let mut p = BloatdPolicySock {
+            drwa_min_us: 1_400_000,
+            ..Default::default()
+        };
+        let m = DrwaMeasure {
+            rcvd: 13_000,
+            dur_us: 1_400_000,
+            rtt_us: 1_400_000,
+            low_us: 1_400_000,
+            min_bytes: 2_896,
+            lambda_x256: LAMBDA3,
+            floor_us: 150_000,
+            floor_src: drwa_base::RECEIVERS,
+            ..Default::default()
+        };
+        // SAFETY: pure C.
+        let w = unsafe { c::bloatd_drwa_round(&mut p, &m, 20_000) };
+        assert_eq!(w, 4_176);
+        assert_eq!(
+            drwa_base_source(p.drwa_base_src),
+            Some(FloorSource::Receivers)
+        );
+        p.drwa_rounds = 1;
+        let rec = BloatdSock {
+            pol: p,
+            ..Default::default()
+        };
+        let d = socket_policy(&rec, &[]).unwrap().drwa.unwrap();
+        assert_eq!(d.min_rtt_from(), "other receivers");
+    }
+
+    #[test]
     fn a_share_given_to_a_receiver_drwa_cuts_too_is_no_cut_to_take_back() {
         use crate::probes::abi::floor_source;
         // 3g: 150 kbit/s (18.75 kB/s), 150 ms, a full 28 kB buffer (1.5 s).
@@ -575,6 +665,30 @@ mod tests {
         // flow DRWA does not cut took it): taken back.
         round(&mut p, 10_000, 14_000, w);
         assert_eq!(p.drwa_held, 1);
+        // The link kept its rate, but a receiver on it is held (its cuts
+        // drain nothing): the share it gave up is not a sibling's to drain.
+        let mut h = BloatdPolicySock {
+            drwa_min_us: 150_000,
+            ..Default::default()
+        };
+        let held = |p: &mut BloatdPolicySock, rcvd: u64, prev: u32| {
+            let m = DrwaMeasure {
+                rcvd,
+                path_rcvd: 28_000,
+                path_held: 1,
+                dur_us: 1_500_000,
+                rtt_us: 1_500_000,
+                low_us: 1_500_000,
+                min_bytes: 2_896,
+                lambda_x256: LAMBDA3,
+                ..Default::default()
+            };
+            // SAFETY: pure C.
+            unsafe { c::bloatd_drwa_round(p, &m, prev) }
+        };
+        let w = held(&mut h, 20_000, 28_000);
+        held(&mut h, 10_000, w);
+        assert_eq!(h.drwa_held, 1);
         // Not known (no route, the slot another link's): as before.
         let mut q = BloatdPolicySock {
             drwa_min_us: 150_000,
@@ -583,6 +697,76 @@ mod tests {
         let w = round(&mut q, 20_000, 0, 28_000);
         round(&mut q, 10_000, 0, w);
         assert_eq!(q.drwa_held, 1);
+    }
+
+    #[test]
+    fn cuts_that_reach_the_smallest_window_and_drain_nothing_are_taken_back() {
+        use crate::probes::abi::floor_source;
+        // A new connection beside a download DRWA holds, the path 200 ms,
+        // its floor 40 ms (stale): the download keeps 400 ms of queue and
+        // the link's rate, so the sibling rule never takes a cut back.
+        let round = |p: &mut BloatdPolicySock, rcvd: u64, low: u32, prev: u32| {
+            let m = DrwaMeasure {
+                rcvd,
+                path_rcvd: 1_000_000,
+                dur_us: low,
+                rtt_us: low,
+                low_us: low,
+                min_bytes: 2_896,
+                lambda_x256: LAMBDA3,
+                floor_us: 40_000,
+                floor_src: floor_source::PEER,
+                ..Default::default()
+            };
+            // SAFETY: pure C.
+            unsafe { c::bloatd_drwa_round(p, &m, prev) }
+        };
+        let mut p = BloatdPolicySock {
+            drwa_min_us: 600_000,
+            ..Default::default()
+        };
+        let mut w = round(&mut p, 20_000, 600_000, 0);
+        let mut rounds = 1;
+        while w > 2_896 {
+            w = round(&mut p, w as u64, 600_000, w);
+            rounds += 1;
+            assert_eq!(p.drwa_held, 0, "the sibling kept the link's rate");
+        }
+        assert!(
+            rounds <= 4,
+            "3 x 40 / 600 a round: {rounds} rounds to 2 segments"
+        );
+        // At 2 segments, the RTT where it was: taken back after 4 rounds.
+        for _ in 0..3 {
+            w = round(&mut p, 2_896, 600_000, w);
+            assert_eq!((p.drwa_held, w), (0, 2_896));
+        }
+        let w = round(&mut p, 2_896, 600_000, w);
+        assert_eq!((p.drwa_held, p.drwa_base_us), (1, 600_000));
+        assert!(w > 2_896, "the window back: {w}");
+        // Cuts that drained the queue (the RTT fell by more than 1/16 since
+        // they began) stay at 2 segments: six receivers on a 3g buffer.
+        let mut q = BloatdPolicySock {
+            drwa_min_us: 150_000,
+            ..Default::default()
+        };
+        let mut w = round(&mut q, 20_000, 1_400_000, 0);
+        w = round(&mut q, 3_000, 1_200_000, w);
+        for _ in 0..8 {
+            w = round(&mut q, 2_896, 969_000, w);
+        }
+        assert_eq!((q.drwa_held, w), (0, 2_896));
+        // Nor cuts at 2 segments while someone else's queue grows beside
+        // them (a web fetch's slow start): the measure starts again.
+        let mut r = BloatdPolicySock {
+            drwa_min_us: 150_000,
+            ..Default::default()
+        };
+        let mut w = round(&mut r, 20_000, 600_000, 0);
+        for rtt in [700_000, 800_000, 900_000, 1_000_000, 1_100_000, 1_200_000] {
+            w = round(&mut r, 2_896, rtt, w);
+        }
+        assert_eq!((r.drwa_held, w), (0, 2_896));
     }
 
     #[test]
@@ -682,11 +866,9 @@ mod tests {
         assert_eq!(w1, 72_000, "the paper cuts: 3 x 40 / 200");
         let w2 = round(&mut p, 72_000, 200_000, 200_000, w1);
         assert_eq!((p.drwa_held, p.drwa_base_us), (1, 200_000));
-        // Held: no floor's source (DRWA_BASE_HELD), the view says so.
-        assert_eq!(
-            crate::tracker::floor_source_of(p.drwa_base_src as u32),
-            None
-        );
+        // Held: no floor's source (BLOATD_DRWA_BASE_HELD), the view says so.
+        assert_eq!(p.drwa_base_src as u32, drwa_base::HELD);
+        assert_eq!(drwa_base_source(p.drwa_base_src), None);
         // Held at the RTT it has, the window back to what carried the best
         // recent rate (600 kB/s, an eighth forgotten): 3 x 0.2 s x 525 kB/s.
         assert_eq!(w2, 315_000, "the cut taken back");
