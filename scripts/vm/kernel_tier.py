@@ -355,8 +355,12 @@ class Run:
         last = None  # the previous round's last ss read
         for _ in range(6):
             theirs = self.sender(BLOATED_PORT)
+            # The socket ss chose, by its four-tuple: iperf3's control
+            # connection on the same port counts as a sender once it sends
+            # the results (5.14 once: "2 sockets of the flow").
             ours = [s for s in self.d.sockets() if s["role"] == "sender" and
-                    s["local_port"] == BLOATED_PORT and s["remote_addr"] == RCV4]
+                    s["local_port"] == BLOATED_PORT and s["remote_addr"] == RCV4
+                    and (not theirs or s["remote_port"] == theirs["remote_port"])]
             # ss again right after bloatd's read: on an emulated CPU the
             # two reads are a second or more apart, and CUBIC's sawtooth
             # moves the srtt by hundreds of ms in that time (5.15: bloatd
