@@ -108,6 +108,9 @@ def serve_one(conn):
             pass
 
 
+SO_SNDBUFFORCE = getattr(socket, "SO_SNDBUFFORCE", 32)
+
+
 def serve(args):
     srv = socket.socket(socket.AF_INET6, socket.SOCK_STREAM)
     srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -117,6 +120,9 @@ def serve(args):
     print(json.dumps({"event": "listening", "port": args.port}), flush=True)
     while True:
         conn, _ = srv.accept()
+        if args.sndbuf:
+            # Forced (root): SO_SNDBUF alone is capped at net.core.wmem_max.
+            conn.setsockopt(socket.SOL_SOCKET, SO_SNDBUFFORCE, args.sndbuf)
         threading.Thread(target=serve_one, args=(conn,), daemon=True).start()
 
 
@@ -352,6 +358,9 @@ def main():
     sub = ap.add_subparsers(dest="cmd", required=True)
     s = sub.add_parser("serve", help="download server (run in the sender namespace)")
     s.add_argument("--port", type=int, default=8000)
+    s.add_argument("--sndbuf", type=int, default=0,
+                   help="each connection's send buffer, bytes (0: autotuned): what is left "
+                        "to drain when the server shuts its end")
     f = sub.add_parser("fetch", help="download client (run in the receiver namespace)")
     f.add_argument("--addr", default="10.9.1.1")
     f.add_argument("--port", type=int, default=8000)

@@ -95,10 +95,10 @@ class Floors(TestCase):
         self.assertIn(sources["bulk sender"], ("socket", "peer"))
 
 
-    def bloated_lab(self, name, d):
+    def bloated_lab(self, name, d, *serve_args):
         lab = self.lab(name, rate="8mbit", buffer_bytes=1500000, delay_ms=40)
         idle = statistics.median(lab.ping("snd", RCV4, count=5))
-        lab.spawn("snd", sys.executable, FLOWS, "serve", "--port", "8000")
+        lab.spawn("snd", sys.executable, FLOWS, "serve", "--port", "8000", *serve_args)
         wait_for(lambda: lab.exec("rcv", "bash", "-c", f"exec 3<>/dev/tcp/{SND4}/8000",
                                   check=False).returncode == 0, what="flows.py server")
         return lab, idle
@@ -110,7 +110,9 @@ class Floors(TestCase):
         (CLOSE_WAIT, a client that half-closes after its request)."""
         d = self.daemon("--no-cc")
         d.start()
-        lab, _ = self.bloated_lab("bf2", d)
+        # A 4 MB send buffer: what is left when the server shuts its end
+        # drains for seconds (autotuned, it was once 0.5 s: 1 sample).
+        lab, _ = self.bloated_lab("bf2", d, "--sndbuf", "4000000")
         # The server writes 8 MB and shuts down its end: FIN_WAIT1 while
         # megabytes drain through a 1.5 MB bottleneck buffer at 8 Mbit/s;
         # or the client shuts its end first and the server sends all 8 MB
