@@ -671,9 +671,9 @@ static __always_inline void drwa_round_close(struct bpf_sock_ops *skops, struct 
 	mp->lambda_x256 = drwa_lambda_x256;
 	/* The path's floor, as the probes keep it in the record (floor.h);
 	 * in the connection's first rounds only what the other receivers on
-	 * its path use (drwa_path_floor). */
-	/* (In the measure, not on the stack: 6.1's verifier counts the
-	 * program's and the floor code's frames together, 512 bytes at most.) */
+	 * its path use (drwa_path_floor). Kept in the measure, not on the
+	 * stack: 6.1's verifier counts the program's and the floor code's
+	 * frames together, 512 bytes at most. */
 	mp->first = tp->bytes_received < DRWA_TRUSTED_BYTES;
 	mp->floor_us = drwa_path_floor(l, now_us, DRWA_PATH_FRESH_US, &mp->path_held);
 	mp->floor_src = BLOATD_DRWA_BASE_RECEIVERS;

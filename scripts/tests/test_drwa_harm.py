@@ -70,10 +70,9 @@ class Pair:
             run("ip", "-n", lab.ns("snd"), "addr", "add", f"{NEW_PEER}/24", "dev", "eth0")
             run("ip", "-n", lab.ns("rtr"), "route", "add", "10.9.3.0/24", "via", "10.9.1.1")
             lab.iperf_server("snd", port=BG_PORT)
-        for lab, ports in ((self.off, OFF_PORTS), (self.on, ON_PORTS)):
+        for lab, ports in self.both():
             lab.iperf_server("snd", port=ports["iperf"])
             lab.iperf_server("snd", port=ports["second"])
-        for lab, ports in ((self.off, OFF_PORTS), (self.on, ON_PORTS)):
             lab.spawn("snd", "python3", FLOWS, "serve", "--port", str(ports["flows"]))
             wait_for(lambda lab=lab, p=ports["flows"]: lab.exec(
                 "rcv", "bash", "-c", f"exec 3<>/dev/tcp/10.9.1.1/{p}", check=False).returncode == 0,
@@ -86,8 +85,10 @@ class Pair:
         for lab in (self.off, self.on):
             run(TOPO, "delay", lab.name, str(ms))
 
-    def download(self, server, seconds, port_key="iperf"):
-        if port_key == "iperf":
+    def download(self, server, seconds, port_key="iperf", beside=False):
+        """A CUBIC download in each lab; `beside`: the case's downloads
+        so far go on."""
+        if not beside:
             self.clients = []
         self.clients += [lab.spawn("rcv", "iperf3", "-c", server, "-p", str(ports[port_key]),
                                    "-R", "-C", "cubic", "-t", str(seconds))
@@ -245,7 +246,7 @@ class DrwaDoesNoHarm(TestCase):
         time.sleep(2)
         pair.set_delay(LONG_MS)
         time.sleep(0.3)
-        pair.download("10.9.1.1", SECONDS + 2, port_key="second")
+        pair.download("10.9.1.1", SECONDS + 2, port_key="second", beside=True)
         off, on = goodputs(pair, SECONDS, port_key="second")
         self.record("6 a new connection beside a download, the path 40->200 ms as it opens",
                     off, on, f"(the new one: {self.drwa_summary(d, ON_PORTS['second'])}; "

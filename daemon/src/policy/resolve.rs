@@ -518,12 +518,11 @@ mod tests {
         assert_eq!(p.drwa_held, 0, "no cut was taken back");
     }
 
-    #[test]
-    fn rtt_min_is_the_lowest_of_its_own_minimum_and_the_paths_floor() {
-        use crate::probes::abi::floor_source;
-        // A web fetch opened behind a 1.25 s standing queue on a 150 ms
-        // path: its own minimum is the queue, the path's floor (learned by
-        // the download before the queue formed) is not.
+    /// One round of a web fetch opened behind a 1.25 s standing queue on a
+    /// 150 ms path (its own minimum 1.4 s), the path's 150 ms from
+    /// `floor_src`: the socket, the measure and the clamp it set (from
+    /// 20 kB).
+    fn web_fetch_behind_a_queue(floor_src: u32) -> (BloatdPolicySock, DrwaMeasure, u32) {
         let mut p = BloatdPolicySock {
             drwa_min_us: 1_400_000,
             ..Default::default()
@@ -536,11 +535,21 @@ mod tests {
             min_bytes: 2_896,
             lambda_x256: LAMBDA3,
             floor_us: 150_000,
-            floor_src: floor_source::PEER,
+            floor_src,
             ..Default::default()
         };
         // SAFETY: pure C.
         let w = unsafe { c::bloatd_drwa_round(&mut p, &m, 20_000) };
+        (p, m, w)
+    }
+
+    #[test]
+    fn rtt_min_is_the_lowest_of_its_own_minimum_and_the_paths_floor() {
+        use crate::probes::abi::floor_source;
+        // A web fetch opened behind a 1.25 s standing queue on a 150 ms
+        // path: its own minimum is the queue, the path's floor (learned by
+        // the download before the queue formed) is not.
+        let (p, m, w) = web_fetch_behind_a_queue(floor_source::PEER);
         assert_eq!(
             (p.drwa_base_us, p.drwa_base_src as u32),
             (150_000, floor_source::PEER)
@@ -599,23 +608,7 @@ mod tests {
         assert_eq!(floor(Some(&l), 6_200_000), (600_000, 1));
         assert_eq!(floor(Some(&l), 7_050_000), (40_000, 0));
         // Through a round: a fetch behind a 1.25 s queue cuts against it.
-        let mut p = BloatdPolicySock {
-            drwa_min_us: 1_400_000,
-            ..Default::default()
-        };
-        let m = DrwaMeasure {
-            rcvd: 13_000,
-            dur_us: 1_400_000,
-            rtt_us: 1_400_000,
-            low_us: 1_400_000,
-            min_bytes: 2_896,
-            lambda_x256: LAMBDA3,
-            floor_us: 150_000,
-            floor_src: drwa_base::RECEIVERS,
-            ..Default::default()
-        };
-        // SAFETY: pure C.
-        let w = unsafe { c::bloatd_drwa_round(&mut p, &m, 20_000) };
+        let (mut p, _, w) = web_fetch_behind_a_queue(drwa_base::RECEIVERS);
         assert_eq!(w, 4_176);
         assert_eq!(
             drwa_base_source(p.drwa_base_src),
