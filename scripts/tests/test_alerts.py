@@ -300,15 +300,17 @@ time.sleep(600)
         # inside a sender interval leaves open. The receiver's bytes must lie
         # within 10% of those bounds.
         # One floor is the ACKs' way back only while they flow: where the
-        # machine or the path stalled (a sample over 30% later than the
-        # sampling interval, on either end), the sender sees what the
+        # machine or the path stalled (a sample over 15% later than the
+        # sampling interval, on either end: quiet runs sample within 5%, a
+        # CI run's one 122 ms interval among 104 ms ones put its receiver
+        # interval 12.5% outside the sender's bounds), the sender sees what the
         # receiver saw later by as long as the stall, and no constant shift
         # lines the two up. Receiver intervals within one interval of such a
         # stall are left out and counted; at most 5% may be.
         floor_ms = snd["floor_us"] / 1000
         usual = statistics.median(b - a for a, b, _ in r_iv)
-        stalls = [(a, b) for a, b, _ in r_iv if b - a > 1.3 * usual] + \
-                 [(a - floor_ms, b - floor_ms) for a, b, _ in s_iv if b - a > 1.3 * usual]
+        stalls = [(a, b) for a, b, _ in r_iv if b - a > 1.15 * usual] + \
+                 [(a - floor_ms, b - floor_ms) for a, b, _ in s_iv if b - a > 1.15 * usual]
         diffs, left_out = [], 0
         for a, b, bps in r_iv:
             if any(a - usual < y and x < b + usual for x, y in stalls):
@@ -321,7 +323,7 @@ time.sleep(600)
                 off = max(least - got, got - most, 0) / max(least if got < least else most, 1)
                 to_bps = 8 * 1000 / (b - a)
                 diffs.append((off, a - r_iv[0][0], bps, least * to_bps, most * to_bps))
-        print(f"    {len(stalls)} stalls (an interval over {1.3 * usual:.0f} ms on either end): "
+        print(f"    {len(stalls)} stalls (an interval over {1.15 * usual:.0f} ms on either end): "
               f"{left_out} receiver intervals next to them left out")
         self.assertLessEqual(left_out, 0.05 * len(r_iv), "intervals next to stalls, at most 5%")
         worst = max(diffs)

@@ -14,7 +14,8 @@ the segments it stands for; bpf/sampler.h):
   receiver's loopback with no queue (sparse: looked at 1 in 2^shift).
 
 Over the same window, from each daemon's /metrics: every bucket's share of
-the queueing delay histogram, per (cc, role) and over all, within 0.02; the
+the queueing delay histogram, per (cc, role) and over all, within 0.02
+(or its sampling error where a key has few looks); the
 p50 and p90 within one bucket; the floor of every path equal (`paths`);
 the bloated-sockets gauge equal, read at the same moments, once both count
 the victims (adaptive within 3 s of exact); and a real
@@ -22,6 +23,7 @@ Prometheus scraping both (the shipped rules, `for:` in seconds, per
 instance) sees every alert fire for both within one scrape of each other.
 """
 
+import math
 import os
 import re
 import shutil
@@ -168,7 +170,15 @@ class AdaptiveAgainstExact(TestCase):
             compared += 1
             share_e = [x / cum_e[-1] for x in per_bucket(cum_e)]
             share_a = [x / cum_a[-1] if cum_a[-1] else 0 for x in per_bucket(cum_a)]
+            # A share counted from n looks is known within its sampling
+            # error: 3 standard errors of a proportion, or 0.02 where that
+            # is smaller (the busy server's million looks). A key of ~300
+            # looks (the download's receiver: one a round trip) is known
+            # within ~0.05; a noisy run put one 0.023 apart.
+            n = max(min(cum_e[-1], cum_a[-1]), 1)
+            tol = [max(0.02, 3 * math.sqrt(x * (1 - x) / n)) for x in share_e]
             worst = max(abs(x - y) for x, y in zip(share_e, share_a))
+            over = max(abs(x - y) - t for x, y, t in zip(share_e, share_a, tol))
             q = [(quantile_bucket(c, p) if c[-1] else None) for c in (cum_e, cum_a) for p in (0.5, 0.9)]
             print(f"    {key}: observations exact {cum_e[-1]:.0f}, adaptive {cum_a[-1]:.0f}; "
                   f"worst bucket share difference {worst:.3f}; p50 bucket {q[0]}/{q[2]}, "
@@ -177,7 +187,8 @@ class AdaptiveAgainstExact(TestCase):
             if worst > 0.01:
                 print("      shares by bucket (exact/adaptive): " + " ".join(
                     f"{le}:{x:.3f}/{y:.3f}" for le, x, y in zip(BUCKETS, share_e, share_a) if x or y))
-            self.assertLessEqual(worst, 0.02, f"{key}: bucket shares, adaptive against exact")
+            self.assertLessEqual(over, 0, f"{key}: bucket shares, adaptive against exact, "
+                                 f"within {', '.join(f'{t:.3f}' for t in tol if t > 0.02) or '0.02'}")
             self.assertLessEqual(abs(q[0] - q[2]), 1, f"{key}: p50 within one bucket")
             self.assertLessEqual(abs(q[1] - q[3]), 1, f"{key}: p90 within one bucket")
         self.assertGreaterEqual(compared, 3, "the download, the busy server's senders, and all")
