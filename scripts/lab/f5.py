@@ -257,6 +257,7 @@ def run_step(lab, prof, step, read_event, bg_flows, timeline=None):
         ports.append(read_event(p, "open")["local_port"])
         bg.append(p)
     mon = Monitor(lab.name, ports, lab.backlog_bytes)
+    recs = []
     try:
         time.sleep(prof.warmup_s)
         acted_s = None
@@ -269,7 +270,6 @@ def run_step(lab, prof, step, read_event, bg_flows, timeline=None):
             # A few rounds for the queue to drain to where the arm keeps it.
             time.sleep(max(5.0, 3 * (prof.delay_ms / 1000 + prof.drain_s)))
         p = lab.fetch(step["short_cc"], count=step["shorts"], gap=1.0, label="short")
-        recs = []
         for i in range(step["shorts"]):
             opened = read_event(p, "open")
             done = read_event(p, "done")
