@@ -59,7 +59,10 @@ usage: scripts/lab/topo.sh up NAME [options]    create (or re-create) the topolo
        scripts/lab/topo.sh backlog NAME         bytes queued at the bottleneck now (tbf or trace link)
        scripts/lab/topo.sh delay NAME MS        change the base RTT live (the delay line's delay), same
                                                 interface and gateway: the path got longer or shorter
+       scripts/lab/topo.sh restart-trace NAME   a trace link starts its trace over, from its first
+                                                line now (lab --replay: each arm from the episode's start)
        scripts/lab/topo.sh list                 namespaces that look like lab topologies
+       scripts/lab/topo.sh trace T              print the file of trace T (a name or a path)
        scripts/lab/topo.sh profile NAME         print a profile as rate=.. delay_ms=.. buffer_bytes=.. [trace=..]
        scripts/lab/topo.sh profiles             print all profiles
 
@@ -715,6 +718,22 @@ set_delay() {
 	kill -HUP "$pid"
 }
 
+# The trace links (the downlink's and, with an uplink trace, the delay
+# line's) start their traces over from now (SIGRTMIN). Their logs say
+# "trace restarted, start_ns=N". Restart with the link idle: packets
+# already held keep their departures.
+restart_trace() {
+	local name=$1 role pid n=0
+	for role in link delay; do
+		grep -q "delayline: trace " "$LAB_RUN/$name.$role.log" 2>/dev/null || continue
+		pid=$(cat "$LAB_RUN/$name.$role.pid" 2>/dev/null || true)
+		{ [[ $pid =~ ^[0-9]+$ ]] && kill -0 "$pid" 2>/dev/null; } || continue
+		kill -s RTMIN "$pid"
+		n=$((n + 1))
+	done
+	((n)) || die "lab $name has no trace link (up with --trace or a trace profile)"
+}
+
 cmd=${1:-}
 case $cmd in
 up) shift; check_name "${1:-}"; up "$@" ;;
@@ -722,8 +741,10 @@ down) shift; check_name "${1:-}"; down "$1" ;;
 status) shift; check_name "${1:-}"; status "$1" ;;
 backlog) shift; check_name "${1:-}"; backlog "$1" ;;
 delay) shift; check_name "${1:-}"; set_delay "$1" "${2:-}" ;;
+restart-trace) shift; check_name "${1:-}"; restart_trace "$1" ;;
 list) ip netns list | awk '{print $1}' | sed -n 's/-snd$//p' ;;
 profile) shift; profile "${1:?profile name}" ;;
+trace) shift; trace_file "${1:?trace name or file}" ;;
 profiles) while read -r p _; do echo "$p $(profile "$p")"; done <<<"$PROFILES"$'\n'"$TRACE_PROFILES" ;;
 -h|--help|help) usage ;;
 *) usage >&2; exit 2 ;;

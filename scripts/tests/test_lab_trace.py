@@ -27,8 +27,10 @@ import os
 import re
 import subprocess
 import sys
+import time
 
-from bloatdpy.harness import FLOWS, LAB_RUN, RCV4, SND4, TOPO, TestCase, lab_leftovers, main, run, topo_profile
+from bloatdpy.harness import FLOWS, LAB_RUN, RCV4, SND4, TOPO, TestCase, lab_leftovers, main, run, topo_profile, \
+                              wait_for
 
 BLAST_S = 12.0
 SETTLE_S = 1.5      # the buffer fills (1 MB at 3x the mean rate beyond it: < 0.5 s)
@@ -84,9 +86,11 @@ def align(trace, span):
 
 
 def emulator_start(lab, role):
+    """Where the emulator's trace starts: when it started, or where it was
+    last started over (topo.sh restart-trace)."""
     with open(os.path.join(LAB_RUN, f"{lab}.{role}.log")) as f:
-        m = re.search(r"trace .*start_ns=(\d+)", f.read())
-    return int(m.group(1))
+        starts = re.findall(r"trace .*start_ns=(\d+)", f.read())
+    return int(starts[-1])
 
 
 def percentile(xs, q):
@@ -179,9 +183,19 @@ class TraceLink(TestCase):
         self.assertEqual(lab_leftovers("bltrace"), [], "left behind")
 
     def test_umts_downlink(self):
+        """Started over (topo.sh restart-trace, as lab --replay does before
+        each arm) 1.3 s after the line came up: the link follows the trace
+        from the restart, not from the line's start."""
         lab = self.lab("bltrace", profile="umts")
         down, _ = profile("umts")
-        self.check_link(lab, "umts", "down", down, emulator_start("bltrace", "link"), 0)
+        first = emulator_start("bltrace", "link")
+        time.sleep(1.3)
+        run(TOPO, "restart-trace", "bltrace")
+        wait_for(lambda: emulator_start("bltrace", "link") != first, timeout=5,
+                 what="the delay line's restart line")
+        start = emulator_start("bltrace", "link")
+        print(f"  trace started over {(start - first) / 1e9:.2f} s after the line came up")
+        self.check_link(lab, "umts", "down", down, start, 0)
         lab.close()
         self.assertEqual(lab_leftovers("bltrace"), [], "left behind")
 

@@ -39,6 +39,13 @@
  * forwarded, MTU-sized packets should be queued (topo.sh: offloads off,
  * FORWARD chain), and GSO packets are segmented before they reach us.
  *
+ * Starting a trace over (SIGRTMIN): opportunity times count from now,
+ * from the trace's first line, as when the line started. lab --replay
+ * starts each arm's flows there, so every arm meets the episode's
+ * capacity from its first second (the line starts seconds before the
+ * first flow, and the trace repeats). Packets already held keep their
+ * departures: restart with an empty queue.
+ *
  * Changing the delay live (--delay-file FILE, then SIGHUP): the path's RTT
  * grows or shrinks mid-transfer on the same interface and gateway, as when
  * a phone falls back from LTE to 3G. The new delay applies to packets that
@@ -973,7 +980,8 @@ static void usage(void)
 		"  -t, --timer-test S  no queue: measure this host's timer lateness for S seconds\n"
 		"signals: USR1 prints statistics (with --aqm, a line per source/destination/\n"
 		"protocol first), USR2 resets them, HUP re-reads\n"
-		"--delay-file, TERM/INT exit\n");
+		"--delay-file, RTMIN starts the trace over (from its first line, now),\n"
+		"TERM/INT exit\n");
 }
 
 /* The delay in milliseconds from --delay-file (0..60000); -1 if unreadable. */
@@ -1215,6 +1223,7 @@ static int signal_fd(void)
 	sigaddset(&sigs, SIGHUP);
 	sigaddset(&sigs, SIGUSR1);
 	sigaddset(&sigs, SIGUSR2);
+	sigaddset(&sigs, SIGRTMIN);
 	sigprocmask(SIG_BLOCK, &sigs, NULL);
 	return signalfd(-1, &sigs, SFD_NONBLOCK | SFD_CLOEXEC);
 }
@@ -1308,6 +1317,18 @@ static void reset_stats(void)
 	}
 }
 
+/* SIGRTMIN: the trace from its first line, from now (no trace: nothing). */
+static void restart_trace(void)
+{
+	if (!trace_n)
+		return;
+	trace_start_ns = now_ns();
+	opp = 0;
+	opp_left = OPP_BYTES;
+	fprintf(stderr, "delayline: trace restarted, start_ns=%llu\n",
+		(unsigned long long)trace_start_ns);
+}
+
 /* Reads the pending signals; returns 1 when one asks the line to stop. */
 static int on_signals(int sfd, unsigned int queue)
 {
@@ -1319,6 +1340,8 @@ static int on_signals(int sfd, unsigned int queue)
 			print_stats(queue);
 		} else if (si.ssi_signo == SIGUSR2) {
 			reset_stats();
+		} else if ((int)si.ssi_signo == SIGRTMIN) {
+			restart_trace();
 		} else if (si.ssi_signo == SIGHUP && delay_file) {
 			double ms = read_delay_file(delay_file);
 
