@@ -673,6 +673,10 @@ def main():
                          "the trace-driven link and run arms on it (scripts/lab/replay.py)")
     ap.add_argument("--replay-arms", default=",".join(replay.ARMS),
                     help="comma list of replay arms (default: %(default)s)")
+    ap.add_argument("--replay-texture", default=replay.TEXTURE, metavar="TRACE",
+                    help="the measured trace (a name or a file) whose bursts and dips within a "
+                         "second the replayed link takes on, each second keeping the episode's "
+                         "capacity; none: evenly spaced, as exported (default %(default)s)")
     ap.add_argument("--f5-first-rep", type=int, default=0,
                     help="number the F5 repetitions from this one (a campaign in parts, with "
                          "--append; with --f5-builds it also decides which build goes first)")
