@@ -13,7 +13,7 @@ import re
 import subprocess
 import time
 
-from bloatdpy.harness import RCV4, REPO, SND4, TestCase, main, run, topo_profile
+from bloatdpy.harness import RCV4, REPO, SND4, TestCase, main, run, stolen_s, topo_profile
 
 N = "bldelay"
 DELAYLINE_BUILD = os.path.join(REPO, "scripts", "lab", "delayline", "build.sh")
@@ -113,11 +113,6 @@ class LabDelay(TestCase):
                     self.assertTrue(ok, why)
         return failed
 
-
-def stolen_s():
-    """CPU seconds the hypervisor has taken from this machine (all CPUs)."""
-    with open("/proc/stat") as f:
-        return int(f.readline().split()[8]) / os.sysconf("SC_CLK_TCK")
 
 if __name__ == "__main__":
     main()

@@ -29,8 +29,8 @@ import subprocess
 import sys
 import time
 
-from bloatdpy.harness import FLOWS, LAB_RUN, RCV4, SND4, TOPO, TestCase, lab_leftovers, main, run, topo_profile, \
-                              wait_for
+from bloatdpy.harness import FLOWS, LAB_RUN, RCV4, SND4, TOPO, TestCase, lab_leftovers, main, run, stolen_s, \
+                              topo_profile, wait_for
 
 BLAST_S = 12.0
 SETTLE_S = 1.5      # the buffer fills (1 MB at 3x the mean rate beyond it: < 0.5 s)
@@ -124,6 +124,23 @@ class TraceLink(TestCase):
         return trace, t, sent, own
 
     def check_link(self, lab, name, direction, trace_path, start_ns, delay_ms):
+        """The link against the trace. The lateness checks judge it by the
+        machine's clock, which a stretch of CPU the hypervisor takes makes
+        late (test_lab_delay's case; a local run once measured p99 7.8 ms,
+        the next 1.0 ms): a blast whose lateness fails is made once more,
+        with the CPU time stolen meanwhile printed; an emulator that is
+        late by itself fails both."""
+        for attempt in (1, 2):
+            steal0 = stolen_s()
+            late = self.check_blast(lab, name, direction, trace_path, start_ns, delay_ms, attempt == 2)
+            if not late:
+                return
+            print(f"  attempt {attempt}: {'; '.join(late)} ({stolen_s() - steal0:.2f} s of CPU "
+                  "stolen by the hypervisor meanwhile): once more", flush=True)
+
+    def check_blast(self, lab, name, direction, trace_path, start_ns, delay_ms, last):
+        """One blast, checked; the lateness checks that failed (raised on
+        the last attempt)."""
         trace, t, sent, own = self.measure(lab, direction, trace_path, start_ns, delay_ms)
         label = f"{name} {direction} ({os.path.basename(trace_path)}, {trace.mean_pps() * 12e-3:.2f} Mbit/s mean)"
         self.assertGreater(len(t), 100, f"{label}: only {len(t)} packets arrived")
@@ -167,8 +184,11 @@ class TraceLink(TestCase):
         self.assertGreaterEqual(good, 0.9 * len(rows), f"{label}: 100 ms windows off: {rows[:20]}")
         self.assertGreater(min(late_us), -1000, f"{label}: a packet before its opportunity "
                            "(the alignment or the emulator is wrong)")
-        self.assertLess(p50, 1000, f"{label}: median lateness {p50:.0f} us")
-        self.assertLess(p99, 5000, f"{label}: p99 lateness {p99:.0f} us")
+        late = [why for ok, why in ((p50 < 1000, f"{label}: median lateness {p50:.0f} us"),
+                                    (p99 < 5000, f"{label}: p99 lateness {p99:.0f} us")) if not ok]
+        if last:
+            self.assertEqual(late, [], "late packets")
+        return late
 
     def test_lte_both_directions(self):
         lab = self.lab("bltrace", profile="lte")
