@@ -10,7 +10,7 @@ RULES  := daemon/dist/prometheus
 FLEET_CHECK := daemon/dist/kubernetes/check
 
 .PHONY: all deps build lint test unit-test kernel-test rules-test fleet-test integration-test vm-test bench docs \
-        install uninstall release deb image fleet-manifest vmlinux demo lab lab-quick delayline clean kernels-table \
+        install uninstall release deb image fleet-manifest vmlinux demo lab lab-quick lab-classify delayline clean kernels-table \
         api-schema
 
 all: build
@@ -163,6 +163,10 @@ lab: deps build
 ## lab-quick: the quick subset (under 5 minutes)
 lab-quick: deps build
 	$(PY) scripts/lab/lab.py --quick --out $(LAB_OUT)/quick
+
+## lab-classify: the bottleneck classifier against the lab's truth, a confusion table (about 45 min)
+lab-classify: deps build
+	$(PY) scripts/lab/lab.py --classify --out $(LAB_OUT)/classify
 
 delayline:
 	scripts/lab/delayline/build.sh >/dev/null

@@ -30,6 +30,7 @@ import sys
 import time
 
 import analysis
+import classify  # issue 33: the kind of queue, against the lab's truth
 import f5  # issue 10: acting on bloat, finding F5
 import replay  # issue 32: a recorded episode, replayed
 from bloatdpy import api, instrument, truth  # the API's client; the queue, who shares it, what it counted
@@ -677,6 +678,18 @@ def main():
                     help="the measured trace (a name or a file) whose bursts and dips within a "
                          "second the replayed link takes on, each second keeping the episode's "
                          "capacity; none: evenly spaced, as exported (default %(default)s)")
+    ap.add_argument("--classify", action="store_true",
+                    help="the bottleneck classifier against the lab's truth instead: a bulk download "
+                         "per profile x queue x congestion control, bloatd's class of its path each "
+                         "second, a confusion table in --out/classify.md (scripts/lab/classify.py); "
+                         "with --quick 3.5g once; --profiles picks profiles (default 3.5g,3g,lte)")
+    ap.add_argument("--classify-queues", default=",".join(classify.QUEUES),
+                    help="the bottlenecks' queues (default: %(default)s)")
+    ap.add_argument("--classify-ccs", default=",".join(classify.CCS),
+                    help="the downloads' congestion controls (default: %(default)s)")
+    ap.add_argument("--classify-reps", type=int, default=3, help="runs of each cell (default 3)")
+    ap.add_argument("--classify-seconds", type=float, default=20,
+                    help="seconds each download is watched (default 20)")
     ap.add_argument("--f5-first-rep", type=int, default=0,
                     help="number the F5 repetitions from this one (a campaign in parts, with "
                          "--append; with --f5-builds it also decides which build goes first)")
@@ -707,6 +720,17 @@ def main():
         started = bloatd_ensure(replay.BLOATD_ARGS)
         try:
             return replay.run(args, sys.modules[__name__])
+        finally:
+            bloatd_release(started)
+    if args.classify:
+        if os.geteuid() != 0:
+            sys.exit("lab: needs root (network namespaces, qdiscs, iptables): run with sudo")
+        started = bloatd_ensure()
+        try:
+            return classify.run(args, sys.modules[__name__])
+        except KeyboardInterrupt:
+            log("\nlab --classify: interrupted")
+            return 130
         finally:
             bloatd_release(started)
     if args.f5:
