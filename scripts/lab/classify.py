@@ -27,6 +27,7 @@ import statistics
 import time
 
 from bloatdpy import api, instrument, truth
+from bloatdpy.harness import RCV4, available_cc
 
 QUEUES = {  # name: (topo.sh profile options, the class that is right)
     "droptail": ("", "droptail"),
@@ -37,7 +38,6 @@ QUEUES = {  # name: (topo.sh profile options, the class that is right)
 CLASSES = ["clear", "droptail", "aqm", "ecn-aqm", "unknown", "-"]
 PROFILES = ["3.5g", "3g", "lte"]
 CCS = ["cubic", "bloatd_westwood", "bbr"]
-RCV4 = "10.9.2.2"
 
 
 def log(msg):
@@ -120,8 +120,7 @@ def run(args, labmod):
     if bad:
         log(f"lab --classify: unknown queue(s) {', '.join(bad)} (queues: {', '.join(QUEUES)})")
         return 2
-    have = open("/proc/sys/net/ipv4/tcp_available_congestion_control").read().split()
-    missing = [c for c in ccs if c not in have]
+    missing = [c for c in ccs if c not in available_cc()]
     if missing:
         log(f"lab --classify: congestion control(s) not available: {', '.join(missing)}")
         return 2
