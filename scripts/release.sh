@@ -11,10 +11,13 @@
 #                                   dashboard, README, copyright
 #   SHA256SUMS                      of the binary and the tarball
 #
-# There is no musl target here, so "static" is glibc's static linking,
-# built for the host's triple with --target (RUSTFLAGS then reach the
-# binary, not the build scripts and proc macros) into its own directory
-# of target/, beside the dynamic `make build`. libbpf is built from the
+# There is no musl target here, so "static" is glibc's static linking:
+# crt-static given to the final link alone (`cargo rustc -- -C
+# target-feature=+crt-static`: the crates are those of `make build`,
+# only libbpf's and what depends on it are built again with the `static`
+# feature), into target/release/bloatd like `make build`'s. RUSTFLAGS
+# with --target, as before, built every crate a second time for its own
+# directory (~3 min; this way 52 s after `make build`, measured). libbpf is built from the
 # crate's copy (as in every build); libelf and zlib are Debian's static
 # archives (libelf-dev, zlib1g-dev).
 #
@@ -26,9 +29,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 CARGO=${CARGO:-cargo}
-TRIPLE=$(rustc -vV | sed -n 's/^host: //p')
 DIST=target/release-dist
-BUILT=target/$TRIPLE/release/bloatd
+BUILT=target/release/bloatd
 
 # The lookups a static glibc serves through NSS, whose modules it would
 # dlopen (glibc's link warnings name the same functions). glibc's own
@@ -39,8 +41,12 @@ NSS='getpw(nam|uid|ent)(_r)?|getgr(nam|gid|ent)(_r)?|getgrouplist|initgroups|get
 # where libbpf-sys finds libelf.a and libz.a (rustc searches no system
 # directory for a static library)
 libdirs=$(pkg-config --variable=libdir libelf zlib | tr " " "\n" | sort -u | paste -sd:)
-nice -n "${NICE:-19}" env RUSTFLAGS="${RUSTFLAGS:-} -C target-feature=+crt-static" \
-	LIBBPF_SYS_LIBRARY_PATH="$libdirs" "$CARGO" build --release --locked --target "$TRIPLE" -p bloatd --features static
+# The same path as `make build`'s binary: removed first, so that cargo
+# puts this build's there even when both are up to date (it copies a
+# build up to date only to where its file is missing).
+rm -f "$BUILT"
+nice -n "${NICE:-19}" env LIBBPF_SYS_LIBRARY_PATH="$libdirs" \
+	"$CARGO" rustc --release --locked -p bloatd --bin bloatd --features static -- -C target-feature=+crt-static
 
 # Static: no program interpreter, no needed library.
 if readelf -lW "$BUILT" | grep -q 'INTERP' || readelf -dW "$BUILT" | grep -q '(NEEDED)'; then
