@@ -22,11 +22,15 @@
 //! |---|---|
 //! | fewer than `MIN_SECONDS` observations | `unknown` |
 //! | no signal, median queue < `CLEAR_US` | `clear` |
-//! | no signal, median queue >= `aqm_queue_ms` | `droptail` (no AQM holds a standing queue that long) |
+//! | no signal, median queue >= the AQM queue | `droptail` (no AQM holds a standing queue that long) |
 //! | no signal, between | `unknown` |
-//! | signals, the queue at them or the median >= `aqm_queue_ms` | `droptail` |
+//! | signals, the queue at them or the median >= the AQM queue | `droptail` |
 //! | signals at a short queue, ECN ones at least as many as losses | `ecn-aqm` |
 //! | losses at a short queue | `aqm` |
+//!
+//! The AQM queue is `aqm_queue_ms`, or `AQM_PACKETS` packets' time at the
+//! rate the path carries where that is longer (a slow link's AQM keeps a
+//! packet or two waiting).
 //!
 //! Known limits: a drop-tail buffer shorter than `aqm_queue_ms` whose
 //! losses come at a short queue reads as `aqm`, and so do random (radio)
@@ -53,6 +57,16 @@ const DROPTAIL_SECONDS: usize = 5;
 const CLEAR_US: u32 = 5_000;
 /// A path with no observation for this long is forgotten.
 const FORGET_MS: u64 = 60_000;
+/// On a link slow enough that a packet takes longer than CoDel's target,
+/// an AQM keeps a packet or two waiting however hard it drops: CoDel
+/// never drops while at most one maximum-size packet waits (RFC 8289's
+/// dequeue), and a packet waits behind the one being sent. The lab's 3g
+/// link (150 kbit/s: 80 ms a packet) under CoDel held a sojourn of 89 ms
+/// at the median, and every such run was called drop-tail against 30 ms
+/// (docs/lab.md). So a path's AQM queue is at least this many packets'
+/// time at the rate it carries; a drop-tail buffer that short is called
+/// an AQM (it bloats nothing).
+const AQM_PACKETS: u32 = 4;
 
 /// One read of one path.
 #[derive(Clone, Copy, Debug, Default)]
@@ -67,6 +81,9 @@ struct Obs {
     /// Its queue is that of senders still in their first slow start (no
     /// sender of the path had left it): a ramp, not a standing queue.
     slow_start: bool,
+    /// The time one of its largest segments takes at the rate its sockets
+    /// carried together over the last interval (0: no rate).
+    packet_us: u32,
 }
 
 #[derive(Default)]
@@ -130,6 +147,9 @@ struct Acc {
     ecn: u32,
     signal_queue_us: u32,
     sends: bool,
+    /// Its carrying sockets' throughput together, and their largest MSS.
+    rate_bps: u64,
+    mss: u32,
     /// Its index among the read's paths (in `queues`).
     idx: u32,
 }
@@ -194,6 +214,8 @@ impl Bottlenecks {
                 // A receiver cannot tell its sender's slow start.
                 let slow_start = s.role == Role::Sender && s.ssthresh.is_none();
                 self.queues.push((a.idx, slow_start, q));
+                a.rate_bps = a.rate_bps.saturating_add(s.throughput_bps);
+                a.mss = a.mss.max(s.mss);
             }
             a.sends |= s.role == Role::Sender;
             if loss || ecn {
@@ -241,6 +263,7 @@ impl Bottlenecks {
                 ecn: a.ecn,
                 signal_queue_us: a.signal_queue_us,
                 slow_start,
+                packet_us: packet_us(a.mss, a.rate_bps),
             });
             while h.obs.front().is_some_and(|o| o.t_ms + WINDOW_MS <= t_ms) {
                 h.obs.pop_front();
@@ -291,6 +314,14 @@ fn ms(us: u32) -> String {
     format::ms(us as u64)
 }
 
+/// The time `mss` bytes take at `rate_bps`, in µs (0: no rate).
+fn packet_us(mss: u32, rate_bps: u64) -> u32 {
+    if rate_bps == 0 {
+        return 0;
+    }
+    (mss as u64 * 8 * 1_000_000 / rate_bps).min(u32::MAX as u64) as u32
+}
+
 /// The upper median of `xs` (sorts it).
 fn median(xs: &mut [u32]) -> u32 {
     xs.sort_unstable();
@@ -308,6 +339,8 @@ struct Evidence {
     q_at: Option<u32>,
     /// Reads left out: a slow start's ramp.
     ramp: u32,
+    /// The median of its reads' packet times (0: no rate).
+    packet_us: u32,
 }
 
 impl Evidence {
@@ -316,8 +349,8 @@ impl Evidence {
     /// one observation a second over `WINDOW_MS` (more are left out).
     fn of(h: &History, now_ms: u64) -> Option<Evidence> {
         const MAX: usize = 2 * (WINDOW_MS / 1000) as usize;
-        let (mut queues, mut at) = ([0u32; MAX], [0u32; MAX]);
-        let (mut n, mut n_at, mut losses, mut ecn) = (0, 0, 0, 0);
+        let (mut queues, mut at, mut packets) = ([0u32; MAX], [0u32; MAX], [0u32; MAX]);
+        let (mut n, mut n_at, mut n_packets, mut losses, mut ecn) = (0, 0, 0, 0, 0);
         // A slow start's ramp can say that nothing queues, no more.
         let in_window = |o: &&Obs| o.t_ms + WINDOW_MS > now_ms;
         let ramp = |o: &&Obs| o.slow_start && (o.queue_us >= CLEAR_US || o.losses + o.ecn > 0);
@@ -326,6 +359,10 @@ impl Evidence {
         for o in h.obs.iter().rev().filter(used).take(MAX) {
             queues[n] = o.queue_us;
             n += 1;
+            if o.packet_us > 0 {
+                packets[n_packets] = o.packet_us;
+                n_packets += 1;
+            }
             losses += o.losses;
             ecn += o.ecn;
             if o.losses + o.ecn > 0 {
@@ -341,14 +378,26 @@ impl Evidence {
             losses,
             ecn,
             q_at: (n_at > 0).then(|| median(&mut at[..n_at])),
+            packet_us: if n_packets > 0 {
+                median(&mut packets[..n_packets])
+            } else {
+                0
+            },
         })
+    }
+
+    /// The longest queue an AQM may keep on this path: `aqm_queue_us`, or
+    /// AQM_PACKETS packets' time where the link is slow enough that they
+    /// take longer.
+    fn aqm_queue(&self, aqm_queue_us: u32) -> u32 {
+        aqm_queue_us.max(self.packet_us.saturating_mul(AQM_PACKETS))
     }
 
     fn class(&self, aqm_queue_us: u32) -> BottleneckClass {
         if (self.seconds as usize) < MIN_SECONDS {
             return BottleneckClass::Unknown;
         }
-        match self.signalled(aqm_queue_us) {
+        match self.signalled(self.aqm_queue(aqm_queue_us)) {
             BottleneckClass::Droptail if (self.seconds as usize) < DROPTAIL_SECONDS => {
                 BottleneckClass::Unknown
             }
@@ -371,6 +420,7 @@ impl Evidence {
 
     /// The class with its evidence in one sentence.
     fn bottleneck(&self, class: BottleneckClass, aqm_queue_us: u32) -> Bottleneck {
+        let aqm_queue_us = self.aqm_queue(aqm_queue_us);
         let q50 = ms(self.q50);
         let signals = match (self.losses, self.ecn) {
             (l, 0) => format!("{l} loss{}", if l == 1 { "" } else { "es" }),
@@ -605,6 +655,42 @@ mod tests {
         let mut c = Bottlenecks::new(30);
         let b = feed(&mut c, 6, |_| 2, |_| 0, |i| (i >= 2).then_some(90));
         assert_eq!(class(&b), "clear", "{b:?}");
+    }
+
+    /// At 150 kbit/s (77 ms a 1448-byte packet) CoDel keeps a packet or
+    /// two waiting however often it drops: an AQM; the same link's 1.5 s
+    /// drop-tail buffer stays drop-tail, and so does the CoDel-like queue
+    /// at 16 Mbit/s, where 90 ms is far more than an AQM keeps.
+    #[test]
+    fn a_slow_links_aqm_keeps_a_packet_or_two_and_is_no_droptail() {
+        let read = |c: &mut Bottlenecks, i: u64, rate_bps: u64, queue_ms: u32, retrans: u32| {
+            let mut s = sock(2, PEER, 80, queue_ms, 0);
+            (s.retrans, s.ssthresh, s.throughput_bps) = (retrans, Some(4), rate_bps);
+            let t = 1_000_000 + i * 1000;
+            c.observe(t, &[s]);
+            c.class_of(NETNS, PEER.parse().unwrap(), "wlan0", t)
+                .unwrap()
+        };
+        let codel = |i: u64| [80, 95, 160, 90][(i % 4) as usize];
+        let mut c = Bottlenecks::new(30);
+        let b = (0..12)
+            .map(|i| read(&mut c, i, 150_000, codel(i), i as u32))
+            .last()
+            .unwrap();
+        assert_eq!(class(&b), "aqm", "{b:?}");
+        let mut c = Bottlenecks::new(30);
+        let fill = |i: u64| [1100, 1300, 1500, 1050][(i % 4) as usize];
+        let b = (0..12)
+            .map(|i| read(&mut c, i, 150_000, fill(i), (i / 4) as u32))
+            .last()
+            .unwrap();
+        assert_eq!(class(&b), "droptail", "{b:?}");
+        let mut c = Bottlenecks::new(30);
+        let b = (0..12)
+            .map(|i| read(&mut c, i, 16_000_000, codel(i), i as u32))
+            .last()
+            .unwrap();
+        assert_eq!(class(&b), "droptail", "{b:?}");
     }
 
     #[test]

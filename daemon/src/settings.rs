@@ -358,7 +358,8 @@ settings! {
     };
     /// A path whose losses or ECN marks come below this much
     /// queue has an AQM; a standing queue this long, or losses above it,
-    /// is a drop-tail buffer (`bloatd paths`, docs/design.md "Bottleneck
+    /// is a drop-tail buffer; on a link slow enough, four packets' time at
+    /// the path's rate instead (`bloatd paths`, docs/design.md "Bottleneck
     /// classes").
     aqm_queue_ms: u64 = 30, Meta {
         unit: MS,
