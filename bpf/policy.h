@@ -342,6 +342,29 @@ static __always_inline __u32 drwa_take_back(struct bloatd_policy_sock *p,
 	return drwa_bound(w > prev ? w : prev, m->min_bytes, m->limit);
 }
 
+/* Another receiver on the path holds (drwa_round): this one, which never
+ * held, holds at its own RTT now as that one did, with the window of its
+ * best recent rate, for as long as a receiver on the path holds and
+ * DRWA_RETRY_ROUNDS after. Its RTT_min's source says RECEIVERS, so it
+ * tells the path what it uses (drwa_path_tell) without holding the path
+ * itself: only a cut that drained nothing does. */
+static __always_inline __u32 drwa_adopt_hold(struct bloatd_policy_sock *p,
+					     const struct drwa_measure *m, __u32 low, __u32 prev)
+{
+	__u32 b;
+	__u64 w;
+
+	p->drwa_retry = DRWA_RETRY_ROUNDS;
+	p->drwa_base_us = low;
+	p->drwa_base_src = BLOATD_DRWA_BASE_RECEIVERS;
+	p->drwa_ref_low_us = 0;
+	p->drwa_cut_low_us = 0;
+	p->drwa_flat = 0;
+	b = low < m->resolution_us ? m->resolution_us : low;
+	w = (p->drwa_max_rate * b / 1000000 * m->lambda_x256) >> 8;
+	return drwa_bound(w > prev ? w : prev, m->min_bytes, m->limit);
+}
+
 /*
  * One DRWA round (Algorithm 1 of Jiang et al.): the window the receiver
  * advertises is lambda x RTT_min / RTT_est x cwnd_est, where cwnd_est is
@@ -360,7 +383,10 @@ static __always_inline __u32 drwa_take_back(struct bloatd_policy_sock *p,
  * path; the floor, learned before the queue formed, does not. In its
  * first rounds (DRWA_TRUSTED_BYTES) the floor is only the RTT_min the
  * other receivers on the path use (drwa_path_floor): a slow start's rate
- * gives the take-back rule nothing to judge a wrong floor by. A floor can
+ * gives the take-back rule nothing to judge a wrong floor by; and so it
+ * is after them while another receiver on the path holds its RTT_min
+ * (a cut that drained nothing: the floor is below the path), until the
+ * connection has held itself (policy_ops.h, drwa_round_close). A floor can
  * also be below the connection's propagation delay (a prefix's or an
  * inferred one that is wrong, one learned before the path got longer):
  * the second rule below catches that, as it does a stale own minimum.
@@ -419,7 +445,10 @@ static __always_inline __u32 drwa_round(struct bloatd_policy_sock *p,
 	if (!p->drwa_min_us || low < p->drwa_min_us)
 		p->drwa_min_us = low;
 	if (p->drwa_retry) {
-		if (--p->drwa_retry == 0)
+		/* A hold taken from another receiver lasts while one holds. */
+		if (m->path_held && !p->drwa_held && p->drwa_retry == 1)
+			;
+		else if (--p->drwa_retry == 0)
 			drwa_lowest_min(p, m);	/* try it again */
 		else if (low < p->drwa_base_us)
 			p->drwa_base_us = low;
@@ -430,6 +459,21 @@ static __always_inline __u32 drwa_round(struct bloatd_policy_sock *p,
 	p->drwa_max_rate -= p->drwa_max_rate >> 3;
 	if (rate > p->drwa_max_rate)
 		p->drwa_max_rate = rate;
+	/* A receiver on the path holds its RTT_min (a cut of its drained
+	 * nothing: the path's floors are below the path now) and this one
+	 * has never held: it holds too (drwa_adopt_hold), at its RTT now,
+	 * with the window of its best recent rate, while one holds, rather
+	 * than cut by a floor the holder has found wrong until its own rules
+	 * catch up. A connection
+	 * opened as the path grew 40 -> 200 ms beside a download was cut to
+	 * 2 segments in its first rounds (the download's floor, before the
+	 * download held) and stayed far below (0.13 and 0.50 of not acting
+	 * over 16 s, test_drwa_harm case 6): at 2 segments its rate cannot
+	 * fall, its RTT moved with the download's queue, so neither the rate
+	 * nor the flat rule fired, and the window regrew only at the pace of
+	 * its rounds. */
+	if (m->path_held && !p->drwa_held && !p->drwa_retry)
+		return drwa_adopt_hold(p, m, low, prev);
 	b = p->drwa_base_us < m->resolution_us ? m->resolution_us : p->drwa_base_us;
 	if (m->holes && (__u64)m->rtt_us * 256 > b * m->lambda_x256) {
 		/* A loss stalled delivery behind a hole: the round's rate is

@@ -671,13 +671,22 @@ static __always_inline void drwa_round_close(struct bpf_sock_ops *skops, struct 
 	mp->lambda_x256 = drwa_lambda_x256;
 	/* The path's floor, as the probes keep it in the record (floor.h);
 	 * in the connection's first rounds only what the other receivers on
-	 * its path use (drwa_path_floor). Kept in the measure, not on the
-	 * stack: 6.1's verifier counts the program's and the floor code's
-	 * frames together, 512 bytes at most. */
+	 * its path use (drwa_path_floor), and after them too while one of
+	 * them holds its RTT_min after a cut that drained nothing: the
+	 * probes' floor is then below the path (one learned before the path
+	 * got longer), and a connection opened beside the holder cut itself
+	 * to 2 segments by it, 0.13x of its goodput without DRWA for 16 s,
+	 * the sibling's queue moving its RTT too much for the flat rule to
+	 * take the cuts back (test_drwa_harm, case 6, one CI run). Not for
+	 * a connection that has held itself: its own take-backs judge the
+	 * floor, and the held RTT_min it told the path would stand in for
+	 * the floor it retries. Kept in the measure, not on the stack: 6.1's
+	 * verifier counts the program's and the floor code's frames
+	 * together, 512 bytes at most. */
 	mp->first = tp->bytes_received < DRWA_TRUSTED_BYTES;
 	mp->floor_us = drwa_path_floor(l, now_us, DRWA_PATH_FRESH_US, &mp->path_held);
 	mp->floor_src = BLOATD_DRWA_BASE_RECEIVERS;
-	if (!mp->first) {
+	if (!mp->first && (!mp->path_held || p->drwa_held)) {
 		mp->floor_us = s->floor_us;
 		mp->floor_src = s->floor_source;
 	}

@@ -659,7 +659,7 @@ mod tests {
         round(&mut p, 10_000, 14_000, w);
         assert_eq!(p.drwa_held, 1);
         // The link kept its rate, but a receiver on it is held (its cuts
-        // drain nothing): the share it gave up is not a sibling's to drain.
+        // drain nothing): what it would give up is not a sibling's to drain.
         let mut h = BloatdPolicySock {
             drwa_min_us: 150_000,
             ..Default::default()
@@ -679,9 +679,13 @@ mod tests {
             // SAFETY: pure C.
             unsafe { c::bloatd_drwa_round(p, &m, prev) }
         };
+        // It holds too (a_connection_beside_a_held_receiver_holds_while_it_does):
+        // no cut, and no hold of its own counted.
         let w = held(&mut h, 20_000, 28_000);
-        held(&mut h, 10_000, w);
-        assert_eq!(h.drwa_held, 1);
+        assert!(
+            w >= 28_000 && h.drwa_held == 0 && h.drwa_retry > 0,
+            "{h:?} {w}"
+        );
         // Not known (no route, the slot another link's): as before.
         let mut q = BloatdPolicySock {
             drwa_min_us: 150_000,
@@ -690,6 +694,68 @@ mod tests {
         let w = round(&mut q, 20_000, 0, 28_000);
         round(&mut q, 10_000, 0, w);
         assert_eq!(q.drwa_held, 1);
+    }
+
+    /// A connection that has never held, on a path where another receiver
+    /// holds its RTT_min (the path grew from 40 to 200 ms, the holder's
+    /// queue on it), holds too, at its own RTT now: the window of its best
+    /// recent rate at once, not the 2 segments a stale 40 ms floor cut it to
+    /// (test_drwa_harm case 6), for as long as the other holds. It counts
+    /// no hold of its own and does not hold the path. With no receiver
+    /// held it cuts as before.
+    #[test]
+    fn a_connection_beside_a_held_receiver_holds_while_it_does() {
+        let round = |p: &mut BloatdPolicySock, path_held: u32, prev: u32| {
+            let m = DrwaMeasure {
+                rcvd: 2_896,
+                path_rcvd: 1_000_000,
+                path_held,
+                dur_us: 600_000,
+                rtt_us: 600_000,
+                low_us: 600_000,
+                min_bytes: 2_896,
+                lambda_x256: LAMBDA3,
+                floor_us: 200_000,
+                floor_src: drwa_base::RECEIVERS,
+                ..Default::default()
+            };
+            // SAFETY: pure C.
+            unsafe { c::bloatd_drwa_round(p, &m, prev) }
+        };
+        let fresh = || BloatdPolicySock {
+            drwa_min_us: 200_000,
+            drwa_max_rate: 100_000,
+            ..Default::default()
+        };
+        let mut p = fresh();
+        let w = round(&mut p, 1, 2_896);
+        // Its best recent rate, decayed by 1/8 a round: 87.5 kB/s.
+        assert_eq!(
+            w,
+            87_500 * 600 / 1000 * 3,
+            "lambda x its RTT now x its best recent rate"
+        );
+        assert_eq!(
+            (p.drwa_held, p.drwa_base_us, p.drwa_base_src as u32),
+            (0, 600_000, drwa_base::RECEIVERS),
+            "{p:?}"
+        );
+        // Held while the other holds, however long: no cut.
+        let mut w2 = w;
+        for _ in 0..40 {
+            w2 = round(&mut p, 1, w2);
+        }
+        assert!(p.drwa_retry >= 1 && w2 >= w, "{p:?} {w2}");
+        // The other lets go: it tries the lowest RTT_min again.
+        round(&mut p, 0, w2);
+        assert_eq!((p.drwa_retry, p.drwa_base_us), (0, 200_000), "{p:?}");
+        let mut p = fresh();
+        let w = round(&mut p, 0, 2_896);
+        assert_eq!(
+            (p.drwa_held, w),
+            (0, 2_896),
+            "no receiver held: cut, at the smallest window"
+        );
     }
 
     #[test]
