@@ -317,6 +317,27 @@ static __always_inline void drwa_lowest_min(struct bloatd_policy_sock *p,
 	}
 }
 
+/* Hold RTT_min at `low`, the RTT the connection has now, from `src`, for
+ * `retry` rounds: the window goes back to what delivered the best recent
+ * rate, and the cut sequence's measures start over (drwa_take_back,
+ * drwa_adopt_hold). */
+static __always_inline __u32 drwa_hold(struct bloatd_policy_sock *p, const struct drwa_measure *m,
+				       __u32 low, __u32 prev, __u32 retry, __u8 src)
+{
+	__u32 b;
+	__u64 w;
+
+	p->drwa_retry = retry;
+	p->drwa_base_us = low;
+	p->drwa_base_src = src;
+	p->drwa_ref_low_us = 0;
+	p->drwa_cut_low_us = 0;
+	p->drwa_flat = 0;
+	b = low < m->resolution_us ? m->resolution_us : low;
+	w = (p->drwa_max_rate * b / 1000000 * m->lambda_x256) >> 8;
+	return drwa_bound(w > prev ? w : prev, m->min_bytes, m->limit);
+}
+
 /* A cut that drained nothing, taken back (drwa_round): the window goes
  * back to what delivered the best recent rate, and RTT_min is held at the
  * RTT the connection has now (`low`) for DRWA_RETRY_ROUNDS rounds, twice as
@@ -324,22 +345,13 @@ static __always_inline void drwa_lowest_min(struct bloatd_policy_sock *p,
 static __always_inline __u32 drwa_take_back(struct bloatd_policy_sock *p,
 					    const struct drwa_measure *m, __u32 low, __u32 prev)
 {
-	__u32 shift, b;
-	__u64 w;
+	__u32 shift;
 
 	p->drwa_held++;
 	shift = p->drwa_fails < DRWA_RETRY_MAX_SHIFT ? p->drwa_fails : DRWA_RETRY_MAX_SHIFT;
 	if (p->drwa_fails < 255)
 		p->drwa_fails++;
-	p->drwa_retry = DRWA_RETRY_ROUNDS << shift;
-	p->drwa_base_us = low;
-	p->drwa_base_src = BLOATD_DRWA_BASE_HELD;
-	p->drwa_ref_low_us = 0;
-	p->drwa_cut_low_us = 0;
-	p->drwa_flat = 0;
-	b = low < m->resolution_us ? m->resolution_us : low;
-	w = (p->drwa_max_rate * b / 1000000 * m->lambda_x256) >> 8;
-	return drwa_bound(w > prev ? w : prev, m->min_bytes, m->limit);
+	return drwa_hold(p, m, low, prev, DRWA_RETRY_ROUNDS << shift, BLOATD_DRWA_BASE_HELD);
 }
 
 /* Another receiver on the path holds (drwa_round): this one, which never
@@ -351,18 +363,7 @@ static __always_inline __u32 drwa_take_back(struct bloatd_policy_sock *p,
 static __always_inline __u32 drwa_adopt_hold(struct bloatd_policy_sock *p,
 					     const struct drwa_measure *m, __u32 low, __u32 prev)
 {
-	__u32 b;
-	__u64 w;
-
-	p->drwa_retry = DRWA_RETRY_ROUNDS;
-	p->drwa_base_us = low;
-	p->drwa_base_src = BLOATD_DRWA_BASE_RECEIVERS;
-	p->drwa_ref_low_us = 0;
-	p->drwa_cut_low_us = 0;
-	p->drwa_flat = 0;
-	b = low < m->resolution_us ? m->resolution_us : low;
-	w = (p->drwa_max_rate * b / 1000000 * m->lambda_x256) >> 8;
-	return drwa_bound(w > prev ? w : prev, m->min_bytes, m->limit);
+	return drwa_hold(p, m, low, prev, DRWA_RETRY_ROUNDS, BLOATD_DRWA_BASE_RECEIVERS);
 }
 
 /*
