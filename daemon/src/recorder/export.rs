@@ -16,9 +16,10 @@
 //! - `capacity.csv`: each second's delivery, capacity and which of the
 //!   three it is.
 //! - `replay.json`: the base RTT (the path's floor), the buffer (the most
-//!   bytes the queue held in a second: its median queue times that
-//!   second's capacity), the flow mix (bulk flows
-//!   and short ones, by bytes), and what was recorded, for comparison.
+//!   bytes the queue held in a second: its median queue times the lower
+//!   of that second's and the previous second's capacity), the flow mix
+//!   (bulk flows and short ones, by bytes, each with the time of its first
+//!   read), and what was recorded, for comparison.
 //! - `episode.json`: the episode as `bloatd incident ID --json` gives it.
 
 use bloatd_model::journal::{EpisodeDetail, PathPoint};
@@ -208,6 +209,11 @@ struct FlowMix {
     bytes: u64,
     kind: &'static str,
     queue_p50_ms: f64,
+    /// When it was first read, in seconds from the episode's start (0 for
+    /// one that was there at the start; at most a read, a second, after it
+    /// opened); absent for a flow the episode kept no series of.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    start_s: Option<f64>,
 }
 
 #[derive(Serialize)]
@@ -255,22 +261,50 @@ fn write(dir: &Path, name: &str, text: &str) -> std::io::Result<()> {
 }
 
 /// The bottleneck's buffer: the most bytes its queue held, each second's
-/// median queue times that second's capacity (a queue in time drains at
-/// the link's rate then: on a link whose rate varies, the peak queue times
-/// a typical rate counts the bytes of a slow second at a fast rate; the
-/// lab's 1 MB LTE buffer came out 2.0 MB that way). Only the measured
-/// seconds, where both are known, if there are any: a held second's
-/// capacity is a neighbour's, and its queue may be a slow start's behind a
-/// drained backlog (the 1 MB buffer came out 1.35 MB with them).
+/// median queue times the capacity that drained it (a queue in time drains
+/// at the link's rate then: on a link whose rate varies, the peak queue
+/// times a typical rate counts the bytes of a slow second at a fast rate;
+/// the lab's 1 MB LTE buffer came out 2.0 MB that way). A read's queue
+/// waited through the end of the second before (reads are a second apart,
+/// off the grid, and the queue is most of a second): of the two seconds'
+/// capacities, the lower one. With the second's own, a queue of 789 ms
+/// that built while the link fell to 2.7 Mbit/s counted at the next
+/// second's 11.9 Mbit/s, and the 1 MB buffer came out 1.22 MB (docs/lab.md).
+/// Only the measured seconds, where both are known, if there are any: a
+/// held second's capacity is a neighbour's, and its queue may be a slow
+/// start's behind a drained backlog (the 1 MB buffer came out 1.35 MB with
+/// them).
 fn buffer_of(seconds: &[Second]) -> u64 {
-    let bytes = |s: &Second| (s.queue_us as u128 * s.capacity_bps as u128 / 8_000_000) as u64;
-    let measured = seconds.iter().filter(|s| s.source == "measured");
+    let bytes = |(k, s): (usize, &Second)| {
+        let before = k
+            .checked_sub(1)
+            .map_or(s.capacity_bps, |j| seconds[j].capacity_bps);
+        let drained = s.capacity_bps.min(before);
+        (s.queue_us as u128 * drained as u128 / 8_000_000) as u64
+    };
+    let measured = seconds
+        .iter()
+        .enumerate()
+        .filter(|(_, s)| s.source == "measured");
     measured
         .clone()
         .map(bytes)
         .max()
-        .or_else(|| seconds.iter().map(bytes).max())
+        .or_else(|| seconds.iter().enumerate().map(bytes).max())
         .unwrap_or(0)
+}
+
+/// When the flow `cookie` was first read, in seconds from the episode's
+/// start: the replay opens each short flow when the recorded one opened,
+/// rather than spreading them evenly over the episode.
+fn first_read_s(d: &EpisodeDetail, cookie: u64) -> Option<f64> {
+    let first = d
+        .flow_series
+        .iter()
+        .find(|s| s.cookie == cookie)?
+        .points
+        .first()?;
+    Some(first.t_ms.saturating_sub(d.episode.start_ms) as f64 / 1000.0)
 }
 
 /// Write the bundle of `d` into `dir` (created if missing).
@@ -313,6 +347,7 @@ pub fn export(d: &EpisodeDetail, dir: &Path) -> crate::error::Result<Exported> {
                 "short"
             },
             queue_p50_ms: f.queue_p50_us as f64 / 1000.0,
+            start_s: first_read_s(d, f.cookie),
         })
         .collect();
     let bulk = flows.iter().find(|f| f.kind == "bulk");
@@ -330,7 +365,7 @@ pub fn export(d: &EpisodeDetail, dir: &Path) -> crate::error::Result<Exported> {
         SATURATED_QUEUE_US / 1000
     )];
     notes.push(
-        "buffer: the most bytes the path's median queue held in a second (its queue times that second's capacity)"
+        "buffer: the most bytes the path's median queue held in a second (its queue times the lower of that second's and the previous second's capacity)"
             .to_string(),
     );
     notes.push("base RTT: the path's floor; the uplink is constant (not recorded)".to_string());
@@ -514,5 +549,106 @@ mod tests {
             .collect();
         assert_eq!(buffer_of(&secs), 900_000);
         assert_eq!(buffer_of(&[]), 0);
+    }
+
+    #[test]
+    fn a_queue_that_built_in_a_slow_second_counts_at_its_rate() {
+        // test_recorder's lte episode: 761 ms at 11.4 Mbit/s, then the link
+        // fell to 2.7 Mbit/s and the next read said 789 ms at 11.9 Mbit/s.
+        let secs: Vec<Second> = [(11_378_200u64, 761u32), (2_681_970, 836), (11_911_300, 789)]
+            .iter()
+            .enumerate()
+            .map(|(i, &(c, q))| Second {
+                t_s: i as u32,
+                delivered_bps: c,
+                capacity_bps: c,
+                source: "measured",
+                queue_us: q * 1000,
+            })
+            .collect();
+        // 761 ms x 11.38 Mbit/s; not 789 ms x 11.91 Mbit/s (1.17 MB).
+        assert_eq!(buffer_of(&secs), 1_082_351);
+    }
+
+    #[test]
+    fn each_flow_carries_when_it_was_first_read() {
+        use bloatd_model::journal::{Episode, EpisodeFlow, EpisodeKind, FlowPoint, FlowSeries};
+        use bloatd_model::Role;
+        let start = 1_000_000;
+        let flow = |cookie: u64, bytes: u64| EpisodeFlow {
+            cookie,
+            pid: Some(1),
+            process: Some("python3".into()),
+            service: "/".into(),
+            cc: "cubic".into(),
+            role: Role::Sender,
+            local: "10.9.1.1:8000".parse().unwrap(),
+            remote: "10.9.2.2:40000".parse().unwrap(),
+            netns: 1,
+            bytes,
+            retrans: 0,
+            unsent_bytes_max: 0,
+            unsent_delay_max_us: 0,
+            queue_p50_us: 300_000,
+            policy: String::new(),
+            rules: vec![],
+        };
+        let series = |cookie: u64, from_s: u64| FlowSeries {
+            cookie,
+            points: (from_s..from_s + 3)
+                .map(|s| FlowPoint {
+                    t_ms: start + s * 1000 + 200,
+                    cwnd: 10,
+                    rtt_us: 380_000,
+                    rate_bps: 1_000_000,
+                })
+                .collect(),
+        };
+        let d = EpisodeDetail {
+            episode: Episode {
+                id: 7,
+                kind: EpisodeKind::Path,
+                path: None,
+                service: None,
+                start_ms: start,
+                end_ms: start + 10_000,
+                open: false,
+                cut: None,
+                threshold_us: 100_000,
+                floor_us: 80_000,
+                floor_source: None,
+                queue_peak_us: 500_000,
+                queue_p50_us: 300_000,
+                queue_p90_us: 400_000,
+                throughput_bps: 16_000_000,
+                bytes: 20_000_000,
+                sockets_max: 3,
+                flows: 3,
+                services: vec![],
+                processes: vec![],
+                ccs: vec![],
+                actions: Default::default(),
+                bottleneck: None,
+            },
+            flows: vec![flow(1, 19_000_000), flow(2, 800_000), flow(3, 500_000)],
+            series: (0..10).map(|t| point(t, 16_000_000, 300)).collect(),
+            // The third flow has no series (shorter than a read, or past
+            // the flows the episode keeps points of).
+            flow_series: vec![series(1, 0), series(2, 4)],
+        };
+        let dir = std::env::temp_dir().join(format!("bloatd-export-test-{}", std::process::id()));
+        export(&d, &dir).unwrap();
+        let replay: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(dir.join("replay.json")).unwrap())
+                .unwrap();
+        std::fs::remove_dir_all(&dir).unwrap();
+        let starts: Vec<Option<f64>> = replay["flows"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|f| f.get("start_s").and_then(|v| v.as_f64()))
+            .collect();
+        assert_eq!(starts, [Some(0.2), Some(4.2), None]);
+        assert_eq!(replay["short_flows"], 2);
     }
 }
