@@ -72,6 +72,10 @@ CUBIC_BETA = 0.7
 # engine/reader.rs API_READ_MAX_AGE: the oldest read an API answer may share.
 API_READ_MAX_AGE_S = 5
 BLOATED_BUFFER = 1_500_000
+# Reads of the bloated flow, each checked against ss, back to back: an
+# emulated CPU takes ~10 s for one (ss twice, bloatd's answers, ping).
+# Six reads with 2 s between them took 77-99 s of each guest's 175-260 s.
+BLOATED_READS = 4
 
 
 class Skip(Exception):
@@ -342,9 +346,9 @@ class Run:
         self.lab.exec("rtr", "tc", "qdisc", "replace", "dev", "rcv0", "root", "tbf", "rate",
                       BLOATED_RATE, "burst", "4000", "limit", str(BLOATED_BUFFER))
         idle = self.idle_ms
-        # Long enough for six reads on an emulated CPU (each read, ping and
-        # ss take seconds there): at 40 s the server's timer ended the flow
-        # mid-check on 5.14 (bloatd listed it in FIN-WAIT-1, ss's ESTAB
+        # Long enough for BLOATED_READS reads on an emulated CPU (each
+        # read, ping and ss take seconds there): at 40 s the server's timer
+        # ended the flow mid-check on 5.14 (bloatd listed it in FIN-WAIT-1, ss's ESTAB
         # filter did not). Stopped when the reads are done.
         client = self.lab.download("cubic", 120, port=BLOATED_PORT)
         self.lab.wait_for_queue(idle, 1000, timeout=40)
@@ -356,7 +360,7 @@ class Run:
         time.sleep(API_READ_MAX_AGE_S + 0.5)
         reads, bloated, pings, qdelays = [], 0, [], []
         last = None  # the previous round's last ss read
-        for _ in range(6):
+        for _ in range(BLOATED_READS):
             theirs = self.sender(BLOATED_PORT)
             # The socket ss chose, by its four-tuple: iperf3's control
             # connection on the same port counts as a sender once it sends
@@ -416,9 +420,9 @@ class Run:
             pings.append(ping - idle)
             qdelays.append(qdelay)
             reads.append(f"{srtt:.0f}/{min(near):.0f}-{max(near):.0f}/{qdelay:.0f}/{ping:.0f}")
-            time.sleep(2)
         stop(client, grace=0)
-        assert bloated >= 4, f"the queue held seconds at {bloated} of 6 reads, not 4: " + " ".join(reads)
+        assert bloated >= BLOATED_READS - 1, \
+            f"the queue held seconds at {bloated} of {BLOATED_READS} reads: " + " ".join(reads)
         q, p = statistics.median(qdelays), statistics.median(pings)
         assert close_enough(q, p, rel=0.5, absolute=300), \
             f"median queueing delay {q:.0f} ms, ping's {p:.0f} ms over idle: " + " ".join(reads)
