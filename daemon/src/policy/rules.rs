@@ -34,6 +34,10 @@ pub const RULE_KEYS: &[(&str, &str)] = &[
         "a cgroup v2 path, like \"system.slice/backup.service\"",
     ),
     (
+        "path",
+        "path classes, like \"droptail\" or \"droptail+unknown\" (clear, droptail, aqm, ecn-aqm, unknown)",
+    ),
+    (
         "bulk_bytes",
         "bytes, like 1000000 or \"1M\" (switch once the connection has sent them)",
     ),
@@ -181,7 +185,12 @@ fn covers(a: &Rule, b: &Rule, root: &Path) -> bool {
         (Some(_), None) => false,
         (Some(x), Some(y)) => cgroup_covers(&cgroup_rel(x, root), &cgroup_rel(y, root)),
     };
-    range(&a.dport, &b.dport) && range(&a.sport, &b.sport) && cg
+    let path = match (&a.path, &b.path) {
+        (None, _) => true,
+        (Some(_), None) => false,
+        (Some(x), Some(y)) => x.covers(y),
+    };
+    range(&a.dport, &b.dport) && range(&a.sport, &b.sport) && cg && path
 }
 
 /// What a rule selects, in words (for messages and `bloatd policy list`).
@@ -195,6 +204,9 @@ pub fn describe_selectors(r: &Rule) -> String {
     }
     if let Some(c) = &r.cgroup {
         s.push(format!("cgroup {c}"));
+    }
+    if let Some(p) = &r.path {
+        s.push(format!("path {p}"));
     }
     if let Some(b) = r.bulk_bytes {
         s.push(format!("after {} sent", format::bytes(b.0)));
