@@ -16,14 +16,17 @@ up by namespace and peer):
   flips to aqm;
 - once bloatd's class of the path (`bloatd paths --json`) is the queue's
   kind, download B (port 5202, CUBIC) under a bulk rule
-  (`sport=5202,bulk_bytes=300K,cc=bloatd_westwood`).
+  (`sport=5202,bulk_bytes=300K,cc=bloatd_westwood`), and a rule matched
+  at its handshake only on an AQM's path (`sport=5202,path=aqm+ecn-aqm,
+  notsent_lowat=128Ki`: an action the gate does not hold).
 The receiver's own paths only receive: the classifier sees no loss or
 mark there (their senders do), so the gate is shown where a receiver
 shares a path with the host's senders (docs/design.md, "Policy and path
 classes").
 
 Checked: the counters (`bulk_gated_total`, `drwa_gated_total`,
-`drwa_restored_total`, `bulk_switched_total`), B's congestion control in
+`drwa_restored_total`, `bulk_switched_total`, `notsent_lowat_set_total`:
+the `path` rule), B's congestion control in
 `ss`, the DRWA rounds and clamp bloatd shows for the upload's receiver;
 printed: A's and B's goodput side by side, B/A with and without the gate
 on the FQ-CoDel path (what the gate saves, or not). About 70 s.
@@ -35,6 +38,7 @@ from bloatdpy.harness import RCV4, SND4, TestCase, main, wait_for
 
 N = "blgate"
 RULES = ("--drwa=off",
+         "--policy", "name=onaqm,sport=5202,path=aqm+ecn-aqm,notsent_lowat=128Ki",
          "--policy", "name=bulk,sport=5202,bulk_bytes=300K,cc=bloatd_westwood",
          "--policy", "name=rx,sport=5203,drwa=true")
 CLASSIFY_S = 20   # the classifier's goal is 10 s; its window needs reads
@@ -81,6 +85,9 @@ class PolicyGate(TestCase):
         self.assertEqual(g["rx_rounds_during"], 0, f"no DRWA round on the AQM's path: {g}")
         self.assertEqual(g["rx_clamp"], 0, f"no clamp binding: {g}")
         self.assertGreater(g["drwa_gated"], 0, g)
+        # The path= rule matched B's handshake on the AQM's path only.
+        self.assertGreaterEqual(g["path_rule"], 1, g)  # iperf3: control and data connections
+        self.assertEqual(results["droptail"]["path_rule"], 0, results["droptail"])
         # B ran as A (no policy acts on it): within noise of it.
         self.assertTrue(0.7 <= g["b_over_a"] <= 1 / 0.7, f"gated B as A: {g}")
         # Drop-tail, and the AQM path with act_on_aqm: as without the gate.
@@ -157,6 +164,7 @@ class PolicyGate(TestCase):
             "bulk_gated": counts["bulk_gated_total"],
             "drwa_gated": counts["drwa_gated_total"],
             "restored": counts["drwa_restored_total"],
+            "path_rule": counts["notsent_lowat_set_total"],
             "b_cc": b_cc[0] if b_cc else "-",
             "rx_rounds_before_class": (before or {}).get("rounds", 0),
             "rx_rounds_during": r1.get("rounds", 0) - r0.get("rounds", 0),
