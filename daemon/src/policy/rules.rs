@@ -283,6 +283,31 @@ pub fn validate(rules: &[Rule]) -> Result<()> {
     Ok(())
 }
 
+/// A rule that selects only AQM paths (`path = "aqm"`, `"ecn-aqm"`, both)
+/// for DRWA or a bulk switch would never act while the AQM gate holds
+/// those back there (`act_on_aqm` off): refused, with the fix.
+pub fn check_gate(rules: &[Rule], act_on_aqm: bool) -> Result<()> {
+    use bloatd_model::BottleneckClass::{Aqm, EcnAqm};
+    if act_on_aqm {
+        return Ok(());
+    }
+    for (i, r) in rules.iter().enumerate() {
+        let only_aqm = r
+            .path
+            .as_ref()
+            .is_some_and(|p| p.0.iter().all(|c| matches!(c, Aqm | EcnAqm)));
+        if only_aqm && (r.drwa || r.bulk_bytes.is_some()) {
+            return Err(Error::invalid(format!(
+                "policy rule '{}' selects only AQM paths (path {}) for {}, which stay off there unless act_on_aqm = true (--act-on-aqm): set it, or select other classes",
+                rule_name(r, i),
+                r.path.as_ref().map(|p| p.to_string()).unwrap_or_default(),
+                if r.drwa { "DRWA" } else { "a bulk switch" }
+            )));
+        }
+    }
+    Ok(())
+}
+
 /// One rule's own checks: it does something, and its values are well formed.
 fn check_rule(r: &Rule, name: &str) -> Result<()> {
     if r.cc.is_none() && !r.drwa && r.notsent_lowat.is_none() {
@@ -474,6 +499,44 @@ mod tests {
         }
         let e = check(&["bulk_bytes = \"1M\"\nnotsent_lowat = \"128Ki\""]).err_text();
         assert!(e.contains("bulk rule acts later"), "{e}");
+    }
+
+    /// `path` parses as one class, several joined by `+` or a list, and
+    /// takes part in hiding; a rule that selects only AQM paths for DRWA
+    /// or a bulk switch is refused unless act_on_aqm says it may act there.
+    #[test]
+    fn path_selects_classes_and_a_gated_only_rule_is_refused() {
+        use bloatd_model::BottleneckClass::*;
+        let r = rule("path = \"unknown+droptail\"\ncc = \"cubic\"");
+        assert_eq!(r.path.unwrap().0, vec![Droptail, Unknown]);
+        let r = rule("path = [\"aqm\", \"ecn-aqm\"]\ncc = \"cubic\"");
+        assert_eq!(r.path.unwrap().to_string(), "aqm+ecn-aqm");
+        let r = parse_flag("path=droptail,cc=cubic").unwrap();
+        assert_eq!(describe_selectors(&r), "path droptail");
+        let e = parse_flag("path=fifo,cc=cubic").err_text();
+        assert!(e.contains("`path` must be"), "{e}");
+        // No path first hides a path rule; a path rule does not hide one
+        // that selects other classes.
+        let e = check(&["cc = \"cubic\"", "path = \"droptail\"\ncc = \"reno\""]).err_text();
+        assert!(e.contains("can never apply"), "{e}");
+        check(&[
+            "path = \"droptail\"\ncc = \"reno\"",
+            "path = \"clear\"\ncc = \"cubic\"",
+        ])
+        .unwrap();
+        let gated = [
+            rule("path = \"aqm+ecn-aqm\"\ndrwa = true"),
+            rule("path = \"aqm\"\nbulk_bytes = \"1M\"\ncc = \"reno\""),
+        ];
+        for r in &gated {
+            let e = check_gate(std::slice::from_ref(r), false).err_text();
+            assert!(e.contains("act_on_aqm"), "{e}");
+            check_gate(std::slice::from_ref(r), true).unwrap();
+        }
+        // A congestion control at the handshake is not gated; other
+        // classes beside aqm leave the rule something to act on.
+        check_gate(&[rule("path = \"aqm\"\ncc = \"reno\"")], false).unwrap();
+        check_gate(&[rule("path = \"aqm+droptail\"\ndrwa = true")], false).unwrap();
     }
 
     #[test]
