@@ -112,8 +112,10 @@ class PolicyGate(TestCase):
         ino = instrument.netns_inode(lab.ns("snd"))
         t0 = time.monotonic()
         a = lab.download("cubic", CLASSIFY_S + MEASURE_S + 10, port=5201)
+        # 8 kB writes: iperf3's 128 kB ones at 2 Mbit/s leave 0.5 s gaps,
+        # pauses to DRWA (drwa_idle), and its rounds would be few.
         up = lab.spawn("rcv", "iperf3", "-c", SND4, "-p", "5203", "-C", "cubic", "-b", "2M",
-                       "-t", str(CLASSIFY_S + MEASURE_S + 10))
+                       "-l", "8K", "-t", str(CLASSIFY_S + MEASURE_S + 10))
 
         def rx():
             """DRWA's state on the upload's receiving socket (bloatd)."""
