@@ -337,6 +337,7 @@ struct bloatd_abi {
 	enum bloatd_policy_count policy_count;
 	enum bloatd_policy_flag policy_flag;
 	enum bloatd_drwa_base drwa_base;
+	enum bloatd_path_class path_class;
 };
 
 #endif /* BLOATD_H */

@@ -225,6 +225,55 @@ static __always_inline void floor_mask(__u8 *addr, __u32 bits)
 	}
 }
 
+#define FLOOR_AF_INET 2
+#define FLOOR_AF_INET6 10
+
+/* An IPv4 peer of a dual-stack socket, held as ::ffff:a.b.c.d. */
+static __always_inline int floor_v4_mapped(const struct bloatd_floor_subject *s)
+{
+	const __u8 *a = s->daddr;
+
+	return s->family == FLOOR_AF_INET6 && !a[0] && !a[1] && !a[2] && !a[3] && !a[4] &&
+	       !a[5] && !a[6] && !a[7] && !a[8] && !a[9] && a[10] == 0xff && a[11] == 0xff;
+}
+
+/* The family the peer is reached by: IPv4 for a v4-mapped peer, so its
+ * floor is the same whether the socket was opened as IPv4 or IPv6. */
+static __always_inline __u16 floor_peer_family(const struct bloatd_floor_subject *s)
+{
+	return floor_v4_mapped(s) ? FLOOR_AF_INET : s->family;
+}
+
+static __always_inline __u32 floor_peer_bits(const struct bloatd_floor_subject *s)
+{
+	return floor_peer_family(s) == FLOOR_AF_INET6 ? 128 : 32;
+}
+
+/* The key of a peer's floor (prefix_len 32/128) or of its prefix's; with
+ * the peer's bits, also the key of its path's class (policy_ops.h,
+ * `path_classes`), as the daemon groups paths: an IPv4 peer of a
+ * dual-stack socket is IPv4 there too (tracker.rs, addr). */
+static __always_inline void floor_key(struct bloatd_path_key *k,
+				      const struct bloatd_floor_subject *s, __u32 bits)
+{
+	int i;
+
+	k->netns = s->netns;
+	k->family = floor_peer_family(s);
+	k->prefix_len = bits;
+	k->pad = 0;
+	for (i = 0; i < 16; i++)
+		k->addr[i] = 0;
+	if (floor_v4_mapped(s)) {
+		for (i = 0; i < 4; i++)
+			k->addr[i] = s->daddr[12 + i];
+	} else {
+		for (i = 0; i < 16; i++)
+			k->addr[i] = s->daddr[i];
+	}
+	floor_mask(k->addr, bits);
+}
+
 /* A route, as the floors see it: the egress interface and the gateway
  * (zero for on-link peers), folded into 32 bits. */
 static __always_inline __u32 floor_route_id(__u32 ifindex, const __u32 gw[4])

@@ -38,6 +38,22 @@ enum bloatd_policy_match {
 	BLOATD_PM_SPORT = 0x2,		/* our port in [sport_lo, sport_hi] */
 	BLOATD_PM_CGROUP = 0x4,		/* the socket's cgroup is cgroup_id or below it */
 	BLOATD_PM_BULK = 0x8,		/* once the connection has sent bulk_bytes */
+	BLOATD_PM_PATH = 0x10,		/* its path's class is one of path_classes */
+};
+
+/*
+ * A path's class as the daemon's classifier decides it (daemon/src/
+ * bottleneck.rs), the value of the `path_classes` map: written when a
+ * path's class changes, deleted when the classifier forgets the path or
+ * cannot tell (UNKNOWN is never written: an absent entry is unknown).
+ */
+enum bloatd_path_class {
+	BLOATD_PATH_UNKNOWN = 0,
+	BLOATD_PATH_CLEAR = 1,
+	BLOATD_PATH_DROPTAIL = 2,
+	BLOATD_PATH_AQM = 3,
+	BLOATD_PATH_ECN_AQM = 4,
+	BLOATD_PATH_CLASSES = 5,
 };
 
 /* What a rule does. */
@@ -58,7 +74,7 @@ struct bloatd_policy_rule {
 	__u8 selectors;	/* enum bloatd_policy_match bits */
 	__u8 actions;		/* enum bloatd_policy_action bits */
 	__u8 enabled;		/* the daemon can switch a rule off live */
-	__u8 pad;
+	__u8 path_classes;	/* BLOATD_PM_PATH: bit 1 << enum bloatd_path_class */
 	char cc[BLOATD_POLICY_CC_LEN];
 	/* BLOATD_PA_NOTSENT_LOWAT: the most bytes the application may keep
 	 * written and unsent in the socket before a write waits (poll() says
@@ -90,7 +106,11 @@ enum bloatd_policy_count {
 					 * did not stop had clamped */
 	BLOATD_PC_LOWAT_SET = 11,	/* TCP_NOTSENT_LOWAT set at a handshake */
 	BLOATD_PC_LOWAT_FAILED = 12,	/* bpf_setsockopt(TCP_NOTSENT_LOWAT) refused */
-	BLOATD_PC_MAX = 13,
+	BLOATD_PC_BULK_GATED = 13,	/* bulk switches not made: an AQM's path
+					 * (act_on_aqm off) or a path= the rule does
+					 * not select, at the switch */
+	BLOATD_PC_DRWA_GATED = 14,	/* DRWA rounds not run: an AQM's path */
+	BLOATD_PC_MAX = 15,
 };
 
 struct bloatd_policy_counts {
@@ -105,6 +125,8 @@ enum bloatd_policy_flag {
 	BLOATD_POL_CC_FAILED = 0x8,	/* a rule's congestion control was refused */
 	BLOATD_POL_BULK_DONE = 0x10,	/* a bulk rule switched it */
 	BLOATD_POL_LOWAT_FAILED = 0x20,	/* a rule's TCP_NOTSENT_LOWAT was refused */
+	BLOATD_POL_GATED = 0x40,	/* the AQM gate withheld a bulk switch or
+					 * DRWA's last round (policy_aqm_gated) */
 };
 
 /* What the policy did to one socket: part of its record (bloatd_sock.pol),
@@ -243,6 +265,29 @@ static __always_inline int policy_ports_match(const struct bloatd_policy_rule *r
 	if ((r->selectors & BLOATD_PM_SPORT) && (sport < r->sport_lo || sport > r->sport_hi))
 		return 0;
 	return 1;
+}
+
+/* The path classes a rule selects (BLOATD_PM_PATH); a rule without the
+ * selector selects every class. An unknown class (no entry) is selected
+ * only by a rule that names `unknown`. */
+static __always_inline int policy_path_match(const struct bloatd_policy_rule *r, __u32 cls)
+{
+	if (!(r->selectors & BLOATD_PM_PATH))
+		return 1;
+	return cls < BLOATD_PATH_CLASSES && (r->path_classes & (1u << cls));
+}
+
+/*
+ * Do no harm where an AQM already does the job: on a path classified `aqm`
+ * or `ecn-aqm` the queue is held near the AQM's target (5 ms for CoDel),
+ * so a congestion control switched mid-flow or a receive window DRWA
+ * clamps can cut nothing but goodput. Off there unless the operator said
+ * otherwise (act_on_aqm); every other class, unknown included (no entry,
+ * a map that was full), acts as it did without the gate.
+ */
+static __always_inline int policy_aqm_gated(__u32 cls, __u32 act_on_aqm)
+{
+	return !act_on_aqm && (cls == BLOATD_PATH_AQM || cls == BLOATD_PATH_ECN_AQM);
 }
 
 /* Rounds DRWA keeps a held RTT_min before it tries the connection's own

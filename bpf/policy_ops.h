@@ -60,6 +60,9 @@ const volatile __u32 drwa_armed = 0;
 const volatile __u32 drwa_lambda_x256 = 3 * 256;
 /* Bytes a connection receives before DRWA clamps it: only receivers. */
 const volatile __u64 drwa_min_bytes = 8192;
+/* DRWA and the bulk switch act on paths classified aqm or ecn-aqm too
+ * (config act_on_aqm; policy.h, policy_aqm_gated). */
+const volatile __u32 act_on_aqm = 0;
 
 /* A receiver that gets data ACKs at least this often (the kernel's delayed
  * ACK ceiling, TCP_DELACK_MAX): a longer silence, and one longer than an
@@ -113,6 +116,22 @@ struct {
 	__type(value, struct bloatd_drwa_path);
 } drwa_paths SEC(".maps");
 
+/*
+ * Each classified path's class (policy.h, enum bloatd_path_class), keyed
+ * by namespace and peer as the floors key a peer (floor.h, floor_key).
+ * The daemon writes an entry only when a path's class changes and deletes
+ * it when the path is forgotten or becomes unknown. Full, a path has no
+ * entry: unknown, the policy acts on it as without classes.
+ */
+#define PATH_CLASS_ENTRIES 4096
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, PATH_CLASS_ENTRIES);
+	__type(key, struct bloatd_path_key);
+	__type(value, __u32);
+} path_classes SEC(".maps");
+
 /* One DRWA round's measure (drwa_round_close), per CPU: a slot for a
  * callback in process context and one for a softirq's that interrupts it
  * (sock_ops runs with migration, not bottom halves, disabled). */
@@ -148,6 +167,51 @@ static __always_inline void policy_count(__u32 idx, __s64 d)
 	c = bpf_map_lookup_elem(&policy_counts, &zero);
 	if (c && idx < BLOATD_PC_MAX)
 		__sync_fetch_and_add(&c->n[idx], d);
+}
+
+/*
+ * The class of the path toward a peer (`path_classes`): one hash lookup,
+ * made at a handshake a path= rule is reached at, at a bulk switch and
+ * once per DRWA round, never per packet. The peer's 16 bytes as two
+ * words: a global function (its own frame, verified once) takes scalars.
+ */
+__noinline int path_class_of(__u32 netns, __u32 family, __u64 peer_lo, __u64 peer_hi)
+{
+	struct bloatd_floor_subject subj = {};
+	struct bloatd_path_key key;
+	__u32 *cls;
+
+	subj.netns = netns;
+	subj.family = family;
+	__builtin_memcpy(subj.daddr, &peer_lo, 8);
+	__builtin_memcpy(subj.daddr + 8, &peer_hi, 8);
+	floor_key(&key, &subj, floor_peer_bits(&subj));
+	cls = bpf_map_lookup_elem(&path_classes, &key);
+	return cls ? *cls : BLOATD_PATH_UNKNOWN;
+}
+
+/* The class of the path of the socket whose record is `s`. */
+static __always_inline __u32 sock_path_class(const struct bloatd_sock *s)
+{
+	__u64 lo, hi;
+
+	__builtin_memcpy(&lo, s->daddr, 8);
+	__builtin_memcpy(&hi, s->daddr + 8, 8);
+	return path_class_of(s->netns, s->family, lo, hi);
+}
+
+/* The class of the path of a connection at its handshake (its record may
+ * not exist yet: sock_identity's fields, read the same way). */
+static __always_inline __u32 sk_path_class(const struct sock *sk)
+{
+	const struct sock_common *skc = &sk->__sk_common;
+	__u64 a[2] = {};
+
+	if (skc->skc_family == AF_INET6)
+		__builtin_memcpy(a, &skc->skc_v6_daddr, 16);
+	else
+		__builtin_memcpy(a, &skc->skc_daddr, 4);
+	return path_class_of(skc->skc_net.net->ns.inum, skc->skc_family, a[0], a[1]);
 }
 
 /* Before 6.1 a cgroup keeps its ancestors' kernfs ids, not pointers. */
@@ -248,7 +312,7 @@ static __always_inline void policy_choose(struct bpf_sock_ops *skops, struct soc
 	struct bloatd_policy_rule *r;
 	__u16 sport = sk->__sk_common.skc_num;
 	__u16 dport = bpf_ntohs(sk->__sk_common.skc_dport);
-	__u32 i, key;
+	__u32 i, key, cls = BLOATD_PATH_CLASSES;	/* not looked up yet */
 
 	for (i = 0; i < BLOATD_POLICY_RULES && i < policy_nrules; i++) {
 		/* The key on the stack, the counter in a register: a counter
@@ -260,12 +324,20 @@ static __always_inline void policy_choose(struct bpf_sock_ops *skops, struct soc
 		if ((r->selectors & BLOATD_PM_CGROUP) && !policy_cgroup_match(r, sk))
 			continue;
 		if (r->selectors & BLOATD_PM_BULK) {
+			/* Its path= is the class at the switch (policy_rtt):
+			 * a new path has none yet at its first handshake. */
 			if (!c->bulk_rule)
 				c->bulk_rule = i + 1;
 			continue;
 		}
 		if (c->cc_rule || c->drwa_rule || c->lowat_rule)
 			continue;	/* the first selecting rule decided */
+		if (r->selectors & BLOATD_PM_PATH) {
+			if (cls == BLOATD_PATH_CLASSES)
+				cls = sk_path_class(sk);
+			if (!policy_path_match(r, cls))
+				continue;
+		}
 		if (r->actions & BLOATD_PA_CC) {
 			if (policy_set_cc(skops, r))
 				c->cc_failed = 1;
@@ -370,7 +442,7 @@ static __always_inline void policy_rtt(struct bpf_sock_ops *skops)
 	struct bloatd_policy_rule *r;
 	struct bloatd_sock *s;
 	struct tcp_sock *tp;
-	__u32 idx;
+	__u32 idx, cls;
 
 	if (!policy_nrules || !(tp = skops_tcp_sock(skops)))
 		return;
@@ -390,6 +462,14 @@ static __always_inline void policy_rtt(struct bpf_sock_ops *skops)
 		return;
 	s->pol.flags &= ~BLOATD_POL_BULK_WAIT;
 	policy_cb_clear(skops, s, SOCKOPS_RTT_CB_FLAG);
+	/* The path's class now: the switch is made once or never (waiting
+	 * on would look it up at every ACK). */
+	cls = sock_path_class(s);
+	if (!policy_path_match(r, cls) || policy_aqm_gated(cls, act_on_aqm)) {
+		s->pol.flags |= BLOATD_POL_GATED;
+		policy_count(BLOATD_PC_BULK_GATED, 1);
+		return;
+	}
 	if (policy_set_cc(skops, r)) {
 		s->pol.flags |= BLOATD_POL_CC_FAILED;
 		return;
@@ -638,6 +718,18 @@ static __always_inline void drwa_round_close(struct bpf_sock_ops *skops, struct 
 	dur = now_us - p->drwa_round_us;
 	if (!rtt_us || dur < rtt_us)
 		return;
+	/* The round is over: its path's class, once per round. On an AQM's
+	 * path DRWA runs no round, and gives back a clamp it set before the
+	 * path was classified (the class flipped mid-clamp). */
+	if (policy_aqm_gated(sock_path_class(s), act_on_aqm)) {
+		if (p->flags & BLOATD_POL_DRWA_CLAMPED)
+			drwa_release(skops, s, tp);
+		p->flags |= BLOATD_POL_GATED;
+		policy_count(BLOATD_PC_DRWA_GATED, 1);
+		drwa_round_start(p, tp, now_us, l);
+		return;
+	}
+	p->flags &= ~BLOATD_POL_GATED;
 
 	/* The round is over. Its measure lives in a per-CPU scratch slot:
 	 * on the stack it took the program and the floor code past the

@@ -50,6 +50,7 @@ fn main() {
             "bloatd_policy_count",
             "bloatd_policy_flag",
             "bloatd_drwa_base",
+            "bloatd_path_class",
         ],
     );
     std::fs::write(out.join("abi.rs"), abi).unwrap();

@@ -37,3 +37,20 @@ int bloatd_policy_ports_match(const struct bloatd_policy_rule *r, __u16 sport, _
 {
 	return policy_ports_match(r, sport, dport);
 }
+
+int bloatd_policy_path_match(const struct bloatd_policy_rule *r, __u32 cls)
+{
+	return policy_path_match(r, cls);
+}
+
+int bloatd_policy_aqm_gated(__u32 cls, __u32 act_on_aqm)
+{
+	return policy_aqm_gated(cls, act_on_aqm);
+}
+
+/* The key the sock_ops program looks a peer's class up by (policy_ops.h,
+ * path_class_of): the peer's floor key. */
+void bloatd_path_class_key(struct bloatd_path_key *k, const struct bloatd_floor_subject *s)
+{
+	floor_key(k, s, floor_peer_bits(s));
+}

@@ -295,6 +295,29 @@ impl Bottlenecks {
         Some(e.bottleneck(e.class(self.aqm_queue_us), self.aqm_queue_us))
     }
 
+    /// Each peer's class for the kernel's policy (policy_ops.h,
+    /// `path_classes`, keyed by namespace and peer: the sock_ops program
+    /// knows no interface at a handshake). A peer reached through one
+    /// interface has its path's class; through several (multipath, a route
+    /// that moved within the window), their class where they agree, else
+    /// none. Unknown classes are left out: no entry is unknown.
+    pub fn peer_classes(&self, now_ms: u64) -> Vec<((u32, IpAddr), BottleneckClass)> {
+        let mut out = Vec::with_capacity(self.paths.len());
+        for (key, v) in &self.paths {
+            let mut classes = v
+                .iter()
+                .filter_map(|(_, h)| Evidence::of(h, now_ms))
+                .map(|e| e.class(self.aqm_queue_us));
+            let Some(first) = classes.next() else {
+                continue;
+            };
+            if first != BottleneckClass::Unknown && classes.all(|c| c == first) {
+                out.push((*key, first));
+            }
+        }
+        out
+    }
+
     /// How many paths with traffic in the window are of each class
     /// (`BottleneckClass::ALL`'s order), for /metrics.
     pub fn counts(&self, now_ms: u64) -> [u64; 5] {
@@ -738,6 +761,47 @@ mod tests {
         c.observe(1_200_000, &[]);
         assert!(c.paths.is_empty() && c.socks.is_empty());
         assert_eq!(c.counts(1_200_000), [0; 5]);
+    }
+
+    /// The kernel's classes are by peer: one interface's class, the
+    /// agreeing class of several, none where they differ or are unknown.
+    #[test]
+    fn peer_classes_agree_across_interfaces_or_say_nothing() {
+        let mut c = Bottlenecks::new(30);
+        let at = |i: u64| 1_000_000 + i * 1000;
+        let via = |iface: &str, peer: &str, queue_ms: u32| {
+            let mut s = sock(2, peer, 80, queue_ms, 0);
+            s.interface = iface.into();
+            s.ssthresh = Some(80);
+            s.cookie = (iface.len() as u64) << 32 | peer.len() as u64;
+            s
+        };
+        for i in 0..6 {
+            c.observe(
+                at(i),
+                &[
+                    via("wlan0", "10.9.2.2", 300),
+                    via("wlan0", "10.9.3.3", 1),
+                    via("eth1", "10.9.3.3", 1),
+                    via("wlan0", "10.9.4.44", 1),
+                    via("eth1", "10.9.4.44", 300),
+                ],
+            );
+        }
+        let mut got = c.peer_classes(at(5));
+        got.sort();
+        let want: Vec<((u32, IpAddr), BottleneckClass)> = vec![
+            (
+                (NETNS, "10.9.2.2".parse().unwrap()),
+                BottleneckClass::Droptail,
+            ),
+            ((NETNS, "10.9.3.3".parse().unwrap()), BottleneckClass::Clear),
+        ];
+        assert_eq!(got, want);
+        // Too few reads: unknown, no entry.
+        let mut c = Bottlenecks::new(30);
+        c.observe(at(0), &[via("wlan0", "10.9.2.2", 1)]);
+        assert!(c.peer_classes(at(0)).is_empty());
     }
 
     /// The classifier's cost at 10,000 busy sockets (not a test: run by

@@ -135,6 +135,7 @@ impl Config {
             ));
         }
         crate::policy::validate(&self.policy).map_err(Error::config)?;
+        crate::policy::check_gate(&self.policy, self.act_on_aqm).map_err(Error::config)?;
         Ok(())
     }
 

@@ -669,7 +669,7 @@ const FAMILIES: &[Family] = &[
     Family {
         name: "bloatd_policy_actions_total",
         kind: Kind::Counter,
-        help: "What the policy did: cc (congestion control set at a handshake), bulk (switched mid-flow), drwa (a DRWA round set a window clamp), drwa_held (a DRWA cut taken back: the window fell, the RTT did not), drwa_restore (a window given back), drwa_recovered (a window given back that a bloatd which did not stop had clamped), notsent_lowat (a sender's unsent backlog bounded at a handshake)",
+        help: "What the policy did: cc (congestion control set at a handshake), bulk (switched mid-flow), drwa (a DRWA round set a window clamp), drwa_held (a DRWA cut taken back: the window fell, the RTT did not), drwa_restore (a window given back), drwa_recovered (a window given back that a bloatd which did not stop had clamped), notsent_lowat (a sender's unsent backlog bounded at a handshake), bulk_gated (a bulk switch not made: the path was an AQM's, or not of the rule's path classes), drwa_gated (a DRWA round not run: the path was an AQM's)",
         labels: &["action"],
         rows: |v| {
             policy_rows(v, |c| {
@@ -681,6 +681,8 @@ const FAMILIES: &[Family] = &[
                     ("drwa_restore", c.drwa_restored_total as f64),
                     ("drwa_recovered", c.drwa_recovered_total as f64),
                     ("notsent_lowat", c.notsent_lowat_set_total as f64),
+                    ("bulk_gated", c.bulk_gated_total as f64),
+                    ("drwa_gated", c.drwa_gated_total as f64),
                 ]
             })
         },

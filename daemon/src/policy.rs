@@ -23,5 +23,5 @@
 mod resolve;
 mod rules;
 
-pub use resolve::{policy_counts, resolve, socket_policy};
-pub use rules::{check_config_value, describe_actions, describe_selectors, validate};
+pub use resolve::{kernel_class, policy_counts, resolve, socket_policy};
+pub use rules::{check_config_value, check_gate, describe_actions, describe_selectors, validate};

@@ -495,8 +495,8 @@ settings! {
         ..Meta::NONE
     };
     /// A congestion control rule, as KEY=VALUE,... with the keys of a
-    /// [[policy]] table (name, dport, sport, cgroup, bulk_bytes, cc, drwa,
-    /// notsent_lowat, enabled), e.g. `sport=5201,cc=bloatd_westwood`,
+    /// [[policy]] table (name, dport, sport, cgroup, path, bulk_bytes, cc,
+    /// drwa, notsent_lowat, enabled), e.g. `sport=5201,cc=bloatd_westwood`,
     /// `sport=8080,notsent_lowat=128Ki` or
     /// `name=bulk,bulk_bytes=1M,cc=bloatd_westwood`. Repeatable; after the
     /// config's rules (`[[policy]]` tables, applied by the sock_ops program
@@ -505,7 +505,7 @@ settings! {
         expects: "a list of [[policy]] tables (README, \"Acting on bloat\")",
         flag: Some(Flag::Each { long: "policy", value_name: "RULE" }),
         to: To::Bpf,
-        schema: Some(r##"{"type": "array", "items": {"type": "object", "additionalProperties": false, "properties": {"name": {"type": "string", "pattern": "^[A-Za-z0-9._-]{1,32}$"}, "dport": {"$ref": "#/definitions/portOrRange"}, "sport": {"$ref": "#/definitions/portOrRange"}, "cgroup": {"type": "string"}, "bulk_bytes": {"type": ["integer", "string"]}, "cc": {"type": "string"}, "drwa": {"type": "boolean"}, "notsent_lowat": {"type": ["integer", "string"]}, "enabled": {"type": "boolean"}}}}"##),
+        schema: Some(r##"{"type": "array", "items": {"type": "object", "additionalProperties": false, "properties": {"name": {"type": "string", "pattern": "^[A-Za-z0-9._-]{1,32}$"}, "dport": {"$ref": "#/definitions/portOrRange"}, "sport": {"$ref": "#/definitions/portOrRange"}, "cgroup": {"type": "string"}, "path": {"anyOf": [{"type": "string"}, {"type": "array", "items": {"type": "string"}}]}, "bulk_bytes": {"type": ["integer", "string"]}, "cc": {"type": "string"}, "drwa": {"type": "boolean"}, "notsent_lowat": {"type": ["integer", "string"]}, "enabled": {"type": "boolean"}}}}"##),
         ..Meta::NONE
     };
     /// The receiver's Dynamic Receive Window Adjustment: on (default when
@@ -532,6 +532,19 @@ settings! {
         unit: "bytes",
         range: Some((0.0, (1u64 << 40) as f64)),
         expects: "an integer (bytes a connection receives before DRWA acts on it)",
+        to: To::Bpf,
+        ..Meta::NONE
+    };
+    /// DRWA and bulk rules' mid-flow switches act on paths the classifier
+    /// calls `aqm` or `ecn-aqm` too. Off (the default), an AQM already
+    /// holds those paths' queue near its target: DRWA gives back a window
+    /// it clamped and runs no round there, and a bulk rule does not
+    /// switch (README, "Acting on bloat"; docs/design.md, "Policy and
+    /// path classes"). Unknown and unclassified paths are acted on as
+    /// always.
+    act_on_aqm: bool = false, Meta {
+        expects: "true or false",
+        flag: Some(Flag::On("act-on-aqm")),
         to: To::Bpf,
         ..Meta::NONE
     };
@@ -738,6 +751,7 @@ impl Config {
             // The kernel takes lambda with 8 fraction bits.
             drwa_lambda_x256: (self.drwa_lambda * 256.0).round() as u32,
             drwa_min_bytes: self.drwa_min_bytes,
+            act_on_aqm: self.act_on_aqm as u32,
         }
     }
 }

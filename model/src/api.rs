@@ -250,6 +250,13 @@ pub struct PolicyCounts {
     pub notsent_lowat_set_total: u64,
     #[serde(default)]
     pub notsent_lowat_failed_total: u64,
+    /// Bulk switches not made at the switch: the path was an AQM's
+    /// (`act_on_aqm` off) or not of the rule's `path` classes.
+    #[serde(default)]
+    pub bulk_gated_total: u64,
+    /// DRWA rounds not run: the receiver's path was an AQM's.
+    #[serde(default)]
+    pub drwa_gated_total: u64,
 }
 
 /// `GET /v1/policy`: the rules, DRWA's state, and what they did.

@@ -159,6 +159,76 @@ impl<'de> Deserialize<'de> for Bytes {
     }
 }
 
+/// The path classes a rule selects (`path`): one class, several joined by
+/// `+` (`"droptail+unknown"`), or a list of them. In the kernel's order of
+/// `BottleneckClass::ALL`, each once.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PathClasses(pub Vec<crate::BottleneckClass>);
+
+impl PathClasses {
+    pub fn parse(s: &str) -> Option<PathClasses> {
+        PathClasses::of(s.split('+').map(str::trim))
+    }
+
+    fn of<'a>(names: impl Iterator<Item = &'a str>) -> Option<PathClasses> {
+        let mut v = Vec::new();
+        for n in names {
+            let c = crate::BottleneckClass::ALL
+                .into_iter()
+                .find(|c| c.as_str() == n)?;
+            if !v.contains(&c) {
+                v.push(c);
+            }
+        }
+        v.sort();
+        (!v.is_empty()).then_some(PathClasses(v))
+    }
+
+    /// Whether every class of `other` is one of these.
+    pub fn covers(&self, other: &PathClasses) -> bool {
+        other.0.iter().all(|c| self.0.contains(c))
+    }
+}
+
+impl std::fmt::Display for PathClasses {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let names: Vec<&str> = self.0.iter().map(|c| c.as_str()).collect();
+        f.write_str(&names.join("+"))
+    }
+}
+
+impl Serialize for PathClasses {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&self.to_string())
+    }
+}
+
+schema_by_hand!(PathClasses, {
+    "description": "Path classes: one, several joined by +, or a list",
+    "anyOf": [
+        {"type": "string", "pattern": "^(clear|droptail|aqm|ecn-aqm|unknown)(\\+(clear|droptail|aqm|ecn-aqm|unknown))*$"},
+        {"type": "array", "items": {"enum": ["clear", "droptail", "aqm", "ecn-aqm", "unknown"]}}
+    ]
+});
+
+impl<'de> Deserialize<'de> for PathClasses {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum OneOrMany {
+            One(String),
+            Many(Vec<String>),
+        }
+        let got = match OneOrMany::deserialize(d)? {
+            OneOrMany::One(s) => PathClasses::parse(&s),
+            OneOrMany::Many(v) => PathClasses::of(v.iter().map(|s| s.trim())),
+        };
+        got.ok_or_else(|| {
+            serde::de::Error::custom("path is clear, droptail, aqm, ecn-aqm or unknown")
+        })
+    }
+}
+
 fn yes() -> bool {
     true
 }
@@ -175,6 +245,10 @@ pub struct Rule {
     pub sport: Option<PortRange>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cgroup: Option<String>,
+    /// The classes of the connection's path (bottleneck.rs) the rule
+    /// selects: at the handshake, or a bulk rule's at its switch.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub path: Option<PathClasses>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub bulk_bytes: Option<Bytes>,
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -660,6 +660,11 @@ pub struct SocketPolicy {
     pub notsent_lowat_failed: bool,
     /// DRWA on this (receiving) socket.
     pub drwa: Option<Drwa>,
+    /// Its path's class held the policy back: a bulk switch not made (an
+    /// AQM's path, or not of the bulk rule's `path` classes), or DRWA's
+    /// rounds not run on an AQM's path (`act_on_aqm` off).
+    #[serde(default)]
+    pub gated: bool,
 }
 
 impl SocketPolicy {

@@ -14,16 +14,20 @@
 #   drwa on       DRWA on: the same callbacks, a round once per RTT
 #
 # Configurations alternate, --reps times; medians are reported (this VM's
-# veth swings between 14 and 50 Gbit/s from one run to the next).
-# Not a test: it reports. Usage: scripts/bench/policy.sh [--seconds S] [--reps N] (root)
+# veth swings between 14 and 50 Gbit/s from one run to the next). With
+# --baseline BIN each configuration runs with that build too, right before
+# this one's ("NAME before" rows): a change's cost side by side.
+# Not a test: it reports. Usage: scripts/bench/policy.sh [--seconds S] [--reps N]
+#   [--baseline BIN] (root)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-SECS=10 REPS=3
+SECS=10 REPS=3 BASE=
 while (($#)); do
 	case $1 in
 	--seconds) SECS=$2; shift 2 ;;
 	--reps) REPS=$2; shift 2 ;;
-	-h|--help) sed -n '2,19p' "$0"; exit 0 ;;
+	--baseline) BASE=$2; shift 2 ;;
+	-h|--help) sed -n '2,23p' "$0"; exit 0 ;;
 	*) echo "policy.sh: unknown option $1" >&2; exit 2 ;;
 	esac
 done
@@ -35,6 +39,7 @@ PY=/usr/bin/python3
 
 cleanup() {
 	"$BIN" --run-dir "$RUN" stop >/dev/null 2>&1 || true
+	[[ -z $BASE ]] || "$BASE" --run-dir "$RUN" stop >/dev/null 2>&1 || true
 	scripts/lab/topo.sh down "$LAB" >/dev/null 2>&1 || true
 	rm -rf "$RUN"
 }
@@ -60,9 +65,14 @@ print(sum(p.get("run_cnt", 0) for p in d), sum(p.get("run_time_ns", 0) for p in 
 echo "== veth at line rate (topo.sh --direct), ${SECS} s downloads, ${REPS} per configuration, alternating"
 scripts/lab/topo.sh up "$LAB" --direct >/dev/null
 RESULTS=$RUN/results
+# One configuration with this build, after the baseline's if there is one.
 run() {
-	local name=$1; shift
-	"$BIN" --run-dir "$RUN" start --no-cc --bpf-stats --listen "127.0.0.1:$PORT" "$@" >/dev/null
+	[[ -z $BASE ]] || run_with "$BASE" "$1 before" "${@:2}"
+	run_with "$BIN" "$@"
+}
+run_with() {
+	local bin=$1 name=$2; shift 2
+	"$bin" --run-dir "$RUN" start --no-cc --bpf-stats --listen "127.0.0.1:$PORT" "$@" >/dev/null
 	sleep 0.5
 	read -r n0 t0 < <(sockops_stats)
 	local t_start g t_end
@@ -70,7 +80,7 @@ run() {
 	g=$(download "$SECS")
 	t_end=$(date +%s.%N)
 	read -r n1 t1 < <(sockops_stats)
-	"$BIN" --run-dir "$RUN" stop >/dev/null
+	"$bin" --run-dir "$RUN" stop >/dev/null
 	echo "$name|$g|$((n1 - n0))|$((t1 - t0))|$t_start|$t_end" >>"$RESULTS"
 }
 for ((r = 1; r <= REPS; r++)); do

@@ -132,7 +132,7 @@ pub fn list_text(info: &PolicyInfo) -> String {
     }
     let c = &info.counts;
     out += &format!(
-        "since start: {} congestion controls set at handshakes, {} switched mid-flow, {} refused; {} DRWA rounds, {} cuts taken back, {} windows given back, {} given back that a bloatd which did not stop had left; {} unsent backlogs bounded (notsent_lowat), {} refused\n",
+        "since start: {} congestion controls set at handshakes, {} switched mid-flow, {} refused; {} DRWA rounds, {} cuts taken back, {} windows given back, {} given back that a bloatd which did not stop had left; {} unsent backlogs bounded (notsent_lowat), {} refused; withheld on AQM paths: {} bulk switches, {} DRWA rounds\n",
         c.cc_set_total,
         c.bulk_switched_total,
         c.cc_failed_total,
@@ -141,7 +141,9 @@ pub fn list_text(info: &PolicyInfo) -> String {
         c.drwa_restored_total,
         c.drwa_recovered_total,
         c.notsent_lowat_set_total,
-        c.notsent_lowat_failed_total
+        c.notsent_lowat_failed_total,
+        c.bulk_gated_total,
+        c.drwa_gated_total
     );
     out
 }

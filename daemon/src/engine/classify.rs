@@ -52,8 +52,9 @@ impl Classifier {
 
     /// Take in `views`' read if it is new and the schedule says so. The
     /// read's rows are made (or shared, as the recorder's) outside the
-    /// lock.
-    pub fn take(&self, views: &Views) {
+    /// lock. Each peer's class after it, for the kernel's policy
+    /// (`Bottlenecks::peer_classes`), if it took one.
+    pub fn take(&self, views: &Views) -> Option<Vec<((u32, IpAddr), BottleneckClass)>> {
         let due_now = |st: &State| {
             views.read > st.read
                 && st
@@ -61,17 +62,19 @@ impl Classifier {
                     .is_none_or(|(t, cost)| due(t.elapsed(), cost, EVERY, SHARE, MAX_AGE))
         };
         if !due_now(&self.lock()) {
-            return;
+            return None;
         }
         let socks = views.sockets();
         let mut st = self.lock();
         if !due_now(&st) {
-            return;
+            return None;
         }
         let t0 = Instant::now();
         st.bottlenecks.observe(views.taken_ms, &socks);
+        let classes = st.bottlenecks.peer_classes(views.taken_ms);
         st.read = views.read;
         st.at = Some((Instant::now(), t0.elapsed()));
+        Some(classes)
     }
 
     /// Each path's class (paths by peer; a prefix's paths are not

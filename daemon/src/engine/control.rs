@@ -7,7 +7,7 @@ use super::loaded::Loaded;
 use crate::error::{Error, Result};
 use bloatd_model::api::{DrwaInfo, PolicyCounts, PolicyInfo, RuleInfo};
 use bloatd_model::policy::{DrwaMode, Rule};
-use bloatd_model::{PolicyState, Socket, SocketPolicy};
+use bloatd_model::{BottleneckClass, PolicyState, Socket, SocketPolicy};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 pub struct Control {
@@ -157,6 +157,12 @@ impl Control {
                 })
                 .collect(),
         }
+    }
+
+    /// Each classified peer's class to the kernel (bpf/policy_ops.h,
+    /// `path_classes`): only what changed since the last call.
+    pub fn set_path_classes(&self, classes: &[((u32, std::net::IpAddr), BottleneckClass)]) {
+        self.policy_maps().set_path_classes(classes);
     }
 
     /// The policy's counters, as the kernel keeps them.

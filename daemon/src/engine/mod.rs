@@ -106,9 +106,13 @@ impl Engine {
             self.scrape.fold_services();
         }
         self.feed_recorder();
-        self.loaded
+        let classes = self
+            .loaded
             .classifier
             .take(&self.reader.views_if(|_, _| false));
+        if let Some(classes) = classes {
+            self.control.set_path_classes(&classes);
+        }
     }
 
     /// From now on the reads (at most one a second) go to the flight

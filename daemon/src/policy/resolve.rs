@@ -5,11 +5,13 @@
 
 use super::rules::{cgroup_rel, rule_name};
 use crate::error::{Error, Result};
-use crate::probes::abi::{drwa_base, policy_action, policy_count, policy_flag, policy_match};
+use crate::probes::abi::{
+    drwa_base, path_class, policy_action, policy_count, policy_flag, policy_match,
+};
 use crate::probes::abi::{BloatdPolicyCounts, BloatdPolicyRule, BloatdSock};
 use bloatd_model::api::PolicyCounts;
 use bloatd_model::policy::Rule;
-use bloatd_model::{Drwa, FloorSource, SocketPolicy};
+use bloatd_model::{BottleneckClass, Drwa, FloorSource, SocketPolicy};
 use std::path::{Path, PathBuf};
 
 /// What the kernel is given: the rules with their cgroups resolved and
@@ -55,6 +57,18 @@ pub fn resolve_cgroup(path: &str, root: &Path) -> Result<(u64, u32)> {
         .map(|r| r.components().count())
         .unwrap_or(0);
     Ok((meta.ino(), level as u32))
+}
+
+/// A class as the kernel's `path_classes` map holds it (enum
+/// bloatd_path_class).
+pub fn kernel_class(c: BottleneckClass) -> u32 {
+    match c {
+        BottleneckClass::Clear => path_class::CLEAR,
+        BottleneckClass::Droptail => path_class::DROPTAIL,
+        BottleneckClass::Aqm => path_class::AQM,
+        BottleneckClass::EcnAqm => path_class::ECN_AQM,
+        BottleneckClass::Unknown => path_class::UNKNOWN,
+    }
 }
 
 /// The checks against this system, for `start` (and `top`'s embedded
@@ -116,6 +130,10 @@ pub fn resolve(rules: &[Rule], registered: &[String]) -> Result<Resolved> {
             k.selectors |= policy_match::CGROUP as u8;
             (k.cgroup_id, k.cgroup_level) = (id, level);
         }
+        if let Some(p) = &r.path {
+            k.selectors |= policy_match::PATH as u8;
+            k.path_classes = p.0.iter().fold(0u8, |m, c| m | 1 << kernel_class(*c));
+        }
         if let Some(b) = r.bulk_bytes {
             k.selectors |= policy_match::BULK as u8;
             k.bulk_bytes = b.0;
@@ -159,12 +177,15 @@ pub fn socket_policy(rec: &BloatdSock, names: &[String]) -> Option<SocketPolicy>
             });
     let sp = SocketPolicy {
         cc_rule: name(p.cc_rule),
-        bulk_rule: name(p.bulk_rule),
+        // A bulk rule waiting or switched; one the gate held back is none.
+        bulk_rule: name(p.bulk_rule)
+            .filter(|_| flags & (policy_flag::BULK_WAIT | policy_flag::BULK_DONE) != 0),
         bulk_waiting: flags & policy_flag::BULK_WAIT != 0,
         cc_failed: flags & policy_flag::CC_FAILED != 0,
         notsent_lowat_rule: name(p.lowat_rule),
         notsent_lowat_failed: flags & policy_flag::LOWAT_FAILED != 0,
         drwa,
+        gated: flags & policy_flag::GATED != 0,
     };
     (sp != SocketPolicy::default()).then_some(sp)
 }
@@ -198,6 +219,8 @@ pub fn policy_counts(c: &BloatdPolicyCounts) -> PolicyCounts {
         drwa_recovered_total: total(policy_count::DRWA_RECOVERED),
         notsent_lowat_set_total: total(policy_count::LOWAT_SET),
         notsent_lowat_failed_total: total(policy_count::LOWAT_FAILED),
+        bulk_gated_total: total(policy_count::BULK_GATED),
+        drwa_gated_total: total(policy_count::DRWA_GATED),
     }
 }
 
@@ -234,6 +257,12 @@ mod c {
             sport: u16,
             dport: u16,
         ) -> i32;
+        pub fn bloatd_policy_path_match(r: *const super::BloatdPolicyRule, cls: u32) -> i32;
+        pub fn bloatd_policy_aqm_gated(cls: u32, act_on_aqm: u32) -> i32;
+        pub fn bloatd_path_class_key(
+            k: *mut crate::probes::abi::BloatdPathKey,
+            s: *const crate::probes::abi::BloatdFloorSubject,
+        );
     }
 }
 
@@ -244,6 +273,79 @@ mod tests {
 
     fn rule(toml: &str) -> Rule {
         super::super::rules::rule_from_table(&toml.parse::<toml::Table>().unwrap()).unwrap()
+    }
+
+    /// `path = ...` as the kernel gets it, and the kernel's matching:
+    /// a rule without `path` selects every class, one with it only its
+    /// own; an absent entry (unknown) only a rule naming unknown.
+    #[test]
+    fn a_path_rule_selects_its_classes_in_the_kernel() {
+        let resolved = resolve(
+            &[
+                rule("name = \"dt\"\npath = \"droptail+unknown\"\ndrwa = true"),
+                rule("name = \"any\"\ndrwa = true"),
+            ],
+            &[],
+        )
+        .unwrap();
+        let (dt, any) = (&resolved.kernel[0], &resolved.kernel[1]);
+        assert_ne!(dt.selectors & policy_match::PATH as u8, 0);
+        assert_eq!(any.selectors & policy_match::PATH as u8, 0);
+        let m = |r: &BloatdPolicyRule, c: BottleneckClass| unsafe {
+            c::bloatd_policy_path_match(r, kernel_class(c)) != 0
+        };
+        for c in BottleneckClass::ALL {
+            let want = matches!(c, BottleneckClass::Droptail | BottleneckClass::Unknown);
+            assert_eq!(m(dt, c), want, "{c:?}");
+            assert!(m(any, c), "{c:?}");
+        }
+        // A class the kernel does not know (a newer daemon's) selects nothing.
+        assert_eq!(unsafe { c::bloatd_policy_path_match(dt, 9) }, 0);
+        assert_eq!(unsafe { c::bloatd_policy_path_match(dt, 31) }, 0);
+    }
+
+    /// The gate: off on aqm and ecn-aqm unless act_on_aqm; every other
+    /// class (unknown: no entry, a full map) acts as without it.
+    #[test]
+    fn the_aqm_gate_holds_only_aqm_paths_and_only_by_default() {
+        for c in BottleneckClass::ALL {
+            let aqm = matches!(c, BottleneckClass::Aqm | BottleneckClass::EcnAqm);
+            let g = |act| unsafe { c::bloatd_policy_aqm_gated(kernel_class(c), act) != 0 };
+            assert_eq!((g(0), g(1)), (aqm, false), "{c:?}");
+        }
+    }
+
+    /// The kernel looks a peer's class up by the key the daemon writes it
+    /// under: IPv4, IPv6, and an IPv4 peer of a dual-stack socket
+    /// (::ffff:a.b.c.d), which the daemon shows as IPv4 (tracker.rs).
+    #[test]
+    fn the_kernel_finds_the_class_under_the_daemons_key() {
+        use crate::probes::abi::{BloatdFloorSubject, BloatdPathKey};
+        for (family, raw, shown) in [
+            (2u16, "10.9.2.2", "10.9.2.2"),
+            (10, "fd09:2::2", "fd09:2::2"),
+            (10, "::ffff:10.9.2.2", "10.9.2.2"),
+        ] {
+            let mut subj = BloatdFloorSubject {
+                netns: 4026531840,
+                family,
+                ..Default::default()
+            };
+            match raw.parse::<std::net::IpAddr>().unwrap() {
+                std::net::IpAddr::V4(a) => subj.daddr[..4].copy_from_slice(&a.octets()),
+                std::net::IpAddr::V6(a) => subj.daddr = a.octets(),
+            }
+            let mut k = BloatdPathKey::default();
+            unsafe { c::bloatd_path_class_key(&mut k, &subj) };
+            let daemon = crate::tracker::addr(family, &subj.daddr);
+            assert_eq!(daemon.to_string(), shown);
+            let theirs = crate::probes::policy::class_key((4026531840, daemon));
+            assert_eq!(
+                (k.netns, k.family, k.prefix_len, k.addr),
+                (theirs.netns, theirs.family, theirs.prefix_len, theirs.addr),
+                "{raw}"
+            );
+        }
     }
 
     #[test]

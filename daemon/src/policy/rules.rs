@@ -34,6 +34,10 @@ pub const RULE_KEYS: &[(&str, &str)] = &[
         "a cgroup v2 path, like \"system.slice/backup.service\"",
     ),
     (
+        "path",
+        "path classes, like \"droptail\" or \"droptail+unknown\" (clear, droptail, aqm, ecn-aqm, unknown)",
+    ),
+    (
         "bulk_bytes",
         "bytes, like 1000000 or \"1M\" (switch once the connection has sent them)",
     ),
@@ -181,7 +185,12 @@ fn covers(a: &Rule, b: &Rule, root: &Path) -> bool {
         (Some(_), None) => false,
         (Some(x), Some(y)) => cgroup_covers(&cgroup_rel(x, root), &cgroup_rel(y, root)),
     };
-    range(&a.dport, &b.dport) && range(&a.sport, &b.sport) && cg
+    let path = match (&a.path, &b.path) {
+        (None, _) => true,
+        (Some(_), None) => false,
+        (Some(x), Some(y)) => x.covers(y),
+    };
+    range(&a.dport, &b.dport) && range(&a.sport, &b.sport) && cg && path
 }
 
 /// What a rule selects, in words (for messages and `bloatd policy list`).
@@ -195,6 +204,9 @@ pub fn describe_selectors(r: &Rule) -> String {
     }
     if let Some(c) = &r.cgroup {
         s.push(format!("cgroup {c}"));
+    }
+    if let Some(p) = &r.path {
+        s.push(format!("path {p}"));
     }
     if let Some(b) = r.bulk_bytes {
         s.push(format!("after {} sent", format::bytes(b.0)));
@@ -267,6 +279,31 @@ pub fn validate(rules: &[Rule]) -> Result<()> {
         names.push(name.clone());
         check_rule(r, &name)?;
         check_not_shadowed(rules, i, &name, root)?;
+    }
+    Ok(())
+}
+
+/// A rule that selects only AQM paths (`path = "aqm"`, `"ecn-aqm"`, both)
+/// for DRWA or a bulk switch would never act while the AQM gate holds
+/// those back there (`act_on_aqm` off): refused, with the fix.
+pub fn check_gate(rules: &[Rule], act_on_aqm: bool) -> Result<()> {
+    use bloatd_model::BottleneckClass::{Aqm, EcnAqm};
+    if act_on_aqm {
+        return Ok(());
+    }
+    for (i, r) in rules.iter().enumerate() {
+        let only_aqm = r
+            .path
+            .as_ref()
+            .is_some_and(|p| p.0.iter().all(|c| matches!(c, Aqm | EcnAqm)));
+        if only_aqm && (r.drwa || r.bulk_bytes.is_some()) {
+            return Err(Error::invalid(format!(
+                "policy rule '{}' selects only AQM paths (path {}) for {}, which stay off there unless act_on_aqm = true (--act-on-aqm): set it, or select other classes",
+                rule_name(r, i),
+                r.path.as_ref().map(|p| p.to_string()).unwrap_or_default(),
+                if r.drwa { "DRWA" } else { "a bulk switch" }
+            )));
+        }
     }
     Ok(())
 }
@@ -462,6 +499,44 @@ mod tests {
         }
         let e = check(&["bulk_bytes = \"1M\"\nnotsent_lowat = \"128Ki\""]).err_text();
         assert!(e.contains("bulk rule acts later"), "{e}");
+    }
+
+    /// `path` parses as one class, several joined by `+` or a list, and
+    /// takes part in hiding; a rule that selects only AQM paths for DRWA
+    /// or a bulk switch is refused unless act_on_aqm says it may act there.
+    #[test]
+    fn path_selects_classes_and_a_gated_only_rule_is_refused() {
+        use bloatd_model::BottleneckClass::*;
+        let r = rule("path = \"unknown+droptail\"\ncc = \"cubic\"");
+        assert_eq!(r.path.unwrap().0, vec![Droptail, Unknown]);
+        let r = rule("path = [\"aqm\", \"ecn-aqm\"]\ncc = \"cubic\"");
+        assert_eq!(r.path.unwrap().to_string(), "aqm+ecn-aqm");
+        let r = parse_flag("path=droptail,cc=cubic").unwrap();
+        assert_eq!(describe_selectors(&r), "path droptail");
+        let e = parse_flag("path=fifo,cc=cubic").err_text();
+        assert!(e.contains("`path` must be"), "{e}");
+        // No path first hides a path rule; a path rule does not hide one
+        // that selects other classes.
+        let e = check(&["cc = \"cubic\"", "path = \"droptail\"\ncc = \"reno\""]).err_text();
+        assert!(e.contains("can never apply"), "{e}");
+        check(&[
+            "path = \"droptail\"\ncc = \"reno\"",
+            "path = \"clear\"\ncc = \"cubic\"",
+        ])
+        .unwrap();
+        let gated = [
+            rule("path = \"aqm+ecn-aqm\"\ndrwa = true"),
+            rule("path = \"aqm\"\nbulk_bytes = \"1M\"\ncc = \"reno\""),
+        ];
+        for r in &gated {
+            let e = check_gate(std::slice::from_ref(r), false).err_text();
+            assert!(e.contains("act_on_aqm"), "{e}");
+            check_gate(std::slice::from_ref(r), true).unwrap();
+        }
+        // A congestion control at the handshake is not gated; other
+        // classes beside aqm leave the rule something to act on.
+        check_gate(&[rule("path = \"aqm\"\ncc = \"reno\"")], false).unwrap();
+        check_gate(&[rule("path = \"aqm+droptail\"\ndrwa = true")], false).unwrap();
     }
 
     #[test]

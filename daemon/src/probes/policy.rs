@@ -11,12 +11,16 @@
 //! back on its way out ([`GiveBack`], the daemon's panic hook).
 
 use super::abi::{
-    policy_action, policy_count, BloatdPolicyCounts, BloatdPolicyCtl, BloatdPolicyRule,
+    policy_action, policy_count, BloatdPathKey, BloatdPolicyCounts, BloatdPolicyCtl,
+    BloatdPolicyRule,
 };
 use super::map_iter::{map_update, MapIter};
 use crate::error::{Chain, Error};
-use aya::maps::{Array, MapData, MapInfo, MapType};
+use aya::maps::{Array, HashMap as BpfHashMap, MapData, MapInfo, MapType};
 use aya::Ebpf;
+use bloatd_model::BottleneckClass;
+use std::collections::HashMap;
+use std::net::IpAddr;
 use std::os::fd::{AsFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -225,7 +229,103 @@ impl GiveBack {
     }
 }
 
+/// What the daemon wrote into the kernel's `path_classes` (policy_ops.h),
+/// so that it writes only what changed: per peer, the kernel's class and
+/// whether the kernel holds it (false: the map was full).
+#[derive(Default)]
+pub struct ClassesWritten {
+    by_peer: HashMap<(u32, IpAddr), (u32, bool)>,
+    /// A write failed since the last entry was deleted: retry those only
+    /// once one is (a full map refuses every insert until then).
+    full: bool,
+}
+
+/// What one sync did: entries written, deleted, refused (map full).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ClassSync {
+    pub written: u32,
+    pub deleted: u32,
+    pub refused: u32,
+}
+
+impl ClassesWritten {
+    /// Bring the kernel's entries to `want` (each peer's class; a peer
+    /// absent is unknown), through `put` and `del`: a peer whose class
+    /// changed is written, a peer no longer in `want` deleted, and one
+    /// whose class is the same is not touched.
+    pub fn sync(
+        &mut self,
+        want: &[((u32, IpAddr), BottleneckClass)],
+        mut op: impl FnMut(&BloatdPathKey, Option<u32>) -> std::io::Result<()>,
+    ) -> ClassSync {
+        let mut out = ClassSync::default();
+        let wanted: HashMap<(u32, IpAddr), u32> = want
+            .iter()
+            .map(|(k, c)| (*k, crate::policy::kernel_class(*c)))
+            .collect();
+        self.by_peer.retain(|peer, (_, held)| {
+            if wanted.contains_key(peer) {
+                return true;
+            }
+            // Not found is gone already: deleted all the same.
+            if *held && op(&class_key(*peer), None).is_ok() {
+                out.deleted += 1;
+            }
+            false
+        });
+        if out.deleted > 0 {
+            self.full = false;
+        }
+        for (peer, class) in wanted {
+            let was = self.by_peer.get(&peer).copied();
+            if was == Some((class, true)) || (self.full && was == Some((class, false))) {
+                continue;
+            }
+            let held = op(&class_key(peer), Some(class)).is_ok();
+            if held {
+                out.written += 1;
+            } else {
+                out.refused += 1;
+                self.full = true;
+                // What it held before is wrong now: unknown (act as
+                // without a class) rather than a stale class.
+                if matches!(was, Some((_, true))) && op(&class_key(peer), None).is_ok() {
+                    out.deleted += 1;
+                }
+            }
+            self.by_peer.insert(peer, (class, held));
+        }
+        out
+    }
+}
+
+/// The kernel's key of a peer's class: its floor's (bpf/floor.h,
+/// floor_key, with the peer's bits). Peers are IPv4 for a v4-mapped
+/// address on both sides (tracker.rs, addr).
+pub(crate) fn class_key((netns, peer): (u32, IpAddr)) -> BloatdPathKey {
+    let mut k = BloatdPathKey {
+        netns,
+        ..Default::default()
+    };
+    match peer {
+        IpAddr::V4(a) => {
+            k.family = libc::AF_INET as u16;
+            k.prefix_len = 32;
+            k.addr[..4].copy_from_slice(&a.octets());
+        }
+        IpAddr::V6(a) => {
+            k.family = libc::AF_INET6 as u16;
+            k.prefix_len = 128;
+            k.addr = a.octets();
+        }
+    }
+    k
+}
+
 pub struct PolicyMaps {
+    /// Each classified peer's class, for the gate and `path` rules.
+    classes: BpfHashMap<MapData, BloatdPathKey, u32>,
+    classes_written: ClassesWritten,
     rules: Array<MapData, BloatdPolicyRule>,
     ctl: Array<MapData, BloatdPolicyCtl>,
     /// Another descriptor of policy_ctl, for [`GiveBack`].
@@ -255,6 +355,9 @@ impl PolicyMaps {
             .try_clone_to_owned()
             .map_err(Error::map("policy_ctl"))?;
         let mut maps = PolicyMaps {
+            classes: BpfHashMap::try_from(take("path_classes")?)
+                .map_err(Error::map("path_classes"))?,
+            classes_written: ClassesWritten::default(),
             rules: Array::try_from(take("policy_rules")?).map_err(Error::map("policy_rules"))?,
             ctl: Array::try_from(ctl).map_err(Error::map("policy_ctl"))?,
             ctl_fd,
@@ -323,6 +426,27 @@ impl PolicyMaps {
         self.ctl.set(0, ctl, 0).map_err(Error::map("policy_ctl"))
     }
 
+    /// Each classified peer's class into `path_classes`, only what
+    /// changed (`ClassesWritten::sync`). A full map leaves a peer out:
+    /// unknown, acted on as without classes; said once in the log.
+    pub fn set_path_classes(&mut self, want: &[((u32, IpAddr), BottleneckClass)]) {
+        let was_full = self.classes_written.full;
+        let map = &mut self.classes;
+        let sync = self.classes_written.sync(want, |k, v| {
+            match v {
+                Some(v) => map.insert(*k, v, 0),
+                None => map.remove(k),
+            }
+            .map_err(|e| std::io::Error::other(e.to_string()))
+        });
+        if sync.refused > 0 && !was_full {
+            tracing::warn!(
+                "path_classes is full: {} paths have no class in the kernel (the policy acts on them as on unknown paths)",
+                sync.refused
+            );
+        }
+    }
+
     /// A rule on or off, now.
     pub fn set_enabled(&mut self, index: u32, enabled: bool) -> Result<(), Error> {
         let mut r = self
@@ -389,6 +513,57 @@ fn restore_in_every_netns(it: &MapIter) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The daemon writes a peer's class when it changes, never again while
+    /// it stays, deletes it when the peer leaves the classes; a full map
+    /// refuses a peer (unknown in the kernel: act as without classes),
+    /// which is tried again once an entry is deleted, not every second.
+    #[test]
+    fn classes_are_written_when_they_change_and_a_full_map_says_unknown() {
+        use BottleneckClass::*;
+        let peer = |i: u8| (7u32, IpAddr::from([10, 9, 2, i]));
+        let mut kernel: HashMap<[u8; 16], u32> = HashMap::new();
+        let mut ops = 0u32;
+        let bound = 2;
+        let mut w = ClassesWritten::default();
+        let mut sync = |w: &mut ClassesWritten, want: &[((u32, IpAddr), BottleneckClass)]| {
+            w.sync(want, |k, v| {
+                ops += 1;
+                match v {
+                    Some(_) if !kernel.contains_key(&k.addr) && kernel.len() >= bound => {
+                        Err(std::io::Error::from_raw_os_error(libc::E2BIG))
+                    }
+                    Some(v) => {
+                        kernel.insert(k.addr, v);
+                        Ok(())
+                    }
+                    None => kernel
+                        .remove(&k.addr)
+                        .map(|_| ())
+                        .ok_or_else(|| std::io::Error::from_raw_os_error(libc::ENOENT)),
+                }
+            })
+        };
+        let s = sync(&mut w, &[(peer(1), Droptail), (peer(2), Aqm)]);
+        assert_eq!((s.written, s.deleted, s.refused), (2, 0, 0));
+        // The same classes again: nothing written.
+        let s = sync(&mut w, &[(peer(1), Droptail), (peer(2), Aqm)]);
+        assert_eq!(s, ClassSync::default());
+        // A flip: one write.
+        let s = sync(&mut w, &[(peer(1), Aqm), (peer(2), Aqm)]);
+        assert_eq!((s.written, s.deleted, s.refused), (1, 0, 0));
+        // A third peer does not fit; tried once, not again while full.
+        let three = [(peer(1), Aqm), (peer(2), Aqm), (peer(3), EcnAqm)];
+        assert_eq!(sync(&mut w, &three).refused, 1);
+        assert_eq!(sync(&mut w, &three), ClassSync::default());
+        // Peer 2 forgotten (or unknown): deleted, and peer 3 fits now.
+        let s = sync(&mut w, &[(peer(1), Aqm), (peer(3), EcnAqm)]);
+        assert_eq!((s.written, s.deleted, s.refused), (1, 1, 0));
+        assert_eq!(kernel.len(), 2);
+        assert_eq!(kernel[&class_key(peer(3)).addr], 4);
+        assert_eq!(kernel[&class_key(peer(1)).addr], 3);
+        assert_eq!(ops, 2 + 1 + 1 + 2);
+    }
 
     #[test]
     fn run_directories_never_share_a_pin() {
