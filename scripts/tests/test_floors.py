@@ -137,15 +137,20 @@ class Floors(TestCase):
         self.assertTrue(ss, f"ss shows it in {state} too")
         # Sampled by the probes (sock_ops RTT callbacks), not only read on
         # demand: its series grows after the close, until the socket goes.
+        # Once no read lists it the series grows no more (it is kept for
+        # its window, a minute, after: waiting for that took 71 s a case).
         after = []
         while True:
+            gone = not [x for x in d.sockets(all=True) if x["cookie"] == s["cookie"]]
             try:
                 series = d.api(f"/v1/series/{s['cookie']}")["samples"]
             except api.ApiError as e:
                 if e.status != 404:
                     raise
-                break  # gone: the last ACK came
+                break
             after = [x for x in series if x["t_ms"] > closed_ms]
+            if gone:
+                break  # the last ACK came
             time.sleep(0.3)
         print(f"    {state}: {len(after)} samples after the close, queue "
               f"{[x['queue_delay_us'] // 1000 for x in after][:8]} ms", flush=True)
