@@ -70,9 +70,9 @@ class PolicyGate(TestCase):
         lab.close()
         gated, acted = results["fq_codel"], results["fq_codel+act_on_aqm"]
         print(f"  FQ-CoDel path: B/A {gated['b_over_a']:.2f} gated, {acted['b_over_a']:.2f} "
-              f"acting (bloatd_westwood, DRWA); the gate saves "
-              f"{(gated['b_over_a'] - acted['b_over_a']) * 100:+.0f}% of A's goodput for B",
-              flush=True)
+              f"acting (bloatd_westwood, DRWA): B's goodput gated against acting "
+              f"{(gated['b_over_a'] / max(acted['b_over_a'], 1e-9) - 1) * 100:+.0f}% (6 s each, "
+              "side by side with A)", flush=True)
 
         # Gated: nothing switched, no DRWA round after the class, the clamp
         # set before it given back.
