@@ -531,13 +531,9 @@ mod tests {
         assert!(per(2) == 50 || per(2) == 51);
     }
 
-    #[test]
-    fn the_buffer_is_the_most_bytes_a_second_queued() {
-        // 900 ms at 8 Mbit/s (a slow second) holds 900 kB; 300 ms at
-        // 24 Mbit/s 900 kB too; the peak queue times the median rate
-        // (16 Mbit/s) would say 1.8 MB.
-        let secs: Vec<Second> = [(8_000_000u64, 900u32), (16_000_000, 400), (24_000_000, 300)]
-            .iter()
+    /// Measured seconds, one per (capacity bit/s, median queue ms).
+    fn measured(secs: &[(u64, u32)]) -> Vec<Second> {
+        secs.iter()
             .enumerate()
             .map(|(i, &(c, q))| Second {
                 t_s: i as u32,
@@ -546,7 +542,15 @@ mod tests {
                 source: "measured",
                 queue_us: q * 1000,
             })
-            .collect();
+            .collect()
+    }
+
+    #[test]
+    fn the_buffer_is_the_most_bytes_a_second_queued() {
+        // 900 ms at 8 Mbit/s (a slow second) holds 900 kB; 300 ms at
+        // 24 Mbit/s 900 kB too; the peak queue times the median rate
+        // (16 Mbit/s) would say 1.8 MB.
+        let secs = measured(&[(8_000_000, 900), (16_000_000, 400), (24_000_000, 300)]);
         assert_eq!(buffer_of(&secs), 900_000);
         assert_eq!(buffer_of(&[]), 0);
     }
@@ -555,17 +559,7 @@ mod tests {
     fn a_queue_that_built_in_a_slow_second_counts_at_its_rate() {
         // test_recorder's lte episode: 761 ms at 11.4 Mbit/s, then the link
         // fell to 2.7 Mbit/s and the next read said 789 ms at 11.9 Mbit/s.
-        let secs: Vec<Second> = [(11_378_200u64, 761u32), (2_681_970, 836), (11_911_300, 789)]
-            .iter()
-            .enumerate()
-            .map(|(i, &(c, q))| Second {
-                t_s: i as u32,
-                delivered_bps: c,
-                capacity_bps: c,
-                source: "measured",
-                queue_us: q * 1000,
-            })
-            .collect();
+        let secs = measured(&[(11_378_200, 761), (2_681_970, 836), (11_911_300, 789)]);
         // 761 ms x 11.38 Mbit/s; not 789 ms x 11.91 Mbit/s (1.17 MB).
         assert_eq!(buffer_of(&secs), 1_082_351);
     }
