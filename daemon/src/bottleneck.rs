@@ -79,11 +79,17 @@ const FORGET_MS: u64 = 60_000;
 /// an AQM (it bloats nothing).
 const AQM_PACKETS: u32 = 4;
 /// Losses in at least this share of a path's reads (and in at least
-/// `DROPTAIL_SECONDS` of them) at a long queue: an unresponsive sender.
-/// A responsive one into a drop-tail buffer loses once per sawtooth, seconds
-/// apart (the lab's lte CUBIC: 1-2 reads of 20); BBR behind CoDel lost in
-/// 14-17 of 19.
+/// `DROPTAIL_SECONDS` of them) at a long queue, with at least
+/// `UNRESPONSIVE_RTTS` round trips per read with a loss: an unresponsive
+/// sender. A responsive one into a drop-tail buffer loses once per
+/// sawtooth, seconds apart (the lab's lte CUBIC: 1-2 reads of 20); BBR
+/// behind CoDel lost in 14-17 of 19.
 const UNRESPONSIVE: (u32, u32) = (2, 3);
+/// A responsive sender's recovery from one loss takes a round trip or
+/// two, and may span several reads where a round trip is a second or more
+/// (the lab's 3g CUBIC at 1.3 s of queue: losses in 5 of 7 reads, one
+/// recovery, read as unresponsive without this bound).
+const UNRESPONSIVE_RTTS: u64 = 4;
 
 /// One read of one path.
 #[derive(Clone, Copy, Debug, Default)]
@@ -101,6 +107,8 @@ struct Obs {
     /// The time one of its largest segments takes at the rate its sockets
     /// carried together over the last interval (0: no rate).
     packet_us: u32,
+    /// Its floor (its sockets share the peer's; the highest of theirs).
+    floor_us: u32,
 }
 
 #[derive(Default)]
@@ -164,9 +172,11 @@ struct Acc {
     ecn: u32,
     signal_queue_us: u32,
     sends: bool,
-    /// Its carrying sockets' throughput together, and their largest MSS.
+    /// Its carrying sockets' throughput together, their largest MSS and
+    /// floor.
     rate_bps: u64,
     mss: u32,
+    floor_us: u32,
     /// Its index among the read's paths (in `queues`).
     idx: u32,
 }
@@ -233,6 +243,7 @@ impl Bottlenecks {
                 self.queues.push((a.idx, slow_start, q));
                 a.rate_bps = a.rate_bps.saturating_add(s.throughput_bps);
                 a.mss = a.mss.max(s.mss);
+                a.floor_us = a.floor_us.max(s.floor_us);
             }
             a.sends |= s.role == Role::Sender;
             if loss || ecn {
@@ -281,6 +292,7 @@ impl Bottlenecks {
                 signal_queue_us: a.signal_queue_us,
                 slow_start,
                 packet_us: packet_us(a.mss, a.rate_bps),
+                floor_us: a.floor_us,
             });
             while h.obs.front().is_some_and(|o| o.t_ms + WINDOW_MS <= t_ms) {
                 h.obs.pop_front();
@@ -379,6 +391,10 @@ struct Evidence {
     q_at: Option<u32>,
     /// Reads with a loss.
     loss_reads: u32,
+    /// The time its reads cover (from the first's interval to the last).
+    span_ms: u64,
+    /// The lowest floor of its reads.
+    floor_us: u32,
     /// Reads left out: a slow start's ramp.
     ramp: u32,
     /// The median of its reads' packet times (0: no rate).
@@ -394,6 +410,7 @@ impl Evidence {
         let (mut queues, mut at, mut packets) = ([0u32; MAX], [0u32; MAX], [0u32; MAX]);
         let (mut n, mut n_at, mut n_packets, mut losses, mut ecn) = (0, 0, 0, 0, 0);
         let mut loss_reads = 0;
+        let (mut first_ms, mut last_ms, mut floor_us) = (u64::MAX, 0, u32::MAX);
         // A slow start's ramp can say that nothing queues, no more.
         let in_window = |o: &&Obs| o.t_ms + WINDOW_MS > now_ms;
         let ramp = |o: &&Obs| o.slow_start && (o.queue_us >= CLEAR_US || o.losses + o.ecn > 0);
@@ -409,6 +426,10 @@ impl Evidence {
             losses += o.losses;
             ecn += o.ecn;
             loss_reads += (o.losses > 0) as u32;
+            (first_ms, last_ms) = (first_ms.min(o.t_ms), last_ms.max(o.t_ms));
+            if o.floor_us > 0 {
+                floor_us = floor_us.min(o.floor_us);
+            }
             if o.losses + o.ecn > 0 {
                 at[n_at] = o.signal_queue_us;
                 n_at += 1;
@@ -423,6 +444,8 @@ impl Evidence {
             ecn,
             q_at: (n_at > 0).then(|| median(&mut at[..n_at])),
             loss_reads,
+            span_ms: if n > 0 { last_ms - first_ms + 1000 } else { 0 },
+            floor_us: if floor_us == u32::MAX { 0 } else { floor_us },
             packet_us: if n_packets > 0 {
                 median(&mut packets[..n_packets])
             } else {
@@ -467,10 +490,14 @@ impl Evidence {
         }
     }
 
-    /// Losses in nearly every read: a sender that does not slow for them.
+    /// Losses in nearly every read, reads several round trips apart: a
+    /// sender that does not slow for them.
     fn unresponsive(&self) -> bool {
         let (num, den) = UNRESPONSIVE;
-        self.loss_reads >= DROPTAIL_SECONDS as u32 && self.loss_reads * den >= self.seconds * num
+        let rtt_us = self.floor_us as u64 + self.q50 as u64;
+        self.loss_reads >= DROPTAIL_SECONDS as u32
+            && self.loss_reads * den >= self.seconds * num
+            && self.span_ms * 1000 >= UNRESPONSIVE_RTTS * rtt_us * self.loss_reads as u64
     }
 
     /// The class with its evidence in one sentence.
@@ -736,6 +763,18 @@ mod tests {
         // Losses in 4 of 15 reads: a responsive sender's sawtooth.
         let mut c = Bottlenecks::new(30);
         let b = feed(&mut c, 15, q, |i| (i as u32 / 4) * 3, |_| Some(80));
+        assert_eq!(class(&b), "droptail", "{b:?}");
+        // At 1.3 s of queue one recovery spans reads: losses in 5 of 7
+        // reads is one round trip's loss, not an unresponsive sender (the
+        // lab's 3g CUBIC; read unknown before the round-trip bound).
+        let mut c = Bottlenecks::new(30);
+        let b = feed(
+            &mut c,
+            7,
+            |i| [1250, 1330, 1340, 1300][(i % 4) as usize],
+            |i| [0, 0, 3, 5, 8, 9, 11][i as usize],
+            |_| Some(19),
+        );
         assert_eq!(class(&b), "droptail", "{b:?}");
     }
 
