@@ -676,7 +676,7 @@ mod tests {
             _ => [3, 1, 5, 2][(i % 4) as usize],
         };
         let retrans = |i: u64| if i < 3 { 0 } else { 2 + (i as u32 - 3) / 3 };
-        let ssthresh = |i: u64| (i >= 3).then_some(70 + (i as u32 - 3) / 3);
+        let ssthresh = |i: u64| (i >= 3).then(|| 70 + (i as u32 - 3) / 3);
         for i in 0..14u64 {
             let b = feed_one(&mut c, i, queue(i), retrans(i), ssthresh(i));
             assert_ne!(class(&b), "droptail", "read {i}: {b:?}");
