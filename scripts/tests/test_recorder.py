@@ -67,6 +67,15 @@ SPAN_S = 2.0
 # behind the drained download), and the recorder, reading the sockets'
 # smoothed RTT, rightly kept the episode to it.
 RUN_ECHOES = 3
+# A queue that comes back for less than this after a quiet second or more
+# (a fetch's burst behind the drained download) may or may not be in the
+# episode: the recorder reads a second apart, and the fetch that made it
+# may open and close between two reads. A full run (2026-12-07) saw the
+# queue drain, stay at 4-5 ms for 2.5 s and come back for about a second
+# (105-289 ms); the recorder, having not seen it, ended at the drain: -3.66
+# s from ping's span, 0.0 s from its end before the burst. The end is
+# held to SPAN_S from either.
+BRIEF_S = 1.5
 # The replayed CUBIC flow's median queue against the recorded one: the
 # issue's 25%. Six runs with the replay's trace started over per arm and
 # shaped within each second like a measured LTE trace (docs/lab.md):
@@ -116,6 +125,20 @@ class Pinger:
         if not over:
             return None
         return samples[min(over)][0], samples[max(over)][0]
+
+    def end_before_burst(self, queue_ms):
+        """The end of ping's span without a last brief return (BRIEF_S,
+        after a quiet second or more), or None where it ends in none."""
+        span = self.span(queue_ms)
+        if span is None:
+            return None
+        over = [t for t, q in sorted(self.samples) if span[0] <= t <= span[1] and q >= queue_ms]
+        i = len(over) - 1
+        while i > 0 and over[i] - over[i - 1] < 1.0:
+            i -= 1
+        if i == 0 or span[1] - over[i] >= BRIEF_S:
+            return None
+        return over[i - 1]
 
     def stop(self):
         self.p.terminate()
@@ -292,9 +315,13 @@ class Recorder(TestCase):
         det = d.cli_json("/v1/incidents/{id}", "incident", str(e["id"]), "--json")
         print("    its first points: " + " ".join(
             f"{p['t_ms'] / 1000 - truth[0]:+.1f}s:{p['queue_us'] / 1000:.0f}" for p in det["series"][:5]), flush=True)
-        for what, got, want, bound in (("start", e["start_ms"], truth[0], SPAN_S),
-                                       ("end", e["end_ms"], truth[1], SPAN_S)):
-            off = got / 1000 - want
+        burst = pinger.end_before_burst(100)
+        if burst is not None:
+            print(f"    ping's span ends in a brief return; before it: {e['end_ms'] / 1000 - burst:+.2f} s "
+                  "from the episode's end", flush=True)
+        for what, got, want, bound in (("start", e["start_ms"], [truth[0]], SPAN_S),
+                                       ("end", e["end_ms"], [truth[1]] + ([burst] if burst else []), SPAN_S)):
+            off = min((got / 1000 - w for w in want), key=abs)
             self.assertLessEqual(abs(off), bound, f"{what} {off:+.2f} s from ping's")
 
         # Its path, as the sender's namespace routes it.
