@@ -696,16 +696,20 @@ mod tests {
         assert!(b.why.contains("10 more in slow start"), "{}", b.why);
     }
 
-    /// One sender past slow start at a short queue whose CE-echoed
+    /// A short queue (CoDel's): 3-6 ms.
+    const SHORT: fn(u64) -> u32 = |i| [4, 6, 3][(i % 3) as usize];
+
+    /// One sender past slow start at queue(i) ms whose CE-echoed
     /// deliveries are ce(i) at second i, its ssthresh ssthresh(i).
     fn feed_ce(
         c: &mut Bottlenecks,
+        queue: impl Fn(u64) -> u32,
         ce: impl Fn(u64) -> u32,
         ssthresh: impl Fn(u64) -> u32,
     ) -> Bottleneck {
         (0..12u64)
             .map(|i| {
-                let mut s = sock(2, PEER, 80, [4, 6, 3][(i % 3) as usize], 0);
+                let mut s = sock(2, PEER, 80, queue(i), 0);
                 (s.delivered_ce, s.ssthresh) = (ce(i), Some(ssthresh(i)));
                 let t = 1_000_000 + i * 1000;
                 c.observe(t, &[s]);
@@ -721,7 +725,7 @@ mod tests {
     #[test]
     fn ce_marks_without_loss_at_a_short_queue_are_ecn() {
         let mut c = Bottlenecks::new(30);
-        let b = feed_ce(&mut c, |i| (i / 3) as u32 * 40, |_| 60);
+        let b = feed_ce(&mut c, SHORT, |i| (i / 3) as u32 * 40, |_| 60);
         assert_eq!(class(&b), "ecn-aqm", "{b:?}");
         assert!(b.why.contains("3 ECN marks at"), "{}", b.why);
     }
@@ -733,17 +737,12 @@ mod tests {
     #[test]
     fn ce_marks_at_a_long_queue_are_still_an_ecn_aqm() {
         let mut c = Bottlenecks::new(30);
-        let b = (0..12u64)
-            .map(|i| {
-                let mut s = sock(2, PEER, 80, [420, 480, 440][(i % 3) as usize], 0);
-                (s.delivered_ce, s.ssthresh) = (i as u32 * 14, Some(60));
-                let t = 1_000_000 + i * 1000;
-                c.observe(t, &[s]);
-                c.class_of(NETNS, PEER.parse().unwrap(), "wlan0", t)
-                    .unwrap()
-            })
-            .last()
-            .unwrap();
+        let b = feed_ce(
+            &mut c,
+            |i| [420, 480, 440][(i % 3) as usize],
+            |i| i as u32 * 14,
+            |_| 60,
+        );
         assert_eq!(class(&b), "ecn-aqm", "{b:?}");
     }
 
@@ -783,7 +782,7 @@ mod tests {
     #[test]
     fn a_window_reduction_without_a_ce_echo_is_no_mark() {
         let mut c = Bottlenecks::new(30);
-        let b = feed_ce(&mut c, |_| 0, |i| 60 + (i / 3) as u32 % 2);
+        let b = feed_ce(&mut c, SHORT, |_| 0, |i| 60 + (i / 3) as u32 % 2);
         assert_eq!(class(&b), "clear", "{b:?}");
     }
 
