@@ -50,7 +50,7 @@
 //! leaves slow start (limited by the receiver's window) counts only
 //! while it holds no queue.
 
-use bloatd_model::{format, Bottleneck, BottleneckClass, Role, Socket};
+use bloatd_model::{format, Bottleneck, BottleneckClass, OwnerClass, QueueOwner, Role, Socket};
 use std::collections::{HashMap, VecDeque};
 use std::net::IpAddr;
 
@@ -90,6 +90,22 @@ const UNRESPONSIVE: (u32, u32) = (2, 3);
 /// (the lab's 3g CUBIC at 1.3 s of queue: losses in 5 of 7 reads, one
 /// recovery, read as unresponsive without this bound).
 const UNRESPONSIVE_RTTS: u64 = 4;
+/// From this median queue a queue stands, and whose traffic fills it is
+/// asked (below it there is nothing to own).
+const STANDING_US: u32 = 10_000;
+/// Paths whose queues in one read differ by at most a quarter of the
+/// path's, or by this much, wait in the same queue (one FIFO shows every
+/// flow through it the same queue; both ends of a connection show it too).
+const SHARE_MIN_US: u32 = 5_000;
+/// At most this many paths either side, in order of queue, are looked at
+/// for sharers of one path's queue: a busy host's many paths of similar
+/// queue cost a bounded scan each.
+const SHARE_SCAN: usize = 64;
+/// An owner with this share of what the link delivered owns the queue;
+/// with none that large it is mixed.
+const OWNS: f64 = 0.75;
+/// Neighbours named for a path, at most.
+const NAMED: usize = 4;
 
 /// One read of one path.
 #[derive(Clone, Copy, Debug, Default)]
@@ -109,6 +125,14 @@ struct Obs {
     packet_us: u32,
     /// Its floor (its sockets share the peer's; the highest of theirs).
     floor_us: u32,
+    /// What its own sockets carried (bit/s), and the other namespaces'
+    /// sockets in the same queue (neighbours; 0 with no standing queue).
+    own_bps: u64,
+    neighbour_bps: u64,
+    /// The lowest RTT over the floor that any sender in its queue (its own
+    /// or a neighbour's) ever had (u32::MAX: no sender seen): a queue that
+    /// stood before every flow it holds was filled by someone unseen.
+    gap_us: u32,
 }
 
 #[derive(Default)]
@@ -117,6 +141,9 @@ struct History {
     last_ms: u64,
     /// Whether any of its sockets sent (signals are the sender's).
     sends: bool,
+    /// The neighbours seen in its queue: namespace, a process of theirs,
+    /// when last (at most NAMED, the latest).
+    neighbours: Vec<(u32, Option<String>, u64)>,
 }
 
 /// A socket's counters at the last read.
@@ -167,7 +194,7 @@ pub struct Bottlenecks {
 
 /// One path being summed during a read.
 #[derive(Default)]
-struct Acc {
+struct Acc<'a> {
     losses: u32,
     ecn: u32,
     signal_queue_us: u32,
@@ -179,6 +206,36 @@ struct Acc {
     floor_us: u32,
     /// Its index among the read's paths (in `queues`).
     idx: u32,
+    /// Its carrying senders' lowest RTT over the floor (u32::MAX: none).
+    gap_us: u32,
+    /// The process of its busiest socket (to name it as a neighbour).
+    comm: Option<&'a str>,
+    top_bps: u64,
+}
+
+/// A path whose queue stands, in one read: what its sharers are matched on.
+#[derive(Clone, Copy)]
+struct Standing<'a> {
+    queue_us: u32,
+    netns: u32,
+    /// The namespace whose socket has the peer's address (0: not this
+    /// machine's, or not looked up).
+    peer_netns: u32,
+    bps: u64,
+    sends: bool,
+    gap_us: u32,
+    idx: u32,
+    comm: Option<&'a str>,
+    peer: IpAddr,
+}
+
+/// What a path's sharers in one read add up to.
+#[derive(Clone, Copy, Default)]
+struct Shared<'a> {
+    neighbour_bps: u64,
+    gap_us: u32,
+    /// The busiest neighbour: its namespace and a process.
+    top: Option<(u32, Option<&'a str>)>,
 }
 
 impl Bottlenecks {
@@ -234,6 +291,7 @@ impl Bottlenecks {
                 .entry((s.netns, s.remote_addr, s.interface.as_str()))
                 .or_insert_with(|| Acc {
                     idx: n,
+                    gap_us: u32::MAX,
                     ..Acc::default()
                 });
             let q = s.view_queue_delay_us();
@@ -244,6 +302,12 @@ impl Bottlenecks {
                 a.rate_bps = a.rate_bps.saturating_add(s.throughput_bps);
                 a.mss = a.mss.max(s.mss);
                 a.floor_us = a.floor_us.max(s.floor_us);
+                if s.role == Role::Sender && s.min_rtt_us > 0 {
+                    a.gap_us = a.gap_us.min(s.min_rtt_us.saturating_sub(s.floor_us));
+                }
+                if a.comm.is_none() || s.throughput_bps > a.top_bps {
+                    (a.comm, a.top_bps) = (s.comm.as_deref(), s.throughput_bps);
+                }
             }
             a.sends |= s.role == Role::Sender;
             if loss || ecn {
@@ -271,10 +335,12 @@ impl Bottlenecks {
             median[idx as usize] = Some((run[(m - 1) / 2].2, slow_start));
             i += n;
         }
+        let shared = shares(socks, &accs, &median);
         for ((netns, peer, iface), a) in accs {
             let Some((queue_us, slow_start)) = median[a.idx as usize] else {
                 continue;
             };
+            let sh = shared.get(a.idx as usize).copied().flatten();
             let by_peer = self.paths.entry((netns, peer)).or_default();
             let i = match by_peer.iter().position(|(i, _)| i == iface) {
                 Some(i) => i,
@@ -293,7 +359,17 @@ impl Bottlenecks {
                 slow_start,
                 packet_us: packet_us(a.mss, a.rate_bps),
                 floor_us: a.floor_us,
+                own_bps: a.rate_bps,
+                neighbour_bps: sh.map_or(0, |x| x.neighbour_bps),
+                gap_us: sh.map_or(a.gap_us, |x| x.gap_us.min(a.gap_us)),
             });
+            if let Some((ns, comm)) = sh.and_then(|x| x.top) {
+                h.neighbours.retain(|(n, _, _)| *n != ns);
+                if h.neighbours.len() >= NAMED {
+                    h.neighbours.remove(0);
+                }
+                h.neighbours.push((ns, comm.map(str::to_string), t_ms));
+            }
             while h.obs.front().is_some_and(|o| o.t_ms + WINDOW_MS <= t_ms) {
                 h.obs.pop_front();
             }
@@ -321,7 +397,20 @@ impl Bottlenecks {
             .iter()
             .find(|(i, _)| i == interface)?;
         let e = Evidence::of(h, now_ms)?;
-        Some(e.bottleneck(e.class(self.aqm_queue_us), self.aqm_queue_us))
+        let neighbours = h
+            .neighbours
+            .iter()
+            .rev()
+            .filter(|(_, _, t)| t + WINDOW_MS > now_ms)
+            .map(|(ns, comm, _)| match comm {
+                Some(c) => format!("netns {ns} ({c})"),
+                None => format!("netns {ns}"),
+            })
+            .collect();
+        Some(Bottleneck {
+            owner: e.owner(neighbours),
+            ..e.bottleneck(e.class(self.aqm_queue_us), self.aqm_queue_us)
+        })
     }
 
     /// Each peer's class for the kernel's policy (policy_ops.h,
@@ -349,17 +438,118 @@ impl Bottlenecks {
 
     /// How many paths with traffic in the window are of each class
     /// (`BottleneckClass::ALL`'s order), for /metrics.
-    pub fn counts(&self, now_ms: u64) -> [u64; 5] {
-        let mut n = [0u64; 5];
+    /// And how many with a standing queue are of each owner
+    /// (`OwnerClass::ALL`'s order).
+    pub fn counts(&self, now_ms: u64) -> ([u64; 5], [u64; 5]) {
+        let (mut n, mut owners) = ([0u64; 5], [0u64; 5]);
         for v in self.paths.values() {
             for (_, h) in v {
                 if let Some(e) = Evidence::of(h, now_ms) {
                     n[e.class(self.aqm_queue_us) as usize] += 1;
+                    if let Some(o) = e.owner_class() {
+                        owners[o as usize] += 1;
+                    }
                 }
             }
         }
-        n
+        (n, owners)
     }
+}
+
+/// Who else waits in each standing path's queue in this read, by path
+/// index: the paths whose queue is the same and whose traffic is another
+/// namespace's of this machine (neighbours). A path's own traffic is its
+/// namespace's, and the other end's where the peer is this machine's too
+/// (both ends of one connection are one flow). Empty when no queue stands,
+/// or when every standing queue is one namespace's: then there is no
+/// neighbour to find and nothing more is done (a server's or a laptop's
+/// reads cost no more than before).
+fn shares<'a>(
+    socks: &'a [Socket],
+    accs: &FxMap<(u32, IpAddr, &'a str), Acc<'a>>,
+    median: &[Option<(u32, bool)>],
+) -> Vec<Option<Shared<'a>>> {
+    let mut st: Vec<Standing> = accs
+        .iter()
+        .filter_map(|((netns, peer, _), a)| {
+            let (queue_us, slow_start) = median[a.idx as usize]?;
+            (queue_us >= STANDING_US && !slow_start).then_some(Standing {
+                queue_us,
+                netns: *netns,
+                peer_netns: 0,
+                bps: a.rate_bps,
+                sends: a.sends,
+                gap_us: a.gap_us,
+                idx: a.idx,
+                comm: a.comm,
+                peer: *peer,
+            })
+        })
+        .collect();
+    let Some(first) = st.first() else {
+        return Vec::new();
+    };
+    if st.iter().all(|x| x.netns == first.netns) {
+        return Vec::new();
+    }
+    // Which namespace has each address: a peer that is one of them is
+    // this machine's.
+    let mut locals: FxMap<IpAddr, u32> =
+        FxMap::with_capacity_and_hasher(st.len() * 2, Default::default());
+    for s in socks {
+        locals.entry(s.local_addr).or_insert(s.netns);
+    }
+    for x in st.iter_mut() {
+        x.peer_netns = locals.get(&x.peer).copied().unwrap_or(0);
+    }
+    st.sort_unstable_by_key(|x| x.queue_us);
+    let mut out = vec![None; median.len()];
+    for (i, p) in st.iter().enumerate() {
+        let own = |ns: u32| ns == p.netns || (p.peer_netns != 0 && ns == p.peer_netns);
+        let tol = (p.queue_us / 4).max(SHARE_MIN_US);
+        let below = st[..i]
+            .iter()
+            .rev()
+            .take(SHARE_SCAN)
+            .take_while(|q| q.queue_us + tol >= p.queue_us);
+        let above = st[i + 1..]
+            .iter()
+            .take(SHARE_SCAN)
+            .take_while(|q| q.queue_us <= p.queue_us + tol);
+        // Both ends of a neighbour's connection may be seen: its senders'
+        // and its receivers' rates are each all of it.
+        let (mut sent, mut received) = (0u64, 0u64);
+        let mut sh = Shared {
+            gap_us: u32::MAX,
+            ..Shared::default()
+        };
+        let mut top_bps = 0;
+        for q in below.chain(above) {
+            let ns = if !own(q.netns) {
+                q.netns
+            } else if q.peer_netns != 0 && !own(q.peer_netns) {
+                q.peer_netns
+            } else {
+                continue;
+            };
+            if q.sends {
+                sent = sent.saturating_add(q.bps);
+            } else {
+                received = received.saturating_add(q.bps);
+            }
+            sh.gap_us = sh.gap_us.min(q.gap_us);
+            // Named by a process of its own namespace where one is seen.
+            let comm = if ns == q.netns { q.comm } else { None };
+            let unnamed = matches!(sh.top, Some((n, None)) if n == ns);
+            if sh.top.is_none() || q.bps > top_bps || (unnamed && comm.is_some()) {
+                top_bps = top_bps.max(q.bps);
+                sh.top = Some((ns, comm));
+            }
+        }
+        sh.neighbour_bps = sent.max(received);
+        out[p.idx as usize] = Some(sh);
+    }
+    out
 }
 
 fn ms(us: u32) -> String {
@@ -399,6 +589,16 @@ struct Evidence {
     ramp: u32,
     /// The median of its reads' packet times (0: no rate).
     packet_us: u32,
+    /// Reads with a standing queue, and of those the ones whose queue
+    /// stood before every sender in it (`Obs::gap_us`).
+    standing: u32,
+    joined: u32,
+    /// At the reads with a standing queue, the median share (per mille)
+    /// of the link's rate that its own sockets and its neighbours carried;
+    /// the link's rate is the most they carried together in the window.
+    own_pm: u32,
+    neighbour_pm: u32,
+    link_bps: u64,
 }
 
 impl Evidence {
@@ -411,6 +611,16 @@ impl Evidence {
         let (mut n, mut n_at, mut n_packets, mut losses, mut ecn) = (0, 0, 0, 0, 0);
         let mut loss_reads = 0;
         let (mut first_ms, mut last_ms, mut floor_us) = (u64::MAX, 0, u32::MAX);
+        let (mut own, mut nbr) = ([0u32; MAX], [0u32; MAX]);
+        let (mut standing, mut joined) = (0, 0);
+        let link_bps = h
+            .obs
+            .iter()
+            .filter(|o| o.t_ms + WINDOW_MS > now_ms)
+            .map(|o| o.own_bps.saturating_add(o.neighbour_bps))
+            .max()
+            .unwrap_or(0);
+        let pm = |bps: u64| (bps.saturating_mul(1000) / link_bps.max(1)).min(1000) as u32;
         // A slow start's ramp can say that nothing queues, no more.
         let in_window = |o: &&Obs| o.t_ms + WINDOW_MS > now_ms;
         let ramp = |o: &&Obs| o.slow_start && (o.queue_us >= CLEAR_US || o.losses + o.ecn > 0);
@@ -434,6 +644,11 @@ impl Evidence {
                 at[n_at] = o.signal_queue_us;
                 n_at += 1;
             }
+            if o.queue_us >= STANDING_US {
+                (own[standing], nbr[standing]) = (pm(o.own_bps), pm(o.neighbour_bps));
+                standing += 1;
+                joined += (o.gap_us != u32::MAX && o.gap_us >= o.queue_us / 2) as u32;
+            }
         }
         (n > 0 || ramp > 0).then(|| Evidence {
             seconds: n as u32,
@@ -451,6 +666,19 @@ impl Evidence {
             } else {
                 0
             },
+            standing: standing as u32,
+            joined,
+            own_pm: if standing > 0 {
+                median(&mut own[..standing])
+            } else {
+                0
+            },
+            neighbour_pm: if standing > 0 {
+                median(&mut nbr[..standing])
+            } else {
+                0
+            },
+            link_bps,
         })
     }
 
@@ -498,6 +726,73 @@ impl Evidence {
         self.loss_reads >= DROPTAIL_SECONDS as u32
             && self.loss_reads * den >= self.seconds * num
             && self.span_ms * 1000 >= UNRESPONSIVE_RTTS * rtt_us * self.loss_reads as u64
+    }
+
+    /// Whose traffic fills its queue (None: no queue stood in the window).
+    ///
+    /// | evidence, over the reads with a standing queue | owner |
+    /// |---|---|
+    /// | fewer than `MIN_SECONDS` | `unknown` |
+    /// | in half or more, the queue stood before every sender in it | `external` |
+    /// | its own sockets carried `OWNS` of the link's rate | `self` |
+    /// | neighbours carried `OWNS` | `neighbour` |
+    /// | the sockets bloatd sees carried 1 - `OWNS` or less | `external` |
+    /// | otherwise | `mixed` |
+    fn owner_class(&self) -> Option<OwnerClass> {
+        if self.standing == 0 {
+            return None;
+        }
+        if (self.standing as usize) < MIN_SECONDS {
+            return Some(OwnerClass::Unknown);
+        }
+        if self.joined * 2 >= self.standing {
+            return Some(OwnerClass::External);
+        }
+        let owns = (OWNS * 1000.0) as u32;
+        Some(if self.own_pm >= owns {
+            OwnerClass::Own
+        } else if self.neighbour_pm >= owns {
+            OwnerClass::Neighbour
+        } else if self.unseen_pm() >= owns {
+            OwnerClass::External
+        } else {
+            OwnerClass::Mixed
+        })
+    }
+
+    /// The share of the link's rate nobody bloatd sees carried, per mille.
+    fn unseen_pm(&self) -> u32 {
+        1000u32.saturating_sub(self.own_pm + self.neighbour_pm)
+    }
+
+    /// The owner with its evidence in one sentence; `neighbours` named.
+    fn owner(&self, neighbours: Vec<String>) -> Option<QueueOwner> {
+        let class = self.owner_class()?;
+        let pct = |pm: u32| (pm + 5) / 10;
+        let shares = format!(
+            "of the {} the link delivered at most, this path's own flows carried {}%, neighbours {}%, nobody bloatd sees {}%",
+            format::rate(self.link_bps),
+            pct(self.own_pm),
+            pct(self.neighbour_pm),
+            pct(self.unseen_pm())
+        );
+        let why = match class {
+            OwnerClass::Unknown => format!(
+                "{} of {MIN_SECONDS} reads with a standing queue so far",
+                self.standing
+            ),
+            OwnerClass::External if self.joined * 2 >= self.standing => format!(
+                "traffic bloatd does not see: in {} of {} reads the queue stood before every flow in it (their lowest RTT is half the queue or more over the floor)",
+                self.joined, self.standing
+            ),
+            OwnerClass::Neighbour => format!("{}: {shares}", neighbours.join(", ")),
+            _ => shares,
+        };
+        Some(QueueOwner {
+            class,
+            why,
+            neighbours,
+        })
     }
 
     /// The class with its evidence in one sentence.
@@ -558,6 +853,7 @@ impl Evidence {
             class,
             why,
             seconds: self.seconds,
+            owner: None,
         }
     }
 }
@@ -874,10 +1170,10 @@ mod tests {
             .class_of(NETNS, PEER.parse().unwrap(), "wlan0", 1_037_000)
             .unwrap();
         assert_eq!(class(&b), "clear", "{b:?}");
-        assert_eq!(c.counts(1_037_000), [1, 0, 0, 0, 0]);
+        assert_eq!(c.counts(1_037_000).0, [1, 0, 0, 0, 0]);
         c.observe(1_200_000, &[]);
         assert!(c.paths.is_empty() && c.socks.is_empty());
-        assert_eq!(c.counts(1_200_000), [0; 5]);
+        assert_eq!(c.counts(1_200_000), ([0; 5], [0; 5]));
     }
 
     /// The kernel's classes are by peer: one interface's class, the
@@ -921,6 +1217,187 @@ mod tests {
         assert!(c.peer_classes(at(0)).is_empty());
     }
 
+    // Whose queue: the lab's layout (scripts/lab/topo.sh). The server
+    // namespace SND (10.9.1.1) sends to the receiver RCV (10.9.2.2) and to
+    // a neighbour pod NBR (10.9.4.2); bloatd sees both ends of each.
+    const SND: u32 = 4026532001;
+    const RCV: u32 = 4026532002;
+    const NBR: u32 = 4026532004;
+    const SND4: &str = "10.9.1.1";
+    const RCV4: &str = "10.9.2.2";
+    const NBR4: &str = "10.9.4.2";
+
+    /// One end of a connection through the one queue of `queue_ms`: a
+    /// sender in `netns` at address `local` toward `peer` carrying `mbps`, whose
+    /// own lowest RTT was `joined_ms` over the floor; or (`send` false)
+    /// its receiver.
+    fn end(
+        cookie: u64,
+        (netns, local, peer): (u32, &str, &str),
+        send: bool,
+        queue_ms: u32,
+        mbps: u64,
+        joined_ms: u32,
+    ) -> Socket {
+        let mut s = if send {
+            sock(cookie, peer, 80, queue_ms, 0)
+        } else {
+            let mut s = bloatd_model::fixtures::receiving(
+                bloatd_model::fixtures::socket(cookie),
+                80_000,
+                queue_ms * 1000,
+            );
+            s.remote_addr = peer.parse().unwrap();
+            s.interface = "eth0".into();
+            s
+        };
+        (s.netns, s.local_addr, s.interface) = (netns, local.parse().unwrap(), "eth0".into());
+        s.ssthresh = Some(100);
+        s.throughput_bps = mbps * 1_000_000;
+        s.min_rtt_us = s.floor_us + joined_ms * 1000;
+        s.comm = Some(if netns == NBR { "wget" } else { "python3" }.into());
+        s
+    }
+
+    /// Reads 0..n of the sockets `at(i)` makes; the owner of SND's path to
+    /// RCV4 after the last.
+    fn owner_after(n: u64, at: impl Fn(u64) -> Vec<Socket>) -> QueueOwner {
+        let mut c = Bottlenecks::new(30);
+        let t = |i| 1_000_000 + i * 1000;
+        for i in 0..n {
+            c.observe(t(i), &at(i));
+        }
+        let b = c
+            .class_of(SND, RCV4.parse().unwrap(), "eth0", t(n - 1))
+            .unwrap();
+        b.owner.expect("a standing queue has an owner")
+    }
+
+    /// Its own download alone in a drop-tail buffer, both ends seen: self.
+    #[test]
+    fn a_download_alone_owns_its_queue() {
+        let o = owner_after(8, |i| {
+            let q = 300 + (i as u32 % 3) * 50;
+            vec![
+                end(1, (SND, SND4, RCV4), true, q, 16, 0),
+                end(2, (RCV, RCV4, SND4), false, q, 16, 0),
+            ]
+        });
+        assert_eq!(o.class, OwnerClass::Own, "{o:?}");
+        assert!(o.why.contains("own flows carried 100%"), "{}", o.why);
+    }
+
+    /// A pod beside the receiver downloads in bulk; this path carries a
+    /// trickle in the same queue: the neighbour's, named.
+    #[test]
+    fn a_neighbours_download_in_the_same_queue_is_named() {
+        let o = owner_after(8, |_| {
+            vec![
+                end(1, (SND, SND4, RCV4), true, 400, 0, 300),
+                end(2, (RCV, RCV4, SND4), false, 410, 0, 0),
+                end(3, (SND, SND4, NBR4), true, 390, 15, 0),
+                end(4, (NBR, NBR4, SND4), false, 420, 15, 0),
+            ]
+        });
+        assert_eq!(o.class, OwnerClass::Neighbour, "{o:?}");
+        assert_eq!(o.neighbours, [format!("netns {NBR} (wget)")]);
+        // A queue of another size is another queue: nobody shares it.
+        let o = owner_after(8, |_| {
+            vec![
+                end(1, (SND, SND4, RCV4), true, 400, 15, 0),
+                end(3, (SND, SND4, NBR4), true, 40, 15, 0),
+                end(4, (NBR, NBR4, SND4), false, 42, 15, 0),
+            ]
+        });
+        assert_eq!(o.class, OwnerClass::Own, "{o:?}");
+    }
+
+    /// Both downloads at once, a half each: mixed.
+    #[test]
+    fn its_own_and_a_neighbours_download_together_are_mixed() {
+        let o = owner_after(8, |_| {
+            vec![
+                end(1, (SND, SND4, RCV4), true, 400, 8, 0),
+                end(2, (RCV, RCV4, SND4), false, 400, 8, 0),
+                end(3, (SND, SND4, NBR4), true, 400, 8, 0),
+                end(4, (NBR, NBR4, SND4), false, 400, 8, 0),
+            ]
+        });
+        assert_eq!(o.class, OwnerClass::Mixed, "{o:?}");
+        assert!(
+            o.why.contains("own flows carried 50%, neighbours 50%"),
+            "{}",
+            o.why
+        );
+    }
+
+    /// A flow that met the queue already standing (its lowest RTT is most
+    /// of the queue over the floor), with no one bloatd sees beside it
+    /// who saw the floor: someone unseen filled it (Sundaresan et al.).
+    #[test]
+    fn a_queue_that_stood_before_every_flow_in_it_is_external() {
+        let o = owner_after(8, |_| vec![end(1, (SND, SND4, RCV4), true, 300, 1, 280)]);
+        assert_eq!(o.class, OwnerClass::External, "{o:?}");
+        assert!(o.why.contains("stood before every flow"), "{}", o.why);
+        // A neighbour that saw the floor built it: not external.
+        let o = owner_after(8, |_| {
+            vec![
+                end(1, (SND, SND4, RCV4), true, 300, 1, 280),
+                end(3, (SND, SND4, NBR4), true, 300, 15, 0),
+                end(4, (NBR, NBR4, SND4), false, 300, 15, 0),
+            ]
+        });
+        assert_eq!(o.class, OwnerClass::Neighbour, "{o:?}");
+    }
+
+    /// It carried the link alone, then half of it at the same standing
+    /// queue: the other half is someone bloatd does not see.
+    #[test]
+    fn a_share_of_the_link_nobody_seen_carries_is_mixed_or_external() {
+        let o = owner_after(12, |i| {
+            vec![end(
+                1,
+                (SND, SND4, RCV4),
+                true,
+                300,
+                if i < 3 { 16 } else { 8 },
+                0,
+            )]
+        });
+        assert_eq!(o.class, OwnerClass::Mixed, "{o:?}");
+        assert!(o.why.contains("nobody bloatd sees 50%"), "{}", o.why);
+        let o = owner_after(12, |i| {
+            vec![end(
+                1,
+                (SND, SND4, RCV4),
+                true,
+                300,
+                if i < 3 { 16 } else { 2 },
+                0,
+            )]
+        });
+        assert_eq!(o.class, OwnerClass::External, "{o:?}");
+    }
+
+    /// No owner without a standing queue; unknown for its first reads.
+    #[test]
+    fn only_a_standing_queue_has_an_owner() {
+        let mut c = Bottlenecks::new(30);
+        let mut s = end(1, (SND, SND4, RCV4), true, 3, 16, 0);
+        c.observe(1_000_000, std::slice::from_ref(&s));
+        let b = c
+            .class_of(SND, RCV4.parse().unwrap(), "eth0", 1_000_000)
+            .unwrap();
+        assert_eq!(b.owner, None);
+        s.queue_delay_us = 200_000;
+        s.srtt_us = s.floor_us + 200_000;
+        c.observe(1_001_000, &[s]);
+        let b = c
+            .class_of(SND, RCV4.parse().unwrap(), "eth0", 1_001_000)
+            .unwrap();
+        assert_eq!(b.owner.map(|o| o.class), Some(OwnerClass::Unknown));
+    }
+
     /// The classifier's cost at 10,000 busy sockets (not a test: run by
     /// hand, docs/measurements.md has the numbers):
     ///
@@ -933,7 +1410,10 @@ mod tests {
     #[test]
     #[ignore]
     fn cost_10k_busy_sockets() {
-        for per_path in [10u32, 1] {
+        // (sockets a path, namespaces): one namespace (a server, a
+        // laptop: no neighbour to look for), and a node of 100 pods whose
+        // queues all stand (every path is matched against its sharers).
+        for (per_path, namespaces) in [(10u32, 1u32), (1, 1), (10, 100), (1, 100)] {
             let n = 10_000u32;
             let mut socks: Vec<Socket> = (0..n)
                 .map(|i| {
@@ -941,6 +1421,7 @@ mod tests {
                     let peer = format!("10.{}.{}.2", p >> 8, p & 255);
                     let mut s = sock(i as u64 + 1, &peer, 40, 10 + i % 50, 0);
                     s.ssthresh = Some(100);
+                    s.netns += p % namespaces;
                     s
                 })
                 .collect();
@@ -962,7 +1443,7 @@ mod tests {
             let classes = t0.elapsed();
             let per_read = observe / reads as u32;
             println!(
-                "{n} sockets in {} paths: observe {:.3} ms a read ({:.4}% of a core at one read a second); classes of every path {:.3} ms; counts {counts:?}",
+                "{n} sockets in {} paths, {namespaces} namespaces: observe {:.3} ms a read ({:.4}% of a core at one read a second); classes of every path {:.3} ms; counts {counts:?}",
                 n / per_path,
                 per_read.as_secs_f64() * 1000.0,
                 per_read.as_secs_f64() * 100.0,

@@ -111,6 +111,9 @@ pub struct Scrape {
     /// Paths with traffic lately by the kind of queue they wait in
     /// (`BottleneckClass::ALL`'s order; engine/classify.rs).
     pub bottlenecks: [u64; 5],
+    /// Of those with a standing queue, by whose traffic fills it
+    /// (`OwnerClass::ALL`'s order).
+    pub owners: [u64; 5],
 }
 
 /// A metric's type, as the text format names it.
@@ -507,6 +510,18 @@ const FAMILIES: &[Family] = &[
             bloatd_model::BottleneckClass::ALL
                 .iter()
                 .map(|c| row(&[("class", c.as_str())], v.bottlenecks[*c as usize] as f64))
+                .collect()
+        },
+    },
+    Family {
+        name: "bloatd_paths_by_owner",
+        kind: Kind::Gauge,
+        help: "Paths with a standing queue (10 ms or more) in the last 20 s by whose traffic fills it: self, neighbour (another namespace of this machine), external (traffic bloatd does not see), mixed, unknown (`bloatd paths` says why)",
+        labels: &["owner"],
+        rows: |v| {
+            bloatd_model::OwnerClass::ALL
+                .iter()
+                .map(|c| row(&[("owner", c.as_str())], v.owners[*c as usize] as f64))
                 .collect()
         },
     },
@@ -1004,6 +1019,30 @@ mod tests {
                 r#"bloatd_paths_by_bottleneck{class="droptail"} 1"#,
                 r#"bloatd_paths_by_bottleneck{class="ecn-aqm"} 0"#,
                 r#"bloatd_paths_by_bottleneck{class="unknown"} 4"#,
+            ]
+        );
+    }
+
+    /// Paths by whose traffic fills their queue: one row per owner, a
+    /// bounded label (never an address or a namespace).
+    #[test]
+    fn paths_by_owner_one_row_per_owner() {
+        let text = Metrics::new().encode(Scrape {
+            owners: [2, 1, 0, 3, 1],
+            ..view()
+        });
+        let rows: Vec<&str> = text
+            .lines()
+            .filter(|l| l.starts_with("bloatd_paths_by_owner{"))
+            .collect();
+        assert_eq!(
+            rows,
+            [
+                r#"bloatd_paths_by_owner{owner="external"} 0"#,
+                r#"bloatd_paths_by_owner{owner="mixed"} 3"#,
+                r#"bloatd_paths_by_owner{owner="neighbour"} 1"#,
+                r#"bloatd_paths_by_owner{owner="self"} 2"#,
+                r#"bloatd_paths_by_owner{owner="unknown"} 1"#,
             ]
         );
     }

@@ -184,6 +184,64 @@ pub struct Bottleneck {
     pub why: String,
     /// Seconds of reads with traffic in flight it rests on.
     pub seconds: u32,
+    /// Whose traffic fills its queue; absent while no queue stands.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub owner: Option<QueueOwner>,
+}
+
+/// Whose traffic fills a path's standing queue (issue 33).
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize, JsonSchema,
+)]
+#[serde(rename_all = "kebab-case")]
+pub enum OwnerClass {
+    /// The path's own flows (this namespace's, and the other end's where
+    /// that is on this machine too).
+    #[serde(rename = "self")]
+    Own,
+    /// Flows of another network namespace of this machine (a container or
+    /// pod) that wait in the same queue.
+    Neighbour,
+    /// Traffic bloatd does not see: the queue stood before every flow it
+    /// sees there, or they carry a small share of what the link delivered.
+    External,
+    /// No one owner has three quarters of the link.
+    Mixed,
+    /// Not enough reads with a standing queue yet.
+    #[default]
+    Unknown,
+}
+
+impl OwnerClass {
+    pub const ALL: [OwnerClass; 5] = [
+        OwnerClass::Own,
+        OwnerClass::Neighbour,
+        OwnerClass::External,
+        OwnerClass::Mixed,
+        OwnerClass::Unknown,
+    ];
+
+    /// The name in JSON and /metrics' `owner` label.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            OwnerClass::Own => "self",
+            OwnerClass::Neighbour => "neighbour",
+            OwnerClass::External => "external",
+            OwnerClass::Mixed => "mixed",
+            OwnerClass::Unknown => "unknown",
+        }
+    }
+}
+
+/// Whose traffic fills a path's queue, and the evidence.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct QueueOwner {
+    pub class: OwnerClass,
+    /// One sentence: the shares, or what is missing.
+    pub why: String,
+    /// The neighbours that share the queue: "netns INODE (process)".
+    #[serde(default)]
+    pub neighbours: Vec<String>,
 }
 
 impl NetPath {
@@ -270,8 +328,13 @@ pub fn worst_path_sentence(paths: &[NetPath]) -> Option<String> {
 /// of queue (12 s of traffic)". None where it was not classified.
 pub fn bottleneck_sentence(p: &NetPath) -> Option<String> {
     let b = p.bottleneck.as_ref()?;
+    let owner = b
+        .owner
+        .as_ref()
+        .map(|o| format!("; whose: {}, {}", o.class.as_str(), o.why))
+        .unwrap_or_default();
     Some(format!(
-        "{} ({}): {}, {} ({} s of traffic)",
+        "{} ({}): {}, {}{owner} ({} s of traffic)",
         p.peer_text(),
         if p.interface.is_empty() {
             "?"

@@ -180,6 +180,11 @@ mod tests {
             class: bloatd_model::BottleneckClass::Droptail,
             why: "drop-tail buffer: 400ms of queue, 2 losses at 410ms of queue".into(),
             seconds: 12,
+            owner: Some(bloatd_model::QueueOwner {
+                class: bloatd_model::OwnerClass::Own,
+                why: "this path's own flows: 96% of the 16Mbit/s the link delivered".into(),
+                neighbours: Vec::new(),
+            }),
         });
         let text = super::paths_table(&paths);
         let lines: Vec<&str> = text
@@ -188,7 +193,7 @@ mod tests {
             .collect();
         assert_eq!(
             lines,
-            ["93.184.216.34 (wlan0): droptail, drop-tail buffer: 400ms of queue, 2 losses at 410ms of queue (12 s of traffic)"],
+            ["93.184.216.34 (wlan0): droptail, drop-tail buffer: 400ms of queue, 2 losses at 410ms of queue; whose: self, this path's own flows: 96% of the 16Mbit/s the link delivered (12 s of traffic)"],
             "{text}"
         );
         assert!(!text.contains("1.1.1.1 (wlan0):"), "{text}");

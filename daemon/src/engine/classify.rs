@@ -100,8 +100,9 @@ impl Classifier {
     }
 
     /// How many paths with traffic lately are of each class
-    /// (`BottleneckClass::ALL`'s order).
-    pub fn counts(&self) -> [u64; 5] {
+    /// (`BottleneckClass::ALL`'s order), and with a standing queue of
+    /// each owner (`OwnerClass::ALL`'s).
+    pub fn counts(&self) -> ([u64; 5], [u64; 5]) {
         self.lock().bottlenecks.counts(Clock::now().unix_ms)
     }
 }

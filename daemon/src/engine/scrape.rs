@@ -70,6 +70,7 @@ impl Scraper {
             crate::service::metrics::service_hists(&s.0, &|i| probes.cc_name(i))
         };
         let counters = probes.counters().unwrap_or_default();
+        let (bottlenecks, owners) = self.loaded.classifier.counts();
         let per_cc = probes.cc_stats().unwrap_or_else(|e| {
             tracing::warn!("{}", Chain(&e));
             Vec::new()
@@ -110,7 +111,8 @@ impl Scraper {
                 .map(|c| (c, self.control.drwa())),
             services,
             episodes: self.loaded.recorder.get().map(|r| r.counts()),
-            bottlenecks: self.loaded.classifier.counts(),
+            bottlenecks,
+            owners,
         }
     }
 }
