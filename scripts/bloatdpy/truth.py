@@ -231,18 +231,22 @@ class Traffic:
                            "bytes": nbytes, "started": ev["wall"]})
         return p
 
-    def udp(self, rate_bps, seconds, owner="external"):
+    def udp(self, rate_bps, seconds, owner="external", sink=True):
         """An unresponsive UDP stream of 1500-byte packets at `rate_bps`
         from the owner's far side to a counting sink on its near side;
         returns (sink, blaster). bloatd sees no UDP: traffic it cannot
-        see."""
+        see. `sink` False: one more stream into the sink an earlier call
+        started (sink None)."""
         ends = self.ends(owner)
         near = self.cfg["hosts"][ends["near"]]["addr"]
         pps = max(1, round(rate_bps / (1500 * 8)))
-        sink = self.spawn(ends["near"], [self.py, FLOWS, "udp-sink", "--count", "--port",
-                                         str(UDP_PORT), "--seconds", str(seconds + 30)])
-        if '"listening"' not in sink.stdout.readline():
-            raise RuntimeError(f"{owner}'s UDP sink did not start")
+        if sink:
+            sink = self.spawn(ends["near"], [self.py, FLOWS, "udp-sink", "--count", "--port",
+                                             str(UDP_PORT), "--seconds", str(seconds + 30)])
+            if '"listening"' not in sink.stdout.readline():
+                raise RuntimeError(f"{owner}'s UDP sink did not start")
+        else:
+            sink = None
         blast = self.spawn(ends["far"], [self.py, FLOWS, "udp-blast", "--addr", near, "--port",
                                          str(UDP_PORT), "--pps", str(pps), "--seconds", str(seconds)])
         self.flows.append({"owner": owner, "proto": "udp", "rate_bps": pps * 1500 * 8,

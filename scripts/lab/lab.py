@@ -251,11 +251,13 @@ class Experiment:
         self.procs.append(p)
         return p
 
-    def fetch(self, cc, nbytes=SHORT_BYTES, seconds=0, count=1, gap=1.0, label=""):
+    def fetch(self, cc, nbytes=SHORT_BYTES, seconds=0, count=1, gap=1.0, label="", persistent=False):
+        """A download from the sender's server; `persistent`: the `count`
+        transfers on one connection (one path's socket that stays)."""
         return self.spawn("rcv", [PY, FLOWS, "fetch", "--addr", SERVER_ADDR, "--port", str(PORT),
                                   "--bytes", str(nbytes), "--seconds", str(seconds),
                                   "--cc", cc, "--count", str(count), "--gap", str(gap),
-                                  "--label", label])
+                                  "--label", label] + (["--persistent"] if persistent else []))
 
     def stop(self, p):
         if p.poll() is None:
@@ -691,6 +693,14 @@ def main():
     ap.add_argument("--classify-reps", type=int, default=3, help="runs of each cell (default 3)")
     ap.add_argument("--classify-seconds", type=float, default=20,
                     help="seconds each download is watched (default 20)")
+    ap.add_argument("--classify-cross", metavar="ARMS", default="",
+                    help="also whose traffic fills the queue: each cell runs these cross-traffic arms "
+                         "(comma list; default none: the download alone, as without the flag): own "
+                         "(the own download alone), nbr (a neighbour namespace's download, then a light "
+                         "own flow), udp (an own download, then external UDP just over the link's rate, "
+                         "then a light own flow), own+nbr, own+udp (UDP at half the link's rate); "
+                         "bloatd's bottleneck.owner each second against the owner of >= 75%% of the "
+                         "bytes the bottleneck delivered, an owner table in --out/classify.md")
     ap.add_argument("--f5-first-rep", type=int, default=0,
                     help="number the F5 repetitions from this one (a campaign in parts, with "
                          "--append; with --f5-builds it also decides which build goes first)")
