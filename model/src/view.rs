@@ -259,6 +259,15 @@ impl NetPath {
         self.bottleneck.as_ref().map_or("-", |b| b.class.as_str())
     }
 
+    /// Whose traffic fills its queue, as a table's cell: the owner, or `-`
+    /// where no queue stands (or it is not classified).
+    pub fn owner_text(&self) -> &'static str {
+        self.bottleneck
+            .as_ref()
+            .and_then(|b| b.owner.as_ref())
+            .map_or("-", |o| o.class.as_str())
+    }
+
     /// Loaded responsiveness in round trips per minute (IETF responsiveness
     /// draft: 60000 / loaded RTT in ms), estimated passively from the floor
     /// plus the median queue: no probe traffic is sent. None without an RTT

@@ -72,7 +72,7 @@ fn paths_table(paths: &[NetPath]) -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,
-        "{:<10} {:<28} {:<10} {:>9} {:<8} {:>9} {:>9} {:<5} {:>6} {:<8} {:>5} {:>12}  {:<16} SERVICES",
+        "{:<10} {:<28} {:<10} {:>9} {:<8} {:>9} {:>9} {:<5} {:>6} {:<8} {:<9} {:>5} {:>12}  {:<16} SERVICES",
         "NETNS",
         "PEER",
         "IFACE",
@@ -83,6 +83,7 @@ fn paths_table(paths: &[NetPath]) -> String {
         "GRADE",
         "RPM",
         "KIND",
+        "WHOSE",
         "SOCKS",
         "THROUGHPUT",
         "CC"
@@ -91,7 +92,7 @@ fn paths_table(paths: &[NetPath]) -> String {
         let [floor, queue, qmax, grade, rpm] = p.measured_text();
         let _ = writeln!(
             out,
-            "{:<10} {:<28} {:<10} {:>9} {:<8} {:>9} {:>9} {:<5} {:>6} {:<8} {:>5} {:>12}  {:<16} {}",
+            "{:<10} {:<28} {:<10} {:>9} {:<8} {:>9} {:>9} {:<5} {:>6} {:<8} {:<9} {:>5} {:>12}  {:<16} {}",
             p.netns,
             p.peer_text(),
             if p.interface.is_empty() {
@@ -106,6 +107,7 @@ fn paths_table(paths: &[NetPath]) -> String {
             grade,
             rpm,
             p.bottleneck_text(),
+            p.owner_text(),
             p.sockets,
             format::rate(p.throughput_bps),
             p.ccs.join(","),
@@ -197,14 +199,20 @@ mod tests {
             "{text}"
         );
         assert!(!text.contains("1.1.1.1 (wlan0):"), "{text}");
-        // The table's KIND column: the class, `-` where unclassified.
-        let kind = |peer: &str| {
+        // The table's KIND and WHOSE columns: the class and the owner,
+        // `-` where unclassified.
+        let kind = |peer: &str, col: usize| {
             let row = text.lines().find(|l| l.contains(peer)).unwrap();
-            row.split_whitespace().nth(9).unwrap().to_string()
+            row.split_whitespace().nth(col).unwrap().to_string()
         };
         assert_eq!(
-            (kind("93.184.216.34 "), kind("1.1.1.1 ")),
+            (kind("93.184.216.34 ", 9), kind("1.1.1.1 ", 9)),
             ("droptail".into(), "-".into()),
+            "{text}"
+        );
+        assert_eq!(
+            (kind("93.184.216.34 ", 10), kind("1.1.1.1 ", 10)),
+            ("self".into(), "-".into()),
             "{text}"
         );
         // The worst path's sentence says where its queue waits.

@@ -1,7 +1,7 @@
 //! The paths view: the sockets grouped by peer, worst queue first, with the
 //! path's floor (and where it came from), its queue, the bufferbloat grade,
-//! the passive loaded responsiveness and the kind of queue it waits in (the
-//! daemon's classifier: drop-tail, AQM...), under one sentence on the worst
+//! the passive loaded responsiveness, the kind of queue it waits in (the
+//! daemon's classifier: drop-tail, AQM...) and whose traffic fills it, under one sentence on the worst
 //! path ("the link to X holds 450 ms of queue, 3 flows wait behind it").
 
 use super::grouped::{render_grouped, Column, Grouped};
@@ -11,7 +11,7 @@ use bloatd_model::{worst_path_sentence, NetPath};
 use ratatui::buffer::Buffer;
 use ratatui::layout::Rect;
 
-const COLUMNS: [Column; 14] = [
+const COLUMNS: [Column; 15] = [
     ("PEER", 24, false, 0),
     ("IFACE", 8, false, 100),
     ("NETNS", 10, false, 130),
@@ -22,6 +22,7 @@ const COLUMNS: [Column; 14] = [
     ("GRADE", 5, false, 0),
     ("RPM", 6, true, 0),
     ("KIND", 8, false, 0),
+    ("WHOSE", 9, false, 120),
     ("SOCKS", 5, true, 0),
     ("THRPUT", 11, true, 0),
     ("CC", 20, false, 130),
@@ -45,6 +46,7 @@ fn cells(p: &NetPath) -> Vec<String> {
         grade,
         rpm,
         p.bottleneck_text().to_string(),
+        p.owner_text().to_string(),
         p.sockets.to_string(),
         format::rate(p.throughput_bps),
         p.ccs.join(","),
