@@ -23,7 +23,7 @@ use std::fs::File;
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::MetadataExt;
 use std::path::PathBuf;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 /// A namespace a scan did not find is not looked for again for this long.
 const MISS_AGE: Duration = Duration::from_secs(10);
@@ -46,7 +46,17 @@ pub struct Finder {
     missed: HashMap<u32, Miss>,
     /// Scans made (for tests and the log).
     pub scans: u64,
+    /// /run/netns's modification time at the last scan. A name added or
+    /// removed there since makes every miss stale: inodes are reused, and
+    /// a namespace made after a miss may have the missed one's (the lab
+    /// makes and removes its namespaces for every run: a new download's
+    /// sockets went unlisted for 2-11 s, until the next scan after
+    /// MISS_AGE).
+    names_at: Option<SystemTime>,
 }
+
+/// Where `ip netns` names namespaces.
+const NAMES: &str = "/run/netns";
 
 /// What `Finder::open` found: the namespaces opened, those scans have not
 /// found for FORGET_AFTER (gone), and those missed but not that long
@@ -116,6 +126,12 @@ pub fn in_every(what: &str, mut f: impl FnMut(&str) + Send) {
 impl Finder {
     /// Open each namespace of `wanted`.
     pub fn open(&mut self, wanted: &[u32]) -> Found {
+        let names = std::fs::metadata(NAMES).and_then(|m| m.modified()).ok();
+        self.open_at(wanted, names)
+    }
+
+    /// `open`, /run/netns having been modified at `names`.
+    fn open_at(&mut self, wanted: &[u32], names: Option<SystemTime>) -> Found {
         let mut found = Found::default();
         let mut unknown = Vec::new();
         for &ino in wanted {
@@ -129,16 +145,20 @@ impl Finder {
         // netns_seen.
         self.missed
             .retain(|_, m| now.duration_since(m.last) < FORGET_AFTER);
+        let fresh = names == self.names_at;
         let (later, scan): (Vec<u32>, Vec<u32>) = unknown.into_iter().partition(|i| {
-            self.missed
-                .get(i)
-                .is_some_and(|m| now.duration_since(m.last) < MISS_AGE)
+            fresh
+                && self
+                    .missed
+                    .get(i)
+                    .is_some_and(|m| now.duration_since(m.last) < MISS_AGE)
         });
         found.later = later;
         if scan.is_empty() {
             return found;
         }
         self.scans += 1;
+        self.names_at = names;
         let mut scanned: HashMap<u32, bloatd_cc::Netns> = bloatd_cc::network_namespaces()
             .into_iter()
             .map(|n| (n.inode as u32, n))
@@ -192,14 +212,14 @@ mod tests {
         let mut f = Finder::default();
         let ghost = u32::MAX - 7;
         for _ in 0..5 {
-            let got = f.open(&[ghost]);
+            let got = f.open_at(&[ghost], None);
             assert!(got.open.is_empty() && got.gone.is_empty());
             assert_eq!(got.later, vec![ghost]);
         }
         assert_eq!(f.scans, 1, "one scan for a namespace that cannot be found");
         // Another namespace never looked for is scanned for at once.
         let other = u32::MAX - 8;
-        assert_eq!(f.open(&[ghost, other]).later, vec![ghost, other]);
+        assert_eq!(f.open_at(&[ghost, other], None).later, vec![ghost, other]);
         assert_eq!(f.scans, 2);
         // After MISS_AGE, scanned for again; still not gone.
         let m = f.missed[&ghost];
@@ -210,16 +230,33 @@ mod tests {
                 last: m.last - MISS_AGE,
             },
         );
-        let got = f.open(&[ghost]);
+        let got = f.open_at(&[ghost], None);
         assert!(got.gone.is_empty() && got.later == vec![ghost]);
         assert_eq!(f.scans, 3);
+    }
+
+    /// A name added to /run/netns since a scan missed a namespace: it is
+    /// scanned for at once (a new namespace may have a missed one's inode).
+    #[test]
+    fn a_new_name_makes_a_miss_stale() {
+        let mut f = Finder::default();
+        let ghost = u32::MAX - 10;
+        let t = SystemTime::UNIX_EPOCH + Duration::from_secs(1_000);
+        assert_eq!(f.open_at(&[ghost], Some(t)).later, vec![ghost]);
+        assert_eq!(f.open_at(&[ghost], Some(t)).later, vec![ghost]);
+        assert_eq!(f.scans, 1, "no change: not scanned again within MISS_AGE");
+        let t2 = t + Duration::from_millis(1);
+        assert_eq!(f.open_at(&[ghost], Some(t2)).later, vec![ghost]);
+        assert_eq!(f.scans, 2, "a name came or went: scanned again");
+        assert_eq!(f.open_at(&[ghost], Some(t2)).later, vec![ghost]);
+        assert_eq!(f.scans, 2);
     }
 
     #[test]
     fn a_missed_namespace_is_forgotten_only_after_forget_after() {
         let mut f = Finder::default();
         let ghost = u32::MAX - 9;
-        assert_eq!(f.open(&[ghost]).later, vec![ghost]);
+        assert_eq!(f.open_at(&[ghost], None).later, vec![ghost]);
         // Missed by every scan for FORGET_AFTER: gone, and its miss dropped.
         let now = Instant::now();
         f.missed.insert(
@@ -229,7 +266,7 @@ mod tests {
                 last: now - MISS_AGE,
             },
         );
-        assert_eq!(f.open(&[ghost]).gone, vec![ghost]);
+        assert_eq!(f.open_at(&[ghost], None).gone, vec![ghost]);
         assert!(!f.missed.contains_key(&ghost));
     }
 
