@@ -100,9 +100,9 @@ const SHARE_MIN_US: u32 = 5_000;
 /// At most this many paths either side, in order of queue, are looked at
 /// for sharers of one path's queue: a busy host's many paths of similar
 /// queue cost a bounded scan each.
-const SHARE_SCAN: usize = 64;
-/// An owner with this share of what the link delivered owns the queue;
-/// with none that large it is mixed.
+const SHARE_SCAN: usize = 16;
+/// An owner with this share of the link owns the queue; with none that
+/// large it is mixed.
 const OWNS: f64 = 0.75;
 /// Neighbours named for a path, at most.
 const NAMED: usize = 4;
@@ -556,6 +556,11 @@ fn ms(us: u32) -> String {
     format::ms(us as u64)
 }
 
+/// The bytes a flow of `bps` holds in a queue of `queue_us` (Little's law).
+fn held_bytes(bps: u64, queue_us: u32) -> u64 {
+    bps.saturating_mul(queue_us as u64) / 8_000_000
+}
+
 /// The time `mss` bytes take at `rate_bps`, in µs (0: no rate).
 fn packet_us(mss: u32, rate_bps: u64) -> u32 {
     if rate_bps == 0 {
@@ -594,11 +599,14 @@ struct Evidence {
     standing: u32,
     joined: u32,
     /// At the reads with a standing queue, the median share (per mille)
-    /// of the link's rate that its own sockets and its neighbours carried;
-    /// the link's rate is the most they carried together in the window.
+    /// of the link that its own sockets and its neighbours had: of the
+    /// most they carried together at a read in the window (`link_bps`)
+    /// or of the most they held in the queue (`held_max`, bytes; a
+    /// socket holds its rate times the queue), whichever is larger.
     own_pm: u32,
     neighbour_pm: u32,
     link_bps: u64,
+    held_max: u64,
 }
 
 impl Evidence {
@@ -613,14 +621,33 @@ impl Evidence {
         let (mut first_ms, mut last_ms, mut floor_us) = (u64::MAX, 0, u32::MAX);
         let (mut own, mut nbr) = ([0u32; MAX], [0u32; MAX]);
         let (mut standing, mut joined) = (0, 0);
-        let link_bps = h
-            .obs
-            .iter()
-            .filter(|o| o.t_ms + WINDOW_MS > now_ms)
-            .map(|o| o.own_bps.saturating_add(o.neighbour_bps))
-            .max()
-            .unwrap_or(0);
-        let pm = |bps: u64| (bps.saturating_mul(1000) / link_bps.max(1)).min(1000) as u32;
+        // The link: the most the sockets bloatd sees carried together
+        // at one read, and the most they held in the queue (their rate
+        // times the queue), each the highest read but one (one read's rate
+        // may be a burst). A flow's share is the larger of its shares of
+        // the two: a link whose rate swings (a cellular trace) lowers the
+        // first but not the second while its drop-tail buffer stays full,
+        // a sawtooth's emptier buffer the second but not the first, and
+        // someone unseen taking a share lowers both.
+        let (mut top_bps, mut top_held) = ((0u64, 0u64), (0u64, 0u64));
+        let second = |top: &mut (u64, u64), x: u64| {
+            if x > top.0 {
+                *top = (x, top.0);
+            } else if x > top.1 {
+                top.1 = x;
+            }
+        };
+        for o in h.obs.iter().filter(|o| o.t_ms + WINDOW_MS > now_ms) {
+            let bps = o.own_bps.saturating_add(o.neighbour_bps);
+            second(&mut top_bps, bps);
+            second(&mut top_held, held_bytes(bps, o.queue_us));
+        }
+        let top = |t: (u64, u64)| if t.1 > 0 { t.1 } else { t.0 };
+        let (link_bps, held_max) = (top(top_bps), top(top_held));
+        let pm = |bps: u64, q: u32| {
+            let of = |x: u64, max: u64| (x.saturating_mul(1000) / max.max(1)).min(1000) as u32;
+            of(bps, link_bps).max(of(held_bytes(bps, q), held_max))
+        };
         // A slow start's ramp can say that nothing queues, no more.
         let in_window = |o: &&Obs| o.t_ms + WINDOW_MS > now_ms;
         let ramp = |o: &&Obs| o.slow_start && (o.queue_us >= CLEAR_US || o.losses + o.ecn > 0);
@@ -645,7 +672,8 @@ impl Evidence {
                 n_at += 1;
             }
             if o.queue_us >= STANDING_US {
-                (own[standing], nbr[standing]) = (pm(o.own_bps), pm(o.neighbour_bps));
+                (own[standing], nbr[standing]) =
+                    (pm(o.own_bps, o.queue_us), pm(o.neighbour_bps, o.queue_us));
                 standing += 1;
                 joined += (o.gap_us != u32::MAX && o.gap_us >= o.queue_us / 2) as u32;
             }
@@ -679,6 +707,7 @@ impl Evidence {
                 0
             },
             link_bps,
+            held_max,
         })
     }
 
@@ -734,9 +763,9 @@ impl Evidence {
     /// |---|---|
     /// | fewer than `MIN_SECONDS` | `unknown` |
     /// | in half or more, the queue stood before every sender in it | `external` |
-    /// | its own sockets carried `OWNS` of the link's rate | `self` |
-    /// | neighbours carried `OWNS` | `neighbour` |
-    /// | the sockets bloatd sees carried 1 - `OWNS` or less | `external` |
+    /// | its own sockets had `OWNS` of the link (`own_pm`) | `self` |
+    /// | neighbours had `OWNS` | `neighbour` |
+    /// | the sockets bloatd sees had 1 - `OWNS` or less | `external` |
     /// | otherwise | `mixed` |
     fn owner_class(&self) -> Option<OwnerClass> {
         if self.standing == 0 {
@@ -760,7 +789,7 @@ impl Evidence {
         })
     }
 
-    /// The share of the link's rate nobody bloatd sees carried, per mille.
+    /// The share of the link nobody bloatd sees had, per mille.
     fn unseen_pm(&self) -> u32 {
         1000u32.saturating_sub(self.own_pm + self.neighbour_pm)
     }
@@ -770,8 +799,9 @@ impl Evidence {
         let class = self.owner_class()?;
         let pct = |pm: u32| (pm + 5) / 10;
         let shares = format!(
-            "of the {} the link delivered at most, this path's own flows carried {}%, neighbours {}%, nobody bloatd sees {}%",
+            "of the link (the most the flows bloatd sees carried, {}, and held in the queue, {}), this path's own flows had {}%, neighbours {}%, nobody bloatd sees the rest ({}%)",
             format::rate(self.link_bps),
+            format::bytes(self.held_max),
             pct(self.own_pm),
             pct(self.neighbour_pm),
             pct(self.unseen_pm())
@@ -1284,7 +1314,18 @@ mod tests {
             ]
         });
         assert_eq!(o.class, OwnerClass::Own, "{o:?}");
-        assert!(o.why.contains("own flows carried 100%"), "{}", o.why);
+        assert!(o.why.contains("own flows had 100%"), "{}", o.why);
+    }
+
+    /// A link whose rate swings (a cellular trace) with its drop-tail
+    /// buffer full: the download alone still holds all of the queue.
+    #[test]
+    fn a_swinging_link_with_a_full_buffer_is_still_its_own() {
+        let o = owner_after(12, |i| {
+            let (mbps, q) = if i % 3 == 0 { (16, 250) } else { (6, 667) };
+            vec![end(1, (SND, SND4, RCV4), true, q, mbps, 0)]
+        });
+        assert_eq!(o.class, OwnerClass::Own, "{o:?}");
     }
 
     /// A pod beside the receiver downloads in bulk; this path carries a
@@ -1325,7 +1366,7 @@ mod tests {
         });
         assert_eq!(o.class, OwnerClass::Mixed, "{o:?}");
         assert!(
-            o.why.contains("own flows carried 50%, neighbours 50%"),
+            o.why.contains("own flows had 50%, neighbours 50%"),
             "{}",
             o.why
         );
@@ -1365,7 +1406,11 @@ mod tests {
             )]
         });
         assert_eq!(o.class, OwnerClass::Mixed, "{o:?}");
-        assert!(o.why.contains("nobody bloatd sees 50%"), "{}", o.why);
+        assert!(
+            o.why.contains("nobody bloatd sees the rest (50%)"),
+            "{}",
+            o.why
+        );
         let o = owner_after(12, |i| {
             vec![end(
                 1,
