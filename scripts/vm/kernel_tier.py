@@ -39,13 +39,17 @@ if a check failed.
 """
 
 import argparse
+import ctypes
 import json
 import os
 import re
 import signal
+import socket
 import statistics
+import struct
 import subprocess
 import sys
+import threading
 import time
 import traceback
 
@@ -72,10 +76,141 @@ CUBIC_BETA = 0.7
 # engine/reader.rs API_READ_MAX_AGE: the oldest read an API answer may share.
 API_READ_MAX_AGE_S = 5
 BLOATED_BUFFER = 1_500_000
-# Reads of the bloated flow, each checked against ss, back to back: an
-# emulated CPU takes ~10 s for one (ss twice, bloatd's answers, ping).
+# Reads of the bloated flow, each checked against the kernel's, back to
+# back: an emulated CPU takes 8-11 s for one (bloatd's answers, ping).
 # Six reads with 2 s between them took 77-99 s of each guest's 175-260 s.
 BLOATED_READS = 4
+# The pause between two of the background reads of the bloated flow's
+# tcp_info (TcpInfoTrail): a loss at the full buffer drains the queue in a
+# dip of under a second (5.15: 1401, 871, 956, 1127 ms 0.3 s apart).
+TCP_INFO_PAUSE_S = 0.25
+
+
+# sock_diag (linux/inet_diag.h, linux/tcp.h): the socket dump `ss` makes,
+# with struct tcp_info (INET_DIAG_INFO), at the offsets of tcpi_rtt,
+# tcpi_snd_cwnd and tcpi_bytes_acked.
+NETLINK_SOCK_DIAG, SOCK_DIAG_BY_FAMILY, NLM_F_REQUEST_DUMP, NLMSG_DONE, NLMSG_ERROR = 4, 20, 0x301, 3, 2
+INET_DIAG_INFO, TCPI_RTT, TCPI_SND_CWND, TCPI_BYTES_ACKED = 2, 68, 80, 120
+CLONE_NEWNET = 0x40000000
+TCP_STATES = {1: "ESTAB", 4: "FIN-WAIT-1", 5: "FIN-WAIT-2", 8: "CLOSE-WAIT", 9: "LAST-ACK"}
+
+
+class TcpInfoTrail:
+    """The kernel's tcp_info of one connection (what `ss -ti` prints: srtt,
+    cwnd, bytes_acked), read every `pause` in the background until
+    `close`, each read with the time (time.monotonic()) it was taken
+    between. A read of the same socket by anyone else (bloatd's) carries
+    bytes_acked too, which only grows while data is acked: it places that
+    read between two of these, however old the read was when answered.
+
+    Read over sock_diag from a thread of this process in the namespace,
+    as ss reads it, without ss: on an emulated CPU busy with the flow an
+    `ss` took 2-5 s (5.15, `ip netns exec ... ss` alone and in a shell's
+    loop alike), reads too far apart for CUBIC's sawtooth."""
+
+    def __init__(self, lab, side, port, remote_port, pause=TCP_INFO_PAUSE_S):
+        self.port, self.remote_port, self.pause = port, remote_port, pause
+        self.netns = f"/run/netns/{lab.ns(side)}"
+        self.samples = []  # (monotonic time before the read, after it, the socket)
+        self.asks = []  # (monotonic time bloatd was asked, answered)
+        self.error = None
+        self.began = time.monotonic()
+        self.done = threading.Event()
+        self.thread = threading.Thread(target=self.run, daemon=True)
+        self.thread.start()
+
+    def run(self):
+        try:
+            # setns moves this thread alone; the socket stays in the
+            # namespace it was made in.
+            fd = os.open(self.netns, os.O_RDONLY)
+            try:
+                if ctypes.CDLL(None, use_errno=True).setns(fd, CLONE_NEWNET) != 0:
+                    raise OSError(ctypes.get_errno(), f"setns {self.netns}")
+            finally:
+                os.close(fd)
+            with socket.socket(socket.AF_NETLINK, socket.SOCK_DGRAM, NETLINK_SOCK_DIAG) as nl:
+                while not self.done.is_set():
+                    t0 = time.monotonic()
+                    socks = self.dump(nl)
+                    t1 = time.monotonic()
+                    # A list grows atomically under the GIL: readers take a copy.
+                    self.samples += [(t0, t1, x) for x in socks if x["local_port"] == self.port
+                                     and x["remote_port"] == self.remote_port]
+                    self.done.wait(self.pause)
+        except Exception as e:  # noqa: BLE001  kept for the check's message
+            self.error = f"reading tcp_info: {type(e).__name__}: {e}"
+
+    @classmethod
+    def dump(cls, nl):
+        """Every TCP socket of the namespace with its tcp_info: IPv6's too
+        (iperf3's server listens on both, its IPv4 connections are IPv6
+        sockets)."""
+        return cls.dump_family(nl, socket.AF_INET) + cls.dump_family(nl, socket.AF_INET6)
+
+    @staticmethod
+    def dump_family(nl, family):
+        req = struct.pack("=BBBxI48x", family, socket.IPPROTO_TCP, 1 << (INET_DIAG_INFO - 1), 0xFFF)
+        nl.send(struct.pack("=IHHII", 16 + len(req), SOCK_DIAG_BY_FAMILY, NLM_F_REQUEST_DUMP, 1, 0) + req)
+        out = []
+        while True:
+            buf, off = nl.recv(65536), 0
+            while off + 16 <= len(buf):
+                length, kind = struct.unpack_from("=IH", buf, off)
+                if kind == NLMSG_DONE:
+                    return out
+                if kind == NLMSG_ERROR:
+                    raise OSError(-struct.unpack_from("=i", buf, off + 16)[0], "sock_diag")
+                state = buf[off + 17]
+                sport, dport = struct.unpack_from("!HH", buf, off + 20)
+                attr, info = off + 16 + 72, None
+                while attr + 4 <= off + length:
+                    alen, atype = struct.unpack_from("=HH", buf, attr)
+                    if alen < 4:
+                        break
+                    if atype == INET_DIAG_INFO and alen - 4 >= TCPI_BYTES_ACKED + 8:
+                        info = buf[attr + 4:attr + alen]
+                    attr += (alen + 3) & ~3
+                if info:
+                    out.append({"state": TCP_STATES.get(state, str(state)), "local_port": sport,
+                                "remote_port": dport,
+                                "srtt_us": struct.unpack_from("=I", info, TCPI_RTT)[0],
+                                "cwnd": struct.unpack_from("=I", info, TCPI_SND_CWND)[0],
+                                "bytes_acked": struct.unpack_from("=Q", info, TCPI_BYTES_ACKED)[0]})
+                off += (length + 3) & ~3
+
+    def close(self):
+        self.done.set()
+        self.thread.join(timeout=10)
+
+    def around(self, bytes_acked, timeout=20):
+        """The samples from the last with fewer bytes acked than
+        `bytes_acked` to the first with more: the socket was read at
+        `bytes_acked` between them. Waits for the later one; None if there
+        is no earlier one (the read predates the trail) or no later one
+        within `timeout` (the flow stalled or ended)."""
+        deadline = time.monotonic() + timeout
+        while not any(x["bytes_acked"] > bytes_acked for _, _, x in list(self.samples)):
+            if time.monotonic() > deadline or not self.thread.is_alive():
+                return None
+            time.sleep(0.2)
+        samples = list(self.samples)
+        before = [i for i, (_, _, x) in enumerate(samples) if x["bytes_acked"] < bytes_acked]
+        if not before:
+            return None
+        first = before[-1]
+        last = next((i for i, (_, _, x) in enumerate(samples) if i > first and x["bytes_acked"] > bytes_acked),
+                    len(samples) - 1)
+        return samples[first:last + 1]
+
+    def latest(self):
+        return self.samples[-1][2] if self.samples else None
+
+    def describe(self, since, samples=None):
+        """Samples as "time since `since` (s): srtt ms, kB acked"."""
+        return ", ".join(f"{t0 - since:+.1f}..{t1 - since:+.1f} s: {x['srtt_us'] / 1000:.0f} ms "
+                         f"{x['bytes_acked'] // 1000} kB"
+                         for t0, t1, x in (self.samples if samples is None else samples))
 
 
 class Skip(Exception):
@@ -351,64 +486,93 @@ class Run:
         # ended the flow mid-check on 5.14 (bloatd listed it in FIN-WAIT-1, ss's ESTAB
         # filter did not). Stopped when the reads are done.
         client = self.lab.download("cubic", 120, port=BLOATED_PORT)
+        flow = wait_for(lambda: self.sender(BLOATED_PORT), timeout=30, what="the bloated flow")
+        # CUBIC's losses at the full buffer drain the queue in dips that
+        # last under a second (5.15, tcp_info every 0.3 s: 1401, 871, 956,
+        # 1127 ms; 1504, 932, 1162), while on an emulated CPU busy with the
+        # flow an `ss` takes 2-5 s and a `bloatd sockets` 2 s, its read made
+        # 1-3 s into it: ss's reads just before and after the request
+        # missed the dip bloatd's read caught (5.15: bloatd 556 ms, ss 1510
+        # before, 1190 after, 1458 a round earlier). An API answer may also
+        # share a read up to API_READ_MAX_AGE old (engine/reader.rs).
+        # bloatd's read is placed by its bytes_acked among the kernel's
+        # tcp_info read every TCP_INFO_PAUSE_S (TcpInfoTrail) instead, from
+        # before the first request on.
+        trail = TcpInfoTrail(self.lab, "snd", BLOATED_PORT, flow["remote_port"])
+        try:
+            return self.bloated_reads(client, trail, idle)
+        finally:
+            trail.close()
+            stop(client, grace=0)
+            # in tier.log, for what a failure's message leaves out
+            asks = ", ".join(f"{a - trail.began:.1f}..{b - trail.began:.1f}" for a, b in trail.asks)
+            print(f"tcp_info of the bloated flow (s since the trail began: srtt, acked): "
+                  f"{trail.describe(trail.began)}; bloatd asked and answered at (s): {asks}", flush=True)
+
+    def bloated_reads(self, client, trail, idle):
+        """BLOATED_READS reads of the bloated flow, each against the
+        kernel's tcp_info read around it (`trail`)."""
         self.lab.wait_for_queue(idle, 1000, timeout=40)
-        # An API answer may come from a read up to API_READ_MAX_AGE old
-        # (engine/reader.rs), and the first round has no earlier ss read to
-        # hold it to: 5.14 once answered 325 ms from a read made while the
-        # queue was still building, ss 919 ms before and after. With no API
-        # request for that long, the first round's answer is a fresh read.
+        # The first answer from a read made after the trail's first (no
+        # API request for API_READ_MAX_AGE): one made while the queue
+        # built (5.14 once: 325 ms, ss 919 ms seconds later) is then
+        # bracketed like any other.
         time.sleep(API_READ_MAX_AGE_S + 0.5)
         reads, bloated, pings, qdelays = [], 0, [], []
-        last = None  # the previous round's last ss read
         for _ in range(BLOATED_READS):
-            theirs = self.sender(BLOATED_PORT)
-            # The socket ss chose, by its four-tuple: iperf3's control
-            # connection on the same port counts as a sender once it sends
-            # the results (5.14 once: "2 sockets of the flow").
+            asked = time.monotonic()
+            # The flow by its four-tuple: iperf3's control connection on
+            # the same port counts as a sender once it sends the results
+            # (5.14 once: "2 sockets of the flow").
             ours = [s for s in self.d.sockets() if s["role"] == "sender" and
                     s["local_port"] == BLOATED_PORT and s["remote_addr"] == RCV4
-                    and (not theirs or s["remote_port"] == theirs["remote_port"])]
-            # ss again right after bloatd's read (ss's reads and bloatd's
-            # are a second or more apart on an emulated CPU).
-            after = self.sender(BLOATED_PORT)
+                    and s["remote_port"] == trail.remote_port]
+            trail.asks.append((asked, time.monotonic()))
             st = json.loads(self.d.cli("status", "--json").stdout)
             n = st["sockets"]
             paths = [p for p in json.loads(self.d.cli("paths", "--json").stdout)
                      if RCV4 in json.dumps(p)]
             ping = statistics.median(self.lab.ping("snd", RCV4, count=3))
-            assert theirs, "ss lists no ESTAB cubic sender on the flow's port with 50 kB acked: " \
+            theirs = trail.latest()
+            assert theirs and theirs["state"] == "ESTAB", \
+                f"tcp_info has the flow {'in ' + theirs['state'] if theirs else 'nowhere'}: " \
                 f"{[x for x in self.lab.ss('snd') if x['local_port'] == BLOATED_PORT]}; " \
                 f"bloatd lists {ours}; after {len(reads)} good reads; iperf3 client " \
-                f"{'running' if client.poll() is None else f'exited {client.returncode}: ' + client.stderr.read()[-400:]}"
+                f"{'running' if client.poll() is None else f'exited {client.returncode}: ' + client.stderr.read()[-400:]}" \
+                f"{'; ' + trail.error if trail.error else ''}"
             assert len(ours) == 1, f"bloatd sockets lists {len(ours)} sockets of the flow ss has " \
                 f"(srtt {theirs['srtt_us'] / 1000:.0f} ms); status counts {n}, health " \
                 f"{ {k: v for k, v in st['health'].items() if k != 'features'} }"
             assert n >= 1 and paths, f"status counts {n} sockets, paths to {RCV4}: {paths}"
             o = ours[0]
             srtt = o["srtt_us"] / 1000
-            # An API answer shares a read up to API_READ_MAX_AGE old
-            # (engine/reader.rs), and ss's reads are two seconds apart on an
-            # emulated CPU, while CUBIC's sawtooth moves the srtt by
-            # hundreds of ms within one: a loss drains the queue to a trough
-            # between two ss reads (5.15, ss every 2 s in the background:
-            # 1531, 1136, 1242 ms with bloatd's answer 1070 between them; a
-            # CI run: bloatd 836 ms, ss 986 before, after and a round
-            # earlier), and a peak before a loss may fall between them too
-            # (5.15: bloatd 1243 ms, ss 961). The kernel's srtt between ss's
-            # reads of this round and the last round's last stays within one
-            # reduction of them (CUBIC's beta: cwnd, and with the link full
-            # the RTT, times 0.7) and under the full buffer's: bloatd's is
-            # held to that envelope, with the tolerance.
-            near = [x["srtt_us"] / 1000 for x in (theirs, after, last) if x]
+            around = trail.around(o["bytes_acked"])
+            assert around, f"no tcp_info read on both sides of bloatd's (srtt {srtt:.0f} ms, " \
+                f"{o['bytes_acked'] // 1000} kB acked, asked at {asked - trail.began:.1f} s): " \
+                f"{trail.describe(trail.began)}{'; ' + trail.error if trail.error else ''}"
+            # The kernel's srtt between two reads of tcp_info stays within one
+            # reduction of theirs (CUBIC's beta: cwnd, and with the link
+            # full the RTT, times 0.7) and under the full buffer's: bloatd's
+            # is held to that envelope, with the tolerance.
+            near = [x["srtt_us"] / 1000 for _, _, x in around]
             lo = CUBIC_BETA * min(near)
-            hi = min(max(near) / CUBIC_BETA, idle + BLOATED_BUFFER * 8 / BLOATED_RATE_BPS * 1000)
+            # The full buffer's RTT caps it, unless the kernel's own srtt
+            # was more: an emulated CPU late for the delay line adds to it
+            # (5.15: 2184 ms, with a full buffer's 1544).
+            hi = max(max(near), min(max(near) / CUBIC_BETA,
+                                    idle + BLOATED_BUFFER * 8 / BLOATED_RATE_BPS * 1000))
             ss_srtt = min(max(srtt, lo), hi)  # the envelope's point nearest bloatd's
-            last = after or theirs
             qdelay = o["queue_delay_us"] / 1000
+            # When bloatd read, in seconds from the request: between the
+            # start of the first tcp_info read around it and the end of
+            # the last.
+            when = f"{around[0][0] - asked:+.1f}..{around[-1][1] - asked:+.1f}"
             # bloatd's numbers are the kernel's (ss) at every read: the
             # srtt, and the queueing delay as the srtt over the idle path's.
             assert close_enough(srtt, ss_srtt, rel=0.15, absolute=50), \
-                f"srtt {srtt:.0f} ms, ss {', '.join(f'{x:.0f}' for x in near)} ms (envelope {lo:.0f}-{hi:.0f})"
+                f"srtt {srtt:.0f} ms at {o['bytes_acked'] // 1000} kB acked, read {when} s from " \
+                f"the request; tcp_info around it (s from the request: srtt, acked): " \
+                f"{trail.describe(asked, around)} (envelope {lo:.0f}-{hi:.0f} ms)"
             assert close_enough(qdelay, ss_srtt - idle, rel=0.15, absolute=100), \
                 f"queueing delay {qdelay:.0f} ms, ss srtt {ss_srtt:.0f} ms over an idle {idle:.0f} ms"
             # Ping comes seconds after the read on an emulated CPU and
@@ -419,14 +583,14 @@ class Run:
             bloated += ping - idle > 500
             pings.append(ping - idle)
             qdelays.append(qdelay)
-            reads.append(f"{srtt:.0f}/{min(near):.0f}-{max(near):.0f}/{qdelay:.0f}/{ping:.0f}")
-        stop(client, grace=0)
+            reads.append(f"{srtt:.0f}/{min(near):.0f}-{max(near):.0f}/{qdelay:.0f}/{ping:.0f}/{when}")
         assert bloated >= BLOATED_READS - 1, \
             f"the queue held seconds at {bloated} of {BLOATED_READS} reads: " + " ".join(reads)
         q, p = statistics.median(qdelays), statistics.median(pings)
         assert close_enough(q, p, rel=0.5, absolute=300), \
             f"median queueing delay {q:.0f} ms, ping's {p:.0f} ms over idle: " + " ".join(reads)
-        return (f"srtt bloatd/ss range, qdelay, ping (ms) at each read ({bloated} bloated): " + " ".join(reads))
+        return (f"srtt bloatd/tcp_info range, qdelay, ping (ms), when read (s from the request) at each "
+                f"read ({bloated} bloated): " + " ".join(reads))
 
     def metrics(self):
         text = self.d.metrics()
