@@ -93,10 +93,12 @@ const UNRESPONSIVE_RTTS: u64 = 4;
 /// From this median queue a queue stands, and whose traffic fills it is
 /// asked (below it there is nothing to own).
 const STANDING_US: u32 = 10_000;
-/// Paths whose queues in one read differ by at most a quarter of the
-/// path's, or by this much, wait in the same queue (one FIFO shows every
-/// flow through it the same queue; both ends of a connection show it too).
-const SHARE_MIN_US: u32 = 5_000;
+/// Paths whose queues in one read differ by at most half the path's, or
+/// by this much, wait in the same queue (one FIFO shows every flow
+/// through it the same queue, and both ends of a connection show it, but
+/// each through its own smoothed RTT: the lab's lte BBR neighbour and a
+/// light flow beside it differed by more than a quarter).
+const SHARE_MIN_US: u32 = 10_000;
 /// At most this many paths either side, in order of queue, are looked at
 /// for sharers of one path's queue: a busy host's many paths of similar
 /// queue cost a bounded scan each.
@@ -472,8 +474,9 @@ fn shares<'a>(
     let mut st: Vec<Standing> = accs
         .iter()
         .filter_map(|((netns, peer, _), a)| {
-            let (queue_us, slow_start) = median[a.idx as usize]?;
-            (queue_us >= STANDING_US && !slow_start).then_some(Standing {
+            // A slow start's queue is someone's too (Whose::of).
+            let (queue_us, _) = median[a.idx as usize]?;
+            (queue_us >= STANDING_US).then_some(Standing {
                 queue_us,
                 netns: *netns,
                 peer_netns: 0,
@@ -506,7 +509,7 @@ fn shares<'a>(
     let mut out = vec![None; median.len()];
     for (i, p) in st.iter().enumerate() {
         let own = |ns: u32| ns == p.netns || (p.peer_netns != 0 && ns == p.peer_netns);
-        let tol = (p.queue_us / 4).max(SHARE_MIN_US);
+        let tol = (p.queue_us / 2).max(SHARE_MIN_US);
         let below = st[..i]
             .iter()
             .rev()
@@ -556,11 +559,6 @@ fn ms(us: u32) -> String {
     format::ms(us as u64)
 }
 
-/// The bytes a flow of `bps` holds in a queue of `queue_us` (Little's law).
-fn held_bytes(bps: u64, queue_us: u32) -> u64 {
-    bps.saturating_mul(queue_us as u64) / 8_000_000
-}
-
 /// The time `mss` bytes take at `rate_bps`, in µs (0: no rate).
 fn packet_us(mss: u32, rate_bps: u64) -> u32 {
     if rate_bps == 0 {
@@ -594,19 +592,151 @@ struct Evidence {
     ramp: u32,
     /// The median of its reads' packet times (0: no rate).
     packet_us: u32,
-    /// Reads with a standing queue, and of those the ones whose queue
-    /// stood before every sender in it (`Obs::gap_us`).
+    whose: Whose,
+}
+
+/// What one path's reads with a standing queue say of whose it is.
+#[derive(Clone, Copy, Default)]
+struct Whose {
+    /// Reads with a standing queue (a slow start's ramp included: whose
+    /// queue it is does not depend on the sender's phase), and of those
+    /// the ones whose queue stood before every sender in it
+    /// (`Obs::gap_us`).
     standing: u32,
     joined: u32,
-    /// At the reads with a standing queue, the median share (per mille)
-    /// of the link that its own sockets and its neighbours had: of the
-    /// most they carried together at a read in the window (`link_bps`)
-    /// or of the most they held in the queue (`held_max`, bytes; a
-    /// socket holds its rate times the queue), whichever is larger.
+    /// The median share (per mille) its own sockets and its neighbours
+    /// had: of the link, or (`theirs`) of what the visible sockets
+    /// carried together.
     own_pm: u32,
     neighbour_pm: u32,
+    /// The link's rate: the most the visible sockets carried together at
+    /// one read in the window, the highest read but one (one read's rate
+    /// may be a burst).
     link_bps: u64,
-    held_max: u64,
+    /// In the newer half of the reads the visible sockets carried OWNS of
+    /// the link at least once: the link is theirs when they want it, and
+    /// what they carry less at other reads is the link's own swing (a
+    /// cellular trace), not someone unseen.
+    theirs: bool,
+}
+
+impl Whose {
+    fn of(h: &History, now_ms: u64) -> Whose {
+        const MAX: usize = 2 * (WINDOW_MS / 1000) as usize;
+        let in_window = |o: &&Obs| o.t_ms + WINDOW_MS > now_ms;
+        let mut top = (0u64, 0u64);
+        for o in h.obs.iter().filter(in_window) {
+            let bps = o.own_bps.saturating_add(o.neighbour_bps);
+            if bps > top.0 {
+                top = (bps, top.0);
+            } else if bps > top.1 {
+                top.1 = bps;
+            }
+        }
+        let link_bps = if top.1 > 0 { top.1 } else { top.0 };
+        let of = |x: u64, of: u64| (x.saturating_mul(1000) / of.max(1)).min(1000) as u32;
+        let (mut own, mut nbr) = ([0u32; MAX], [0u32; MAX]);
+        let (mut own_rel, mut nbr_rel, mut seen) = ([0u32; MAX], [0u32; MAX], [0u32; MAX]);
+        let (mut n, mut joined) = (0, 0);
+        // Newest first.
+        for o in h
+            .obs
+            .iter()
+            .rev()
+            .filter(in_window)
+            .filter(|o| o.queue_us >= STANDING_US)
+            .take(MAX)
+        {
+            let visible = o.own_bps.saturating_add(o.neighbour_bps);
+            (own[n], nbr[n], seen[n]) = (
+                of(o.own_bps, link_bps),
+                of(o.neighbour_bps, link_bps),
+                of(visible, link_bps),
+            );
+            (own_rel[n], nbr_rel[n]) = (of(o.own_bps, visible), of(o.neighbour_bps, visible));
+            joined += (o.gap_us != u32::MAX && o.gap_us >= o.queue_us / 2) as u32;
+            n += 1;
+        }
+        if n == 0 {
+            return Whose::default();
+        }
+        let theirs = seen[..n.div_ceil(2)]
+            .iter()
+            .any(|&x| x >= (OWNS * 1000.0) as u32);
+        let (own, nbr) = if theirs {
+            (&mut own_rel[..n], &mut nbr_rel[..n])
+        } else {
+            (&mut own[..n], &mut nbr[..n])
+        };
+        Whose {
+            standing: n as u32,
+            joined,
+            own_pm: median(own),
+            neighbour_pm: median(nbr),
+            link_bps,
+            theirs,
+        }
+    }
+
+    fn class(&self) -> Option<OwnerClass> {
+        if self.standing == 0 {
+            return None;
+        }
+        if (self.standing as usize) < MIN_SECONDS {
+            return Some(OwnerClass::Unknown);
+        }
+        if self.joined * 2 >= self.standing {
+            return Some(OwnerClass::External);
+        }
+        let owns = (OWNS * 1000.0) as u32;
+        Some(if self.own_pm >= owns {
+            OwnerClass::Own
+        } else if self.neighbour_pm >= owns {
+            OwnerClass::Neighbour
+        } else if self.unseen_pm() >= owns {
+            OwnerClass::External
+        } else {
+            OwnerClass::Mixed
+        })
+    }
+
+    /// The share of the link nobody bloatd sees had, per mille.
+    fn unseen_pm(&self) -> u32 {
+        1000u32.saturating_sub(self.own_pm + self.neighbour_pm)
+    }
+
+    /// The owner with its evidence in one sentence; `neighbours` named.
+    fn owner(&self, neighbours: Vec<String>) -> Option<QueueOwner> {
+        let class = self.class()?;
+        let pct = |pm: u32| (pm + 5) / 10;
+        let (own, nbr) = (pct(self.own_pm), pct(self.neighbour_pm));
+        let link = format::rate(self.link_bps);
+        let shares = if self.theirs {
+            format!("the flows bloatd sees have the link (they carried {link} lately): this path's own flows had {own}%, neighbours {nbr}%")
+        } else {
+            format!(
+                "of the most the flows bloatd sees carried ({link}), this path's own flows had {own}%, neighbours {nbr}%, nobody bloatd sees the rest ({}%)",
+                pct(self.unseen_pm())
+            )
+        };
+        let why = match class {
+            OwnerClass::Unknown => format!(
+                "{} of {MIN_SECONDS} reads with a standing queue so far",
+                self.standing
+            ),
+            OwnerClass::External if self.joined * 2 >= self.standing => format!(
+                "traffic bloatd does not see: in {} of {} reads the queue stood before every flow in it (their lowest RTT is half the queue or more over the floor)",
+                self.joined, self.standing
+            ),
+            OwnerClass::Neighbour => format!("{}: {shares}", neighbours.join(", ")),
+            _ => shares,
+        };
+        Some(QueueOwner {
+            class,
+            why,
+            neighbours,
+        })
+    }
 }
 
 impl Evidence {
@@ -619,35 +749,6 @@ impl Evidence {
         let (mut n, mut n_at, mut n_packets, mut losses, mut ecn) = (0, 0, 0, 0, 0);
         let mut loss_reads = 0;
         let (mut first_ms, mut last_ms, mut floor_us) = (u64::MAX, 0, u32::MAX);
-        let (mut own, mut nbr) = ([0u32; MAX], [0u32; MAX]);
-        let (mut standing, mut joined) = (0, 0);
-        // The link: the most the sockets bloatd sees carried together
-        // at one read, and the most they held in the queue (their rate
-        // times the queue), each the highest read but one (one read's rate
-        // may be a burst). A flow's share is the larger of its shares of
-        // the two: a link whose rate swings (a cellular trace) lowers the
-        // first but not the second while its drop-tail buffer stays full,
-        // a sawtooth's emptier buffer the second but not the first, and
-        // someone unseen taking a share lowers both.
-        let (mut top_bps, mut top_held) = ((0u64, 0u64), (0u64, 0u64));
-        let second = |top: &mut (u64, u64), x: u64| {
-            if x > top.0 {
-                *top = (x, top.0);
-            } else if x > top.1 {
-                top.1 = x;
-            }
-        };
-        for o in h.obs.iter().filter(|o| o.t_ms + WINDOW_MS > now_ms) {
-            let bps = o.own_bps.saturating_add(o.neighbour_bps);
-            second(&mut top_bps, bps);
-            second(&mut top_held, held_bytes(bps, o.queue_us));
-        }
-        let top = |t: (u64, u64)| if t.1 > 0 { t.1 } else { t.0 };
-        let (link_bps, held_max) = (top(top_bps), top(top_held));
-        let pm = |bps: u64, q: u32| {
-            let of = |x: u64, max: u64| (x.saturating_mul(1000) / max.max(1)).min(1000) as u32;
-            of(bps, link_bps).max(of(held_bytes(bps, q), held_max))
-        };
         // A slow start's ramp can say that nothing queues, no more.
         let in_window = |o: &&Obs| o.t_ms + WINDOW_MS > now_ms;
         let ramp = |o: &&Obs| o.slow_start && (o.queue_us >= CLEAR_US || o.losses + o.ecn > 0);
@@ -671,12 +772,6 @@ impl Evidence {
                 at[n_at] = o.signal_queue_us;
                 n_at += 1;
             }
-            if o.queue_us >= STANDING_US {
-                (own[standing], nbr[standing]) =
-                    (pm(o.own_bps, o.queue_us), pm(o.neighbour_bps, o.queue_us));
-                standing += 1;
-                joined += (o.gap_us != u32::MAX && o.gap_us >= o.queue_us / 2) as u32;
-            }
         }
         (n > 0 || ramp > 0).then(|| Evidence {
             seconds: n as u32,
@@ -694,20 +789,7 @@ impl Evidence {
             } else {
                 0
             },
-            standing: standing as u32,
-            joined,
-            own_pm: if standing > 0 {
-                median(&mut own[..standing])
-            } else {
-                0
-            },
-            neighbour_pm: if standing > 0 {
-                median(&mut nbr[..standing])
-            } else {
-                0
-            },
-            link_bps,
-            held_max,
+            whose: Whose::of(h, now_ms),
         })
     }
 
@@ -767,62 +849,20 @@ impl Evidence {
     /// | neighbours had `OWNS` | `neighbour` |
     /// | the sockets bloatd sees had 1 - `OWNS` or less | `external` |
     /// | otherwise | `mixed` |
+    /// Whose traffic fills its queue: none where no queue stands (a slow
+    /// start's overshoot under an AQM, a read or two past 10 ms, is none).
     fn owner_class(&self) -> Option<OwnerClass> {
-        if self.standing == 0 {
-            return None;
-        }
-        if (self.standing as usize) < MIN_SECONDS {
-            return Some(OwnerClass::Unknown);
-        }
-        if self.joined * 2 >= self.standing {
-            return Some(OwnerClass::External);
-        }
-        let owns = (OWNS * 1000.0) as u32;
-        Some(if self.own_pm >= owns {
-            OwnerClass::Own
-        } else if self.neighbour_pm >= owns {
-            OwnerClass::Neighbour
-        } else if self.unseen_pm() >= owns {
-            OwnerClass::External
-        } else {
-            OwnerClass::Mixed
-        })
+        self.owner_asked().then(|| self.whose.class()).flatten()
     }
 
-    /// The share of the link nobody bloatd sees had, per mille.
-    fn unseen_pm(&self) -> u32 {
-        1000u32.saturating_sub(self.own_pm + self.neighbour_pm)
-    }
-
-    /// The owner with its evidence in one sentence; `neighbours` named.
     fn owner(&self, neighbours: Vec<String>) -> Option<QueueOwner> {
-        let class = self.owner_class()?;
-        let pct = |pm: u32| (pm + 5) / 10;
-        let shares = format!(
-            "of the link (the most the flows bloatd sees carried, {}, and held in the queue, {}), this path's own flows had {}%, neighbours {}%, nobody bloatd sees the rest ({}%)",
-            format::rate(self.link_bps),
-            format::bytes(self.held_max),
-            pct(self.own_pm),
-            pct(self.neighbour_pm),
-            pct(self.unseen_pm())
-        );
-        let why = match class {
-            OwnerClass::Unknown => format!(
-                "{} of {MIN_SECONDS} reads with a standing queue so far",
-                self.standing
-            ),
-            OwnerClass::External if self.joined * 2 >= self.standing => format!(
-                "traffic bloatd does not see: in {} of {} reads the queue stood before every flow in it (their lowest RTT is half the queue or more over the floor)",
-                self.joined, self.standing
-            ),
-            OwnerClass::Neighbour => format!("{}: {shares}", neighbours.join(", ")),
-            _ => shares,
-        };
-        Some(QueueOwner {
-            class,
-            why,
-            neighbours,
-        })
+        self.owner_asked()
+            .then(|| self.whose.owner(neighbours))
+            .flatten()
+    }
+
+    fn owner_asked(&self) -> bool {
+        self.q50 >= STANDING_US || self.whose.standing as usize >= MIN_SECONDS
     }
 
     /// The class with its evidence in one sentence.
@@ -1342,6 +1382,18 @@ mod tests {
         });
         assert_eq!(o.class, OwnerClass::Neighbour, "{o:?}");
         assert_eq!(o.neighbours, [format!("netns {NBR} (wget)")]);
+        // A light flow never leaves slow start (nothing makes it lose):
+        // its queue is the neighbour's all the same.
+        let o = owner_after(8, |_| {
+            let mut light = end(1, (SND, SND4, RCV4), true, 400, 0, 300);
+            light.ssthresh = None;
+            vec![
+                light,
+                end(3, (SND, SND4, NBR4), true, 390, 15, 0),
+                end(4, (NBR, NBR4, SND4), false, 420, 15, 0),
+            ]
+        });
+        assert_eq!(o.class, OwnerClass::Neighbour, "{o:?}");
         // A queue of another size is another queue: nobody shares it.
         let o = owner_after(8, |_| {
             vec![
@@ -1436,9 +1488,14 @@ mod tests {
         assert_eq!(b.owner, None);
         s.queue_delay_us = 200_000;
         s.srtt_us = s.floor_us + 200_000;
-        c.observe(1_001_000, &[s]);
+        c.observe(1_001_000, std::slice::from_ref(&s));
         let b = c
             .class_of(SND, RCV4.parse().unwrap(), "eth0", 1_001_000)
+            .unwrap();
+        assert_eq!(b.owner, None, "one read of two with a queue: none stands");
+        c.observe(1_002_000, &[s]);
+        let b = c
+            .class_of(SND, RCV4.parse().unwrap(), "eth0", 1_002_000)
             .unwrap();
         assert_eq!(b.owner.map(|o| o.class), Some(OwnerClass::Unknown));
     }

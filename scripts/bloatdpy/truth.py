@@ -48,6 +48,19 @@ TCP_PORT = {"self": 8000, "neighbour": 8001, "external": 8002}
 UDP_PORT = 9000
 
 
+# A light flow (Traffic.bulk's light_bps): a transfer every LIGHT_GAP_S.
+LIGHT_GAP_S = 0.25
+
+
+def light_bytes(rate_bps):
+    """One transfer of a light flow: 5% of a second of the link, at least
+    two packets. With LIGHT_GAP_S between transfers and a round trip (plus
+    any standing queue) each, it carries well under a quarter of the link
+    and keeps its socket busy within every second, with an RTT sample each
+    round trip."""
+    return max(2 * 1448, int(rate_bps / 8 * 0.05))
+
+
 def config(name):
     """What `topo.sh up NAME` made (its $LAB_RUN/NAME.json)."""
     with open(os.path.join(LAB_RUN, f"{name}.json")) as f:
@@ -204,17 +217,24 @@ class Traffic:
             self.servers[owner] = p
         return self.servers[owner]
 
-    def bulk(self, owner, cc, seconds=3600, label=None, nbytes=0):
+    def bulk(self, owner, cc, seconds=3600, label=None, nbytes=0, light_bps=0):
         """A download by `owner` (nbytes 0: bulk for `seconds`) with
         congestion control `cc`; returns the client's Popen once its
-        connection is up. Its JSON lines follow on its stdout."""
+        connection is up. Its JSON lines follow on its stdout. With
+        `light_bps` (a link's rate) a light flow instead: transfers of
+        `light_bytes` on one connection, LIGHT_GAP_S apart, for
+        `seconds`."""
         ends = self.ends(owner)
         self.server(owner)
         addr = self.cfg["hosts"][ends["far"]]["addr"]
         label = label or f"{owner}-{cc}"
+        size = ["--bytes", str(nbytes), "--seconds", str(seconds)]
+        if light_bps:
+            size = ["--bytes", str(light_bytes(light_bps)), "--persistent",
+                    "--count", str(int(seconds / LIGHT_GAP_S)), "--gap", str(LIGHT_GAP_S)]
         p = self.spawn(ends["near"], [self.py, FLOWS, "fetch", "--addr", addr,
-                                      "--port", str(TCP_PORT[owner]), "--bytes", str(nbytes),
-                                      "--seconds", str(seconds), "--cc", cc, "--label", label])
+                                      "--port", str(TCP_PORT[owner]), *size,
+                                      "--cc", cc, "--label", label])
         line = p.stdout.readline()
         try:
             ev = json.loads(line)

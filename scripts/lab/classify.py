@@ -32,7 +32,8 @@ starts over at each arm's start, so every arm meets the same stretch):
              alone keeps the buffer full, filled at first by a second
              stream at 50%; then the light own flow                (external)
     own+nbr  the own and the neighbour's downloads together        (mixed)
-    own+udp  the own download beside UDP at 50% of the link        (mixed)
+    own+udp  the own download, joined after 5 s by UDP at 50% of the
+             link                                                  (mixed)
 
 The light own flow: transfers of 5% of a second of the link on one
 connection, 0.25 s apart, so that the path carries traffic and has RTT
@@ -83,7 +84,7 @@ FLOOR_S = 4.0  # udp: the own download into the empty queue first
 UDP_OVER = 1.05  # udp: the stream's rate over the link's (its mean, on a trace)
 UDP_FILL = 0.5  # udp: a second stream at this share of the link, to fill the buffer
 OWN_UDP_SHARE = 0.5  # own+udp: the stream's rate over the link's
-LIGHT_GAP_S = 0.25  # the light own flow's pause between transfers
+OWN_LEAD_S = 5.0  # own+udp: the own download alone before the stream joins
 
 
 def log(msg):
@@ -152,13 +153,6 @@ def one_run(labmod, name, spec, cc, seconds):
     return {"queue": queue, "class": final, "decided_s": decided_s, "did": did, "answers": answers}
 
 
-def light_bytes(rate_bps):
-    """One transfer of the light own flow: 5% of a second of the link, at
-    least two packets. With LIGHT_GAP_S between transfers and a round trip
-    (plus any standing queue) each, it carries well under a quarter of
-    the link and keeps its socket busy within every second, with an RTT
-    sample each round trip."""
-    return max(2 * 1448, int(rate_bps / 8 * 0.05))
 
 
 def trace_peak_bps(path, t_from, t_to):
@@ -214,8 +208,8 @@ def cross_run(labmod, name, spec, cc, seconds, arm):
             opened[label] = round(time.monotonic() - t_arm, 2)
 
         def light():
-            up(lab.fetch(cc, nbytes=light_bytes(rate), count=int((seconds + 30) / LIGHT_GAP_S),
-                         gap=LIGHT_GAP_S, label="light", persistent=True), "light")
+            up(lab.fetch(cc, nbytes=truth.light_bytes(rate), count=int((seconds + 30) / truth.LIGHT_GAP_S),
+                         gap=truth.LIGHT_GAP_S, label="light", persistent=True), "light")
 
         run_s = seconds + 30  # every flow outlives the watch; lab.down stops them
         if arm in ("nbr", "own+nbr"):
@@ -231,6 +225,13 @@ def cross_run(labmod, name, spec, cc, seconds, arm):
         if own:
             up(own, "bulk")
         if arm == "own+udp":
+            # The own download alone first, then the stream joins it: the
+            # share nobody bloatd sees is measured against what the
+            # visible flows carried (daemon/src/bottleneck.rs), and a
+            # stream there from the download's first packet reads as the
+            # download's own (docs/design.md, "Whose queue": a limit).
+            t_udp = time.monotonic() + OWN_LEAD_S
+            watch_until(t_udp, t_udp)
             lab.traffic.udp(rate * OWN_UDP_SHARE, run_s)
         if arm == "nbr":
             # the neighbour's download alone first: its queue stands

@@ -7,14 +7,18 @@ second as the flight recorder makes it do while a path queues) must
 become the queue's kind, as the lab's truth file says it is, within 10 s
 of the download's start (the issue's goal) and stay it to the end of the
 15 s observed; an AQM path must never be called drop-tail; the drop-tail
-path's flight-recorder episode carries its class. Prints each
-case's answers second by second and the seconds to the decision. About
-60 s.
+path's flight-recorder episode carries its class, and its queue's owner
+(`bottleneck.owner`) is the download's own path (`self`). Then whose
+queue beside a neighbour: a pod beside the receiver (the lab's NAME-nbr
+namespace) downloads in bulk, and 3 s later the path carries a light
+flow in the same drop-tail queue: its owner must become `neighbour`,
+naming that namespace, within 10 s, and stay so. Prints each case's
+answers second by second and the seconds to the decision. About 90 s.
 """
 import time
 
 from bloatdpy.harness import RCV4, TestCase, main
-from bloatdpy import instrument
+from bloatdpy import instrument, truth
 
 N = "blcls"
 CASES = [
@@ -25,6 +29,7 @@ CASES = [
 ]
 OBSERVE_S = 15
 DECIDE_S = 10  # the issue's goal for a path that starts carrying a bulk flow
+NBR_LEAD_S = 3  # the neighbour's download alone before the light own flow
 
 
 class LabClassify(TestCase):
@@ -48,7 +53,7 @@ class LabClassify(TestCase):
             mine = [p for p in paths if p["netns"] == ino and p["peer"] == RCV4]
             b = mine[0].get("bottleneck") if mine else None
             answers.append((round(time.monotonic() - t0), b["class"] if b else "-",
-                            b["why"] if b else ""))
+                            b["why"] if b else "", ((b or {}).get("owner") or {}).get("class", "-")))
         # the decision: the first answer from which every one is `want`
         decided = None
         for i in range(len(answers)):
@@ -62,7 +67,7 @@ class LabClassify(TestCase):
         t = lab.truth()
         bn = t["bottleneck"]
         print(f"  {profile}: truth {bn['kind']} {bn['aqm']}{' ecn' if t['config']['ecn'] else ''}; "
-              f"answers " + ", ".join(f"{s}s {c}" for s, c, _ in answers), flush=True)
+              f"answers " + ", ".join(f"{s}s {c}/{o}" for s, c, _, o in answers), flush=True)
         print(f"    last: {answers[-1][2] if answers else '-'}; decided after "
               f"{decided if decided is not None else '-'} s", flush=True)
         lab.close()
@@ -78,6 +83,44 @@ class LabClassify(TestCase):
             # seconds of queue behind a drop-tail buffer: an episode
             self.assertTrue(eps, "no flight-recorder episode for the bloated path")
             self.assertEqual(eps[-1].get("bottleneck"), want, eps[-1])
+            # the download alone fills its queue: its own
+            owners = [a[3] for a in answers]
+            self.assertEqual(owners[-5:], ["self"] * 5, f"owners {owners}")
+
+    def test_whose_queue_beside_a_neighbour(self):
+        d = self.daemon()
+        d.start()
+        lab = self.lab(N, profile="3.5g", cross=True)
+        lab.ping("snd", RCV4, count=2, interval=0.2)  # ARP, the floor
+        ino = instrument.netns_inode(lab.ns("snd"))
+        nbr = instrument.netns_inode(lab.ns("nbr"))
+        lab.traffic.bulk("neighbour", "cubic", NBR_LEAD_S + OBSERVE_S + 5)
+        time.sleep(NBR_LEAD_S)
+        rate = truth.config(N)["rate_bps"]
+        lab.traffic.bulk("self", "cubic", OBSERVE_S + 5, light_bps=rate)
+        t0 = time.monotonic()
+        answers = []
+        while time.monotonic() - t0 < OBSERVE_S:
+            time.sleep(1)
+            mine = [p for p in d.cli_json("/v1/paths", "paths", "--json")
+                    if p["netns"] == ino and p["peer"] == RCV4]
+            o = ((mine[0].get("bottleneck") if mine else None) or {}).get("owner") or {}
+            answers.append((round(time.monotonic() - t0), o.get("class", "-"), o.get("why", ""),
+                            o.get("neighbours", [])))
+        t = lab.truth()
+        lab.close()
+        print("  neighbour: answers " + ", ".join(f"{s}s {c}" for s, c, _, _ in answers), flush=True)
+        print(f"    last: {answers[-1][2]}; neighbours {answers[-1][3]}", flush=True)
+        shares = {o: c.get("delivered_bytes", 0) for o, c in t["owners"].items()}
+        self.assertGreater(shares.get("neighbour", 0), 3 * shares.get("self", 0),
+                           f"the neighbour's download is not most of the queue: {shares}")
+        decided = next((a[0] for i, a in enumerate(answers)
+                        if all(x[1] == "neighbour" for x in answers[i:])), None)
+        self.assertTrue(decided is not None and decided <= DECIDE_S,
+                        f"not neighbour from {DECIDE_S} s on (decided after {decided} s): "
+                        + ", ".join(f"{s}s {c}" for s, c, _, _ in answers))
+        self.assertTrue(any(f"netns {nbr}" in n for n in answers[-1][3]),
+                        f"the neighbour is not named netns {nbr}: {answers[-1][3]}")
 
 
 if __name__ == "__main__":
