@@ -71,14 +71,17 @@ class PrometheusScrape(TestCase):
         # Labels are bounded: no socket detail (addresses, ports, pids)
         # ever becomes a label; those stay in the API.
         # `kind`: an episode's, path or service (the flight recorder);
-        # `class`: a path's kind of queue (the bottleneck classifier).
+        # `class`: a path's kind of queue (the bottleneck classifier);
+        # `owner`: whose traffic fills its queue (never a namespace).
         keys = set(re.findall(r'[{,]([a-z_]+)="', text))
         self.assertLessEqual(keys, {"cc", "role", "state", "probe", "reason", "le", "version", "action",
-                                    "feature", "service", "kind", "class"}, keys)
+                                    "feature", "service", "kind", "class", "owner"}, keys)
         kinds = set(re.findall(r'[{,]kind="([^"]*)"', text))
         self.assertLessEqual(kinds, {"path", "service"}, kinds)
         classes = set(re.findall(r'[{,]class="([^"]*)"', text))
         self.assertEqual(classes, {"clear", "droptail", "aqm", "ecn-aqm", "unknown"}, classes)
+        owners = set(re.findall(r'[{,]owner="([^"]*)"', text))
+        self.assertEqual(owners, {"self", "neighbour", "external", "mixed", "unknown"}, owners)
 
 
     def test_kernel_histogram_counts_socket_time_as_the_samples_do(self):
