@@ -127,20 +127,23 @@ class TraceLink(TestCase):
         """The link against the trace. The lateness checks judge it by the
         machine's clock, which a stretch of CPU the hypervisor takes makes
         late (test_lab_delay's case; a local run once measured p99 7.8 ms,
-        the next 1.0 ms): a blast whose lateness fails is made once more,
-        with the CPU time stolen meanwhile printed; an emulator that is
-        late by itself fails both."""
-        for attempt in (1, 2):
+        the next 1.0 ms). So do the counts: a stretch of stolen CPU moves
+        packets from one 100 ms window to the next, and CI once failed
+        both trace links in one run while the rest of the suite ran late
+        too. A blast whose timing checks fail is made again, up to three
+        times, with the CPU time stolen meanwhile printed; an emulator
+        that is wrong by itself fails all three."""
+        for attempt in (1, 2, 3):
             steal0 = stolen_s()
-            late = self.check_blast(lab, name, direction, trace_path, start_ns, delay_ms, attempt == 2)
-            if not late:
+            off = self.check_blast(lab, name, direction, trace_path, start_ns, delay_ms, attempt == 3)
+            if not off:
                 return
-            print(f"  attempt {attempt}: {'; '.join(late)} ({stolen_s() - steal0:.2f} s of CPU "
+            print(f"  attempt {attempt}: {'; '.join(off)} ({stolen_s() - steal0:.2f} s of CPU "
                   "stolen by the hypervisor meanwhile): once more", flush=True)
 
     def check_blast(self, lab, name, direction, trace_path, start_ns, delay_ms, last):
-        """One blast, checked; the lateness checks that failed (raised on
-        the last attempt)."""
+        """One blast, checked; the timing checks that failed (raised on the
+        last attempt)."""
         trace, t, sent, own = self.measure(lab, direction, trace_path, start_ns, delay_ms)
         label = f"{name} {direction} ({os.path.basename(trace_path)}, {trace.mean_pps() * 12e-3:.2f} Mbit/s mean)"
         self.assertGreater(len(t), 100, f"{label}: only {len(t)} packets arrived")
@@ -178,17 +181,17 @@ class TraceLink(TestCase):
               f"lateness p50 {p50:.0f} us, p99 {p99:.0f} us, p99.9 {p999:.0f} us, max {max(late_us):.0f} us "
               f"(the emulator's own release: p99 {own[0]} us, max {own[1]} us)",
               flush=True)
-        for got, want in tens:
-            self.assertLessEqual(abs(got / want - 1), 0.02, f"{label}: {got} delivered in 10 s "
-                                 f"for {want} opportunities")
-        self.assertGreaterEqual(good, 0.9 * len(rows), f"{label}: 100 ms windows off: {rows[:20]}")
         self.assertGreater(min(late_us), -1000, f"{label}: a packet before its opportunity "
                            "(the alignment or the emulator is wrong)")
-        late = [why for ok, why in ((p50 < 1000, f"{label}: median lateness {p50:.0f} us"),
-                                    (p99 < 5000, f"{label}: p99 lateness {p99:.0f} us")) if not ok]
+        checks = [(abs(got / want - 1) <= 0.02, f"{label}: {got} delivered in 10 s for {want} opportunities")
+                  for got, want in tens]
+        checks += [(good >= 0.9 * len(rows), f"{label}: 100 ms windows off: {rows[:20]}"),
+                   (p50 < 1000, f"{label}: median lateness {p50:.0f} us"),
+                   (p99 < 5000, f"{label}: p99 lateness {p99:.0f} us")]
+        off = [why for ok, why in checks if not ok]
         if last:
-            self.assertEqual(late, [], "late packets")
-        return late
+            self.assertEqual(off, [], "the link's timing")
+        return off
 
     def test_lte_both_directions(self):
         lab = self.lab("bltrace", profile="lte")
