@@ -61,7 +61,11 @@ pub const WINDOW_MS: u64 = 20_000;
 const MIN_SECONDS: usize = 3;
 /// Observations before `droptail`: an AQM's queue after a slow start's
 /// overshoot takes a read or two to come down (test_lab_classify saw
-/// CoDel called drop-tail at 3 s in 2 of 3 runs with 3).
+/// CoDel called drop-tail at 3 s in 2 of 3 runs with 3). Or, where the
+/// engine observes less often than once a second (a busy host: it spaces
+/// observations by their cost, up to 5 s apart, and the window then holds
+/// 4), `MIN_SECONDS` observations spanning as many seconds
+/// (`Evidence::enough`).
 const DROPTAIL_SECONDS: usize = 5;
 /// Below this median queue, with no signal, a path is clear (CoDel's
 /// target).
@@ -404,9 +408,14 @@ impl Bottlenecks {
             .iter()
             .rev()
             .filter(|(_, _, t)| t + WINDOW_MS > now_ms)
-            .map(|(ns, comm, _)| match comm {
-                Some(c) => format!("netns {ns} ({c})"),
-                None => format!("netns {ns}"),
+            .map(|(ns, comm, _)| {
+                let name = crate::probes::netns::name_of(*ns);
+                match (name, comm) {
+                    (Some(n), Some(c)) => format!("{n} (netns {ns}, {c})"),
+                    (Some(n), None) => format!("{n} (netns {ns})"),
+                    (None, Some(c)) => format!("netns {ns} ({c})"),
+                    (None, None) => format!("netns {ns}"),
+                }
             })
             .collect();
         Some(Bottleneck {
@@ -415,47 +424,60 @@ impl Bottlenecks {
         })
     }
 
+    /// Every path's verdict as of `now_ms`, in one pass (the engine takes
+    /// it after each observation and keeps the counts for /metrics, so a
+    /// scrape costs nothing here).
+    ///
     /// Each peer's class for the kernel's policy (policy_ops.h,
     /// `path_classes`, keyed by namespace and peer: the sock_ops program
     /// knows no interface at a handshake). A peer reached through one
     /// interface has its path's class; through several (multipath, a route
     /// that moved within the window), their class where they agree, else
     /// none. Unknown classes are left out: no entry is unknown.
-    pub fn peer_classes(&self, now_ms: u64) -> Vec<((u32, IpAddr), BottleneckClass)> {
-        let mut out = Vec::with_capacity(self.paths.len());
+    pub fn summary(&self, now_ms: u64) -> Summary {
+        let mut out = Summary {
+            peer_classes: Vec::with_capacity(self.paths.len()),
+            ..Summary::default()
+        };
         for (key, v) in &self.paths {
-            let mut classes = v
-                .iter()
-                .filter_map(|(_, h)| Evidence::of(h, now_ms))
-                .map(|e| e.class(self.aqm_queue_us));
-            let Some(first) = classes.next() else {
-                continue;
-            };
-            if first != BottleneckClass::Unknown && classes.all(|c| c == first) {
-                out.push((*key, first));
+            // None: no interface with evidence yet; Some(None): they differ.
+            let mut agreed = None;
+            for (_, h) in v {
+                let Some(e) = Evidence::of(h, now_ms) else {
+                    continue;
+                };
+                let class = e.class(self.aqm_queue_us);
+                out.classes[class as usize] += 1;
+                if let Some(o) = e.owner_class() {
+                    out.owners[o as usize] += 1;
+                }
+                agreed = match agreed {
+                    None => Some(Some(class)),
+                    Some(Some(c)) if c == class => Some(Some(c)),
+                    _ => Some(None),
+                };
+            }
+            if let Some(Some(c)) = agreed {
+                if c != BottleneckClass::Unknown {
+                    out.peer_classes.push((*key, c));
+                }
             }
         }
         out
     }
+}
 
+/// Every path's verdict at one time (`Bottlenecks::summary`).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Summary {
+    /// Each peer's class, for the kernel's policy.
+    pub peer_classes: Vec<((u32, IpAddr), BottleneckClass)>,
     /// How many paths with traffic in the window are of each class
-    /// (`BottleneckClass::ALL`'s order), for /metrics.
-    /// And how many with a standing queue are of each owner
+    /// (`BottleneckClass::ALL`'s order), for /metrics...
+    pub classes: [u64; 5],
+    /// ...and how many with a standing queue are of each owner
     /// (`OwnerClass::ALL`'s order).
-    pub fn counts(&self, now_ms: u64) -> ([u64; 5], [u64; 5]) {
-        let (mut n, mut owners) = ([0u64; 5], [0u64; 5]);
-        for v in self.paths.values() {
-            for (_, h) in v {
-                if let Some(e) = Evidence::of(h, now_ms) {
-                    n[e.class(self.aqm_queue_us) as usize] += 1;
-                    if let Some(o) = e.owner_class() {
-                        owners[o as usize] += 1;
-                    }
-                }
-            }
-        }
-        (n, owners)
-    }
+    pub owners: [u64; 5],
 }
 
 /// Who else waits in each standing path's queue in this read, by path
@@ -805,11 +827,18 @@ impl Evidence {
             return BottleneckClass::Unknown;
         }
         match self.signalled(self.aqm_queue(aqm_queue_us)) {
-            BottleneckClass::Droptail if (self.seconds as usize) < DROPTAIL_SECONDS => {
-                BottleneckClass::Unknown
-            }
+            BottleneckClass::Droptail if !self.enough(self.seconds) => BottleneckClass::Unknown,
             c => c,
         }
+    }
+
+    /// Whether `reads` of its reads are evidence enough for `droptail`:
+    /// `DROPTAIL_SECONDS` of them, or at least `MIN_SECONDS` where its
+    /// reads span `DROPTAIL_SECONDS` seconds (reads spaced out on a busy
+    /// host; once a second the two are one).
+    fn enough(&self, reads: u32) -> bool {
+        reads as usize >= DROPTAIL_SECONDS
+            || (reads as usize >= MIN_SECONDS && self.span_ms >= DROPTAIL_SECONDS as u64 * 1000)
     }
 
     fn signalled(&self, aqm_queue_us: u32) -> BottleneckClass {
@@ -834,7 +863,7 @@ impl Evidence {
     fn unresponsive(&self) -> bool {
         let (num, den) = UNRESPONSIVE;
         let rtt_us = self.floor_us as u64 + self.q50 as u64;
-        self.loss_reads >= DROPTAIL_SECONDS as u32
+        self.enough(self.loss_reads)
             && self.loss_reads * den >= self.seconds * num
             && self.span_ms * 1000 >= UNRESPONSIVE_RTTS * rtt_us * self.loss_reads as u64
     }
@@ -889,7 +918,7 @@ impl Evidence {
                 if self.signalled(aqm_queue_us) == BottleneckClass::Droptail =>
             {
                 format!(
-                    "{q50} of queue so far: {DROPTAIL_SECONDS} reads past slow start needed before drop-tail, {} yet",
+                    "{q50} of queue so far: {DROPTAIL_SECONDS} reads past slow start needed before drop-tail (or {MIN_SECONDS} over {DROPTAIL_SECONDS} s), {} yet",
                     self.seconds
                 )
             }
@@ -1011,6 +1040,35 @@ mod tests {
         );
         let b = feed_one(&mut c, 7, q(7), 5, Some(100));
         assert_eq!((class(&b), b.seconds), ("droptail", 5), "{b:?}");
+    }
+
+    /// A busy host's engine observes every 5 s (its schedule's longest):
+    /// the 20 s window holds 4 reads, and a standing queue with no AQM's
+    /// signal must still read drop-tail (with 5 reads needed it never
+    /// could).
+    #[test]
+    fn reads_five_seconds_apart_still_reach_droptail() {
+        let mut c = Bottlenecks::new(30);
+        let at = |i: u64| 1_000_000 + i * 5000;
+        let mut b = None;
+        for i in 0..8 {
+            let mut s = sock(2, PEER, 80, 250, 0);
+            s.ssthresh = Some(80);
+            c.observe(at(i), &[s]);
+            b = c.class_of(NETNS, PEER.parse().unwrap(), "wlan0", at(i));
+            let b = b.as_ref().unwrap();
+            // 3 reads span 11 s: drop-tail from the third.
+            assert_eq!(
+                class(b),
+                if i < 2 { "unknown" } else { "droptail" },
+                "{i}: {b:?}"
+            );
+        }
+        assert_eq!(b.unwrap().seconds, 4, "the window holds 4 reads");
+        // Once a second, 3 reads span 3 s: not yet.
+        let mut c = Bottlenecks::new(30);
+        let b = feed(&mut c, 3, |_| 250, |_| 0, |_| Some(80));
+        assert_eq!(class(&b), "unknown", "{b:?}");
     }
 
     #[test]
@@ -1240,10 +1298,10 @@ mod tests {
             .class_of(NETNS, PEER.parse().unwrap(), "wlan0", 1_037_000)
             .unwrap();
         assert_eq!(class(&b), "clear", "{b:?}");
-        assert_eq!(c.counts(1_037_000).0, [1, 0, 0, 0, 0]);
+        assert_eq!(c.summary(1_037_000).classes, [1, 0, 0, 0, 0]);
         c.observe(1_200_000, &[]);
         assert!(c.paths.is_empty() && c.socks.is_empty());
-        assert_eq!(c.counts(1_200_000), ([0; 5], [0; 5]));
+        assert_eq!(c.summary(1_200_000), Summary::default());
     }
 
     /// The kernel's classes are by peer: one interface's class, the
@@ -1271,7 +1329,7 @@ mod tests {
                 ],
             );
         }
-        let mut got = c.peer_classes(at(5));
+        let mut got = c.summary(at(5)).peer_classes;
         got.sort();
         let want: Vec<((u32, IpAddr), BottleneckClass)> = vec![
             (
@@ -1284,7 +1342,7 @@ mod tests {
         // Too few reads: unknown, no entry.
         let mut c = Bottlenecks::new(30);
         c.observe(at(0), &[via("wlan0", "10.9.2.2", 1)]);
-        assert!(c.peer_classes(at(0)).is_empty());
+        assert!(c.summary(at(0)).peer_classes.is_empty());
     }
 
     // Whose queue: the lab's layout (scripts/lab/topo.sh). The server
@@ -1507,8 +1565,9 @@ mod tests {
     ///
     /// One observation a second (the engine's most) of 10,000 senders,
     /// every one carrying traffic and a tenth of them signalling each
-    /// read, grouped in 1,000 and in 10,000 paths; and the class of every
-    /// path (what `bloatd paths` and a scrape of /metrics take).
+    /// read, grouped in 1,000 and in 10,000 paths; each followed by every
+    /// path's verdict (`summary`: the policy's classes and /metrics'
+    /// counts), as the engine does.
     #[test]
     #[ignore]
     fn cost_10k_busy_sockets() {
@@ -1529,7 +1588,8 @@ mod tests {
                 .collect();
             let mut c = Bottlenecks::new(30);
             let reads = 30u64;
-            let mut observe = std::time::Duration::ZERO;
+            let (mut observe, mut verdicts, mut summary) =
+                (std::time::Duration::ZERO, std::time::Duration::ZERO, 0);
             for r in 0..reads {
                 for (i, s) in socks.iter_mut().enumerate() {
                     if (i as u64 + r).is_multiple_of(10) {
@@ -1539,17 +1599,19 @@ mod tests {
                 let t0 = std::time::Instant::now();
                 c.observe(1_000_000 + r * 1000, &socks);
                 observe += t0.elapsed();
+                let t0 = std::time::Instant::now();
+                summary += c.summary(1_000_000 + r * 1000).classes.iter().sum::<u64>();
+                verdicts += t0.elapsed();
             }
-            let t0 = std::time::Instant::now();
-            let counts = c.counts(1_000_000 + (reads - 1) * 1000);
-            let classes = t0.elapsed();
-            let per_read = observe / reads as u32;
+            let (per_read, per_summary) = (observe / reads as u32, verdicts / reads as u32);
+            let both = per_read + per_summary;
             println!(
-                "{n} sockets in {} paths, {namespaces} namespaces: observe {:.3} ms a read ({:.4}% of a core at one read a second); classes of every path {:.3} ms; counts {counts:?}",
+                "{n} sockets in {} paths, {namespaces} namespaces: observe {:.3} ms + every path's verdict {:.3} ms a read ({:.4}% of a core at one read a second); {} verdicts",
                 n / per_path,
                 per_read.as_secs_f64() * 1000.0,
-                per_read.as_secs_f64() * 100.0,
-                classes.as_secs_f64() * 1000.0,
+                per_summary.as_secs_f64() * 1000.0,
+                both.as_secs_f64() * 100.0,
+                summary / reads,
             );
         }
     }

@@ -577,6 +577,7 @@ pub fn cubic_download_episode() -> crate::journal::EpisodeDetail {
             ccs: vec!["cubic".into()],
             actions: Default::default(),
             bottleneck: Some(BottleneckClass::Droptail),
+            owner: Some(OwnerClass::Own),
         },
         flows,
         series,

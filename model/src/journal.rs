@@ -9,7 +9,7 @@
 //! show them; `bloatd incident ID --export DIR` turns one into a lab bundle.
 //! Times are Unix milliseconds, names carry their unit.
 
-use crate::{BottleneckClass, FloorSource, Role};
+use crate::{BottleneckClass, FloorSource, OwnerClass, Role};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use std::net::{IpAddr, SocketAddr};
@@ -169,6 +169,11 @@ pub struct Episode {
     /// classified).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub bottleneck: Option<BottleneckClass>,
+    /// Path episodes: whose traffic filled its queue, as the classifier
+    /// last called its peers during it (absent in episodes recorded
+    /// before, and while no queue of the path stood long enough to say).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub owner: Option<OwnerClass>,
 }
 
 impl Episode {
@@ -533,6 +538,7 @@ mod tests {
             ccs: vec![],
             actions: Default::default(),
             bottleneck: None,
+            owner: None,
         };
         // 14:02:11 UTC on some day, seen 38 s later.
         let t = 1_700_000_000_000 / 86_400_000 * 86_400_000 + (14 * 3600 + 2 * 60 + 11) * 1000;

@@ -8,7 +8,8 @@ become the queue's kind, as the lab's truth file says it is, within 10 s
 of the download's start (the issue's goal) and stay it to the end of the
 15 s observed; an AQM path must never be called drop-tail; the drop-tail
 path's flight-recorder episode carries its class, and its queue's owner
-(`bottleneck.owner`) is the download's own path (`self`). Then whose
+(`bottleneck.owner`, and the episode's `owner`) is the download's own
+path (`self`). Then whose
 queue beside a neighbour: a pod beside the receiver (the lab's NAME-nbr
 namespace) downloads in bulk, and 3 s later the path carries a light
 flow in the same drop-tail queue: its owner must become `neighbour`,
@@ -77,7 +78,7 @@ class LabClassify(TestCase):
             self.assertNotIn("droptail", [a[1] for a in answers], "an AQM called drop-tail")
         self.assertTrue(decided is not None and decided <= DECIDE_S,
                         f"not {want} from {DECIDE_S} s on (decided after {decided} s)")
-        print("    episodes: " + (", ".join(f"{e['id']} {e.get('bottleneck', '-')}" for e in eps)
+        print("    episodes: " + (", ".join(f"{e['id']} {e.get('bottleneck', '-')}/{e.get('owner', '-')}" for e in eps)
                                    or "none"), flush=True)
         if want == "droptail":
             # seconds of queue behind a drop-tail buffer: an episode
@@ -86,6 +87,7 @@ class LabClassify(TestCase):
             # the download alone fills its queue: its own
             owners = [a[3] for a in answers]
             self.assertEqual(owners[-5:], ["self"] * 5, f"owners {owners}")
+            self.assertEqual(eps[-1].get("owner"), "self", eps[-1])
 
     def test_whose_queue_beside_a_neighbour(self):
         d = self.daemon()
@@ -93,7 +95,7 @@ class LabClassify(TestCase):
         lab = self.lab(N, profile="3.5g", cross=True)
         lab.ping("snd", RCV4, count=2, interval=0.2)  # ARP, the floor
         ino = instrument.netns_inode(lab.ns("snd"))
-        nbr = instrument.netns_inode(lab.ns("nbr"))
+        nbr, nbr_name = instrument.netns_inode(lab.ns("nbr")), lab.ns("nbr")
         lab.traffic.bulk("neighbour", "cubic", NBR_LEAD_S + OBSERVE_S + 5)
         time.sleep(NBR_LEAD_S)
         rate = truth.config(N)["rate_bps"]
@@ -119,8 +121,9 @@ class LabClassify(TestCase):
         self.assertTrue(decided is not None and decided <= DECIDE_S,
                         f"not neighbour from {DECIDE_S} s on (decided after {decided} s): "
                         + ", ".join(f"{s}s {c}" for s, c, _, _ in answers))
-        self.assertTrue(any(f"netns {nbr}" in n for n in answers[-1][3]),
-                        f"the neighbour is not named netns {nbr}: {answers[-1][3]}")
+        # named by its /run/netns name, with its inode
+        self.assertTrue(any(n.startswith(f"{nbr_name} (netns {nbr}") for n in answers[-1][3]),
+                        f"the neighbour is not named {nbr_name} (netns {nbr}): {answers[-1][3]}")
 
 
 if __name__ == "__main__":

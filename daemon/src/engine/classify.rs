@@ -33,6 +33,8 @@ struct State {
     /// The read last observed, when, and what observing it took.
     read: u64,
     at: Option<(Instant, Duration)>,
+    /// The counts of the verdicts after it (class, owner).
+    counts: ([u64; 5], [u64; 5]),
 }
 
 impl Classifier {
@@ -42,6 +44,7 @@ impl Classifier {
                 bottlenecks: Bottlenecks::new(aqm_queue_ms),
                 read: 0,
                 at: None,
+                counts: ([0; 5], [0; 5]),
             }),
         }
     }
@@ -71,10 +74,11 @@ impl Classifier {
         }
         let t0 = Instant::now();
         st.bottlenecks.observe(views.taken_ms, &socks);
-        let classes = st.bottlenecks.peer_classes(views.taken_ms);
+        let summary = st.bottlenecks.summary(views.taken_ms);
         st.read = views.read;
         st.at = Some((Instant::now(), t0.elapsed()));
-        Some(classes)
+        st.counts = (summary.classes, summary.owners);
+        Some(summary.peer_classes)
     }
 
     /// Each path's class (paths by peer; a prefix's paths are not
@@ -90,19 +94,35 @@ impl Classifier {
         }
     }
 
-    /// One peer's class (the flight recorder's path episodes ask).
-    pub fn class_of(&self, netns: u32, peer: IpAddr, interface: &str) -> Option<BottleneckClass> {
+    /// One peer's class and owner (the flight recorder's path episodes
+    /// ask).
+    pub fn class_of(
+        &self,
+        netns: u32,
+        peer: IpAddr,
+        interface: &str,
+    ) -> Option<crate::recorder::Verdict> {
         let now = Clock::now().unix_ms;
         self.lock()
             .bottlenecks
             .class_of(netns, peer, interface, now)
-            .map(|b| b.class)
+            .map(|b| (b.class, b.owner.map(|o| o.class)))
     }
 
     /// How many paths with traffic lately are of each class
     /// (`BottleneckClass::ALL`'s order), and with a standing queue of
-    /// each owner (`OwnerClass::ALL`'s).
+    /// each owner (`OwnerClass::ALL`'s): as the last observation left
+    /// them (at most `MAX_AGE` old while reads come: a scrape costs no
+    /// pass over the paths), else as of now (paths age out of the window
+    /// when no reads come).
     pub fn counts(&self) -> ([u64; 5], [u64; 5]) {
-        self.lock().bottlenecks.counts(Clock::now().unix_ms)
+        let st = self.lock();
+        match st.at {
+            Some((t, _)) if t.elapsed() <= MAX_AGE => st.counts,
+            _ => {
+                let s = st.bottlenecks.summary(Clock::now().unix_ms);
+                (s.classes, s.owners)
+            }
+        }
     }
 }

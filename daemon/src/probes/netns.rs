@@ -58,6 +58,27 @@ pub struct Finder {
 /// Where `ip netns` names namespaces.
 const NAMES: &str = "/run/netns";
 
+/// The names /run/netns gave namespaces at the last scan, by inode: what
+/// the classifier calls a neighbour (bottleneck.rs; containerd's pods and
+/// `ip netns` have names, docker's containers none).
+static NAMED: std::sync::Mutex<Vec<(u32, String)>> = std::sync::Mutex::new(Vec::new());
+
+/// The name in a scan's label ("/run/netns/NAME"; "pid N" has none).
+fn name_in(label: &str) -> Option<&str> {
+    label.strip_prefix(NAMES)?.strip_prefix('/')
+}
+
+/// The /run/netns name of namespace `inode`, as of the last scan.
+pub fn name_of(inode: u32) -> Option<String> {
+    let named = NAMED
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    named
+        .iter()
+        .find(|(i, _)| *i == inode)
+        .map(|(_, n)| n.clone())
+}
+
 /// What `Finder::open` found: the namespaces opened, those scans have not
 /// found for FORGET_AFTER (gone), and those missed but not that long
 /// (later).
@@ -163,6 +184,12 @@ impl Finder {
             .into_iter()
             .map(|n| (n.inode as u32, n))
             .collect();
+        *NAMED
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = scanned
+            .iter()
+            .filter_map(|(&i, n)| Some((i, name_in(&n.label)?.to_string())))
+            .collect();
         for ino in scan {
             match scanned.remove(&ino) {
                 Some(n) => {
@@ -192,6 +219,13 @@ impl Finder {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_name_is_what_run_netns_calls_it() {
+        assert_eq!(name_in("/run/netns/bltest-nbr"), Some("bltest-nbr"));
+        assert_eq!(name_in("pid 4242"), None);
+        assert_eq!(name_in("/run/netnsx/a"), None);
+    }
 
     #[test]
     fn finds_own_namespace_and_remembers_where() {

@@ -184,6 +184,7 @@ fn synthetic_episode(id: u64, start: u64, path: u32) -> Vec<Write> {
         ccs: vec!["cubic".into()],
         actions: Default::default(),
         bottleneck: None,
+        owner: None,
     };
     let mut out = vec![Write::Episode(Box::new(EpisodeRecord { episode, flows }))];
     for flow in 0..=8u32 {

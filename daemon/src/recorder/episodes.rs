@@ -26,7 +26,7 @@ use bloatd_model::journal::{
     Episode, EpisodeActions, EpisodeDetail, EpisodeFlow, EpisodeKind, EpisodePath, FlowPoint,
     FlowSeries, MinuteRow, PathPoint,
 };
-use bloatd_model::{BottleneckClass, FloorSource, Role, Socket};
+use bloatd_model::{BottleneckClass, FloorSource, OwnerClass, Role, Socket};
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::net::IpAddr;
 
@@ -251,10 +251,11 @@ struct Followed {
     /// A pid of one of its sockets, for the path's gateway.
     pid: Option<u32>,
     /// Path episodes: the peers its moving sockets talked to at the last
-    /// read (PEERS_MAX at most), and the class the bottleneck classifier
-    /// last gave them (`Detector::classify`).
+    /// read (PEERS_MAX at most), and the class and owner the bottleneck
+    /// classifier last gave them (`Detector::classify`).
     peers: Vec<IpAddr>,
     bottleneck: Option<BottleneckClass>,
+    owner: Option<OwnerClass>,
 }
 
 /// A minute's accumulation for one path.
@@ -645,6 +646,7 @@ impl Followed {
             pid: None,
             peers: Vec::new(),
             bottleneck: None,
+            owner: None,
         }
     }
 

@@ -623,6 +623,7 @@ mod tests {
                 ccs: vec![],
                 actions: Default::default(),
                 bottleneck: None,
+                owner: None,
             },
             flows: vec![flow(1, 19_000_000), flow(2, 800_000), flow(3, 500_000)],
             series: (0..10).map(|t| point(t, 16_000_000, 300)).collect(),

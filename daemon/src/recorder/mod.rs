@@ -42,7 +42,7 @@ use bloatd_model::api::PolicyCounts;
 use bloatd_model::journal::{
     Episode, EpisodeDetail, EpisodeKind, HistoryQuery, IncidentsQuery, MinuteRow,
 };
-use bloatd_model::{BottleneckClass, Feature, FeatureState, Socket};
+use bloatd_model::{BottleneckClass, Feature, FeatureState, OwnerClass, Socket};
 use episodes::{Detector, Write};
 use journal::{Bounds, Journal};
 use std::collections::{HashMap, VecDeque};
@@ -94,13 +94,17 @@ pub struct Feed {
     pub t_ms: u64,
     pub sockets: Arc<Vec<Socket>>,
     pub policy: Option<PolicySnap>,
-    /// A peer's bottleneck class (netns, peer, interface), for the path
-    /// episodes.
+    /// A peer's bottleneck class and owner (netns, peer, interface), for
+    /// the path episodes.
     pub class_of: Option<ClassOf>,
 }
 
-/// The bottleneck classifier's answer for one peer of a path.
-pub type ClassOf = Arc<dyn Fn(u32, IpAddr, &str) -> Option<BottleneckClass> + Send + Sync>;
+/// The bottleneck classifier's answer for one peer of a path: its class,
+/// and whose traffic fills its queue where one stands.
+pub type Verdict = (BottleneckClass, Option<OwnerClass>);
+
+/// The classifier's `Verdict` on a peer (netns, peer, interface).
+pub type ClassOf = Arc<dyn Fn(u32, IpAddr, &str) -> Option<Verdict> + Send + Sync>;
 
 enum Msg {
     Feed(Feed),

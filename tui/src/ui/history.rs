@@ -304,6 +304,9 @@ fn episode_lines(d: &EpisodeDetail, now_ms: u64, offset: i64) -> Vec<Line<'stati
     if let Some(c) = e.bottleneck {
         head.push(field("bottleneck", c.as_str().to_string()));
     }
+    if let Some(o) = e.owner {
+        head.push(field("whose", o.as_str().to_string()));
+    }
     let (end, state) = match (e.open, &e.cut) {
         (true, _) => (now_ms, Span::styled("still going", BLOATED)),
         (false, Some(c)) => (e.end_ms, Span::styled(format!("cut: bloatd {c}"), WARN)),

@@ -1,49 +1,67 @@
-//! The kind of queue a path episode waits in (issue 33): the bottleneck
-//! classifier's class of its peers, asked once a read for the episodes
-//! followed (a handful), never per socket.
+//! The kind of queue a path episode waits in, and whose traffic fills it
+//! (issue 33): the bottleneck classifier's verdict on its peers, asked
+//! once a read for the episodes followed (a handful), never per socket.
 
 use super::*;
 
 impl Detector {
-    /// Each path episode's class from `class_of(netns, peer, interface)`
-    /// over the peers its moving sockets talked to at the last read: the
-    /// class most of them have, `unknown` only when none has another; a
-    /// read where no peer is classified (the classifier looks less often
-    /// than the recorder reads) keeps the class it had.
-    pub fn classify(&mut self, class_of: &dyn Fn(u32, IpAddr, &str) -> Option<BottleneckClass>) {
+    /// Each path episode's class and owner from `class_of(netns, peer,
+    /// interface)` over the peers its moving sockets talked to at the last
+    /// read: the one most of them have, `unknown` only when none has
+    /// another; a read where no peer has one (the classifier looks less
+    /// often than the recorder reads) keeps what it had.
+    pub fn classify(
+        &mut self,
+        class_of: &dyn Fn(u32, IpAddr, &str) -> Option<super::super::Verdict>,
+    ) {
         for f in self.followed.values_mut() {
             let Some(p) = &f.path else { continue };
-            if let Some(c) = most_common(
-                f.peers
-                    .iter()
-                    .filter_map(|&peer| class_of(p.netns, peer, &p.interface)),
-            ) {
-                f.bottleneck = Some(c);
-            }
+            let verdicts: Vec<_> = f
+                .peers
+                .iter()
+                .filter_map(|&peer| class_of(p.netns, peer, &p.interface))
+                .collect();
+            let class = most_common(
+                &BottleneckClass::ALL,
+                BottleneckClass::Unknown,
+                verdicts.iter().map(|v| v.0),
+            );
+            let owner = most_common(
+                &OwnerClass::ALL,
+                OwnerClass::Unknown,
+                verdicts.iter().filter_map(|v| v.1),
+            );
+            f.bottleneck = class.or(f.bottleneck);
+            f.owner = owner.or(f.owner);
         }
     }
 }
 
-/// The class most of `classes` have (ties: the first in
-/// `BottleneckClass::ALL`), `unknown` only when no other is there.
-fn most_common(classes: impl Iterator<Item = BottleneckClass>) -> Option<BottleneckClass> {
-    let mut n = [0usize; BottleneckClass::ALL.len()];
+/// The value most of `values` have (ties: the first in `all`), `unknown`
+/// only when no other is there; None when there is none.
+fn most_common<C: Copy + PartialEq>(
+    all: &[C],
+    unknown: C,
+    values: impl Iterator<Item = C>,
+) -> Option<C> {
+    let mut n = vec![0usize; all.len()];
     let mut any = false;
-    for c in classes {
+    for c in values {
         any = true;
-        if let Some(i) = BottleneckClass::ALL.iter().position(|&a| a == c) {
+        if let Some(i) = all.iter().position(|&a| a == c) {
             n[i] += 1;
         }
     }
     if !any {
         return None;
     }
-    let known = BottleneckClass::ALL
-        .iter()
-        .zip(n)
-        .filter(|&(&c, k)| c != BottleneckClass::Unknown && k > 0)
-        .max_by(|a, b| a.1.cmp(&b.1).then(b.0.cmp(a.0)));
-    Some(known.map_or(BottleneckClass::Unknown, |(&c, _)| c))
+    let mut best: Option<(C, usize)> = None;
+    for (&c, k) in all.iter().zip(n) {
+        if c != unknown && k > 0 && best.is_none_or(|(_, b)| k > b) {
+            best = Some((c, k));
+        }
+    }
+    Some(best.map_or(unknown, |(c, _)| c))
 }
 
 #[cfg(test)]
@@ -54,24 +72,31 @@ mod tests {
     #[test]
     fn a_path_episode_takes_its_peers_class() {
         use BottleneckClass::*;
-        assert_eq!(
-            most_common([Droptail, Aqm, Droptail].into_iter()),
-            Some(Droptail)
-        );
-        assert_eq!(most_common([Unknown, Unknown, Aqm].into_iter()), Some(Aqm));
-        assert_eq!(most_common([Unknown].into_iter()), Some(Unknown));
-        assert_eq!(most_common(std::iter::empty()), None);
+        let most =
+            |v: &[BottleneckClass]| most_common(&BottleneckClass::ALL, Unknown, v.iter().copied());
+        assert_eq!(most(&[Droptail, Aqm, Droptail]), Some(Droptail));
+        assert_eq!(most(&[Unknown, Unknown, Aqm]), Some(Aqm));
+        assert_eq!(most(&[Unknown]), Some(Unknown));
+        assert_eq!(most(&[]), None);
         // Ties: the first in ALL's order.
-        assert_eq!(most_common([Aqm, Droptail].into_iter()), Some(Droptail));
+        assert_eq!(most(&[Aqm, Droptail]), Some(Droptail));
 
         let mut d = Detector::new(settings(), 1);
         run(&mut d, &[Some(400); 4]);
         let peer = bulk(1, 400, 0).remote_addr;
-        d.classify(&|_, p, _| (p == peer).then_some(Aqm));
+        let other: IpAddr = "192.0.2.99".parse().unwrap();
+        d.classify(&|_, p, _| (p == peer).then_some((Droptail, Some(OwnerClass::Neighbour))));
+        assert_eq!(d.open()[0].bottleneck, Some(Droptail));
+        assert_eq!(d.open()[0].owner, Some(OwnerClass::Neighbour));
+        // A read the classifier has nothing for keeps both; a peer not of
+        // the episode counts for nothing.
+        d.classify(&|_, p, _| (p == other).then_some((Clear, Some(OwnerClass::Own))));
+        assert_eq!(d.open()[0].bottleneck, Some(Droptail));
+        assert_eq!(d.open()[0].owner, Some(OwnerClass::Neighbour));
+        // Once no queue stands there is no owner to say: the last one stays.
+        d.classify(&|_, p, _| (p == peer).then_some((Aqm, None)));
         assert_eq!(d.open()[0].bottleneck, Some(Aqm));
-        // A read the classifier has nothing for keeps the class.
-        d.classify(&|_, _, _| None);
-        assert_eq!(d.open()[0].bottleneck, Some(Aqm));
+        assert_eq!(d.open()[0].owner, Some(OwnerClass::Neighbour));
         // And its summary in the journal says so.
         let w = d.observe(T0 + 4_000, &[bulk(1, 5, 5_000_000)], None, &|_, _| None);
         let w2: Vec<Write> = (5..9)
@@ -87,6 +112,9 @@ mod tests {
                 _ => None,
             })
             .collect();
-        assert!(!closed.is_empty() && closed.iter().all(|e| e.bottleneck == Some(Aqm)));
+        assert!(!closed.is_empty());
+        assert!(closed
+            .iter()
+            .all(|e| e.bottleneck == Some(Aqm) && e.owner == Some(OwnerClass::Neighbour)));
     }
 }

@@ -114,6 +114,7 @@ impl Followed {
             ccs: self.ccs.iter().cloned().collect(),
             actions,
             bottleneck: self.bottleneck,
+            owner: self.owner,
         }
     }
 
