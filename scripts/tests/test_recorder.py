@@ -82,6 +82,10 @@ BRIEF_S = 1.5
 # -11%, 0%, -4%, +14%, -12%, +2%. Evenly spaced, as exported, the replay
 # ran +11% to +42% over (a drop-tail buffer overflows in a cellular
 # link's dips within a second, which once-a-second reads cannot see).
+# 2026-12-07: three runs exported the buffer at 1.06-1.24 MB (the highest
+# second) and replayed +2%, +32%, +66% over; two of those bundles
+# replayed again on the highest second but one (0.95 and 0.89 MB): +0%
+# and -4%; a run with that export (1.02 MB): +22%.
 REPLAY_QUEUE = 0.25
 
 
