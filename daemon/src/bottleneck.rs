@@ -143,6 +143,10 @@ struct Obs {
 
 #[derive(Default)]
 struct History {
+    /// Its key (`Bottlenecks::slots`); false once forgotten (its slot is
+    /// free).
+    key: Option<PathKey>,
+    interface: String,
     obs: VecDeque<Obs>,
     last_ms: u64,
     /// Whether any of its sockets sent (signals are the sender's).
@@ -150,14 +154,58 @@ struct History {
     /// The neighbours seen in its queue: namespace, a process of theirs,
     /// when last (at most NAMED, the latest).
     neighbours: Vec<(u32, Option<String>, u64)>,
+    /// Its verdict, made when it was last observed (its observations are
+    /// in cache then) or asked for since.
+    cached: Cached,
+    /// Its sockets summed in the read `acc_read` (one look at the path a
+    /// socket: the read's sums live beside what they are added to).
+    acc: Acc,
+    acc_read: u64,
 }
 
-/// A socket's counters at the last read.
+/// A path's verdict as of `from_ms`, which holds until `until_ms`: the
+/// time its oldest observation in the window leaves it (nothing else in
+/// the verdict moves with time).
+#[derive(Clone, Copy, Default)]
+struct Cached {
+    from_ms: u64,
+    until_ms: u64,
+    verdict: Option<Verdict>,
+}
+
+/// The classifier's answer for one path: its class, and whose traffic
+/// fills its queue where one stands.
+pub type Verdict = (BottleneckClass, Option<OwnerClass>);
+
+impl History {
+    /// Its verdict as of `now_ms`: the cached one while it holds.
+    fn verdict(&mut self, now_ms: u64, aqm_queue_us: u32) -> Option<Verdict> {
+        let c = self.cached;
+        if c.from_ms > now_ms || now_ms >= c.until_ms {
+            self.cached = Cached {
+                from_ms: now_ms,
+                until_ms: self
+                    .obs
+                    .iter()
+                    .find(|o| o.t_ms + WINDOW_MS > now_ms)
+                    .map_or(u64::MAX, |o| o.t_ms + WINDOW_MS),
+                verdict: Evidence::of(self, now_ms, aqm_queue_us)
+                    .map(|e| (e.class(), e.owner_class())),
+            };
+        }
+        self.cached.verdict
+    }
+}
+
+/// A socket's counters at the last read, and its path's slot (u32::MAX:
+/// none yet; checked against the path's key, as a slot is reused once its
+/// path is forgotten).
 struct Prev {
     retrans: u32,
     delivered_ce: u32,
     ssthresh: Option<u32>,
     read: u64,
+    slot: u32,
 }
 
 /// FxHash (rustc's): the keys here are cookies and addresses, not chosen
@@ -167,8 +215,11 @@ struct Fx(u64);
 
 impl std::hash::Hasher for Fx {
     fn write(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.write_u64(b as u64);
+        // Eight bytes a round (an interface's name is hashed per socket).
+        for w in bytes.chunks(8) {
+            let mut word = [0u8; 8];
+            word[..w.len()].copy_from_slice(w);
+            self.write_u64(u64::from_le_bytes(word) ^ ((w.len() as u64) << 56));
         }
     }
     fn write_u32(&mut self, n: u32) {
@@ -187,20 +238,46 @@ impl std::hash::Hasher for Fx {
 
 type FxMap<K, V> = HashMap<K, V, std::hash::BuildHasherDefault<Fx>>;
 
+/// A path: its namespace, peer, and its interface's name hashed (`iface`:
+/// the name is kept in its `History`, compared only where one is asked
+/// for by name).
+type PathKey = (u32, IpAddr, u64);
+
+/// An interface name's hash, for `PathKey`.
+fn iface(name: &str) -> u64 {
+    use std::hash::Hasher;
+    let mut h = Fx::default();
+    h.write(name.as_bytes());
+    h.finish()
+}
+
 /// The classifier's memory: the per-socket counters of the last read and
 /// each path's observations.
+///
+/// Paths live in a slab (`histories`, a free list for forgotten ones'
+/// slots), found by key only for a new socket: a socket keeps its path's
+/// slot. At 10,000 busy paths a read costs one map lookup a socket (its
+/// counters) and one look at its path, and the verdicts' pass runs along
+/// the slab (the cost test).
 pub struct Bottlenecks {
     aqm_queue_us: u32,
     reads: u64,
     socks: FxMap<u64, Prev>,
-    paths: FxMap<(u32, IpAddr), Vec<(String, History)>>,
-    /// One read's (path, in slow start, queue), kept for its capacity.
+    slots: FxMap<PathKey, u32>,
+    histories: Vec<History>,
+    free: Vec<u32>,
+    /// How many interfaces each peer (namespace, address) has a path
+    /// through: where any has more than one, `summary` asks them to agree.
+    peers: FxMap<(u32, IpAddr), u32>,
+    /// One read's paths (slots) in the order first seen, and their
+    /// (index there, in slow start, queue); kept for their capacity.
+    touched: Vec<u32>,
     queues: Vec<(u32, bool, u32)>,
 }
 
 /// One path being summed during a read.
-#[derive(Default)]
-struct Acc<'a> {
+#[derive(Clone, Copy, Default)]
+struct Acc {
     losses: u32,
     ecn: u32,
     signal_queue_us: u32,
@@ -214,9 +291,11 @@ struct Acc<'a> {
     idx: u32,
     /// Its carrying senders' lowest RTT over the floor (u32::MAX: none).
     gap_us: u32,
-    /// The process of its busiest socket (to name it as a neighbour).
-    comm: Option<&'a str>,
+    /// Its busiest socket (its process names it as a neighbour), as an
+    /// index into the read.
+    top: Option<u32>,
     top_bps: u64,
+    named: bool,
 }
 
 /// A path whose queue stands, in one read: what its sharers are matched on.
@@ -250,7 +329,11 @@ impl Bottlenecks {
             aqm_queue_us: (aqm_queue_ms * 1000).min(u32::MAX as u64) as u32,
             reads: 0,
             socks: FxMap::default(),
-            paths: FxMap::default(),
+            slots: FxMap::default(),
+            histories: Vec::new(),
+            free: Vec::new(),
+            peers: FxMap::default(),
+            touched: Vec::new(),
             queues: Vec::new(),
         }
     }
@@ -259,60 +342,75 @@ impl Bottlenecks {
     pub fn observe(&mut self, t_ms: u64, socks: &[Socket]) {
         self.reads += 1;
         let read = self.reads;
-        let mut accs: FxMap<(u32, IpAddr, &str), Acc> =
-            FxMap::with_capacity_and_hasher(self.paths.len(), Default::default());
-        self.queues.clear();
-        for s in socks {
-            let (loss, ecn) = match self.socks.get_mut(&s.cookie) {
-                Some(p) => {
-                    // Leaving the first slow start (a loss, a mark or
-                    // HyStart: ssthresh set for the first time) says where
-                    // the ramp ended, not what holds the queue after it.
-                    let steady = p.ssthresh.is_some() && s.ssthresh.is_some();
-                    let loss = steady && s.retrans > p.retrans;
-                    let ecn = steady && !loss && s.delivered_ce > p.delivered_ce;
-                    (p.retrans, p.delivered_ce, p.ssthresh, p.read) =
-                        (s.retrans, s.delivered_ce, s.ssthresh, read);
-                    (loss, ecn)
-                }
-                None => {
-                    self.socks.insert(
-                        s.cookie,
-                        Prev {
-                            retrans: s.retrans,
-                            delivered_ce: s.delivered_ce,
-                            ssthresh: s.ssthresh,
-                            read,
-                        },
-                    );
-                    (false, false)
-                }
+        let Bottlenecks {
+            socks: prevs,
+            slots,
+            histories,
+            free,
+            peers,
+            touched,
+            queues,
+            ..
+        } = self;
+        touched.clear();
+        queues.clear();
+        for (si, s) in socks.iter().enumerate() {
+            let p = prevs.entry(s.cookie).or_insert(Prev {
+                retrans: s.retrans,
+                delivered_ce: s.delivered_ce,
+                ssthresh: s.ssthresh,
+                read: 0,
+                slot: u32::MAX,
+            });
+            let (loss, ecn) = if p.read == 0 {
+                (false, false)
+            } else {
+                // Leaving the first slow start (a loss, a mark or
+                // HyStart: ssthresh set for the first time) says where
+                // the ramp ended, not what holds the queue after it.
+                let steady = p.ssthresh.is_some() && s.ssthresh.is_some();
+                let loss = steady && s.retrans > p.retrans;
+                (loss, steady && !loss && s.delivered_ce > p.delivered_ce)
             };
+            (p.retrans, p.delivered_ce, p.ssthresh, p.read) =
+                (s.retrans, s.delivered_ce, s.ssthresh, read);
             let carried = s.is_active() && s.view_rtt_us() > 0 && s.floor_us > 0;
             if !carried && !loss && !ecn {
                 continue;
             }
-            let n = accs.len() as u32;
-            let a = accs
-                .entry((s.netns, s.remote_addr, s.interface.as_str()))
-                .or_insert_with(|| Acc {
-                    idx: n,
+            let key = (s.netns, s.remote_addr, iface(&s.interface));
+            let known = histories
+                .get(p.slot as usize)
+                .is_some_and(|h| h.key == Some(key));
+            if !known {
+                p.slot = slot_of(slots, histories, free, peers, key, &s.interface);
+            }
+            let h = &mut histories[p.slot as usize];
+            if h.acc_read != read {
+                h.acc = Acc {
+                    idx: touched.len() as u32,
                     gap_us: u32::MAX,
                     ..Acc::default()
-                });
+                };
+                h.acc_read = read;
+                touched.push(p.slot);
+            }
+            let a = &mut h.acc;
             let q = s.view_queue_delay_us();
             if carried {
                 // A receiver cannot tell its sender's slow start.
                 let slow_start = s.role == Role::Sender && s.ssthresh.is_none();
-                self.queues.push((a.idx, slow_start, q));
+                queues.push((a.idx, slow_start, q));
                 a.rate_bps = a.rate_bps.saturating_add(s.throughput_bps);
                 a.mss = a.mss.max(s.mss);
                 a.floor_us = a.floor_us.max(s.floor_us);
                 if s.role == Role::Sender && s.min_rtt_us > 0 {
                     a.gap_us = a.gap_us.min(s.min_rtt_us.saturating_sub(s.floor_us));
                 }
-                if a.comm.is_none() || s.throughput_bps > a.top_bps {
-                    (a.comm, a.top_bps) = (s.comm.as_deref(), s.throughput_bps);
+                // The busiest socket with a process, else the busiest.
+                if !a.named || s.throughput_bps > a.top_bps {
+                    (a.top, a.top_bps) = (Some(si as u32), s.throughput_bps);
+                    a.named = s.comm.is_some();
                 }
             }
             a.sends |= s.role == Role::Sender;
@@ -322,15 +420,15 @@ impl Bottlenecks {
                 a.signal_queue_us = a.signal_queue_us.max(q);
             }
         }
-        self.socks.retain(|_, p| p.read == read);
+        prevs.retain(|_, p| p.read == read);
         // Each path's median queue: its run of (path, in slow start,
         // queue), sorted: of its sockets past slow start if it has any.
-        self.queues.sort_unstable();
-        let mut median = vec![None; accs.len()];
+        queues.sort_unstable();
+        let mut median = vec![None; touched.len()];
         let mut i = 0;
-        while i < self.queues.len() {
-            let idx = self.queues[i].0;
-            let run = &self.queues[i..];
+        while i < queues.len() {
+            let idx = queues[i].0;
+            let run = &queues[i..];
             let n = run.iter().take_while(|(p, _, _)| *p == idx).count();
             let steady = run[..n].iter().take_while(|(_, ss, _)| !ss).count();
             let (m, slow_start) = if steady > 0 {
@@ -341,21 +439,14 @@ impl Bottlenecks {
             median[idx as usize] = Some((run[(m - 1) / 2].2, slow_start));
             i += n;
         }
-        let shared = shares(socks, &accs, &median);
-        for ((netns, peer, iface), a) in accs {
-            let Some((queue_us, slow_start)) = median[a.idx as usize] else {
+        let shared = shares(socks, histories, touched, &median);
+        for (idx, &slot) in touched.iter().enumerate() {
+            let Some((queue_us, slow_start)) = median[idx] else {
                 continue;
             };
-            let sh = shared.get(a.idx as usize).copied().flatten();
-            let by_peer = self.paths.entry((netns, peer)).or_default();
-            let i = match by_peer.iter().position(|(i, _)| i == iface) {
-                Some(i) => i,
-                None => {
-                    by_peer.push((iface.to_string(), History::default()));
-                    by_peer.len() - 1
-                }
-            };
-            let h = &mut by_peer[i].1;
+            let sh = shared.get(idx).copied().flatten();
+            let h = &mut histories[slot as usize];
+            let a = h.acc;
             h.obs.push_back(Obs {
                 t_ms,
                 queue_us,
@@ -381,11 +472,29 @@ impl Bottlenecks {
             }
             h.last_ms = t_ms;
             h.sends = a.sends;
+            // Now, while its observations are in cache (summary's pass
+            // after this read then costs nothing for it).
+            h.cached.until_ms = 0;
+            h.verdict(t_ms, self.aqm_queue_us);
         }
-        self.paths.retain(|_, v| {
-            v.retain(|(_, h)| h.last_ms + FORGET_MS > t_ms);
-            !v.is_empty()
-        });
+        // Forget paths idle for FORGET_MS (a path summed this read but
+        // with no queue to observe, new, has never been observed).
+        for (slot, h) in histories.iter_mut().enumerate() {
+            let Some(key) = h.key else { continue };
+            if h.last_ms + FORGET_MS > t_ms {
+                continue;
+            }
+            slots.remove(&key);
+            let n = peers
+                .get_mut(&(key.0, key.1))
+                .expect("a path's peer is counted");
+            *n -= 1;
+            if *n == 0 {
+                peers.remove(&(key.0, key.1));
+            }
+            *h = History::default();
+            free.push(slot as u32);
+        }
     }
 
     /// The class of the path toward `peer` from namespace `netns` through
@@ -397,12 +506,9 @@ impl Bottlenecks {
         interface: &str,
         now_ms: u64,
     ) -> Option<Bottleneck> {
-        let (_, h) = self
-            .paths
-            .get(&(netns, peer))?
-            .iter()
-            .find(|(i, _)| i == interface)?;
-        let e = Evidence::of(h, now_ms)?;
+        let slot = *self.slots.get(&(netns, peer, iface(interface)))?;
+        let h = Some(&self.histories[slot as usize]).filter(|h| h.interface == interface)?;
+        let e = Evidence::of(h, now_ms, self.aqm_queue_us)?;
         let neighbours = h
             .neighbours
             .iter()
@@ -420,13 +526,13 @@ impl Bottlenecks {
             .collect();
         Some(Bottleneck {
             owner: e.owner(neighbours),
-            ..e.bottleneck(e.class(self.aqm_queue_us), self.aqm_queue_us)
+            ..e.bottleneck(e.class())
         })
     }
 
     /// Every path's verdict as of `now_ms`, in one pass (the engine takes
-    /// it after each observation and keeps the counts for /metrics, so a
-    /// scrape costs nothing here).
+    /// it after each observation for the kernel's policy, and at each
+    /// scrape for /metrics' counts).
     ///
     /// Each peer's class for the kernel's policy (policy_ops.h,
     /// `path_classes`, keyed by namespace and peer: the sock_ops program
@@ -434,35 +540,47 @@ impl Bottlenecks {
     /// interface has its path's class; through several (multipath, a route
     /// that moved within the window), their class where they agree, else
     /// none. Unknown classes are left out: no entry is unknown.
-    pub fn summary(&self, now_ms: u64) -> Summary {
+    ///
+    /// A path observed at the last read was judged then (`History::verdict`,
+    /// cached): this pass costs a look at each path's cache.
+    pub fn summary(&mut self, now_ms: u64) -> Summary {
         let mut out = Summary {
-            peer_classes: Vec::with_capacity(self.paths.len()),
+            peer_classes: Vec::with_capacity(self.slots.len()),
             ..Summary::default()
         };
-        for (key, v) in &self.paths {
-            // None: no interface with evidence yet; Some(None): they differ.
-            let mut agreed = None;
-            for (_, h) in v {
-                let Some(e) = Evidence::of(h, now_ms) else {
-                    continue;
-                };
-                let class = e.class(self.aqm_queue_us);
-                out.classes[class as usize] += 1;
-                if let Some(o) = e.owner_class() {
-                    out.owners[o as usize] += 1;
-                }
-                agreed = match agreed {
-                    None => Some(Some(class)),
-                    Some(Some(c)) if c == class => Some(Some(c)),
-                    _ => Some(None),
-                };
+        // Peers with several interfaces (rare): None where they differ.
+        let several = self.peers.len() < self.slots.len();
+        let mut agreed: FxMap<(u32, IpAddr), Option<BottleneckClass>> = FxMap::default();
+        for h in self.histories.iter_mut() {
+            let Some((netns, peer, _)) = h.key else {
+                continue;
+            };
+            let Some((class, owner)) = h.verdict(now_ms, self.aqm_queue_us) else {
+                continue;
+            };
+            out.classes[class as usize] += 1;
+            if let Some(o) = owner {
+                out.owners[o as usize] += 1;
             }
-            if let Some(Some(c)) = agreed {
-                if c != BottleneckClass::Unknown {
-                    out.peer_classes.push((*key, c));
-                }
+            let key = (netns, peer);
+            if several && self.peers.get(&key).is_some_and(|n| *n > 1) {
+                agreed
+                    .entry(key)
+                    .and_modify(|c| {
+                        if *c != Some(class) {
+                            *c = None
+                        }
+                    })
+                    .or_insert(Some(class));
+            } else if class != BottleneckClass::Unknown {
+                out.peer_classes.push((key, class));
             }
         }
+        out.peer_classes.extend(
+            agreed
+                .into_iter()
+                .filter_map(|(k, c)| c.filter(|c| *c != BottleneckClass::Unknown).map(|c| (k, c))),
+        );
         out
     }
 }
@@ -480,6 +598,35 @@ pub struct Summary {
     pub owners: [u64; 5],
 }
 
+/// The slot of the path `key` (through `interface`), made if new.
+fn slot_of(
+    slots: &mut FxMap<PathKey, u32>,
+    histories: &mut Vec<History>,
+    free: &mut Vec<u32>,
+    peers: &mut FxMap<(u32, IpAddr), u32>,
+    key: PathKey,
+    interface: &str,
+) -> u32 {
+    *slots.entry(key).or_insert_with(|| {
+        *peers.entry((key.0, key.1)).or_default() += 1;
+        let h = History {
+            key: Some(key),
+            interface: interface.to_string(),
+            ..History::default()
+        };
+        match free.pop() {
+            Some(slot) => {
+                histories[slot as usize] = h;
+                slot
+            }
+            None => {
+                histories.push(h);
+                histories.len() as u32 - 1
+            }
+        }
+    })
+}
+
 /// Who else waits in each standing path's queue in this read, by path
 /// index: the paths whose queue is the same and whose traffic is another
 /// namespace's of this machine (neighbours). A path's own traffic is its
@@ -490,24 +637,27 @@ pub struct Summary {
 /// reads cost no more than before).
 fn shares<'a>(
     socks: &'a [Socket],
-    accs: &FxMap<(u32, IpAddr, &'a str), Acc<'a>>,
+    histories: &[History],
+    touched: &[u32],
     median: &[Option<(u32, bool)>],
 ) -> Vec<Option<Shared<'a>>> {
-    let mut st: Vec<Standing> = accs
+    let mut st: Vec<Standing> = touched
         .iter()
-        .filter_map(|((netns, peer, _), a)| {
+        .filter_map(|&slot| {
+            let h = &histories[slot as usize];
+            let ((netns, peer, _), a) = (h.key?, &h.acc);
             // A slow start's queue is someone's too (Whose::of).
             let (queue_us, _) = median[a.idx as usize]?;
             (queue_us >= STANDING_US).then_some(Standing {
                 queue_us,
-                netns: *netns,
+                netns,
                 peer_netns: 0,
                 bps: a.rate_bps,
                 sends: a.sends,
                 gap_us: a.gap_us,
                 idx: a.idx,
-                comm: a.comm,
-                peer: *peer,
+                comm: a.top.and_then(|i| socks[i as usize].comm.as_deref()),
+                peer,
             })
         })
         .collect();
@@ -589,10 +739,9 @@ fn packet_us(mss: u32, rate_bps: u64) -> u32 {
     (mss as u64 * 8 * 1_000_000 / rate_bps).min(u32::MAX as u64) as u32
 }
 
-/// The upper median of `xs` (sorts it).
-fn median(xs: &mut [u32]) -> u32 {
-    xs.sort_unstable();
-    xs[(xs.len() - 1) / 2]
+/// The lower median of `xs` (reorders it).
+fn median<T: Ord + Copy>(xs: &mut [T]) -> T {
+    *xs.select_nth_unstable((xs.len() - 1) / 2).1
 }
 
 /// What one path's observations in the window say.
@@ -612,8 +761,11 @@ struct Evidence {
     floor_us: u32,
     /// Reads left out: a slow start's ramp.
     ramp: u32,
-    /// The median of its reads' packet times (0: no rate).
-    packet_us: u32,
+    /// The longest queue an AQM may keep on this path: the daemon's
+    /// `aqm_queue_ms`, or AQM_PACKETS packets' time at the median of its
+    /// reads' packet times where the link is slow enough that they take
+    /// longer.
+    aqm_queue_us: u32,
     whose: Whose,
 }
 
@@ -643,58 +795,52 @@ struct Whose {
 }
 
 impl Whose {
-    fn of(h: &History, now_ms: u64) -> Whose {
+    /// From the window's reads with a standing queue, newest first: what
+    /// its own sockets and its neighbours carried (`own`, `nbr`), how many
+    /// of them `joined`, and the two highest rates the visible sockets
+    /// carried at any read of the window (`top`).
+    fn from(own: &mut [u64], nbr: &mut [u64], joined: u32, top: (u64, u64)) -> Whose {
         const MAX: usize = 2 * (WINDOW_MS / 1000) as usize;
-        let in_window = |o: &&Obs| o.t_ms + WINDOW_MS > now_ms;
-        let mut top = (0u64, 0u64);
-        for o in h.obs.iter().filter(in_window) {
-            let bps = o.own_bps.saturating_add(o.neighbour_bps);
-            if bps > top.0 {
-                top = (bps, top.0);
-            } else if bps > top.1 {
-                top.1 = bps;
-            }
-        }
-        let link_bps = if top.1 > 0 { top.1 } else { top.0 };
-        let of = |x: u64, of: u64| (x.saturating_mul(1000) / of.max(1)).min(1000) as u32;
-        let (mut own, mut nbr) = ([0u32; MAX], [0u32; MAX]);
-        let (mut own_rel, mut nbr_rel, mut seen) = ([0u32; MAX], [0u32; MAX], [0u32; MAX]);
-        let (mut n, mut joined) = (0, 0);
-        // Newest first.
-        for o in h
-            .obs
-            .iter()
-            .rev()
-            .filter(in_window)
-            .filter(|o| o.queue_us >= STANDING_US)
-            .take(MAX)
-        {
-            let visible = o.own_bps.saturating_add(o.neighbour_bps);
-            (own[n], nbr[n], seen[n]) = (
-                of(o.own_bps, link_bps),
-                of(o.neighbour_bps, link_bps),
-                of(visible, link_bps),
-            );
-            (own_rel[n], nbr_rel[n]) = (of(o.own_bps, visible), of(o.neighbour_bps, visible));
-            joined += (o.gap_us != u32::MAX && o.gap_us >= o.queue_us / 2) as u32;
-            n += 1;
-        }
+        let n = own.len();
         if n == 0 {
             return Whose::default();
         }
-        let theirs = seen[..n.div_ceil(2)]
-            .iter()
-            .any(|&x| x >= (OWNS * 1000.0) as u32);
-        let (own, nbr) = if theirs {
-            (&mut own_rel[..n], &mut nbr_rel[..n])
+        let link_bps = if top.1 > 0 { top.1 } else { top.0 };
+        let mut theirs = false;
+        // Shares of the link are its rates over one divisor: their median
+        // is the median rate's share (one division, not one a read).
+        let of = |x: u64, of: u64| (x.saturating_mul(1000) / of.max(1)).min(1000) as u32;
+        // The newer half: own and nbr hold them newest first.
+        for i in 0..n.div_ceil(2) {
+            let visible = own[i].saturating_add(nbr[i]) as u128;
+            theirs |= visible * 1000 >= link_bps as u128 * (OWNS * 1000.0) as u128;
+        }
+        let (own_pm, neighbour_pm) = if nbr.iter().all(|&x| x == 0) {
+            // No neighbour (a server's, a laptop's paths): its own share
+            // is of what it carried, all of it at each read that carried
+            // any, or of the link.
+            if theirs {
+                let carried = own.iter().filter(|&&x| x > 0).count();
+                ((n - carried <= (n - 1) / 2) as u32 * 1000, 0)
+            } else {
+                (of(median(own), link_bps), 0)
+            }
+        } else if theirs {
+            // Each read's share of what the visible sockets carried then.
+            let (mut own_rel, mut nbr_rel) = ([0u32; MAX], [0u32; MAX]);
+            for i in 0..n {
+                let visible = own[i].saturating_add(nbr[i]);
+                (own_rel[i], nbr_rel[i]) = (of(own[i], visible), of(nbr[i], visible));
+            }
+            (median(&mut own_rel[..n]), median(&mut nbr_rel[..n]))
         } else {
-            (&mut own[..n], &mut nbr[..n])
+            (of(median(own), link_bps), of(median(nbr), link_bps))
         };
         Whose {
             standing: n as u32,
             joined,
-            own_pm: median(own),
-            neighbour_pm: median(nbr),
+            own_pm,
+            neighbour_pm,
             link_bps,
             theirs,
         }
@@ -765,23 +911,49 @@ impl Evidence {
     /// None without an observation in the window (a slow start's ramp
     /// is none: only a slow start with no queue counts). On the stack: at most
     /// one observation a second over `WINDOW_MS` (more are left out).
-    fn of(h: &History, now_ms: u64) -> Option<Evidence> {
+    ///
+    /// One pass over its reads, newest first (this is most of the
+    /// classifier's cost at 10,000 busy paths: the cost test).
+    fn of(h: &History, now_ms: u64, aqm_queue_us: u32) -> Option<Evidence> {
         const MAX: usize = 2 * (WINDOW_MS / 1000) as usize;
         let (mut queues, mut at, mut packets) = ([0u32; MAX], [0u32; MAX], [0u32; MAX]);
         let (mut n, mut n_at, mut n_packets, mut losses, mut ecn) = (0, 0, 0, 0, 0);
-        let mut loss_reads = 0;
+        let (mut loss_reads, mut ramp, mut max_packet_us) = (0, 0, 0);
         let (mut first_ms, mut last_ms, mut floor_us) = (u64::MAX, 0, u32::MAX);
-        // A slow start's ramp can say that nothing queues, no more.
-        let in_window = |o: &&Obs| o.t_ms + WINDOW_MS > now_ms;
-        let ramp = |o: &&Obs| o.slow_start && (o.queue_us >= CLEAR_US || o.losses + o.ecn > 0);
-        let used = |o: &&Obs| in_window(o) && !ramp(o);
-        let ramp = h.obs.iter().filter(|o| in_window(o) && ramp(o)).count() as u32;
-        for o in h.obs.iter().rev().filter(used).take(MAX) {
+        // Whose: the reads with a standing queue, and the link's rate.
+        let (mut own, mut nbr) = ([0u64; MAX], [0u64; MAX]);
+        let (mut standing, mut joined, mut top) = (0, 0, (0u64, 0u64));
+        for o in h.obs.iter().rev() {
+            if o.t_ms + WINDOW_MS <= now_ms {
+                continue;
+            }
+            let bps = o.own_bps.saturating_add(o.neighbour_bps);
+            if bps > top.0 {
+                top = (bps, top.0);
+            } else if bps > top.1 {
+                top.1 = bps;
+            }
+            // A slow start's ramp is someone's queue too (whose queue it
+            // is does not depend on the sender's phase)...
+            if o.queue_us >= STANDING_US && standing < MAX {
+                (own[standing], nbr[standing]) = (o.own_bps, o.neighbour_bps);
+                joined += (o.gap_us != u32::MAX && o.gap_us >= o.queue_us / 2) as u32;
+                standing += 1;
+            }
+            // ...but can say of the buffer only that nothing queues.
+            if o.slow_start && (o.queue_us >= CLEAR_US || o.losses + o.ecn > 0) {
+                ramp += 1;
+                continue;
+            }
+            if n == MAX {
+                continue;
+            }
             queues[n] = o.queue_us;
             n += 1;
             if o.packet_us > 0 {
                 packets[n_packets] = o.packet_us;
                 n_packets += 1;
+                max_packet_us = max_packet_us.max(o.packet_us);
             }
             losses += o.losses;
             ecn += o.ecn;
@@ -795,6 +967,13 @@ impl Evidence {
                 n_at += 1;
             }
         }
+        // The packets' median matters only where AQM_PACKETS of the
+        // longest could outlast `aqm_queue_us` (a slow link).
+        let aqm_queue_us = if max_packet_us.saturating_mul(AQM_PACKETS) > aqm_queue_us {
+            aqm_queue_us.max(median(&mut packets[..n_packets]).saturating_mul(AQM_PACKETS))
+        } else {
+            aqm_queue_us
+        };
         (n > 0 || ramp > 0).then(|| Evidence {
             seconds: n as u32,
             ramp,
@@ -806,32 +985,20 @@ impl Evidence {
             loss_reads,
             span_ms: if n > 0 { last_ms - first_ms + 1000 } else { 0 },
             floor_us: if floor_us == u32::MAX { 0 } else { floor_us },
-            packet_us: if n_packets > 0 {
-                median(&mut packets[..n_packets])
-            } else {
-                0
-            },
-            whose: Whose::of(h, now_ms),
+            aqm_queue_us,
+            whose: Whose::from(&mut own[..standing], &mut nbr[..standing], joined, top),
         })
     }
 
-    /// The longest queue an AQM may keep on this path: `aqm_queue_us`, or
-    /// AQM_PACKETS packets' time where the link is slow enough that they
-    /// take longer.
-    fn aqm_queue(&self, aqm_queue_us: u32) -> u32 {
-        aqm_queue_us.max(self.packet_us.saturating_mul(AQM_PACKETS))
-    }
-
-    fn class(&self, aqm_queue_us: u32) -> BottleneckClass {
+    fn class(&self) -> BottleneckClass {
         if (self.seconds as usize) < MIN_SECONDS {
             return BottleneckClass::Unknown;
         }
-        match self.signalled(self.aqm_queue(aqm_queue_us)) {
+        match self.signalled() {
             BottleneckClass::Droptail if !self.enough(self.seconds) => BottleneckClass::Unknown,
             c => c,
         }
     }
-
     /// Whether `reads` of its reads are evidence enough for `droptail`:
     /// `DROPTAIL_SECONDS` of them, or at least `MIN_SECONDS` where its
     /// reads span `DROPTAIL_SECONDS` seconds (reads spaced out on a busy
@@ -841,7 +1008,8 @@ impl Evidence {
             || (reads as usize >= MIN_SECONDS && self.span_ms >= DROPTAIL_SECONDS as u64 * 1000)
     }
 
-    fn signalled(&self, aqm_queue_us: u32) -> BottleneckClass {
+    fn signalled(&self) -> BottleneckClass {
+        let aqm_queue_us = self.aqm_queue_us;
         match self.q_at {
             None if self.q50 < CLEAR_US => BottleneckClass::Clear,
             None if self.q50 >= aqm_queue_us => BottleneckClass::Droptail,
@@ -895,8 +1063,7 @@ impl Evidence {
     }
 
     /// The class with its evidence in one sentence.
-    fn bottleneck(&self, class: BottleneckClass, aqm_queue_us: u32) -> Bottleneck {
-        let aqm_queue_us = self.aqm_queue(aqm_queue_us);
+    fn bottleneck(&self, class: BottleneckClass) -> Bottleneck {
         let q50 = ms(self.q50);
         let signals = match (self.losses, self.ecn) {
             (l, 0) => format!("{l} loss{}", if l == 1 { "" } else { "es" }),
@@ -915,7 +1082,7 @@ impl Evidence {
                 }
             ),
             BottleneckClass::Unknown
-                if self.signalled(aqm_queue_us) == BottleneckClass::Droptail =>
+                if self.signalled() == BottleneckClass::Droptail =>
             {
                 format!(
                     "{q50} of queue so far: {DROPTAIL_SECONDS} reads past slow start needed before drop-tail (or {MIN_SECONDS} over {DROPTAIL_SECONDS} s), {} yet",
@@ -1300,8 +1467,56 @@ mod tests {
         assert_eq!(class(&b), "clear", "{b:?}");
         assert_eq!(c.summary(1_037_000).classes, [1, 0, 0, 0, 0]);
         c.observe(1_200_000, &[]);
-        assert!(c.paths.is_empty() && c.socks.is_empty());
+        assert!(c.slots.is_empty() && c.socks.is_empty() && c.peers.is_empty());
         assert_eq!(c.summary(1_200_000), Summary::default());
+    }
+
+    /// A forgotten path's slot goes to the next new path; a socket of the
+    /// forgotten path that carries again makes its path anew and adds
+    /// nothing to the path now in its old slot.
+    #[test]
+    fn a_forgotten_paths_slot_is_reused_and_its_sockets_find_their_own() {
+        const OTHER: &str = "10.9.3.3";
+        let mut c = Bottlenecks::new(30);
+        let at = |i: u64| 1_000_000 + i * 1000;
+        let a = |queue_ms: u32, idle_ms: u64| sock(2, PEER, 80, queue_ms, idle_ms);
+        let b = || Socket {
+            ssthresh: Some(100),
+            ..sock(4, OTHER, 80, 300, 0)
+        };
+        for i in 0..5 {
+            c.observe(at(i), &[a(400, 0)]);
+        }
+        // Idle past FORGET_MS, still read.
+        for i in 5..70 {
+            c.observe(at(i), &[a(400, 100_000)]);
+        }
+        assert!(c.slots.is_empty() && c.free == [0], "{:?}", c.free);
+        for i in 70..75 {
+            c.observe(at(i), &[a(400, 100_000), b()]);
+        }
+        assert_eq!(c.slots.len(), 1);
+        assert!(
+            c.free.is_empty()
+                && c.histories[0]
+                    .key
+                    .is_some_and(|k| k.1 == OTHER.parse::<IpAddr>().unwrap())
+        );
+        for i in 75..80 {
+            c.observe(at(i), &[a(1, 0), b()]);
+        }
+        let class_at = |peer: &str| {
+            c.class_of(NETNS, peer.parse().unwrap(), "wlan0", at(79))
+                .unwrap()
+        };
+        let (mine, other) = (class_at(PEER), class_at(OTHER));
+        assert_eq!((class(&mine), mine.seconds), ("clear", 5), "{mine:?}");
+        assert_eq!(
+            (class(&other), other.seconds),
+            ("droptail", 10),
+            "{other:?}"
+        );
+        assert_eq!(c.summary(at(79)).classes, [1, 1, 0, 0, 0]);
     }
 
     /// The kernel's classes are by peer: one interface's class, the
@@ -1440,6 +1655,21 @@ mod tests {
         });
         assert_eq!(o.class, OwnerClass::Neighbour, "{o:?}");
         assert_eq!(o.neighbours, [format!("netns {NBR} (wget)")]);
+        // Named by a socket with a process where its busiest has none (a
+        // socket whose process the read did not find).
+        let o = owner_after(8, |_| {
+            let unnamed = Socket {
+                comm: None,
+                ..end(5, (NBR, NBR4, SND4), false, 420, 15, 0)
+            };
+            vec![
+                end(1, (SND, SND4, RCV4), true, 400, 0, 300),
+                end(3, (SND, SND4, NBR4), true, 390, 15, 0),
+                unnamed,
+                end(4, (NBR, NBR4, SND4), false, 420, 1, 0),
+            ]
+        });
+        assert_eq!(o.neighbours, [format!("netns {NBR} (wget)")], "{o:?}");
         // A light flow never leaves slow start (nothing makes it lose):
         // its queue is the neighbour's all the same.
         let o = owner_after(8, |_| {
@@ -1564,8 +1794,8 @@ mod tests {
     ///     cargo test --release -p bloatd bottleneck::tests::cost -- --ignored --nocapture
     ///
     /// One observation a second (the engine's most) of 10,000 senders,
-    /// every one carrying traffic and a tenth of them signalling each
-    /// read, grouped in 1,000 and in 10,000 paths; each followed by every
+    /// every one carrying traffic, queue and rate moving each read, a
+    /// tenth of them signalling each read, grouped in 1,000 and in 10,000 paths; each followed by every
     /// path's verdict (`summary`: the policy's classes and /metrics'
     /// counts), as the engine does.
     #[test]
@@ -1595,6 +1825,11 @@ mod tests {
                     if (i as u64 + r).is_multiple_of(10) {
                         s.retrans += 1;
                     }
+                    // Queues and rates that move from read to read.
+                    let x = i as u64 * 7 + r * 13;
+                    s.queue_delay_us = (10 + (x % 50) as u32) * 1000;
+                    s.srtt_us = s.min_rtt_us + s.queue_delay_us;
+                    s.throughput_bps = 1_000_000 + (x % 17) * 50_000;
                 }
                 let t0 = std::time::Instant::now();
                 c.observe(1_000_000 + r * 1000, &socks);
@@ -1606,11 +1841,12 @@ mod tests {
             let (per_read, per_summary) = (observe / reads as u32, verdicts / reads as u32);
             let both = per_read + per_summary;
             println!(
-                "{n} sockets in {} paths, {namespaces} namespaces: observe {:.3} ms + every path's verdict {:.3} ms a read ({:.4}% of a core at one read a second); {} verdicts",
+                "{n} sockets in {} paths, {namespaces} namespaces: observe {:.3} ms + every path's verdict {:.3} ms a read ({:.4}% of a core at one read a second, {:.4}% at one every 5 s); {} verdicts",
                 n / per_path,
                 per_read.as_secs_f64() * 1000.0,
                 per_summary.as_secs_f64() * 1000.0,
                 both.as_secs_f64() * 100.0,
+                both.as_secs_f64() * 20.0,
                 summary / reads,
             );
         }

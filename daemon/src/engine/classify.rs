@@ -33,8 +33,6 @@ struct State {
     /// The read last observed, when, and what observing it took.
     read: u64,
     at: Option<(Instant, Duration)>,
-    /// The counts of the verdicts after it (class, owner).
-    counts: ([u64; 5], [u64; 5]),
 }
 
 impl Classifier {
@@ -44,7 +42,6 @@ impl Classifier {
                 bottlenecks: Bottlenecks::new(aqm_queue_ms),
                 read: 0,
                 at: None,
-                counts: ([0; 5], [0; 5]),
             }),
         }
     }
@@ -56,7 +53,7 @@ impl Classifier {
     /// Take in `views`' read if it is new and the schedule says so. The
     /// read's rows are made (or shared, as the recorder's) outside the
     /// lock. Each peer's class after it, for the kernel's policy
-    /// (`Bottlenecks::peer_classes`), if it took one.
+    /// (`Bottlenecks::summary`), if it took one.
     pub fn take(&self, views: &Views) -> Option<Vec<((u32, IpAddr), BottleneckClass)>> {
         let due_now = |st: &State| {
             views.read > st.read
@@ -77,7 +74,6 @@ impl Classifier {
         let summary = st.bottlenecks.summary(views.taken_ms);
         st.read = views.read;
         st.at = Some((Instant::now(), t0.elapsed()));
-        st.counts = (summary.classes, summary.owners);
         Some(summary.peer_classes)
     }
 
@@ -111,18 +107,12 @@ impl Classifier {
 
     /// How many paths with traffic lately are of each class
     /// (`BottleneckClass::ALL`'s order), and with a standing queue of
-    /// each owner (`OwnerClass::ALL`'s): as the last observation left
-    /// them (at most `MAX_AGE` old while reads come: a scrape costs no
-    /// pass over the paths), else as of now (paths age out of the window
-    /// when no reads come).
+    /// each owner (`OwnerClass::ALL`'s), as of now: each path's verdict
+    /// was made when it was last observed, so a scrape looks at each
+    /// path's cached verdict (0.1-0.2 ms at 10,000 paths) and judges
+    /// again only those whose evidence has aged since.
     pub fn counts(&self) -> ([u64; 5], [u64; 5]) {
-        let st = self.lock();
-        match st.at {
-            Some((t, _)) if t.elapsed() <= MAX_AGE => st.counts,
-            _ => {
-                let s = st.bottlenecks.summary(Clock::now().unix_ms);
-                (s.classes, s.owners)
-            }
-        }
+        let s = self.lock().bottlenecks.summary(Clock::now().unix_ms);
+        (s.classes, s.owners)
     }
 }

@@ -42,7 +42,7 @@ use bloatd_model::api::PolicyCounts;
 use bloatd_model::journal::{
     Episode, EpisodeDetail, EpisodeKind, HistoryQuery, IncidentsQuery, MinuteRow,
 };
-use bloatd_model::{BottleneckClass, Feature, FeatureState, OwnerClass, Socket};
+use bloatd_model::{Feature, FeatureState, Socket};
 use episodes::{Detector, Write};
 use journal::{Bounds, Journal};
 use std::collections::{HashMap, VecDeque};
@@ -99,9 +99,7 @@ pub struct Feed {
     pub class_of: Option<ClassOf>,
 }
 
-/// The bottleneck classifier's answer for one peer of a path: its class,
-/// and whose traffic fills its queue where one stands.
-pub type Verdict = (BottleneckClass, Option<OwnerClass>);
+pub use crate::bottleneck::Verdict;
 
 /// The classifier's `Verdict` on a peer (netns, peer, interface).
 pub type ClassOf = Arc<dyn Fn(u32, IpAddr, &str) -> Option<Verdict> + Send + Sync>;
