@@ -713,12 +713,21 @@ fn shares<'a>(
                 received = received.saturating_add(q.bps);
             }
             sh.gap_us = sh.gap_us.min(q.gap_us);
-            // Named by a process of its own namespace where one is seen.
+            // The busiest neighbour, named by a process of its own
+            // namespace where any of its paths shows one (its other end,
+            // seen from this path's namespace, shows none: whichever of
+            // the two reads the higher rate, the name stays).
             let comm = if ns == q.netns { q.comm } else { None };
-            let unnamed = matches!(sh.top, Some((n, None)) if n == ns);
-            if sh.top.is_none() || q.bps > top_bps || (unnamed && comm.is_some()) {
-                top_bps = top_bps.max(q.bps);
-                sh.top = Some((ns, comm));
+            match &mut sh.top {
+                Some((n, name)) if *n == ns => {
+                    *name = name.or(comm);
+                    top_bps = top_bps.max(q.bps);
+                }
+                top if top.is_none() || q.bps > top_bps => {
+                    *top = Some((ns, comm));
+                    top_bps = q.bps;
+                }
+                _ => {}
             }
         }
         sh.neighbour_bps = sent.max(received);
@@ -1667,6 +1676,16 @@ mod tests {
                 end(3, (SND, SND4, NBR4), true, 390, 15, 0),
                 unnamed,
                 end(4, (NBR, NBR4, SND4), false, 420, 1, 0),
+            ]
+        });
+        assert_eq!(o.neighbours, [format!("netns {NBR} (wget)")], "{o:?}");
+        // Its sending end, seen from this path's namespace (no process of
+        // the neighbour's), reads the higher rate: the name stays.
+        let o = owner_after(8, |_| {
+            vec![
+                end(1, (SND, SND4, RCV4), true, 400, 0, 300),
+                end(3, (SND, SND4, NBR4), true, 420, 16, 0),
+                end(4, (NBR, NBR4, SND4), false, 390, 15, 0),
             ]
         });
         assert_eq!(o.neighbours, [format!("netns {NBR} (wget)")], "{o:?}");

@@ -121,9 +121,10 @@ class LabClassify(TestCase):
         self.assertTrue(decided is not None and decided <= DECIDE_S,
                         f"not neighbour from {DECIDE_S} s on (decided after {decided} s): "
                         + ", ".join(f"{s}s {c}" for s, c, _, _ in answers))
-        # named by its /run/netns name, with its inode
-        self.assertTrue(any(n.startswith(f"{nbr_name} (netns {nbr}") for n in answers[-1][3]),
-                        f"the neighbour is not named {nbr_name} (netns {nbr}): {answers[-1][3]}")
+        # named by its /run/netns name, with its inode and a process of its
+        self.assertTrue(any(n.startswith(f"{nbr_name} (netns {nbr}, ") for n in answers[-1][3]),
+                        f"the neighbour is not named {nbr_name} (netns {nbr}, its process): "
+                        f"{answers[-1][3]}")
 
 
 if __name__ == "__main__":
