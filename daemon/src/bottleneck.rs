@@ -1,14 +1,17 @@
 //! What kind of queue a path's traffic waits in (issue 33), from the reads
 //! alone: nothing is added per packet. Each read, per path (namespace,
 //! peer, interface, as `paths.rs` groups them), one observation: the
-//! median queue of its sockets that carried traffic, and its senders'
+//! median queue of its sockets that carried traffic, and their
 //! congestion signals since the last read with the queue each signalling
 //! socket had:
 //!
-//! - a loss: the socket's retransmissions grew;
+//! - a loss: a sender's retransmissions grew, or segments arrived out of
+//!   order at a receiver (the kernel's `rcv_ooopack` grew: a hole, a
+//!   segment lost upstream), so a download's path shows its losses too;
 //! - an ECN mark: without a retransmission, segments were delivered with
 //!   an ECN echo (the kernel's `delivered_ce` grew: the receiver saw CE
-//!   marks); one per socket and read, however many segments.
+//!   marks); a sender's only (a receiver's TCP_INFO counts no CE); one
+//!   per socket and read, however many segments.
 //!
 //! A sender's first slow start is a ramp, not a standing queue: the
 //! event that ends it (loss, mark or HyStart) is no signal, and a path
@@ -45,8 +48,11 @@
 //!
 //! Known limits: a drop-tail buffer shorter than `aqm_queue_ms` whose
 //! losses come at a short queue reads as `aqm`, and so do random (radio)
-//! losses; a path that only receives shows no losses or marks (its sender
-//! sees them), so it is classified by its queue alone; a sender that never
+//! losses, and on a receiver a path that reorders (each overtaken segment
+//! is a hole); a path that only receives shows no marks (its sender sees
+//! them), so behind a marking AQM it is classified by its queue alone and
+//! reads `clear` or `unknown`; the first read with a hole on a receiver
+//! is its sender's slow start ending and no signal; a sender that never
 //! leaves slow start (limited by the receiver's window) counts only
 //! while it holds no queue.
 
@@ -204,6 +210,10 @@ struct Prev {
     retrans: u32,
     delivered_ce: u32,
     ssthresh: Option<u32>,
+    /// A receiver's out-of-order arrivals, and whether a read has shown
+    /// any yet (the first is the end of its sender's slow start).
+    ooo: u32,
+    holed: bool,
     read: u64,
     slot: u32,
 }
@@ -359,11 +369,22 @@ impl Bottlenecks {
                 retrans: s.retrans,
                 delivered_ce: s.delivered_ce,
                 ssthresh: s.ssthresh,
+                ooo: s.rcv_ooopack,
+                holed: false,
                 read: 0,
                 slot: u32::MAX,
             });
             let (loss, ecn) = if p.read == 0 {
                 (false, false)
+            } else if s.role == Role::Receiver {
+                // A hole in what arrives is a loss upstream; the first
+                // read with one ended the sender's slow start (its
+                // overshoot, like a sender's first ssthresh, says where
+                // the ramp ended). A receiver sees no mark.
+                let hole = s.rcv_ooopack > p.ooo;
+                let loss = hole && p.holed;
+                p.holed |= hole;
+                (loss, false)
             } else {
                 // Leaving the first slow start (a loss, a mark or
                 // HyStart: ssthresh set for the first time) says where
@@ -372,8 +393,8 @@ impl Bottlenecks {
                 let loss = steady && s.retrans > p.retrans;
                 (loss, steady && !loss && s.delivered_ce > p.delivered_ce)
             };
-            (p.retrans, p.delivered_ce, p.ssthresh, p.read) =
-                (s.retrans, s.delivered_ce, s.ssthresh, read);
+            (p.retrans, p.delivered_ce, p.ssthresh, p.ooo, p.read) =
+                (s.retrans, s.delivered_ce, s.ssthresh, s.rcv_ooopack, read);
             let carried = s.is_active() && s.view_rtt_us() > 0 && s.floor_us > 0;
             if !carried && !loss && !ecn {
                 continue;
@@ -1106,7 +1127,7 @@ impl Evidence {
                 format!("{q50} of queue, no loss or ECN mark yet")
             }
             BottleneckClass::Unknown => format!(
-                "{q50} of queue; only receiving here: the sender sees the losses and marks"
+                "{q50} of queue, no hole in what arrives yet; only receiving here: the sender sees the ECN marks"
             ),
             BottleneckClass::Clear => {
                 format!("no standing queue: {q50} of queue, no loss or ECN mark")
@@ -1460,6 +1481,44 @@ mod tests {
             .unwrap();
         assert_eq!(class(&b), "unknown");
         assert!(b.why.contains("only receiving"), "{}", b.why);
+    }
+
+    /// `seconds` reads of one receiver from PEER: its queue `queue_ms`, and
+    /// `ooo(i)` segments out of order over its life at read i.
+    fn receive(seconds: u64, queue_ms: u32, ooo: impl Fn(u64) -> u32) -> Bottleneck {
+        let mut c = Bottlenecks::new(30);
+        for i in 0..seconds {
+            let mut s = sock(2, PEER, 80, 0, 0);
+            s.role = Role::Receiver;
+            (s.rcv_queue_delay_us, s.rcv_rtt_us) = (queue_ms * 1000, 80_000 + queue_ms * 1000);
+            s.rcv_ooopack = ooo(i);
+            c.observe(1_000_000 + 1000 * i, &[s]);
+        }
+        c.class_of(
+            NETNS,
+            PEER.parse().unwrap(),
+            "wlan0",
+            1_000_000 + 1000 * (seconds - 1),
+        )
+        .unwrap()
+    }
+
+    /// A download's path shows its losses as holes in what arrives: at a
+    /// short queue an AQM's, at a long one a drop-tail buffer's. The first
+    /// read with a hole is the sender's slow start ending, no signal.
+    #[test]
+    fn a_receivers_holes_are_its_paths_losses() {
+        // CoDel's queue, a hole every other read after the first.
+        let b = receive(8, 8, |i| (i as u32).div_ceil(2) * 3);
+        assert_eq!(class(&b), "aqm", "{b:?}");
+        // A 400 ms buffer that overflows now and then.
+        let b = receive(8, 400, |i| (i as u32 / 3) * 5);
+        assert_eq!(class(&b), "droptail", "{b:?}");
+        // One run of holes, the slow start's end: no signal; a queue that
+        // neither AQM nor buffer explains yet.
+        let b = receive(8, 15, |i| if i >= 2 { 7 } else { 0 });
+        assert_eq!(class(&b), "unknown", "{b:?}");
+        assert!(b.why.contains("no hole"), "{}", b.why);
     }
 
     #[test]

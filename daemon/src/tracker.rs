@@ -258,6 +258,7 @@ impl View {
             retrans: r.total_retrans,
             lost: r.lost,
             delivered_ce: r.delivered_ce,
+            rcv_ooopack: r.prev_ooopack,
             ca_state: ca_state(r.ca_state),
             bytes_acked: r.bytes_acked,
             bytes_received: r.bytes_received,

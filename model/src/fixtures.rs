@@ -52,6 +52,7 @@ pub fn socket(cookie: u64) -> Socket {
         retrans: 0,
         lost: 0,
         delivered_ce: 0,
+        rcv_ooopack: 0,
         ca_state: CaState::Open,
         bytes_acked: 0,
         bytes_received: 0,

@@ -694,6 +694,12 @@ pub struct Socket {
     /// CE-marked by an AQM); 0 without ECN.
     #[serde(default)]
     pub delivered_ce: u32,
+    /// A receiver's segments that arrived out of order over its life (the
+    /// kernel's rcv_ooopack, as of the socket's last sample): each run of
+    /// them is a hole, a segment lost upstream (or overtaken); 0 on a
+    /// kernel without the counter (before 5.5).
+    #[serde(default)]
+    pub rcv_ooopack: u32,
     pub ca_state: CaState,
     pub bytes_acked: u64,
     pub bytes_received: u64,

@@ -19,15 +19,17 @@ up by namespace and peer):
   (`sport=5202,bulk_bytes=300K,cc=bloatd_westwood`), and a rule matched
   at its handshake only on an AQM's path (`sport=5202,path=aqm+ecn-aqm,
   notsent_lowat=128Ki`: an action the gate does not hold).
-The receiver's own paths only receive: the classifier sees no loss or
-mark there (their senders do), so the gate is shown where a receiver
-shares a path with the host's senders (docs/design.md, "Policy and path
-classes").
+- the receiver's own path (its namespace toward the sender) only
+  receives: its class comes from the holes in what arrives (a receiver's
+  losses) and its queue. B's receiving socket is under a DRWA rule
+  (`dport=5202,drwa=true`): a receiver alone on its path, DRWA's main
+  case. B starts once both paths have the queue's class.
 
 Checked: the counters (`bulk_gated_total`, `drwa_gated_total`,
 `drwa_restored_total`, `bulk_switched_total`, `notsent_lowat_set_total`:
 the `path` rule), B's congestion control in
-`ss`, the DRWA rounds and clamp bloatd shows for the upload's receiver;
+`ss`, the DRWA rounds and clamp bloatd shows for the upload's receiver
+and for B's;
 printed: A's and B's goodput side by side, B/A with and without the gate
 on the FQ-CoDel path (what the gate saves, or not). About 70 s.
 """
@@ -40,7 +42,8 @@ N = "blgate"
 RULES = ("--drwa=off",
          "--policy", "name=onaqm,sport=5202,path=aqm+ecn-aqm,notsent_lowat=128Ki",
          "--policy", "name=bulk,sport=5202,bulk_bytes=300K,cc=bloatd_westwood",
-         "--policy", "name=rx,sport=5203,drwa=true")
+         "--policy", "name=rx,sport=5203,drwa=true",
+         "--policy", "name=rxb,dport=5202,drwa=true")
 CLASSIFY_S = 20   # the classifier's goal is 10 s; its window needs reads
 MEASURE_S = 6
 
@@ -84,6 +87,8 @@ class PolicyGate(TestCase):
         self.assertGreaterEqual(g["restored"], 1, f"the class flipped mid-clamp: given back: {g}")
         self.assertEqual(g["rx_rounds_during"], 0, f"no DRWA round on the AQM's path: {g}")
         self.assertEqual(g["rx_clamp"], 0, f"no clamp binding: {g}")
+        self.assertEqual((g["rxb_rounds"], g["rxb_clamp"]), (0, 0),
+                         f"no DRWA round on a receiver alone on the AQM's path: {g}")
         self.assertGreater(g["drwa_gated"], 0, g)
         # The path= rule matched B's handshake on the AQM's path only.
         self.assertGreaterEqual(g["path_rule"], 1, g)  # iperf3: control and data connections
@@ -98,6 +103,7 @@ class PolicyGate(TestCase):
                              ("bloatd_westwood", 0, 0), f"{name}: {r}")
             self.assertGreater(r["rx_rounds_during"], 0, f"{name}: DRWA runs: {r}")
             self.assertGreater(r["rx_clamp"], 0, f"{name}: DRWA clamps: {r}")
+            self.assertGreater(r["rxb_rounds"], 0, f"{name}: DRWA runs on B's receiver: {r}")
 
     def servers(self, lab):
         for port in (5201, 5202, 5203):
@@ -110,6 +116,7 @@ class PolicyGate(TestCase):
         name = f"{want}{' act_on_aqm' if act_on_aqm else ''}"
         lab.ping("snd", RCV4, count=2, interval=0.2)  # ARP, the floor
         ino = instrument.netns_inode(lab.ns("snd"))
+        rino = instrument.netns_inode(lab.ns("rcv"))
         t0 = time.monotonic()
         a = lab.download("cubic", CLASSIFY_S + MEASURE_S + 10, port=5201)
         # 8 kB writes: iperf3's 128 kB ones at 2 Mbit/s leave 0.5 s gaps,
@@ -123,17 +130,27 @@ class PolicyGate(TestCase):
                  and x["bytes_received"] > 20_000]
             return ((s[0].get("policy") or {}).get("drwa") or {}) if s else None
 
-        def path_class():
+        def rxb():
+            """DRWA's state on B's receiving socket (bloatd)."""
+            s = [x for x in d.sockets() if x["netns"] == rino and x["remote_port"] == 5202
+                 and x["bytes_received"] > 100_000]
+            return ((s[0].get("policy") or {}).get("drwa") or {}) if s else None
+
+        def path_classes():
+            """The sender's path to the receiver and the receiver's back."""
             paths = d.cli_json("/v1/paths", "paths", "--json")
-            mine = [p for p in paths if p["netns"] == ino and p["peer"] == RCV4]
-            b = mine[0].get("bottleneck") if mine else None
-            return b["class"] if b else "-"
+
+            def one(netns, peer):
+                mine = [p for p in paths if p["netns"] == netns and p["peer"] == peer]
+                b = mine[0].get("bottleneck") if mine else None
+                return b["class"] if b else "-"
+            return one(ino, RCV4), one(rino, SND4)
 
         answers = []
 
         def classified():
-            answers.append(path_class())
-            return answers[-1] == want
+            answers.append(path_classes())
+            return answers[-1] == (want, want)
         # The upload's receiver counts its DRWA rounds while the class is
         # being made: a flip mid-clamp under FQ-CoDel.
         before = None
@@ -142,7 +159,8 @@ class PolicyGate(TestCase):
             before = rx() or before
             time.sleep(0.8)
         decided = round(time.monotonic() - t0)
-        self.assertEqual(answers[-1], want, f"{name}: the path classified {answers}")
+        self.assertEqual(answers[-1], (want, want),
+                         f"{name}: the paths (sender's, receiver's) classified {answers}")
         time.sleep(1.5)  # a round or more after the class reached the kernel
         r0 = rx() or {}
         b = lab.download("cubic", MEASURE_S + 20, port=5202)
@@ -156,7 +174,7 @@ class PolicyGate(TestCase):
         # tbf a newcomer gets a few hundred kbit/s).
         wait_for(bulk_decided, timeout=20, step=0.5, what=f"{name}: B's bulk rule decided")
         rates = goodputs(lab, (5201, 5202), MEASURE_S)
-        r1 = rx() or {}
+        r1, b_rx = rx() or {}, rxb() or {}
         counts = d.api("/v1/policy")["counts"]
         b_cc = [s["cc"] for s in lab.ss("snd") if s["local_port"] == 5202
                 and s["state"] == "ESTAB" and s["bytes_acked"] > 100_000]
@@ -171,12 +189,15 @@ class PolicyGate(TestCase):
             "rx_rounds_before_class": (before or {}).get("rounds", 0),
             "rx_rounds_during": r1.get("rounds", 0) - r0.get("rounds", 0),
             "rx_clamp": r1.get("clamp_bytes", 0),
+            "rxb_rounds": b_rx.get("rounds", 0),
+            "rxb_clamp": b_rx.get("clamp_bytes", 0),
             "a_mbps": round(rates.get(5201, 0) / 1e6, 2),
             "b_mbps": round(rates.get(5202, 0) / 1e6, 2),
         }
         out["b_over_a"] = rates.get(5202, 0) / max(rates.get(5201, 0), 1)
         print(f"  {lab.truth()['bottleneck']['aqm']}{' act_on_aqm' if act_on_aqm else ''}: "
-              f"classes {' '.join(answers)}; {out}", flush=True)
+              f"classes (sender's/receiver's path) {' '.join('/'.join(a) for a in answers)}; "
+              f"{out}", flush=True)
         for p in (a, b, up):
             p.terminate()
         wait_for(lambda: all(p.poll() is not None for p in (a, b, up)), timeout=10,
