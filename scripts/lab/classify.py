@@ -62,7 +62,7 @@ import subprocess
 import time
 
 from bloatdpy import api, instrument, truth
-from bloatdpy.harness import RCV4, available_cc
+from bloatdpy.harness import RCV4, SND4, available_cc
 
 QUEUES = {  # name: (topo.sh profile options, the class that is right)
     "droptail": ("", "droptail"),
@@ -99,19 +99,28 @@ def truth_queue(name):
     return cfg["aqm"] + ("-ecn" if cfg["ecn"] else "")
 
 
-def answer(ino, cross=False):
+def answer(ino, cross=False, rino=None):
     """bloatd's answer for the judged path now (the sender's namespace,
     toward the receiver): [class, why], with `cross` also [owner, its why,
-    the path's neighbours, bloatd's queue of the path in ms]; "-" where
-    the path or the answer is absent."""
-    mine = [p for p in api.get("/v1/paths") if p["netns"] == ino and p["peer"] == RCV4]
-    b = (mine[0].get("bottleneck") if mine else None) or {}
+    the path's neighbours, bloatd's queue of the path in ms], with `rino`
+    (the receiver's namespace) also [class, why] of the receiver's path
+    back to the sender (it only receives); "-" where the path or the
+    answer is absent."""
+    paths = api.get("/v1/paths")
+
+    def of(netns, peer):
+        mine = [p for p in paths if p["netns"] == netns and p["peer"] == peer]
+        return mine, (mine[0].get("bottleneck") if mine else None) or {}
+    mine, b = of(ino, RCV4)
     out = [b.get("class", "-"), b.get("why", "")]
     if cross:
         o = b.get("owner") or {}
         q = mine[0].get("queue_delay_p50_us") if mine else None
         out += [o.get("class", "-"), o.get("why", ""), o.get("neighbours", []),
                 round(q / 1000, 1) if q is not None else None]
+    if rino is not None:
+        _, rb = of(rino, SND4)
+        out += [rb.get("class", "-"), rb.get("why", "")]
     return out
 
 
@@ -139,18 +148,22 @@ def one_run(labmod, name, spec, cc, seconds):
         lab.up(labmod.Profile(spec))
         lab.topo.ping("snd", RCV4, count=2, interval=0.2)  # ARP, and the path's floor
         ino = instrument.netns_inode(f"{name}-snd")
+        rino = instrument.netns_inode(f"{name}-rcv")
         queue = truth_queue(name)
         t0 = time.monotonic()
         lab.fetch(cc, nbytes=0, seconds=seconds + 5, label="bulk")
         answers = []
         while time.monotonic() - t0 < seconds:
             time.sleep(max(0.0, len(answers) + 1 - (time.monotonic() - t0)))
-            answers.append([round(time.monotonic() - t0, 1), *answer(ino)])
+            answers.append([round(time.monotonic() - t0, 1), *answer(ino, rino=rino)])
         did = queue_did(name)
     finally:
         lab.down()
     final, decided_s = decided(answers, 1)
-    return {"queue": queue, "class": final, "decided_s": decided_s, "did": did, "answers": answers}
+    rfinal, rdecided_s = decided(answers, 3)
+    return {"queue": queue, "class": final, "decided_s": decided_s,
+            "receiver_class": rfinal, "receiver_decided_s": rdecided_s, "did": did,
+            "answers": answers}
 
 
 
@@ -317,7 +330,48 @@ def table(rows):
     for (p, q, cc), rs in cells.items():
         out.append(f"| {p} | {q} | {cc} | " + ", ".join(
             f"{r['class']} ({r['decided_s'] if r['decided_s'] is not None else '-'})" for r in rs) + " |")
-    return "\n".join(out) + "\n"
+    return "\n".join(out + receiver_table(rows)) + "\n"
+
+
+def receiver_table(rows):
+    """The receiver's path of the same runs (it only receives: its
+    losses are holes in what arrives; it sees no ECN mark, so behind a
+    marking AQM its right answer is `clear` or `unknown`, never
+    `ecn-aqm`)."""
+    rows = [r for r in rows if "receiver_class" in r]
+    if not rows:
+        return []
+    out = ["", "The receiver's path (a download's: it only receives; behind CoDel + ECN it sees "
+           "no mark, so there `clear` or `unknown` is right):", "",
+           "| truth \\ class | " + " | ".join(CLASSES) + " | right |", "|---" * (len(CLASSES) + 2) + "|"]
+    right_n = 0
+
+    def right(r):
+        want = QUEUES[r["queue"]][1]
+        return r["receiver_class"] in (("clear", "unknown") if want == "ecn-aqm" else (want,))
+    for q, (_, want) in QUEUES.items():
+        rs = [r for r in rows if r["queue"] == q]
+        if not rs:
+            continue
+        n = {c: sum(r["receiver_class"] == c for r in rs) for c in CLASSES}
+        k = sum(right(r) for r in rs)
+        right_n += k
+        out.append(f"| {q} ({want}), {len(rs)} runs | " + " | ".join(str(n[c]) for c in CLASSES)
+                   + f" | {k / len(rs):.0%} |")
+    aqm_dt = sum(r["receiver_class"] == "droptail" for r in rows if QUEUES[r["queue"]][1] != "droptail")
+    secs = [r["receiver_decided_s"] for r in rows if right(r) and r["receiver_decided_s"] is not None]
+    out += ["", f"Right: {right_n} of {len(rows)} runs ({right_n / max(1, len(rows)):.0%}); "
+            f"AQM runs called drop-tail: {aqm_dt}; seconds to a right decision: "
+            + (f"median {statistics.median(secs):.0f}, max {max(secs):.0f}" if secs else "none"), "",
+            "| profile | queue | cc | receiver's classes (decided after s) |", "|---|---|---|---|"]
+    cells = {}
+    for r in rows:
+        cells.setdefault((r["profile"], r["queue"], r["cc"]), []).append(r)
+    for (p, q, cc), rs in cells.items():
+        out.append(f"| {p} | {q} | {cc} | " + ", ".join(
+            f"{r['receiver_class']} ({r['receiver_decided_s'] if r['receiver_decided_s'] is not None else '-'})"
+            for r in rs) + " |")
+    return out
 
 
 def owner_confusion(rows, title):
@@ -414,6 +468,10 @@ def run(args, labmod):
             last = r["answers"][-1][2] if r["answers"] else ""
             log(f"        {r['class']} (decided after {r['decided_s']} s): {last}; the queue: "
                 + " ".join(f"{k}={v}" for k, v in r["did"].items()))
+            if "receiver_class" in r:
+                last = r["answers"][-1][4] if r["answers"] else ""
+                log(f"        receiver's path {r['receiver_class']} (decided after "
+                    f"{r['receiver_decided_s']} s): {last}")
             if arm:
                 last = r["answers"][-1][4] if r["answers"] else ""
                 log(f"        owner {r['owner']} (decided after {r['owner_decided_s']} s): {last}; "
