@@ -149,13 +149,13 @@ struct Obs {
 
 #[derive(Default)]
 struct History {
-    /// Its key (`Bottlenecks::slots`); false once forgotten (its slot is
+    /// Its key (`Bottlenecks::slots`); None once forgotten (its slot is
     /// free).
     key: Option<PathKey>,
     interface: String,
     obs: VecDeque<Obs>,
     last_ms: u64,
-    /// Whether any of its sockets sent (signals are the sender's).
+    /// Whether any of its sockets sent (only a sender sees ECN marks).
     sends: bool,
     /// The neighbours seen in its queue: namespace, a process of theirs,
     /// when last (at most NAMED, the latest).

@@ -85,7 +85,9 @@ BRIEF_S = 1.5
 # 2026-12-07: three runs exported the buffer at 1.06-1.24 MB (the highest
 # second) and replayed +2%, +32%, +66% over; two of those bundles
 # replayed again on the highest second but one (0.95 and 0.89 MB): +0%
-# and -4%; a run with that export (1.02 MB): +22%.
+# and -4%; a run with that export (1.02 MB): +22%; one (0.87 MB): -33%,
+# twice -26% and -33% again, and on the mean of its two highest seconds
+# (1.00 MB, the export since): -15%.
 REPLAY_QUEUE = 0.25
 
 
