@@ -307,30 +307,40 @@ def cross_run(labmod, name, spec, cc, seconds, arm):
 
 
 def table(rows):
-    """classify.md's text from the runs."""
+    """classify.md's text from the runs: the judged (sender's) path, then
+    the receiver's path of the same runs."""
+    out = confusion(rows, "class", "decided_s", lambda r: r["class"] == QUEUES[r["queue"]][1],
+                    "classes")
+    return "\n".join(out + receiver_table(rows)) + "\n"
+
+
+def confusion(rows, key, decided_key, right, label):
+    """One class confusion table of the runs' `key` against the lab's
+    queue, the share `right`, and every cell's answers."""
     out = ["| truth \\ class | " + " | ".join(CLASSES) + " | right |", "|---" * (len(CLASSES) + 2) + "|"]
     right_n = 0
     for q, (_, want) in QUEUES.items():
         rs = [r for r in rows if r["queue"] == q]
         if not rs:
             continue
-        n = {c: sum(r["class"] == c for r in rs) for c in CLASSES}
-        right_n += n[want]
+        n = {c: sum(r[key] == c for r in rs) for c in CLASSES}
+        k = sum(right(r) for r in rs)
+        right_n += k
         out.append(f"| {q} ({want}), {len(rs)} runs | " + " | ".join(str(n[c]) for c in CLASSES)
-                   + f" | {n[want] / len(rs):.0%} |")
-    aqm_dt = sum(r["class"] == "droptail" for r in rows if QUEUES[r["queue"]][1] != "droptail")
-    right = [r["decided_s"] for r in rows if r["class"] == QUEUES[r["queue"]][1] and r["decided_s"] is not None]
+                   + f" | {k / len(rs):.0%} |")
+    aqm_dt = sum(r[key] == "droptail" for r in rows if QUEUES[r["queue"]][1] != "droptail")
+    secs = [r[decided_key] for r in rows if right(r) and r[decided_key] is not None]
     out += ["", f"Right: {right_n} of {len(rows)} runs ({right_n / max(1, len(rows)):.0%}); "
             f"AQM runs called drop-tail: {aqm_dt}; seconds to a right decision: "
-            + (f"median {statistics.median(right):.0f}, max {max(right):.0f}" if right else "none"), "",
-            "| profile | queue | cc | classes (decided after s) |", "|---|---|---|---|"]
+            + (f"median {statistics.median(secs):.0f}, max {max(secs):.0f}" if secs else "none"), "",
+            f"| profile | queue | cc | {label} (decided after s) |", "|---|---|---|---|"]
     cells = {}
     for r in rows:
         cells.setdefault((r["profile"], r["queue"], r["cc"]), []).append(r)
     for (p, q, cc), rs in cells.items():
         out.append(f"| {p} | {q} | {cc} | " + ", ".join(
-            f"{r['class']} ({r['decided_s'] if r['decided_s'] is not None else '-'})" for r in rs) + " |")
-    return "\n".join(out + receiver_table(rows)) + "\n"
+            f"{r[key]} ({r[decided_key] if r[decided_key] is not None else '-'})" for r in rs) + " |")
+    return out
 
 
 def receiver_table(rows):
@@ -341,37 +351,13 @@ def receiver_table(rows):
     rows = [r for r in rows if "receiver_class" in r]
     if not rows:
         return []
-    out = ["", "The receiver's path (a download's: it only receives; behind CoDel + ECN it sees "
-           "no mark, so there `clear` or `unknown` is right):", "",
-           "| truth \\ class | " + " | ".join(CLASSES) + " | right |", "|---" * (len(CLASSES) + 2) + "|"]
-    right_n = 0
 
     def right(r):
         want = QUEUES[r["queue"]][1]
         return r["receiver_class"] in (("clear", "unknown") if want == "ecn-aqm" else (want,))
-    for q, (_, want) in QUEUES.items():
-        rs = [r for r in rows if r["queue"] == q]
-        if not rs:
-            continue
-        n = {c: sum(r["receiver_class"] == c for r in rs) for c in CLASSES}
-        k = sum(right(r) for r in rs)
-        right_n += k
-        out.append(f"| {q} ({want}), {len(rs)} runs | " + " | ".join(str(n[c]) for c in CLASSES)
-                   + f" | {k / len(rs):.0%} |")
-    aqm_dt = sum(r["receiver_class"] == "droptail" for r in rows if QUEUES[r["queue"]][1] != "droptail")
-    secs = [r["receiver_decided_s"] for r in rows if right(r) and r["receiver_decided_s"] is not None]
-    out += ["", f"Right: {right_n} of {len(rows)} runs ({right_n / max(1, len(rows)):.0%}); "
-            f"AQM runs called drop-tail: {aqm_dt}; seconds to a right decision: "
-            + (f"median {statistics.median(secs):.0f}, max {max(secs):.0f}" if secs else "none"), "",
-            "| profile | queue | cc | receiver's classes (decided after s) |", "|---|---|---|---|"]
-    cells = {}
-    for r in rows:
-        cells.setdefault((r["profile"], r["queue"], r["cc"]), []).append(r)
-    for (p, q, cc), rs in cells.items():
-        out.append(f"| {p} | {q} | {cc} | " + ", ".join(
-            f"{r['receiver_class']} ({r['receiver_decided_s'] if r['receiver_decided_s'] is not None else '-'})"
-            for r in rs) + " |")
-    return out
+    return ["", "The receiver's path (a download's: it only receives; behind CoDel + ECN it sees "
+            "no mark, so there `clear` or `unknown` is right):", ""] + confusion(
+        rows, "receiver_class", "receiver_decided_s", right, "receiver's classes")
 
 
 def owner_confusion(rows, title):
